@@ -1,0 +1,30 @@
+// swift-tools-version:6.0
+// TileSpool: a watch-folder daemon that downloads map regions into a content-addressed store.
+//
+// Layers (each target depends only on those listed before it):
+//   CCurl, CCrypto, CLinux   C modules from Debian's -dev packages (system libraries)
+//   TileSpoolCore            pure values: tile math, requests, style planning, the region state machine
+//   TileSpoolIO              edges: HTTP (libcurl), SHA-256 (libcrypto), the store, the spool, inotify
+//   TileSpoolDaemon          the scheduler that wires plans, downloads, store and status together
+//   tilespool                the command-line interface
+import PackageDescription
+
+let package = Package(
+    name: "TileSpool",
+    products: [
+        .executable(name: "tilespool", targets: ["tilespool"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CCrypto", path: "Sources/CCrypto", pkgConfig: "libcrypto",
+                       providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
+        .target(name: "TileSpoolCore"),
+        .target(name: "TileSpoolIO", dependencies: ["TileSpoolCore", "CCurl", "CCrypto", "CLinux"]),
+        .target(name: "TileSpoolDaemon", dependencies: ["TileSpoolCore", "TileSpoolIO"]),
+        .executableTarget(name: "tilespool", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolDaemon"]),
+        .testTarget(name: "TileSpoolTests",
+                    dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolDaemon", "tilespool"]),
+    ]
+)

@@ -1,0 +1,173 @@
+import Foundation
+
+/// The kind of a downloaded resource: the first column of a manifest line.
+public enum ResourceKind: String, Sendable, Codable, CaseIterable {
+    /// The style JSON.
+    case style
+    /// A source's TileJSON.
+    case source
+    /// A sprite sheet's `.json` or `.png`, at @1x or @2x.
+    case sprite
+    /// One 256-code-point glyph range of one fontstack (a PBF).
+    case glyphs
+    /// A geojson source's `data` URL or an image source's `url`.
+    case data
+    /// A tile of a tiled source.
+    case tile
+
+    /// True for resources whose 404 is recorded as missing instead of failing the region.
+    public var missingIsAllowed: Bool { self == .sprite || self == .glyphs }
+}
+
+/// One resource that is not a tile: what to fetch and how it is named in the manifest.
+public struct PlannedResource: Sendable, Equatable, Codable {
+    public var kind: ResourceKind
+    /// The manifest key: `style`, a source name, `sprite@2x.png`, `<fontstack>/<range>`, ...
+    public var key: String
+    /// The absolute URL to request.
+    public var url: String
+    public init(kind: ResourceKind, key: String, url: String) {
+        self.kind = kind; self.key = ManifestLine.sanitizeKey(key); self.url = url
+    }
+}
+
+/// The tiles of one source over the region: a URL template and a rectangle per zoom (two at
+/// zooms where the region crosses the antimeridian).
+public struct TileSet: Sendable, Equatable, Codable {
+    /// The source name (the style's source id, or `tiles0`, `tiles1`, ... for a `tiles` request).
+    public var source: String
+    public var template: TileURLTemplate
+    public var rects: [TileRect]
+    public init(source: String, template: TileURLTemplate, rects: [TileRect]) {
+        self.source = ManifestLine.sanitizeKey(source); self.template = template; self.rects = rects
+    }
+    /// Number of tiles in the set.
+    public var count: Int { rects.reduce(0) { $0 + $1.count } }
+}
+
+/// Everything a region downloads, as a value: the non-tile resources in phase order, then the
+/// tile sets. Each resource has an index in `0..<count` (resources first, then each tile set's
+/// rectangles in row-major order), so progress can be tracked in a bitmap of `count` bits and no
+/// list of tiles is ever held in memory. Written to `store/regions/<id>/plan.json` once exact.
+public struct ResourcePlan: Sendable, Equatable, Codable {
+    public var resources: [PlannedResource]
+    public var tileSets: [TileSet]
+
+    public init(resources: [PlannedResource], tileSets: [TileSet]) {
+        self.resources = resources; self.tileSets = tileSets
+    }
+
+    /// Number of tiles planned.
+    public var tileCount: Int { tileSets.reduce(0) { $0 + $1.count } }
+    /// Number of resources planned, tiles included.
+    public var count: Int { resources.count + tileCount }
+
+    /// What lives at a plan index.
+    public enum Item: Sendable, Equatable {
+        case resource(PlannedResource)
+        /// A tile: the tile set's position in `tileSets` and the tile.
+        case tile(set: Int, TileID)
+    }
+
+    /// The resource at `index` (`0..<count`).
+    public func item(at index: Int) -> Item {
+        if index < resources.count { return .resource(resources[index]) }
+        var i = index - resources.count
+        for (s, set) in tileSets.enumerated() {
+            for rect in set.rects {
+                if i < rect.count { return .tile(set: s, rect.tile(at: i)) }
+                i -= rect.count
+            }
+        }
+        preconditionFailure("plan index \(index) out of range 0..<\(count)")
+    }
+
+    /// The plan index of a manifest entry (kind and key), or nil when the plan has no such resource.
+    public func index(kind: ResourceKind, key: String) -> Int? {
+        if kind != .tile {
+            return resources.firstIndex { $0.kind == kind && $0.key == key }
+        }
+        guard let (source, tile) = ManifestLine.parseTileKey(key) else { return nil }
+        var base = resources.count
+        for set in tileSets {
+            if set.source == source {
+                for rect in set.rects {
+                    if let i = rect.index(of: tile) { return base + i }
+                    base += rect.count
+                }
+                return nil
+            }
+            base += set.count
+        }
+        return nil
+    }
+
+    /// Tile counts per source and zoom, for `tilespool plan`.
+    public func tileCountsByZoom() -> [(source: String, z: Int, tiles: Int)] {
+        var out: [(String, Int, Int)] = []
+        for set in tileSets {
+            var byZoom: [Int: Int] = [:]
+            for r in set.rects { byZoom[r.z, default: 0] += r.count }
+            for z in byZoom.keys.sorted() { out.append((set.source, z, byZoom[z]!)) }
+        }
+        return out
+    }
+}
+
+/// A tile URL template (MapLibre/TileJSON conventions): `{z}`, `{x}`, `{y}`, `{-y}` (TMS row),
+/// `{quadkey}`, `{prefix}`, `{ratio}` and `{bbox-epsg-3857}`. Reference: TileJSON 3.0.0 `tiles`,
+/// maplibre-native `src/mbgl/storage/resource.cpp` (`Resource::tile`).
+public struct TileURLTemplate: Sendable, Equatable, Codable {
+    public var template: String
+    /// True when the source's TileJSON says `"scheme": "tms"`: `{y}` is then the TMS row.
+    public var tms: Bool
+    /// What `{ratio}` becomes: `""` or `"@2x"`.
+    public var ratio: String
+
+    public init(_ template: String, tms: Bool = false, ratio: String = "") {
+        self.template = template; self.tms = tms; self.ratio = ratio
+    }
+
+    /// Why `template` cannot be used (a message), or nil when it is fine.
+    public static func problem(_ template: String) -> String? {
+        let hasXY = template.contains("{x}") && (template.contains("{y}") || template.contains("{-y}"))
+        guard (template.contains("{z}") && hasXY) || template.contains("{quadkey}") || template.contains("{bbox-epsg-3857}") else {
+            return "must contain {z}, {x} and {y} (or {-y}, {quadkey}, {bbox-epsg-3857})"
+        }
+        let sample = TileURLTemplate(template).url(for: TileID(z: 1, x: 0, y: 1))
+        return RequestValidator.urlProblem(sample)
+    }
+
+    /// The URL of tile `t`.
+    public func url(for t: TileID) -> String {
+        var s = template
+        func put(_ token: String, _ value: @autoclosure () -> String) {
+            if s.contains(token) { s = s.replacingOccurrences(of: token, with: value()) }
+        }
+        put("{z}", String(t.z))
+        put("{x}", String(t.x))
+        put("{y}", String(tms ? t.tmsY : t.y))
+        put("{-y}", String(t.tmsY))
+        put("{quadkey}", t.quadkey)
+        put("{prefix}", String(t.x % 16, radix: 16) + String(t.y % 16, radix: 16))
+        put("{ratio}", ratio)
+        put("{bbox-epsg-3857}", { let b = WebMercator.bbox3857(t); return "\(b.0),\(b.1),\(b.2),\(b.3)" }())
+        return s
+    }
+}
+
+/// The glyph ranges MapLibre requests for a fontstack: 256 ranges of 256 code points each.
+public enum GlyphRanges {
+    /// Start code points of every range, `0, 256, ..., 65280`; without ideographs, the 126 ranges
+    /// starting in CJK Unified Ideographs (U+4E00-U+9FFF) or Hangul Syllables (U+AC00-U+D7AF) are
+    /// left out, leaving 130. Reference: maplibre-native `src/mbgl/util/i18n.cpp`
+    /// (`allowsFixedWidthGlyphGeneration`) and `offline_download.cpp`.
+    public static func starts(includeIdeographs: Bool) -> [Int] {
+        stride(from: 0, to: 65536, by: 256).filter { start in
+            includeIdeographs || !((0x4E00...0x9FFF).contains(start) || (0xAC00...0xD7AF).contains(start))
+        }
+    }
+
+    /// The `{range}` token for a range starting at `start`: `"0-255"`.
+    public static func name(_ start: Int) -> String { "\(start)-\(start + 255)" }
+}

@@ -1,0 +1,110 @@
+/// The state of a region, with the names the platform offline SDKs use. Written as the single word
+/// in `spool/status/<id>.state` and as `state` in `<id>.json` (see docs/contract.md).
+public enum RegionState: String, Sendable, Codable, CaseIterable {
+    case queued, downloading, pausedUser, pausedNetwork, failedStorage, failed, completed, cancelled
+
+    /// States the daemon does not leave by itself (only a user's action moves them on).
+    public var isTerminal: Bool { self == .completed || self == .failed || self == .cancelled }
+
+    /// States in which a restarted daemon picks the download up again.
+    public var resumesOnRestart: Bool { self == .queued || self == .downloading }
+}
+
+/// What a user asks for with `spool/control/<id>.<action>` or `tilespool <action> ID`.
+public enum RegionAction: String, Sendable, CaseIterable {
+    case pause, resume, cancel, delete
+}
+
+/// Things that happen to a region while the daemon works on it.
+public enum RegionEvent: Sendable, Equatable {
+    /// A download slot became free for a queued region.
+    case start
+    /// Every planned resource is in the manifest.
+    case finish
+    /// The server stopped answering and retries ran out.
+    case networkLost
+    /// A probe reached the server again: the region queues and downloads again as soon as a slot is free.
+    case networkBack
+    /// A store write failed for lack of space or a broken disk.
+    case storageFailed
+    /// A permanent error (HTTP status, bad style, tile limit).
+    case fail
+}
+
+/// The outcome of applying an action or event to a state.
+public enum Transition: Sendable, Equatable {
+    /// The region moves to this state.
+    case to(RegionState)
+    /// The region and its files are removed (reported as state `deleted` in events.jsonl).
+    case delete
+    /// The action does not apply in this state; nothing changes. The string says why.
+    case ignored(String)
+}
+
+/// The region state machine: pure functions from (state, action or event) to a transition.
+/// The table is documented in docs/contract.md ("States and actions").
+public enum RegionStateMachine {
+    /// The transition a user action causes.
+    public static func apply(_ action: RegionAction, to state: RegionState) -> Transition {
+        switch (action, state) {
+        case (.delete, _): return .delete
+        case (.pause, .queued), (.pause, .downloading): return .to(.pausedUser)
+        case (.pause, _): return .ignored("pause applies to queued or downloading regions, not \(state.rawValue)")
+        case (.resume, .pausedUser), (.resume, .pausedNetwork), (.resume, .failedStorage),
+             (.resume, .failed), (.resume, .cancelled): return .to(.queued)
+        case (.resume, _): return .ignored("resume applies to paused, failed or cancelled regions, not \(state.rawValue)")
+        case (.cancel, let s) where !s.isTerminal: return .to(.cancelled)
+        case (.cancel, _): return .ignored("cancel applies to regions that are not finished, not \(state.rawValue)")
+        }
+    }
+
+    /// The transition an event from the downloader causes.
+    public static func apply(_ event: RegionEvent, to state: RegionState) -> Transition {
+        switch (event, state) {
+        case (.start, .queued): return .to(.downloading)
+        case (.finish, .downloading): return .to(.completed)
+        case (.networkLost, .downloading): return .to(.pausedNetwork)
+        case (.networkBack, .pausedNetwork): return .to(.queued)
+        case (.storageFailed, .downloading): return .to(.failedStorage)
+        case (.fail, .downloading), (.fail, .queued): return .to(.failed)
+        default: return .ignored("\(event) does not apply to \(state.rawValue)")
+        }
+    }
+}
+
+/// Download progress, with MapLibre's `OfflineRegionStatus` field names (resources counted, bytes
+/// after HTTP content decoding).
+public struct RegionProgress: Sendable, Equatable, Codable {
+    public var resourcesCompleted = 0
+    public var resourcesExpected = 0
+    /// True once every TileJSON is resolved: `resourcesExpected` is exact and will not change.
+    public var resourcesExpectedIsPrecise = false
+    /// Bytes of every completed resource (empty tiles count 0).
+    public var bytesCompleted = 0
+    public var tilesCompleted = 0
+    public var tilesExpected = 0
+    /// Bytes of completed tiles.
+    public var tileBytesCompleted = 0
+    /// Sprites and glyph ranges the server answered 404 (recorded, not fatal).
+    public var resourcesMissing = 0
+    public init() {}
+
+    /// The JSON object written as `progress`.
+    public var jsonObject: [String: Any] {
+        ["resourcesCompleted": resourcesCompleted, "resourcesExpected": resourcesExpected,
+         "resourcesExpectedIsPrecise": resourcesExpectedIsPrecise, "bytesCompleted": bytesCompleted,
+         "tilesCompleted": tilesCompleted, "tilesExpected": tilesExpected,
+         "tileBytesCompleted": tileBytesCompleted, "resourcesMissing": resourcesMissing]
+    }
+
+    /// Reads back a `progress` object (missing fields are 0).
+    public init(jsonObject o: Any?) {
+        let o = o as? [String: Any] ?? [:]
+        func i(_ k: String) -> Int { o[k].flatMap(JSONKind.integer) ?? 0 }
+        resourcesCompleted = i("resourcesCompleted"); resourcesExpected = i("resourcesExpected")
+        resourcesExpectedIsPrecise = (o["resourcesExpectedIsPrecise"] as? Bool) ?? false
+        bytesCompleted = i("bytesCompleted"); tilesCompleted = i("tilesCompleted")
+        tilesExpected = i("tilesExpected"); tileBytesCompleted = i("tileBytesCompleted")
+        resourcesMissing = i("resourcesMissing")
+    }
+}

@@ -1,0 +1,289 @@
+import Foundation
+
+/// The machine-readable error codes written to `error.code` in status files (see docs/contract.md).
+public enum ErrorCode: String, Sendable, Codable {
+    /// The request file is not a valid request (JSON, fields, types, ranges, URLs).
+    case invalidRequest
+    /// The plan has more tiles than the request's `maxTiles` or the daemon's `--max-tiles`.
+    case tileLimitExceeded
+    /// A request with this id is already queued or downloading.
+    case duplicateId
+    /// The style document is not a usable MapLibre/Mapbox GL style.
+    case invalidStyle
+    /// A source's TileJSON is not usable.
+    case invalidTileJSON
+    /// A server answered with an HTTP status that is not retried, or retries ran out.
+    case httpError
+    /// A body was malformed in transit (truncated, undecodable, too large).
+    case badResponse
+    /// The network failed (connection refused, timeout, DNS) and retries ran out.
+    case networkError
+    /// Writing to the store failed (ENOSPC, EDQUOT, EROFS, EIO, ...).
+    case storageError
+    /// The region's files in the store are damaged (found by `verify --repair`).
+    case storeDamaged
+}
+
+/// An error that ends up in a status file as `{"code", "message", "url"?, "httpStatus"?}`.
+public struct RegionError: Error, Sendable, Equatable {
+    public var code: ErrorCode
+    public var message: String
+    /// The URL involved, with credentials redacted (see `Redaction`).
+    public var url: String?
+    public var httpStatus: Int?
+    public init(code: ErrorCode, message: String, url: String? = nil, httpStatus: Int? = nil) {
+        self.code = code; self.message = message
+        self.url = url.map(Redaction.redact); self.httpStatus = httpStatus
+    }
+
+    /// The JSON object written as `error` in `<id>.json` and `events.jsonl`.
+    public var jsonObject: [String: Any] {
+        var o: [String: Any] = ["code": code.rawValue, "message": message]
+        if let url { o["url"] = url }
+        if let httpStatus { o["httpStatus"] = httpStatus }
+        return o
+    }
+
+    /// Reads back an error written by `jsonObject`.
+    public init?(jsonObject o: Any?) {
+        guard let o = o as? [String: Any], let c = o["code"] as? String, let code = ErrorCode(rawValue: c) else { return nil }
+        self.code = code
+        self.message = o["message"] as? String ?? ""
+        self.url = o["url"] as? String
+        self.httpStatus = o["httpStatus"].flatMap(JSONKind.integer)
+    }
+}
+
+/// What a request downloads: a MapLibre/Mapbox GL style (and everything it references), or raw
+/// tile URL templates.
+public enum MapSource: Sendable, Equatable {
+    /// URL of a style JSON (MapLibre Style Spec, https://maplibre.org/maplibre-style-spec/).
+    case style(String)
+    /// Tile URL templates with `{z}`, `{x}`, `{y}` (or `{-y}`, `{quadkey}`); each template is
+    /// downloaded in full over the region.
+    case tiles([String])
+}
+
+/// A validated region request: the content of `spool/requests/<name>.json` with defaults filled in.
+public struct RegionRequest: Sendable, Equatable {
+    /// The region id: `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
+    public var id: String
+    public var source: MapSource
+    /// The region in degrees, `west`/`south`/`east`/`north`; `west > east` crosses the antimeridian.
+    public var bounds: GeoBounds
+    /// Map zoom range, `0 <= minZoom <= maxZoom <= 24`.
+    public var minZoom: Int
+    public var maxZoom: Int
+    /// Device pixel ratio (`{ratio}` in templates becomes `@2x` from 1.5 up). Default 1.
+    public var pixelRatio: Double
+    /// Download the CJK ideograph and Hangul glyph ranges too. Default false.
+    public var includeIdeographs: Bool
+    /// The most tiles this request may plan; nil means the daemon's limit alone.
+    public var maxTiles: Int?
+    /// The `context` value serialised as JSON, echoed verbatim in the status; nil when absent.
+    public var contextJSON: Data?
+
+    public init(id: String, source: MapSource, bounds: GeoBounds, minZoom: Int, maxZoom: Int,
+                pixelRatio: Double = 1, includeIdeographs: Bool = false, maxTiles: Int? = nil,
+                contextJSON: Data? = nil) {
+        self.id = id; self.source = source; self.bounds = bounds; self.minZoom = minZoom
+        self.maxZoom = maxZoom; self.pixelRatio = pixelRatio; self.includeIdeographs = includeIdeographs
+        self.maxTiles = maxTiles; self.contextJSON = contextJSON
+    }
+
+    /// The `context` value as a JSON object for embedding (NSNull when absent).
+    public var context: Any {
+        guard let contextJSON, let v = try? JSONSerialization.jsonObject(with: contextJSON, options: [.fragmentsAllowed]) else { return NSNull() }
+        return v
+    }
+
+    /// The request with defaults filled in, as written to `store/regions/<id>/request.json` and
+    /// to the `request` field of `<id>.json`. URLs keep their query strings here; use
+    /// `redactedJSONObject` for anything a user may read.
+    public var jsonObject: [String: Any] {
+        var o: [String: Any] = [
+            "id": id,
+            "bounds": [bounds.west, bounds.south, bounds.east, bounds.north],
+            "minZoom": minZoom, "maxZoom": maxZoom,
+            "pixelRatio": pixelRatio, "includeIdeographs": includeIdeographs,
+            "maxTiles": maxTiles.map { $0 as Any } ?? NSNull(),
+            "context": context,
+        ]
+        switch source {
+        case .style(let url): o["style"] = url
+        case .tiles(let templates): o["tiles"] = templates
+        }
+        return o
+    }
+
+    /// `jsonObject` with credentials in URLs redacted, for status files.
+    public var redactedJSONObject: [String: Any] {
+        var o = jsonObject
+        switch source {
+        case .style(let url): o["style"] = Redaction.redact(url)
+        case .tiles(let templates): o["tiles"] = templates.map(Redaction.redact)
+        }
+        return o
+    }
+}
+
+/// Validation of request files. Pure: takes bytes and a file name, returns a request or an error.
+public enum RequestValidator {
+    /// The largest request file read, in bytes (1 MiB). Larger files are refused unread.
+    public static let maxFileSize = 1 << 20
+    /// The largest zoom level a request may name.
+    public static let maxZoomLevel = 24
+
+    static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "minZoom", "maxZoom",
+                                           "pixelRatio", "includeIdeographs", "maxTiles", "context"]
+
+    /// True when `id` matches `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` (so it is also a safe file name).
+    public static func isValidID(_ id: String) -> Bool {
+        let bytes = Array(id.utf8)
+        guard (1...128).contains(bytes.count) else { return false }
+        func alnum(_ b: UInt8) -> Bool {
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+        }
+        guard alnum(bytes[0]) else { return false }
+        return bytes.allSatisfy { alnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") }
+    }
+
+    /// The region id a request file name gives (`monaco.json` -> `monaco`), or nil when the name
+    /// does not end in `.json` or the rest is not a valid id.
+    public static func id(fromFileName name: String) -> String? {
+        guard name.hasSuffix(".json"), !name.hasPrefix(".") else { return nil }
+        let base = String(name.dropLast(5))
+        return isValidID(base) ? base : nil
+    }
+
+    /// Checks that `url` is an absolute http or https URL with a host. Returns an error message or nil.
+    public static func urlProblem(_ url: String) -> String? {
+        guard let u = URL(string: url), let scheme = u.scheme?.lowercased() else {
+            return "is not a valid absolute URL"
+        }
+        guard scheme == "http" || scheme == "https" else {
+            return "uses the scheme '\(scheme)'; only http and https are allowed"
+        }
+        guard let host = u.host, !host.isEmpty else { return "has no host" }
+        return nil
+    }
+
+    /// Validates a request file.
+    /// - Parameters:
+    ///   - data: the file's bytes (at most `maxFileSize`).
+    ///   - fileName: the name in `requests/`, which gives the default id.
+    /// - Returns: the request with defaults filled in.
+    /// - Throws: `RegionError` with code `invalidRequest` and a message naming the field.
+    public static func validate(_ data: Data, fileName: String) throws(RegionError) -> RegionRequest {
+        func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
+        if data.count > maxFileSize { throw bad("the request file is larger than \(maxFileSize) bytes") }
+        let parsed: Any
+        do { parsed = try JSONKind.parse(data) } catch { throw bad("the request is \(error.message)") }
+        guard let o = parsed as? [String: Any] else {
+            throw bad("the request must be a JSON object, not a JSON \(JSONKind.name(parsed))")
+        }
+        let unknown = Set(o.keys).subtracting(knownFields).sorted()
+        if !unknown.isEmpty {
+            throw bad("unknown field\(unknown.count > 1 ? "s" : "") \(unknown.map { "'\($0)'" }.joined(separator: ", ")); known fields are \(knownFields.sorted().joined(separator: ", "))")
+        }
+
+        // id
+        var id: String
+        if let v = o["id"] {
+            guard let s = v as? String, !JSONKind.isBool(v) else { throw bad("id: must be a string, not a \(JSONKind.name(v))") }
+            guard isValidID(s) else { throw bad("id: '\(s.prefix(80))' must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}") }
+            id = s
+        } else if let fromName = self.id(fromFileName: fileName) {
+            id = fromName
+        } else {
+            throw bad("id: the file name does not give a valid id and the request has none")
+        }
+
+        // style or tiles
+        let source: MapSource
+        switch (o["style"], o["tiles"]) {
+        case (nil, nil): throw bad("style or tiles: the request must name a style URL or tile URL templates")
+        case (.some, .some): throw bad("style and tiles: give exactly one of them, not both")
+        case (let v?, nil):
+            guard let s = v as? String else { throw bad("style: must be a string URL, not a \(JSONKind.name(v))") }
+            if let p = urlProblem(s) { throw bad("style: '\(Redaction.redact(s))' \(p)") }
+            source = .style(s)
+        case (nil, let v?):
+            guard let arr = v as? [Any] else { throw bad("tiles: must be an array of URL templates, not a \(JSONKind.name(v))") }
+            guard !arr.isEmpty else { throw bad("tiles: must name at least one URL template") }
+            guard arr.count <= 16 else { throw bad("tiles: at most 16 templates") }
+            var templates: [String] = []
+            for (i, t) in arr.enumerated() {
+                guard let s = t as? String else { throw bad("tiles[\(i)]: must be a string, not a \(JSONKind.name(t))") }
+                if let p = TileURLTemplate.problem(s) { throw bad("tiles[\(i)]: '\(Redaction.redact(s))' \(p)") }
+                templates.append(s)
+            }
+            source = .tiles(templates)
+        }
+
+        // bounds
+        guard let bv = o["bounds"] else { throw bad("bounds: missing; give [west, south, east, north] in degrees") }
+        guard let barr = bv as? [Any], barr.count == 4 else {
+            throw bad("bounds: must be an array of 4 numbers [west, south, east, north] in degrees")
+        }
+        var b: [Double] = []
+        for (i, v) in barr.enumerated() {
+            guard let d = JSONKind.number(v), d.isFinite else {
+                throw bad("bounds[\(i)]: must be a finite number, not a \(JSONKind.name(v))")
+            }
+            b.append(d)
+        }
+        let bounds = GeoBounds(west: b[0], south: b[1], east: b[2], north: b[3])
+        for (name, v) in [("west", bounds.west), ("east", bounds.east)] where !(-180...180).contains(v) {
+            throw bad("bounds: \(name) (\(v)) must be within -180...180 degrees")
+        }
+        for (name, v) in [("south", bounds.south), ("north", bounds.north)] where !(-90...90).contains(v) {
+            throw bad("bounds: \(name) (\(v)) must be within -90...90 degrees")
+        }
+        if bounds.south >= bounds.north {
+            throw bad("bounds: south (\(bounds.south)) must be less than north (\(bounds.north))")
+        }
+        if bounds.west == bounds.east {
+            throw bad("bounds: west and east are equal (\(bounds.west)); the box has no area")
+        }
+        if bounds.north <= -WebMercator.maxLatitude || bounds.south >= WebMercator.maxLatitude {
+            throw bad("bounds: the box lies outside Web Mercator's latitudes (±85.0511 degrees)")
+        }
+
+        // zooms
+        func zoom(_ key: String) throws(RegionError) -> Int {
+            guard let v = o[key] else { throw bad("\(key): missing; give an integer 0...\(maxZoomLevel)") }
+            guard let z = JSONKind.integer(v) else { throw bad("\(key): must be an integer, not \(JSONKind.name(v) == "number" ? "\(v)" : "a " + JSONKind.name(v))") }
+            guard (0...maxZoomLevel).contains(z) else { throw bad("\(key): \(z) is outside 0...\(maxZoomLevel)") }
+            return z
+        }
+        let minZoom = try zoom("minZoom")
+        let maxZoom = try zoom("maxZoom")
+        if minZoom > maxZoom { throw bad("minZoom (\(minZoom)) is greater than maxZoom (\(maxZoom))") }
+
+        var pixelRatio = 1.0
+        if let v = o["pixelRatio"] {
+            guard let d = JSONKind.number(v), d.isFinite, d > 0, d <= 4 else {
+                throw bad("pixelRatio: must be a number in (0, 4]")
+            }
+            pixelRatio = d
+        }
+        var includeIdeographs = false
+        if let v = o["includeIdeographs"] {
+            guard JSONKind.isBool(v), let flag = v as? Bool else { throw bad("includeIdeographs: must be true or false, not a \(JSONKind.name(v))") }
+            includeIdeographs = flag
+        }
+        var maxTiles: Int?
+        if let v = o["maxTiles"], !(v is NSNull) {
+            guard let n = JSONKind.integer(v), n >= 0 else { throw bad("maxTiles: must be a non-negative integer") }
+            maxTiles = n
+        }
+        var contextJSON: Data?
+        if let v = o["context"], !(v is NSNull) {
+            contextJSON = JSONKind.serialize(v)
+        }
+        return RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
+                             pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
+                             maxTiles: maxTiles, contextJSON: contextJSON)
+    }
+}

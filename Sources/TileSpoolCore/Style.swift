@@ -1,0 +1,303 @@
+import Foundation
+
+/// A source of a MapLibre/Mapbox GL style, reduced to what an offline download needs.
+/// Reference: MapLibre Style Spec, "Sources" (https://maplibre.org/maplibre-style-spec/sources/).
+public struct StyleSource: Sendable, Equatable {
+    public enum SourceType: String, Sendable { case vector, raster, rasterDEM = "raster-dem", geojson, image, video, other }
+    public var name: String
+    public var type: SourceType
+    /// The TileJSON URL (`url`) of a tiled source, resolved against the style URL.
+    public var tileJSONURL: String?
+    /// Inline tile templates (`tiles`), resolved against the style URL.
+    public var tiles: [String]?
+    /// The source's tile size in pixels: 512 for vector sources (MapLibre's rule), else `tileSize` or 512.
+    public var tileSize: Int
+    public var minZoom: Int
+    public var maxZoom: Int
+    public var tms: Bool
+    /// A geojson source's `data` URL or an image source's `url`, resolved.
+    public var dataURL: String?
+
+    /// True for the tiled source types (vector, raster, raster-dem).
+    public var isTiled: Bool { type == .vector || type == .raster || type == .rasterDEM }
+}
+
+/// A parsed style: its sources, sprite URLs, glyph template and the fontstacks its layers use.
+public struct StyleDocument: Sendable, Equatable {
+    /// The most sources a style may have.
+    public static let maxSources = 1_000
+    /// The most layers a style may have.
+    public static let maxLayers = 20_000
+
+    public var sources: [StyleSource]
+    /// Sprite base URLs with their ids (`""` for a single sprite string): clients append `.json`,
+    /// `.png`, `@2x.json`, `@2x.png` (Style Spec, "Sprite").
+    public var sprites: [(id: String, url: String)]
+    /// The `glyphs` template with `{fontstack}` and `{range}`, resolved; nil when absent.
+    public var glyphs: String?
+    /// Every fontstack (list of font names) named by a symbol layer's `text-font`, sorted.
+    public var fontstacks: [[String]]
+
+    public static func == (a: StyleDocument, b: StyleDocument) -> Bool {
+        a.sources == b.sources && a.glyphs == b.glyphs && a.fontstacks == b.fontstacks
+            && a.sprites.map(\.id) == b.sprites.map(\.id) && a.sprites.map(\.url) == b.sprites.map(\.url)
+    }
+
+    /// MapLibre's default `text-font` when a symbol layer with `text-field` names none.
+    public static let defaultFontstack = ["Open Sans Regular", "Arial Unicode MS Regular"]
+
+    /// Parses a style document fetched from `baseURL`.
+    /// - Throws: `RegionError` with code `invalidStyle` naming what is wrong.
+    public init(data: Data, baseURL: String) throws(RegionError) {
+        func bad(_ m: String) -> RegionError { RegionError(code: .invalidStyle, message: "style: " + m, url: baseURL) }
+        let parsed: Any
+        do { parsed = try JSONKind.parse(data, maxDepth: 128) } catch { throw bad("the style is \(error.message)") }
+        guard let o = parsed as? [String: Any] else { throw bad("must be a JSON object, not a JSON \(JSONKind.name(parsed))") }
+        if let v = o["version"], JSONKind.integer(v) != 8 { throw bad("version must be 8") }
+        guard let srcs = o["sources"] as? [String: Any] else { throw bad("'sources' must be an object") }
+        if srcs.count > StyleDocument.maxSources { throw bad("\(srcs.count) sources; at most \(StyleDocument.maxSources)") }
+        let layers = o["layers"] as? [Any] ?? []
+        if layers.count > StyleDocument.maxLayers { throw bad("\(layers.count) layers; at most \(StyleDocument.maxLayers)") }
+
+        func resolve(_ s: String, field: String) throws(RegionError) -> String {
+            guard let r = URLResolver.resolve(s, against: baseURL) else { throw bad("\(field): '\(Redaction.redact(s))' is not a usable URL") }
+            if let p = RequestValidator.urlProblem(r.replacingOccurrences(of: "{", with: "").replacingOccurrences(of: "}", with: "")) {
+                throw bad("\(field): '\(Redaction.redact(r))' \(p)")
+            }
+            return r
+        }
+
+        var sources: [StyleSource] = []
+        for name in srcs.keys.sorted() {
+            guard let s = srcs[name] as? [String: Any] else { throw bad("source '\(name)' must be an object") }
+            let typeName = s["type"] as? String ?? ""
+            let type = StyleSource.SourceType(rawValue: typeName) ?? .other
+            var src = StyleSource(name: name, type: type, tileJSONURL: nil, tiles: nil, tileSize: 512,
+                                  minZoom: 0, maxZoom: 22, tms: false, dataURL: nil)
+            if src.isTiled {
+                if let u = s["url"] as? String { src.tileJSONURL = try resolve(u, field: "sources.\(name).url") }
+                if let t = s["tiles"] as? [Any] {
+                    var templates: [String] = []
+                    for case let str as String in t { templates.append(try resolve(str, field: "sources.\(name).tiles")) }
+                    src.tiles = templates
+                }
+                if src.tileJSONURL == nil && (src.tiles ?? []).isEmpty {
+                    throw bad("source '\(name)' has neither 'url' nor 'tiles'")
+                }
+                if type != .vector, let ts = s["tileSize"].flatMap(JSONKind.integer) {
+                    guard [64, 128, 256, 512, 1024, 2048].contains(ts) else { throw bad("source '\(name)': tileSize \(ts) is not a power of two in 64...2048") }
+                    src.tileSize = ts
+                }
+                if let z = s["minzoom"].flatMap(JSONKind.integer) { src.minZoom = z }
+                if let z = s["maxzoom"].flatMap(JSONKind.integer) { src.maxZoom = z }
+                src.tms = (s["scheme"] as? String) == "tms"
+            } else if type == .geojson, let d = s["data"] as? String {
+                src.dataURL = try resolve(d, field: "sources.\(name).data")
+            } else if type == .image, let u = s["url"] as? String {
+                src.dataURL = try resolve(u, field: "sources.\(name).url")
+            }
+            sources.append(src)
+        }
+
+        var sprites: [(String, String)] = []
+        if let s = o["sprite"] as? String {
+            sprites.append(("", try resolve(s, field: "sprite")))
+        } else if let arr = o["sprite"] as? [Any] {
+            for case let e as [String: Any] in arr {
+                guard let id = e["id"] as? String, let u = e["url"] as? String else { throw bad("sprite entries need 'id' and 'url'") }
+                sprites.append((id, try resolve(u, field: "sprite[\(id)]")))
+            }
+        }
+        var glyphs: String?
+        if let g = o["glyphs"] as? String { glyphs = try resolve(g, field: "glyphs") }
+
+        var stacks = Set<[String]>()
+        for case let layer as [String: Any] in layers where (layer["type"] as? String) == "symbol" {
+            let layout = layer["layout"] as? [String: Any] ?? [:]
+            if let tf = layout["text-font"] {
+                StyleDocument.collectFontstacks(tf, into: &stacks)
+            } else if layout["text-field"] != nil {
+                stacks.insert(StyleDocument.defaultFontstack)
+            }
+        }
+        self.sources = sources
+        self.sprites = sprites
+        self.glyphs = glyphs
+        self.fontstacks = stacks.sorted { $0.joined(separator: ",") < $1.joined(separator: ",") }
+    }
+
+    /// Collects the fontstacks a `text-font` value can produce: a plain array of names, or the
+    /// literal arrays inside an expression (`["literal", [...]]`, `step`, `match`, ...).
+    static func collectFontstacks(_ v: Any, into stacks: inout Set<[String]>) {
+        guard let arr = v as? [Any], !arr.isEmpty else { return }
+        if let op = arr.first as? String, op == "literal", arr.count == 2, let names = arr[1] as? [String], !names.isEmpty {
+            stacks.insert(names); return
+        }
+        if let names = arr as? [String], !StyleDocument.expressionOperators.contains(names[0]) {
+            stacks.insert(names); return
+        }
+        // An expression: only its literal arrays are fontstacks.
+        for case let e as [Any] in arr.dropFirst() { collectLiterals(e, into: &stacks) }
+    }
+
+    static func collectLiterals(_ arr: [Any], into stacks: inout Set<[String]>) {
+        if let op = arr.first as? String, op == "literal", arr.count == 2, let names = arr[1] as? [String], !names.isEmpty {
+            stacks.insert(names); return
+        }
+        for case let e as [Any] in arr { collectLiterals(e, into: &stacks) }
+    }
+
+    static let expressionOperators: Set<String> = ["literal", "step", "match", "case", "coalesce", "interpolate",
+                                                   "get", "to-string", "concat", "let", "var", "array", "format", "zoom"]
+}
+
+/// The parts of a TileJSON document an offline download needs.
+/// Reference: TileJSON 3.0.0 (https://github.com/mapbox/tilejson-spec/tree/master/3.0.0).
+public struct TileJSON: Sendable, Equatable {
+    /// Tile URL templates, resolved against the TileJSON's own URL.
+    public var tiles: [String]
+    public var minZoom: Int
+    public var maxZoom: Int
+    public var tms: Bool
+
+    /// Parses a TileJSON document fetched from `baseURL`.
+    /// - Throws: `RegionError` with code `invalidTileJSON`.
+    public init(data: Data, baseURL: String) throws(RegionError) {
+        func bad(_ m: String) -> RegionError { RegionError(code: .invalidTileJSON, message: "TileJSON: " + m, url: baseURL) }
+        let parsed: Any
+        do { parsed = try JSONKind.parse(data) } catch { throw bad("the document is \(error.message)") }
+        guard let o = parsed as? [String: Any] else { throw bad("must be a JSON object") }
+        guard let t = o["tiles"] as? [Any], !t.isEmpty else { throw bad("'tiles' must be a non-empty array of URL templates") }
+        var tiles: [String] = []
+        for case let s as String in t {
+            guard let r = URLResolver.resolve(s, against: baseURL) else { throw bad("tiles: '\(Redaction.redact(s))' is not a usable URL") }
+            if let p = TileURLTemplate.problem(r) { throw bad("tiles: '\(Redaction.redact(r))' \(p)") }
+            tiles.append(r)
+        }
+        guard !tiles.isEmpty else { throw bad("'tiles' has no string template") }
+        func zoom(_ k: String, _ d: Int) throws(RegionError) -> Int {
+            guard let v = o[k] else { return d }
+            guard let z = JSONKind.integer(v), (0...30).contains(z) else { throw bad("\(k) must be an integer in 0...30, not \(v)") }
+            return z
+        }
+        minZoom = try zoom("minzoom", 0)
+        maxZoom = try zoom("maxzoom", 30)
+        if minZoom > maxZoom { throw bad("minzoom \(minZoom) is greater than maxzoom \(maxZoom)") }
+        self.tiles = tiles
+        tms = (o["scheme"] as? String) == "tms"
+    }
+}
+
+/// Resolves a possibly relative URL (or URL template) against the document it came from. Works on
+/// text so that template braces survive; the base must be an absolute http(s) URL.
+public enum URLResolver {
+    public static func resolve(_ ref: String, against base: String) -> String? {
+        let lower = ref.lowercased()
+        if let colon = lower.firstIndex(of: ":"), lower[..<colon].allSatisfy({ $0.isLetter || $0 == "+" || $0 == "-" || $0 == "." }),
+           !lower[..<colon].isEmpty {
+            return ref // absolute, any scheme (the caller checks the scheme)
+        }
+        guard let schemeEnd = base.range(of: "://") else { return nil }
+        let afterScheme = base[schemeEnd.upperBound...]
+        let pathStart = afterScheme.firstIndex(of: "/") ?? base.endIndex
+        let origin = String(base[..<pathStart])
+        if ref.hasPrefix("//") { return String(base[..<schemeEnd.lowerBound]) + ":" + ref }
+        if ref.hasPrefix("/") { return origin + ref }
+        var path = String(base[pathStart...])
+        if let q = path.firstIndex(where: { $0 == "?" || $0 == "#" }) { path = String(path[..<q]) }
+        let dir = path.lastIndex(of: "/").map { String(path[...$0]) } ?? "/"
+        return origin + dir + ref
+    }
+}
+
+/// Builds a region's `ResourcePlan` from its request and the documents fetched so far. Pure.
+public enum Planner {
+    /// The plan of a style request once the style and every TileJSON are known, in MapLibre Native's
+    /// order (`offline_download.cpp`): style, TileJSON, sprites, glyphs, source data, then tiles per
+    /// source (sources sorted by name) and zoom.
+    /// - Parameters:
+    ///   - styleURL: the style's URL; `style` its parsed document.
+    ///   - tileJSONs: the parsed TileJSON of every source that has a `url`, by source name.
+    /// - Returns: the plan; its count is exact.
+    public static func plan(request: RegionRequest, styleURL: String, style: StyleDocument,
+                            tileJSONs: [String: TileJSON]) -> ResourcePlan {
+        var resources = [PlannedResource(kind: .style, key: "style", url: styleURL)]
+        for src in style.sources where src.tileJSONURL != nil {
+            resources.append(PlannedResource(kind: .source, key: src.name, url: src.tileJSONURL!))
+        }
+        for sprite in style.sprites {
+            let prefix = sprite.id.isEmpty ? "" : sprite.id + ":"
+            for suffix in [".json", ".png", "@2x.json", "@2x.png"] {
+                resources.append(PlannedResource(kind: .sprite, key: prefix + "sprite" + suffix, url: sprite.url + suffix))
+            }
+        }
+        if let glyphs = style.glyphs {
+            for stack in style.fontstacks {
+                let joined = stack.joined(separator: ",")
+                let encoded = percentEncode(joined)
+                for start in GlyphRanges.starts(includeIdeographs: request.includeIdeographs) {
+                    let range = GlyphRanges.name(start)
+                    let url = glyphs.replacingOccurrences(of: "{fontstack}", with: encoded)
+                        .replacingOccurrences(of: "{range}", with: range)
+                    resources.append(PlannedResource(kind: .glyphs, key: "\(joined)/\(range)", url: url))
+                }
+            }
+        }
+        for src in style.sources {
+            if let d = src.dataURL { resources.append(PlannedResource(kind: .data, key: src.name, url: d)) }
+        }
+        var sets: [TileSet] = []
+        let ratio = request.pixelRatio >= 1.5 ? "@2x" : ""
+        for src in style.sources where src.isTiled {
+            var template: String?, minZ = src.minZoom, maxZ = src.maxZoom, tms = src.tms
+            if let tj = tileJSONs[src.name] {
+                template = tj.tiles.first; minZ = tj.minZoom; maxZ = tj.maxZoom; tms = tj.tms
+            } else {
+                template = src.tiles?.first
+            }
+            guard let template else { continue }
+            let rounds = src.type == .raster
+            let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ)
+            let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
+            sets.append(TileSet(source: src.name, template: TileURLTemplate(template, tms: tms, ratio: ratio),
+                                rects: rects(request.bounds, lo, hi)))
+        }
+        return ResourcePlan(resources: resources, tileSets: sets)
+    }
+
+    /// The plan of a `tiles` request: each template over the region at the request's zoom levels
+    /// (tile zooms, no covering-zoom shift). Sources are named `tiles0`, `tiles1`, ...
+    public static func plan(request: RegionRequest, templates: [String]) -> ResourcePlan {
+        let ratio = request.pixelRatio >= 1.5 ? "@2x" : ""
+        let sets = templates.enumerated().map { i, t in
+            TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio),
+                    rects: rects(request.bounds, request.minZoom, request.maxZoom))
+        }
+        return ResourcePlan(resources: [], tileSets: sets)
+    }
+
+    /// The TileJSON URLs a style needs resolved before the plan is exact, by source name.
+    public static func tileJSONURLs(_ style: StyleDocument) -> [(source: String, url: String)] {
+        style.sources.compactMap { s in s.tileJSONURL.map { (s.name, $0) } }
+    }
+
+    static func rects(_ bounds: GeoBounds, _ lo: Int, _ hi: Int) -> [TileRect] {
+        guard lo <= hi else { return [] }
+        return (lo...hi).flatMap { WebMercator.cover(bounds, z: $0) }
+    }
+
+    /// Percent-encodes everything but RFC 3986's unreserved characters (as MapLibre's
+    /// `util::percentEncode` does for `{fontstack}`).
+    public static func percentEncode(_ s: String) -> String {
+        var out = ""
+        for b in s.utf8 {
+            let c = Character(UnicodeScalar(b))
+            if (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || "-_.~".contains(c) {
+                out.append(c)
+            } else {
+                out += String(format: "%%%02X", b)
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,201 @@
+import CLinux
+import Foundation
+import Glibc
+
+/// A failed system call: which operation, on which path, and the errno.
+public struct SystemError: Error, Sendable, CustomStringConvertible {
+    public var operation: String
+    public var path: String
+    public var errno: Int32
+    public init(_ operation: String, _ path: String, errno: Int32 = CLinux.tilespool_errno()) {
+        self.operation = operation; self.path = path; self.errno = errno
+    }
+    /// The errno's symbolic name and text, e.g. `ENOSPC (No space left on device)`.
+    public var errnoDescription: String {
+        let names: [Int32: String] = [ENOSPC: "ENOSPC", EDQUOT: "EDQUOT", EROFS: "EROFS", EIO: "EIO", ENOENT: "ENOENT",
+                                      EACCES: "EACCES", EEXIST: "EEXIST", ELOOP: "ELOOP", EISDIR: "EISDIR", EMFILE: "EMFILE",
+                                      ENOTDIR: "ENOTDIR", EPERM: "EPERM", EFBIG: "EFBIG", ENXIO: "ENXIO", EAGAIN: "EAGAIN"]
+        return "\(names[errno] ?? "errno \(errno)") (\(String(cString: strerror(errno))))"
+    }
+    public var description: String { "\(operation) \(path): \(errnoDescription)" }
+    /// True for the errors that mean the disk cannot take more data (ENOSPC, EDQUOT, EROFS, EIO, EFBIG):
+    /// the region goes to `failedStorage` instead of retrying.
+    public var isStorageFailure: Bool { [ENOSPC, EDQUOT, EROFS, EIO, EFBIG].contains(errno) }
+}
+
+/// Thin wrappers over the POSIX file calls the daemon uses, throwing `SystemError` (in the manner of
+/// apple/swift-system). EINTR is retried here, once, for every call.
+public enum Files {
+    /// Calls `body` until it does not fail with EINTR.
+    @inline(__always)
+    static func retrying<T: BinaryInteger>(_ body: () -> T) -> T {
+        while true {
+            let r = body()
+            if r == -1 && CLinux.tilespool_errno() == EINTR { continue }
+            return r
+        }
+    }
+
+    /// Opens `path` and returns the fd. The corresponding C function is `open`.
+    public static func open(_ path: String, _ flags: Int32, mode: Int32 = 0o666) throws(SystemError) -> Int32 {
+        let fd = retrying { CLinux.tilespool_open(path, flags | O_CLOEXEC, mode) }
+        if fd < 0 { throw SystemError("open", path) }
+        return fd
+    }
+
+    /// Writes all of `bytes` to `fd`. The corresponding C function is `write`.
+    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(SystemError) {
+        var off = 0
+        while off < bytes.count {
+            let n = retrying { Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off) }
+            if n < 0 { throw SystemError("write", path) }
+            off += n
+        }
+    }
+
+    /// Writes all of `data` to `fd`.
+    public static func writeAll(_ fd: Int32, _ data: Data, path: String) throws(SystemError) {
+        let r: Result<Void, SystemError> = data.withUnsafeBytes { raw in
+            do throws(SystemError) { try writeAll(fd, raw, path: path); return .success(()) } catch { return .failure(error) }
+        }
+        try r.get()
+    }
+
+    /// Flushes `fd`'s data to the disk. The corresponding C function is `fsync`.
+    public static func fsync(_ fd: Int32, path: String) throws(SystemError) {
+        if retrying({ Glibc.fsync(fd) }) != 0 { throw SystemError("fsync", path) }
+    }
+
+    /// Flushes a directory's entries (after a rename into it).
+    public static func fsyncDirectory(_ path: String) throws(SystemError) {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        defer { Glibc.close(fd) }
+        try fsync(fd, path: path)
+    }
+
+    /// Renames `from` to `to` (atomic within one filesystem). The corresponding C function is `rename`.
+    public static func rename(_ from: String, _ to: String) throws(SystemError) {
+        if Glibc.rename(from, to) != 0 { throw SystemError("rename", to) }
+    }
+
+    /// Creates `path` and its missing parents with mode 0777 & ~umask; succeeds when it exists.
+    public static func makeDirectories(_ path: String) throws(SystemError) {
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            if (st.st_mode & S_IFMT) == S_IFDIR { return }
+            throw SystemError("mkdir", path, errno: ENOTDIR)
+        }
+        let parent = (path as NSString).deletingLastPathComponent
+        if !parent.isEmpty && parent != path { try makeDirectories(parent) }
+        if mkdir(path, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST { throw SystemError("mkdir", path) }
+    }
+
+    /// Writes `data` to `path` atomically: a temp file in the same folder, written, optionally
+    /// fsynced, then renamed over `path`. Readers see the old file or the new one, never a mix.
+    public static func writeAtomically(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
+        let dir = (path as NSString).deletingLastPathComponent
+        let tmp = dir + "/.tmp-" + (path as NSString).lastPathComponent + "-\(getpid())"
+        let fd = try open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o666)
+        do throws(SystemError) {
+            try writeAll(fd, data, path: tmp)
+            if sync { try fsync(fd, path: tmp) }
+        } catch {
+            Glibc.close(fd); unlink(tmp); throw error
+        }
+        Glibc.close(fd)
+        do throws(SystemError) { try rename(tmp, path) } catch { unlink(tmp); throw error }
+    }
+
+    /// Appends `data` to `path` (creating it) in one `write` with O_APPEND.
+    public static func append(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
+        let fd = try open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
+        defer { Glibc.close(fd) }
+        try writeAll(fd, data, path: path)
+        if sync { try fsync(fd, path: path) }
+    }
+
+    /// What a directory entry is, without following symlinks.
+    public enum EntryType: Sendable { case regular, directory, symlink, other, missing }
+
+    /// The type of `path` (lstat).
+    public static func entryType(_ path: String) -> EntryType {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return .missing }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: return .regular
+        case S_IFDIR: return .directory
+        case S_IFLNK: return .symlink
+        default: return .other
+        }
+    }
+
+    /// Size in bytes of the file at `path`, or nil.
+    public static func size(_ path: String) -> Int? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        return Int(st.st_size)
+    }
+
+    /// Reads a regular file of at most `limit` bytes without following a symlink and without
+    /// blocking on a FIFO. Throws `SystemError` (ELOOP for a symlink, EFBIG when larger than `limit`,
+    /// EINVAL... for a FIFO or device).
+    public static func readRegularFile(_ path: String, limit: Int) throws(SystemError) -> Data {
+        let fd = try open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+        defer { Glibc.close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { throw SystemError("read", path, errno: EINVAL) }
+        guard Int(st.st_size) <= limit else { throw SystemError("read", path, errno: EFBIG) }
+        var data = Data(count: Int(st.st_size) + 1)
+        var total = 0
+        while true {
+            if total == data.count {
+                if data.count > limit { throw SystemError("read", path, errno: EFBIG) }
+                data.count = min(data.count * 2, limit + 1)
+            }
+            let n = data.withUnsafeMutableBytes { buf in retrying { Glibc.read(fd, buf.baseAddress! + total, buf.count - total) } }
+            if n < 0 { throw SystemError("read", path) }
+            if n == 0 { break }
+            total += n
+            if total > limit { throw SystemError("read", path, errno: EFBIG) }
+        }
+        data.count = total
+        return data
+    }
+
+    /// The names in a directory (no `.` and `..`), unsorted; empty when it cannot be read.
+    public static func list(_ path: String) -> [String] {
+        guard let d = opendir(path) else { return [] }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let e = readdir(d) {
+            let name = withUnsafePointer(to: e.pointee.d_name) { p in
+                p.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// Removes a file; true when it existed.
+    @discardableResult
+    public static func remove(_ path: String) -> Bool { unlink(path) == 0 }
+
+    /// Removes a directory tree without following symlinks out of it.
+    public static func removeTree(_ path: String) {
+        switch entryType(path) {
+        case .directory:
+            for name in list(path) { removeTree(path + "/" + name) }
+            rmdir(path)
+        case .missing: return
+        default: unlink(path)
+        }
+    }
+
+    /// Flushes every file of the filesystem holding `path` to disk. The corresponding C function is `syncfs`.
+    public static func syncFilesystem(_ path: String) throws(SystemError) {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        defer { Glibc.close(fd) }
+        if CLinux.tilespool_syncfs(fd) != 0 { throw SystemError("syncfs", path) }
+    }
+}

@@ -1,0 +1,206 @@
+import CCurl
+import Foundation
+import TileSpoolCore
+
+/// Settings of the HTTP client. Times in seconds, sizes in bytes.
+public struct HTTPOptions: Sendable {
+    /// Most connections open at once, across all hosts (`CURLMOPT_MAX_TOTAL_CONNECTIONS`).
+    public var maxConnections = 16
+    /// Most connections to one host (`CURLMOPT_MAX_HOST_CONNECTIONS`).
+    public var maxConnectionsPerHost = 8
+    /// Time allowed to connect (`CURLOPT_CONNECTTIMEOUT_MS`).
+    public var connectTimeout: Double = 10
+    /// A transfer slower than 1 byte/s for this long is aborted (`CURLOPT_LOW_SPEED_TIME`).
+    public var lowSpeedTime = 30
+    /// Largest body accepted, after content decoding (`CURLOPT_MAXFILESIZE_LARGE` and a check while
+    /// receiving). Default 32 MiB.
+    public var maxObjectSize = 32 << 20
+    /// Redirects followed at most (`CURLOPT_MAXREDIRS`).
+    public var maxRedirects = 5
+    public var userAgent = "TileSpool/\(TileSpoolVersion.string)"
+    public init() {}
+}
+
+/// The version of TileSpool, sent in the User-Agent.
+public enum TileSpoolVersion { public static let string = "0.1.0" }
+
+/// Why a transfer produced no usable response.
+public enum TransferFailure: Sendable, Equatable {
+    /// The server could not be reached or stopped answering: refused, reset, DNS, timeout.
+    case network(String)
+    /// The body arrived damaged: shorter than announced, undecodable content encoding, too large.
+    case badResponse(String)
+    /// The transfer cannot succeed by retrying: a scheme other than http(s), a redirect loop.
+    case refused(String)
+}
+
+/// The outcome of one transfer: an HTTP status and body, or a failure.
+public struct TransferResult: Sendable {
+    /// The caller's tag given to `HTTPClient.start`.
+    public var tag: Int
+    public var status: Int
+    /// The body after HTTP content decoding (gzip, deflate).
+    public var body: Data
+    /// Seconds the server asked to wait (`Retry-After`, in seconds or as an HTTP date), if any.
+    public var retryAfter: Double?
+    public var failure: TransferFailure?
+}
+
+/// One transfer's receive state, reached from libcurl's write callback through `CURLOPT_WRITEDATA`.
+final class Transfer {
+    var tag = 0
+    var body = Data()
+    var limit = 0
+    var tooLarge = false
+    let easy: UnsafeMutableRawPointer
+    init(easy: UnsafeMutableRawPointer) { self.easy = easy }
+}
+
+/// libcurl's write callback: appends to the transfer's body, or aborts it past the size limit.
+private func writeBody(_ ptr: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb: Int, _ user: UnsafeMutableRawPointer?) -> Int {
+    guard let user, let ptr else { return 0 }
+    let t = Unmanaged<Transfer>.fromOpaque(user).takeUnretainedValue()
+    let n = size * nmemb
+    if t.body.count + n > t.limit { t.tooLarge = true; return 0 }
+    t.body.append(UnsafeRawPointer(ptr).assumingMemoryBound(to: UInt8.self), count: n)
+    return n
+}
+
+/// An HTTP client over libcurl's multi interface (https://curl.se/libcurl/c/libcurl-multi.html):
+/// many transfers at once on one thread, connections kept alive and reused, redirects followed
+/// (http and https only, `CURLOPT_PROTOCOLS_STR`/`CURLOPT_REDIR_PROTOCOLS_STR`), gzip accepted.
+/// Not thread-safe: use it from one thread, which also calls `wait` and `collect`.
+public final class HTTPClient: @unchecked Sendable {
+    private let multi: UnsafeMutableRawPointer
+    private let options: HTTPOptions
+    private var idle: [Transfer] = []
+    private var active: [Int: Transfer] = [:]
+
+    /// Number of transfers under way.
+    public var inFlight: Int { active.count }
+
+    /// - Throws: `TransferFailure.refused` when libcurl cannot be initialised.
+    public init(options: HTTPOptions) {
+        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        multi = curl_multi_init()
+        self.options = options
+        tilespool_multi_setopt_long(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, options.maxConnections)
+        tilespool_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, options.maxConnectionsPerHost)
+        tilespool_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, options.maxConnections * 2)
+    }
+
+    deinit {
+        for (_, t) in active { curl_multi_remove_handle(multi, t.easy); curl_easy_cleanup(t.easy) }
+        for t in idle { curl_easy_cleanup(t.easy) }
+        curl_multi_cleanup(multi)
+    }
+
+    private func makeTransfer() -> Transfer {
+        if let t = idle.popLast() { return t }
+        let easy = curl_easy_init()!
+        let t = Transfer(easy: easy)
+        tilespool_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
+        tilespool_easy_setopt_long(easy, CURLOPT_MAXREDIRS, options.maxRedirects)
+        tilespool_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        tilespool_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        tilespool_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "") // every encoding libcurl decodes
+        tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(options.connectTimeout * 1000))
+        tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
+        tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, options.lowSpeedTime)
+        tilespool_easy_setopt_off(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(options.maxObjectSize))
+        tilespool_easy_setopt_string(easy, CURLOPT_USERAGENT, options.userAgent)
+        tilespool_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        tilespool_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1)
+        tilespool_easy_setopt_write_cb(easy, CURLOPT_WRITEFUNCTION, writeBody)
+        tilespool_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, Unmanaged.passUnretained(t).toOpaque())
+        return t
+    }
+
+    /// Starts a GET of `url`. `tag` identifies the transfer in `collect`'s results and must be unique
+    /// among transfers under way.
+    public func start(url: String, tag: Int) {
+        let t = makeTransfer()
+        t.tag = tag
+        t.body = Data()
+        t.limit = options.maxObjectSize
+        t.tooLarge = false
+        tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
+        active[tag] = t
+        curl_multi_add_handle(multi, t.easy)
+    }
+
+    /// Stops a transfer under way; no result is reported for it.
+    public func cancel(tag: Int) {
+        guard let t = active.removeValue(forKey: tag) else { return }
+        curl_multi_remove_handle(multi, t.easy)
+        t.body = Data()
+        idle.append(t)
+    }
+
+    /// Waits up to `timeout` seconds for network activity or for one of `fds` to become readable.
+    /// The corresponding C function is `curl_multi_poll`.
+    public func wait(timeout: Double, fds: [Int32]) {
+        var waitfds = fds.map { curl_waitfd(fd: $0, events: Int16(CURL_WAIT_POLLIN), revents: 0) }
+        var n: Int32 = 0
+        _ = waitfds.withUnsafeMutableBufferPointer { buf in
+            curl_multi_poll(multi, buf.baseAddress, UInt32(buf.count), Int32(max(0, min(timeout, 60)) * 1000), &n)
+        }
+    }
+
+    /// Drives the transfers and returns those that finished since the last call.
+    /// The corresponding C functions are `curl_multi_perform` and `curl_multi_info_read`.
+    public func collect() -> [TransferResult] {
+        var running: Int32 = 0
+        curl_multi_perform(multi, &running)
+        var results: [TransferResult] = []
+        var left: Int32 = 0
+        while let msg = curl_multi_info_read(multi, &left) {
+            guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
+            let code = msg.pointee.data.result
+            guard let (tag, t) = active.first(where: { $0.value.easy == easy }) else { continue }
+            active.removeValue(forKey: tag)
+            curl_multi_remove_handle(multi, easy)
+            results.append(result(of: t, code: code))
+            t.body = Data()
+            idle.append(t)
+        }
+        return results
+    }
+
+    private func result(of t: Transfer, code: CURLcode) -> TransferResult {
+        var status = 0
+        tilespool_easy_getinfo_long(t.easy, CURLINFO_RESPONSE_CODE, &status)
+        var retry: curl_off_t = -1
+        tilespool_easy_getinfo_off(t.easy, CURLINFO_RETRY_AFTER, &retry)
+        var r = TransferResult(tag: t.tag, status: status, body: t.body,
+                               retryAfter: retry > 0 ? Double(retry) : nil, failure: nil)
+        if code == CURLE_OK { return r }
+        let text = String(cString: curl_easy_strerror(code))
+        switch code {
+        case CURLE_WRITE_ERROR where t.tooLarge, CURLE_FILESIZE_EXCEEDED:
+            r.failure = .badResponse("body larger than \(options.maxObjectSize) bytes")
+        case CURLE_PARTIAL_FILE, CURLE_BAD_CONTENT_ENCODING, CURLE_WRITE_ERROR:
+            r.failure = .badResponse(text)
+        case CURLE_UNSUPPORTED_PROTOCOL, CURLE_TOO_MANY_REDIRECTS, CURLE_URL_MALFORMAT:
+            r.failure = .refused(text)
+        default:
+            r.failure = .network(text)
+        }
+        r.body = Data()
+        return r
+    }
+}
+
+extension HTTPClient {
+    /// Fetches `urls` concurrently and waits for all of them (for small jobs such as `tilespool
+    /// plan`; the daemon drives transfers from its event loop instead). Results are in `urls` order.
+    public func fetchAll(_ urls: [String]) -> [TransferResult] {
+        var results = [TransferResult?](repeating: nil, count: urls.count)
+        for (i, u) in urls.enumerated() { start(url: u, tag: i) }
+        while inFlight > 0 {
+            wait(timeout: 1, fds: [])
+            for r in collect() { results[r.tag] = r }
+        }
+        return results.map { $0! }
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import Glibc
+import TileSpoolCore
+
+/// The files of one region under `<store>/regions/<id>/`:
+/// - `request.json`: the accepted request, defaults filled in (credentials kept: it is needed to resume);
+/// - `plan.json`: the exact `ResourcePlan`, written once every TileJSON is resolved;
+/// - `manifest.tsv`: one `ManifestLine` per completed resource, appended in batches after the
+///   objects they name are durable.
+public final class RegionFiles: @unchecked Sendable {
+    public let dir: String
+    public var requestPath: String { dir + "/request.json" }
+    public var planPath: String { dir + "/plan.json" }
+    public var manifestPath: String { dir + "/manifest.tsv" }
+    private var manifestFD: Int32 = -1
+
+    public init(dir: String) { self.dir = dir }
+    deinit { if manifestFD >= 0 { close(manifestFD) } }
+
+    /// Creates the folder and writes the request (fsynced).
+    public func create(request: RegionRequest) throws(SystemError) {
+        try Files.makeDirectories(dir)
+        try Files.writeAtomically(JSONKind.serialize(request.jsonObject, pretty: true), to: requestPath, sync: true)
+    }
+
+    /// Reads the stored request back.
+    /// - Throws: `SystemError` when unreadable, `RegionError` when the file is not a valid request.
+    public func loadRequest() throws -> RegionRequest {
+        let data = try Files.readRegularFile(requestPath, limit: RequestValidator.maxFileSize)
+        return try RequestValidator.validate(data, fileName: (dir as NSString).lastPathComponent + ".json")
+    }
+
+    /// Writes the plan (fsynced, atomically).
+    public func savePlan(_ plan: ResourcePlan) throws(SystemError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(plan)) ?? Data()
+        try Files.writeAtomically(data, to: planPath, sync: true)
+    }
+
+    /// The stored plan, or nil when none was written yet.
+    public func loadPlan() -> ResourcePlan? {
+        guard let data = try? Files.readRegularFile(planPath, limit: 64 << 20) else { return nil }
+        return try? JSONDecoder().decode(ResourcePlan.self, from: data)
+    }
+
+    /// Calls `body` for every complete line of the manifest, in order. A last line without its
+    /// newline (a write cut by a crash) is ignored and cut off the file, so appends stay aligned.
+    public func readManifest(_ body: (ManifestLine) -> Void) {
+        guard let data = try? Files.readRegularFile(manifestPath, limit: Int.max / 2) else { return }
+        var lastNewline = -1
+        data.withUnsafeBytes { raw in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            var start = 0
+            for i in 0..<bytes.count where bytes[i] == 0x0A {
+                let line = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
+                if let l = ManifestLine(Substring(line)) { body(l) }
+                start = i + 1
+                lastNewline = i
+            }
+        }
+        if lastNewline + 1 < data.count { truncate(manifestPath, off_t(lastNewline + 1)) }
+    }
+
+    /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name
+    /// are durable (`ObjectStore.sync`).
+    public func appendToManifest(_ lines: [ManifestLine]) throws(SystemError) {
+        guard !lines.isEmpty else { return }
+        if manifestFD < 0 {
+            let existed = Files.entryType(manifestPath) == .regular
+            manifestFD = try Files.open(manifestPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
+            if !existed {
+                try Files.writeAll(manifestFD, Data(ManifestLine.header.utf8), path: manifestPath)
+            }
+        }
+        var text = ""
+        text.reserveCapacity(lines.count * 120)
+        for l in lines { text += l.text }
+        try Files.writeAll(manifestFD, Data(text.utf8), path: manifestPath)
+        if fdatasync(manifestFD) != 0 { throw SystemError("fdatasync", manifestPath) }
+    }
+
+    /// Closes the manifest's file descriptor (it reopens on the next append).
+    public func closeManifest() {
+        if manifestFD >= 0 { close(manifestFD); manifestFD = -1 }
+    }
+
+    /// Removes the manifest and plan (a fresh download of the same id).
+    public func resetDownload() {
+        closeManifest()
+        Files.remove(manifestPath)
+        Files.remove(planPath)
+    }
+}

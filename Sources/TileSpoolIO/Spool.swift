@@ -1,0 +1,141 @@
+import Foundation
+import Glibc
+import TileSpoolCore
+
+/// The folders and files of a spool (the contract in docs/contract.md):
+///
+///     <spool>/requests/<name>.json     requests dropped by users
+///     <spool>/control/<id>.<action>    pause, resume, cancel, delete
+///     <spool>/status/<id>.json         full status, replaced atomically
+///     <spool>/status/<id>.state        the state word and a newline
+///     <spool>/rejected/                request or control files that were refused, with <name>.error
+///     <spool>/events.jsonl             one JSON object per line per state change
+///     <spool>/daemon.lock              flock(2) held by the running daemon
+public struct SpoolLayout: Sendable {
+    public let root: String
+    public init(root: String) { self.root = root }
+    public var requests: String { root + "/requests" }
+    public var control: String { root + "/control" }
+    public var status: String { root + "/status" }
+    public var rejected: String { root + "/rejected" }
+    public var events: String { root + "/events.jsonl" }
+    public var lock: String { root + "/daemon.lock" }
+
+    /// Creates the folders that are missing.
+    public func create() throws(SystemError) {
+        for d in [requests, control, status, rejected] { try Files.makeDirectories(d) }
+    }
+    public func statusJSON(_ id: String) -> String { "\(status)/\(id).json" }
+    public func statusState(_ id: String) -> String { "\(status)/\(id).state" }
+}
+
+/// A region's status as written to `status/<id>.json`.
+public struct RegionStatus: @unchecked Sendable {
+    public var id: String
+    public var state: RegionState
+    public var progress: RegionProgress
+    public var error: RegionError?
+    /// The request with defaults filled in (credentials redacted), or nil for an unreadable request.
+    public var request: [String: Any]?
+    /// The request's `context`, verbatim (NSNull when absent).
+    public var context: Any
+    /// When the status was written.
+    public var updatedAt: Date
+
+    public init(id: String, state: RegionState, progress: RegionProgress, error: RegionError?, request: [String: Any]?, context: Any, updatedAt: Date = Date()) {
+        self.id = id; self.state = state; self.progress = progress; self.error = error
+        self.request = request; self.context = context; self.updatedAt = updatedAt
+    }
+
+    /// The JSON object of `<id>.json`.
+    public var jsonObject: [String: Any] {
+        ["id": id, "state": state.rawValue, "progress": progress.jsonObject,
+         "error": error?.jsonObject ?? NSNull(), "request": request ?? NSNull(), "context": context,
+         "updatedAt": Timestamp.iso8601(updatedAt)]
+    }
+
+    /// Reads a status written by `jsonObject`; nil when it is not one.
+    public init?(jsonObject o: Any) {
+        guard let o = o as? [String: Any], let id = o["id"] as? String, let s = o["state"] as? String,
+              let state = RegionState(rawValue: s) else { return nil }
+        self.init(id: id, state: state, progress: RegionProgress(jsonObject: o["progress"]), error: RegionError(jsonObject: o["error"]),
+                  request: o["request"] as? [String: Any], context: o["context"] ?? NSNull(),
+                  updatedAt: (o["updatedAt"] as? String).flatMap(Timestamp.parse) ?? Date(timeIntervalSince1970: 0))
+    }
+}
+
+/// RFC 3339 timestamps in UTC with second precision, as in `updatedAt` and `events.jsonl`.
+public enum Timestamp {
+    public static func iso8601(_ d: Date) -> String {
+        var t = time_t(d.timeIntervalSince1970)
+        var tmv = tm()
+        gmtime_r(&t, &tmv)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", tmv.tm_year + 1900, tmv.tm_mon + 1, tmv.tm_mday,
+                      tmv.tm_hour, tmv.tm_min, tmv.tm_sec)
+    }
+    public static func parse(_ s: String) -> Date? {
+        let u = Array(s.utf8)
+        guard u.count == 20, u[4] == 0x2D, u[7] == 0x2D, u[10] == 0x54, u[13] == 0x3A, u[16] == 0x3A, u[19] == 0x5A else { return nil }
+        func num(_ a: Int, _ b: Int) -> Int32? { Int32(String(decoding: u[a..<b], as: UTF8.self)) }
+        guard let y = num(0, 4), let mo = num(5, 7), let d = num(8, 10), let h = num(11, 13), let mi = num(14, 16), let sec = num(17, 19) else { return nil }
+        var tmv = tm()
+        tmv.tm_year = y - 1900; tmv.tm_mon = mo - 1; tmv.tm_mday = d; tmv.tm_hour = h; tmv.tm_min = mi; tmv.tm_sec = sec
+        return Date(timeIntervalSince1970: TimeInterval(timegm(&tmv)))
+    }
+}
+
+/// The one writer of status files and events. `<id>.json` and `<id>.state` are each replaced
+/// atomically (temp file in `status/`, then rename); events are appended with one `write` each.
+public final class StatusWriter: @unchecked Sendable {
+    public let layout: SpoolLayout
+    public init(layout: SpoolLayout) { self.layout = layout }
+
+    /// Writes `<id>.json`, then `<id>.state`.
+    /// - Throws: `SystemError` when the status folder cannot be written.
+    public func write(_ status: RegionStatus) throws(SystemError) {
+        var data = JSONKind.serialize(status.jsonObject, pretty: true)
+        data.append(0x0A)
+        try Files.writeAtomically(data, to: layout.statusJSON(status.id))
+        try Files.writeAtomically(Data((status.state.rawValue + "\n").utf8), to: layout.statusState(status.id))
+    }
+
+    /// Appends one line to `events.jsonl`: `{"time","id","state","error"}` plus `extra` fields
+    /// (e.g. `action` and `ignored` for an action that did not apply).
+    public func event(id: String, state: String, error: RegionError?, extra: [String: Any] = [:]) {
+        var o: [String: Any] = ["time": Timestamp.iso8601(Date()), "id": id, "state": state,
+                                "error": error?.jsonObject ?? NSNull()]
+        for (k, v) in extra { o[k] = v }
+        var line = JSONKind.serialize(o)
+        line.append(0x0A)
+        do { try Files.append(line, to: layout.events) } catch { Log.error("cannot append to \(layout.events): \(error)") }
+    }
+
+    /// Removes `<id>.json` and `<id>.state`.
+    public func remove(id: String) {
+        Files.remove(layout.statusJSON(id))
+        Files.remove(layout.statusState(id))
+    }
+
+    /// Reads `<id>.json`; nil when absent or unreadable.
+    public func read(id: String) -> RegionStatus? {
+        guard let data = try? Files.readRegularFile(layout.statusJSON(id), limit: 4 << 20),
+              let o = try? JSONKind.parse(data) else { return nil }
+        return RegionStatus(jsonObject: o)
+    }
+
+    /// Every status in `status/`, sorted by id.
+    public func readAll() -> [RegionStatus] {
+        Files.list(layout.status).filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.sorted()
+            .compactMap { read(id: String($0.dropLast(5))) }
+    }
+}
+
+/// Log lines to standard error: `<time> tilespool: <message>`. URLs must be redacted by the caller.
+public enum Log {
+    public static func info(_ message: String) { emit("", message) }
+    public static func error(_ message: String) { emit("error: ", message) }
+    private static func emit(_ level: String, _ message: String) {
+        let line = "\(Timestamp.iso8601(Date())) tilespool: \(level)\(message)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+    }
+}

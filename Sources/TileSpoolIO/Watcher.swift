@@ -1,0 +1,118 @@
+import CLinux
+import Foundation
+import Glibc
+
+/// Watches folders with inotify(7) for files that are complete: closed after writing
+/// (`IN_CLOSE_WRITE`) or moved in (`IN_MOVED_TO`). Events are hints only: the owner rescans a
+/// folder at start-up, after `IN_Q_OVERFLOW`, and when a watch is lost (`IN_IGNORED`).
+/// `fd` is non-blocking and pollable, so it fits an event loop.
+public final class FolderWatcher: @unchecked Sendable {
+    /// What `drain` found.
+    public enum Event: Sendable, Equatable {
+        /// A file named `name` is complete in `folder`.
+        case file(folder: String, name: String)
+        /// Events were lost or a watch was re-added: rescan `folder` (nil: every folder).
+        case rescan(folder: String?)
+    }
+
+    /// The inotify file descriptor (readable when events are queued).
+    public let fd: Int32
+    private var folders: [Int32: String] = [:]
+    private let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO) | UInt32(IN_ONLYDIR)
+
+    /// - Throws: `SystemError` from `inotify_init1`.
+    public init() throws(SystemError) {
+        fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        if fd < 0 { throw SystemError("inotify_init1", "-") }
+    }
+    deinit { close(fd) }
+
+    /// Starts watching `folder`. The corresponding C function is `inotify_add_watch`.
+    public func watch(_ folder: String) throws(SystemError) {
+        let wd = inotify_add_watch(fd, folder, mask)
+        if wd < 0 { throw SystemError("inotify_add_watch", folder) }
+        folders[wd] = folder
+    }
+
+    /// Reads every queued event without blocking.
+    public func drain() -> [Event] {
+        var events: [Event] = []
+        let size = 64 * 1024
+        let buf = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 8)
+        defer { buf.deallocate() }
+        while true {
+            let n = read(fd, buf, size)
+            if n <= 0 { break }
+            var off = 0
+            while off < n {
+                let ev = buf.load(fromByteOffset: off, as: inotify_event.self)
+                let header = MemoryLayout<inotify_event>.size
+                if ev.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                    events.append(.rescan(folder: nil))
+                } else if ev.mask & UInt32(IN_IGNORED) != 0 {
+                    if let folder = folders.removeValue(forKey: ev.wd) {
+                        try? watch(folder)
+                        events.append(.rescan(folder: folder))
+                    }
+                } else if ev.len > 0, let folder = folders[ev.wd] {
+                    let namePtr = (buf + off + header).assumingMemoryBound(to: CChar.self)
+                    events.append(.file(folder: folder, name: String(cString: namePtr)))
+                }
+                off += header + Int(ev.len)
+            }
+        }
+        return events
+    }
+}
+
+/// SIGINT and SIGTERM delivered as a readable fd (signalfd(2)) instead of an asynchronous handler,
+/// so the event loop stops between two steps. Also ignores SIGPIPE.
+public final class SignalFD: @unchecked Sendable {
+    public let fd: Int32
+
+    /// Blocks SIGINT and SIGTERM for the process and opens a signalfd for them.
+    /// - Throws: `SystemError` from `signalfd`.
+    public init() throws(SystemError) {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGINT)
+        sigaddset(&set, SIGTERM)
+        sigprocmask(SIG_BLOCK, &set, nil)
+        signal(SIGPIPE, SIG_IGN)
+        fd = signalfd(-1, &set, Int32(SFD_NONBLOCK | SFD_CLOEXEC))
+        if fd < 0 { throw SystemError("signalfd", "-") }
+    }
+    deinit { close(fd) }
+
+    /// The signal numbers received since the last call (empty when none).
+    public func drain() -> [Int32] {
+        var out: [Int32] = []
+        var info = signalfd_siginfo()
+        while read(fd, &info, MemoryLayout<signalfd_siginfo>.size) == MemoryLayout<signalfd_siginfo>.size {
+            out.append(Int32(info.ssi_signo))
+        }
+        return out
+    }
+}
+
+/// An exclusive `flock(2)` on a lock file: one daemon per spool.
+public final class SpoolLock: @unchecked Sendable {
+    private let fd: Int32
+    public let path: String
+
+    /// Takes the lock without waiting.
+    /// - Throws: `SystemError` with EWOULDBLOCK when another process holds it.
+    public init(path: String) throws(SystemError) {
+        self.path = path
+        fd = try Files.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o666)
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let e = SystemError("flock", path)
+            close(fd)
+            throw e
+        }
+        let pid = Data("\(getpid())\n".utf8)
+        ftruncate(fd, 0)
+        _ = pid.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+    deinit { close(fd) }
+}

@@ -1,0 +1,180 @@
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolDaemon
+import TileSpoolIO
+
+/// Command-line arguments split into options and positional arguments. Options may come before or
+/// after positional arguments; `--name value` and `--name=value` are both accepted; `--` ends options.
+struct Arguments {
+    var options: [String: String] = [:]
+    var flags: Set<String> = []
+    var positionals: [String] = []
+
+    /// Parses `args` given which option names are boolean flags and which take a value.
+    /// - Throws: `UsageError` for an unknown option or a missing value.
+    init(_ args: [String], flags known: Set<String>, valued: Set<String>) throws {
+        var i = 0
+        var onlyPositionals = false
+        while i < args.count {
+            let a = args[i]
+            i += 1
+            if onlyPositionals || !a.hasPrefix("-") || a == "-" { positionals.append(a); continue }
+            if a == "--" { onlyPositionals = true; continue }
+            var name = a, value: String?
+            if let eq = a.firstIndex(of: "=") { name = String(a[..<eq]); value = String(a[a.index(after: eq)...]) }
+            if name == "-h" { name = "--help" }
+            if known.contains(name) {
+                if value != nil { throw UsageError("\(name) takes no value") }
+                flags.insert(name)
+            } else if valued.contains(name) {
+                if value == nil {
+                    guard i < args.count else { throw UsageError("\(name) needs a value") }
+                    value = args[i]; i += 1
+                }
+                options[name] = value
+            } else {
+                throw UsageError("unknown option \(a)")
+            }
+        }
+    }
+
+    func int(_ name: String, default d: Int, range: ClosedRange<Int> = 0...Int.max) throws -> Int {
+        guard let s = options[name] else { return d }
+        guard let v = Int(s), range.contains(v) else { throw UsageError("\(name) must be an integer in \(range.lowerBound)...\(range.upperBound)") }
+        return v
+    }
+
+    func seconds(_ name: String, default d: Double) throws -> Double {
+        guard let s = options[name] else { return d }
+        guard let v = Double(s), v >= 0, v.isFinite else { throw UsageError("\(name) must be a number of seconds") }
+        return v
+    }
+}
+
+/// A mistake in the command line: printed with a hint to use --help; exit status 2.
+struct UsageError: Error { var message: String; init(_ m: String) { message = m } }
+
+/// Where the spool and the store are, from `--spool DIR` (default `./spool`) and `--store DIR`
+/// (default `<spool>/store`). Every subcommand takes both, the same way.
+struct Locations {
+    var spool: String
+    var store: String
+    init(_ a: Arguments) {
+        spool = a.options["--spool"] ?? "./spool"
+        store = a.options["--store"] ?? (spool + "/store")
+    }
+    var layout: SpoolLayout { SpoolLayout(root: spool) }
+}
+
+let commonValued: Set<String> = ["--spool", "--store"]
+let commonFlags: Set<String> = ["--help"]
+
+func out(_ s: String) { FileHandle.standardOutput.write(Data((s + "\n").utf8)) }
+func err(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
+
+let mainHelp = """
+usage: tilespool <command> [options] [arguments]
+
+TileSpool downloads map regions for offline use into a content-addressed store, driven by a
+watch folder. Drop a request JSON into <spool>/requests/ and read <spool>/status/<id>.state.
+
+commands:
+  run                      run the daemon in the foreground on the spool
+  status [ID] [--json]     print every region (or one) with state, progress and error
+  pause ID                 pause a queued or downloading region
+  resume ID                resume a paused, failed or cancelled region
+  cancel ID                cancel a region (its data stays until delete)
+  delete ID                stop a region and remove its status and manifest
+  gc                       remove objects no region references (safe beside a running daemon)
+  verify [--repair]        re-hash every object and check every manifest
+  plan REQUEST.json        print what a request would download, without downloading it
+
+options every command takes:
+  --spool DIR              the spool folder (default ./spool)
+  --store DIR              the store folder (default <spool>/store)
+  -h, --help               help for the command
+
+Options may come before or after arguments. Documentation: docs/ in the source tree.
+"""
+
+let runHelp = """
+usage: tilespool run [--spool DIR] [--store DIR] [options]
+
+Runs the daemon in the foreground. Log lines go to standard error; SIGINT or SIGTERM stop it
+cleanly after writing every status (downloads in progress become `queued` and resume on restart).
+Only one daemon may run on a spool (the lock file <spool>/daemon.lock).
+
+options:
+  --spool DIR                     spool folder (default ./spool)
+  --store DIR                     store folder (default <spool>/store)
+  --max-active-regions N          regions downloading at once (default 2)
+  --max-requests-per-region N     requests in flight per region (default 8)
+  --max-connections N             connections open at once, all hosts (default 16)
+  --max-connections-per-host N    connections to one host (default 8)
+  --max-tiles N                   largest plan accepted, in tiles (default 1000000)
+  --max-object-size BYTES         largest body accepted (default 33554432, 32 MiB)
+  --max-retries N                 retries of a transient failure (default 5)
+  --retry-delay SECONDS           first retry delay, doubling up to 30 s (default 1)
+  --max-probe-interval SECONDS    longest gap between probes while pausedNetwork (default 60)
+  --connect-timeout SECONDS       time allowed to connect (default 10)
+  --low-speed-time SECONDS        abort a transfer below 1 byte/s for this long (default 30)
+  --sync-interval SECONDS         how often downloaded objects are synced and recorded (default 1)
+"""
+
+/// Runs the command line; returns the exit status.
+func runCLI(_ argv: [String]) -> Int32 {
+    var args = Array(argv.dropFirst())
+    guard let command = args.first else { err(mainHelp); return 2 }
+    args.removeFirst()
+    do {
+        switch command {
+        case "-h", "--help", "help": out(mainHelp); return 0
+        case "--version", "version": out("tilespool \(TileSpoolVersion.string)"); return 0
+        case "run": return try commandRun(args)
+        case "status": return try commandStatus(args)
+        case "pause", "resume", "cancel", "delete": return try commandControl(command, args)
+        case "gc": return try commandGC(args)
+        case "verify": return try commandVerify(args)
+        case "plan": return try commandPlan(args)
+        default: throw UsageError("unknown command '\(command)'")
+        }
+    } catch let e as UsageError {
+        err("tilespool: \(e.message)\ntry 'tilespool \(command == "-h" ? "" : command + " ")--help'")
+        return 2
+    } catch {
+        err("tilespool: \(error)")
+        return 1
+    }
+}
+
+func commandRun(_ argv: [String]) throws -> Int32 {
+    let valued: Set<String> = commonValued.union(["--max-active-regions", "--max-requests-per-region", "--max-connections",
+                                                 "--max-connections-per-host", "--max-tiles", "--max-object-size", "--max-retries",
+                                                 "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time",
+                                                 "--sync-interval"])
+    let a = try Arguments(argv, flags: commonFlags, valued: valued)
+    if a.flags.contains("--help") { out(runHelp); return 0 }
+    if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
+    let loc = Locations(a)
+    var o = DaemonOptions(spool: loc.spool, store: loc.store)
+    o.maxActiveRegions = try a.int("--max-active-regions", default: o.maxActiveRegions, range: 1...1000)
+    o.maxRequestsPerRegion = try a.int("--max-requests-per-region", default: o.maxRequestsPerRegion, range: 1...1000)
+    o.http.maxConnections = try a.int("--max-connections", default: o.http.maxConnections, range: 1...10000)
+    o.http.maxConnectionsPerHost = try a.int("--max-connections-per-host", default: o.http.maxConnectionsPerHost, range: 1...10000)
+    o.maxTiles = try a.int("--max-tiles", default: o.maxTiles, range: 0...Int.max)
+    o.http.maxObjectSize = try a.int("--max-object-size", default: o.http.maxObjectSize, range: 1...(1 << 34))
+    o.maxRetries = try a.int("--max-retries", default: o.maxRetries, range: 0...100)
+    o.retryDelay = try a.seconds("--retry-delay", default: o.retryDelay)
+    o.maxProbeInterval = try a.seconds("--max-probe-interval", default: o.maxProbeInterval)
+    o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout)
+    o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime)).rounded(.up))
+    o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
+    let daemon: Daemon
+    do { daemon = try Daemon(options: o) } catch let e as SystemError where e.operation == "flock" {
+        err("tilespool: another daemon is already running on \(loc.spool) (lock \(e.path) is held)")
+        return 1
+    }
+    daemon.run()
+    return 0
+}

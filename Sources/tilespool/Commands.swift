@@ -1,0 +1,135 @@
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+let statusHelp = """
+usage: tilespool status [ID] [--json] [--spool DIR] [--store DIR]
+
+Prints every region (or one) from the status files: state, a progress bar, resource and tile
+counts, bytes and the error. --json prints the status objects as a JSON array (or one object).
+Exit status 1 when ID has no status.
+"""
+
+func commandStatus(_ argv: [String]) throws -> Int32 {
+    let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued)
+    if a.flags.contains("--help") { out(statusHelp); return 0 }
+    guard a.positionals.count <= 1 else { throw UsageError("status takes at most one ID") }
+    let writer = StatusWriter(layout: Locations(a).layout)
+    var list: [RegionStatus]
+    if let id = a.positionals.first {
+        guard RequestValidator.isValidID(id), let st = writer.read(id: id) else { err("tilespool: no region '\(id)'"); return 1 }
+        list = [st]
+    } else {
+        list = writer.readAll()
+    }
+    if a.flags.contains("--json") {
+        let objects = list.map(\.jsonObject)
+        let doc: Any = a.positionals.isEmpty ? objects : objects[0]
+        out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
+        return 0
+    }
+    if list.isEmpty { out("no regions"); return 0 }
+    for st in list {
+        let p = st.progress
+        let fraction = p.resourcesExpected > 0 ? Double(p.resourcesCompleted) / Double(p.resourcesExpected) : 0
+        let width = 20
+        let filled = min(width, Int(fraction * Double(width)))
+        let bar = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"
+        var line = "\(st.id)  \(st.state.rawValue)  \(bar) \(String(format: "%5.1f%%", fraction * 100))"
+        line += "  resources \(p.resourcesCompleted)/\(p.resourcesExpected)\(p.resourcesExpectedIsPrecise ? "" : "+")"
+        line += "  tiles \(p.tilesCompleted)/\(p.tilesExpected)  \(formatBytes(p.bytesCompleted))"
+        if p.resourcesMissing > 0 { line += "  missing \(p.resourcesMissing)" }
+        if let e = st.error { line += "\n    error: \(e.code.rawValue): \(e.message)" }
+        out(line)
+    }
+    return 0
+}
+
+func formatBytes(_ n: Int) -> String {
+    if n < 1024 { return "\(n) B" }
+    let units = ["KiB", "MiB", "GiB", "TiB"]
+    var v = Double(n) / 1024, i = 0
+    while v >= 1024 && i < units.count - 1 { v /= 1024; i += 1 }
+    return String(format: "%.1f %@", v, units[i])
+}
+
+func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
+    let a = try Arguments(argv, flags: commonFlags, valued: commonValued)
+    if a.flags.contains("--help") {
+        out("""
+        usage: tilespool \(action) ID [--spool DIR] [--store DIR]
+
+        Drops <spool>/control/ID.\(action) atomically (a dotfile, then a rename), the same file a shell
+        script may drop. The running daemon acts on it within a second; read the result with
+        'tilespool status ID' or in <spool>/events.jsonl.
+        """)
+        return 0
+    }
+    guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("\(action) takes one region ID") }
+    guard RequestValidator.isValidID(id) else { throw UsageError("'\(id)' is not a valid region id") }
+    let layout = Locations(a).layout
+    try Files.makeDirectories(layout.control)
+    let final = "\(layout.control)/\(id).\(action)"
+    try Files.writeAtomically(Data(), to: final)
+    out("\(action) requested for \(id) (\(final))")
+    return 0
+}
+
+func commandGC(_ argv: [String]) throws -> Int32 {
+    let a = try Arguments(argv, flags: commonFlags, valued: commonValued.union(["--grace"]))
+    if a.flags.contains("--help") {
+        out("""
+        usage: tilespool gc [--grace SECONDS] [--spool DIR] [--store DIR]
+
+        Removes every object that no region's manifest references, and temp files left behind, then
+        prints what it freed. Safe to run from cron while the daemon downloads: objects younger than
+        the grace period (default 3600 s) are kept, and so is any object the daemon re-uses meanwhile.
+        """)
+        return 0
+    }
+    if !a.positionals.isEmpty { throw UsageError("gc takes no arguments") }
+    let loc = Locations(a)
+    let grace = try a.seconds("--grace", default: 3600)
+    let store = try ObjectStore(root: loc.store)
+    let r = StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
+    out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects")
+    return 0
+}
+
+func commandVerify(_ argv: [String]) throws -> Int32 {
+    let a = try Arguments(argv, flags: commonFlags.union(["--repair"]), valued: commonValued)
+    if a.flags.contains("--help") {
+        out("""
+        usage: tilespool verify [--repair] [--spool DIR] [--store DIR]
+
+        Re-hashes every object and checks that it matches its name, that every manifest line names an
+        object that exists (or is an empty tile), that no temp file is left over, and that each
+        completed region's counts match its manifest. Exit status 1 on any fault.
+        --repair (with the daemon stopped) moves bad objects to <store>/quarantine/, drops the manifest
+        lines that used them, and marks those regions failed (storeDamaged): 'resume' fetches only
+        what is missing. Nothing else is deleted.
+        """)
+        return 0
+    }
+    if !a.positionals.isEmpty { throw UsageError("verify takes no arguments") }
+    let loc = Locations(a)
+    let repair = a.flags.contains("--repair")
+    var lock: SpoolLock?
+    if repair {
+        do { lock = try SpoolLock(path: loc.layout.lock) } catch {
+            err("tilespool: verify --repair needs the daemon stopped (lock \(loc.layout.lock) is held)")
+            return 1
+        }
+    }
+    defer { _ = lock }
+    let store = try ObjectStore(root: loc.store)
+    let r = StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
+    for b in r.badObjects { out("bad object (content does not hash to its name): objects/\(b)") }
+    for m in r.missingObjects { out("missing object: \(m)") }
+    for t in r.tempFiles { out("temp file left over: \(t)") }
+    for c in r.countMismatches { out("count mismatch: \(c)") }
+    if repair { out("repair: quarantined \(r.quarantined) objects; regions marked for re-download: \(r.regionsMarked.isEmpty ? "none" : r.regionsMarked.joined(separator: ", "))") }
+    out("verify: \(r.objectsChecked) objects, \(r.manifestsChecked) manifests, \(r.linesChecked) lines checked; \(r.faults) faults")
+    return r.faults == 0 ? 0 : 1
+}

@@ -1,0 +1,3 @@
+import Glibc
+
+exit(runCLI(CommandLine.arguments))

@@ -1,0 +1,225 @@
+import Foundation
+import XCTest
+@testable import TileSpoolCore
+
+/// Pure tests of the core: tile cover, covering zoom, glyph ranges, planning, state machine.
+final class TileCoverTests: XCTestCase {
+    func count(_ b: GeoBounds, _ z: Int) -> Int { WebMercator.cover(b, z: z).reduce(0) { $0 + $1.count } }
+
+    /// Liechtenstein's TileJSON bounds against the tiles tilemaker generated for them in
+    /// ../shared/mapdata: at every zoom the cover is exactly the bounding rectangle of the tiles on
+    /// disk (tilemaker skips empty corner tiles at z13-14, so counts are compared up to z12).
+    func testCoverMatchesTilesGeneratedForLiechtenstein() throws {
+        let root = try MapData.require()
+        let tj = try JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent("tiles/liechtenstein.tilejson.json"))) as! [String: Any]
+        let b = (tj["bounds"] as! [NSNumber]).map(\.doubleValue)
+        let bounds = GeoBounds(west: b[0], south: b[1], east: b[2], north: b[3])
+        for z in 0...14 {
+            let zdir = root.appendingPathComponent("tiles/liechtenstein/\(z)")
+            var onDisk: [TileID] = []
+            for x in try FileManager.default.contentsOfDirectory(atPath: zdir.path) {
+                for y in try FileManager.default.contentsOfDirectory(atPath: zdir.appendingPathComponent(x).path) {
+                    onDisk.append(TileID(z: z, x: Int(x)!, y: Int(y.split(separator: ".")[0])!))
+                }
+            }
+            let disk = TileRect(z: z, minX: onDisk.map(\.x).min()!, minY: onDisk.map(\.y).min()!,
+                                maxX: onDisk.map(\.x).max()!, maxY: onDisk.map(\.y).max()!)
+            XCTAssertEqual(WebMercator.cover(bounds, z: z), [disk], "zoom \(z)")
+            if z <= 12 { XCTAssertEqual(count(bounds, z), onDisk.count, "zoom \(z)") }
+        }
+    }
+
+    /// Monaco's bounds at z14: 2 columns x 3 rows; the data has 5 tiles and one sea tile (8530/5975).
+    func testCoverMonacoZ14() {
+        let rects = WebMercator.cover(GeoBounds(west: 7.409205, south: 43.72335, east: 7.448637, north: 43.75169), z: 14)
+        XCTAssertEqual(rects, [TileRect(z: 14, minX: 8529, minY: 5973, maxX: 8530, maxY: 5975)])
+    }
+
+    /// The whole world: 4^z tiles (latitudes clamped to ±85.0511).
+    func testCoverWorld() {
+        for z in [0, 1, 3, 7] {
+            XCTAssertEqual(count(GeoBounds(west: -180, south: -90, east: 180, north: 90), z), 1 << (2 * z))
+        }
+    }
+
+    /// Crossing the antimeridian: [170, -10, -170, 10]. By hand at z5: columns 31 and 0
+    /// ((170+180)/360*32 = 31.1; (-170+180)/360*32 = 0.89), rows 15 and 16 (y(±10°) = 15.1 / 16.9).
+    func testCoverAcrossTheAntimeridian() {
+        let b = GeoBounds(west: 170, south: -10, east: -170, north: 10)
+        XCTAssertEqual(count(b, 0), 1)
+        XCTAssertEqual(count(b, 2), 4)
+        let r5 = WebMercator.cover(b, z: 5)
+        XCTAssertEqual(r5, [TileRect(z: 5, minX: 0, minY: 15, maxX: 0, maxY: 16), TileRect(z: 5, minX: 31, minY: 15, maxX: 31, maxY: 16)])
+    }
+
+    /// Touching the latitude clamp: [0, 80, 10, 89] at z6: rows 0...7 (y(80°) = 7.18), columns 32...33.
+    func testCoverTouchingTheLatitudeClamp() {
+        let b = GeoBounds(west: 0, south: 80, east: 10, north: 89)
+        XCTAssertEqual(WebMercator.cover(b, z: 6), [TileRect(z: 6, minX: 32, minY: 0, maxX: 33, maxY: 7)])
+        XCTAssertEqual(count(b, 0), 1)
+    }
+
+    /// A box whose edges lie on tile edges does not pull in the neighbours.
+    func testCoverOnTileEdges() {
+        XCTAssertEqual(count(GeoBounds(west: 0, south: 0, east: 90, north: 60), 2), 1) // column 2, row 1 (y(0°) = 2.0 exactly)
+        XCTAssertEqual(count(GeoBounds(west: -180, south: -85.0511287798066, east: 0, north: 0), 1), 1)
+    }
+
+    func testCoveringZoomRule() {
+        XCTAssertEqual(WebMercator.coveringZoom(10, tileSize: 512, rounds: false), 10) // vector
+        XCTAssertEqual(WebMercator.coveringZoom(10, tileSize: 256, rounds: true), 11)  // 256 px raster
+        XCTAssertEqual(WebMercator.coveringZoom(10, tileSize: 512, rounds: true), 10)
+        XCTAssertEqual(WebMercator.coveringZoom(0, tileSize: 256, rounds: false), 1)   // raster-dem floors
+        XCTAssertEqual(WebMercator.coveringZoom(10, tileSize: 1024, rounds: true), 9)
+    }
+
+    func testQuadkeyAndTMS() {
+        XCTAssertEqual(TileID(z: 3, x: 3, y: 5).quadkey, "213") // Bing Maps Tile System example
+        XCTAssertEqual(TileID(z: 3, x: 3, y: 5).tmsY, 2)
+        let t = TileURLTemplate("http://h/{z}/{x}/{-y}/{quadkey}{ratio}.png", ratio: "@2x")
+        XCTAssertEqual(t.url(for: TileID(z: 3, x: 3, y: 5)), "http://h/3/3/2/213@2x.png")
+        XCTAssertEqual(TileURLTemplate("http://h/{z}/{x}/{y}", tms: true).url(for: TileID(z: 1, x: 0, y: 0)), "http://h/1/0/1")
+    }
+
+    func testGlyphRanges() {
+        let all = GlyphRanges.starts(includeIdeographs: true)
+        XCTAssertEqual(all.count, 256)
+        XCTAssertEqual(all.first, 0)
+        XCTAssertEqual(all.last, 65280)
+        let some = GlyphRanges.starts(includeIdeographs: false)
+        XCTAssertEqual(some.count, 130)
+        XCTAssertFalse(some.contains(0x4E00))
+        XCTAssertFalse(some.contains(0xAC00))
+        XCTAssertTrue(some.contains(0x4D00))
+        XCTAssertTrue(some.contains(0xA000))
+        XCTAssertTrue(some.contains(0xD800))
+        XCTAssertEqual(GlyphRanges.name(256), "256-511")
+    }
+}
+
+final class PlannerTests: XCTestCase {
+    /// The plan of ../shared/mapdata's bright style over Monaco z0-14.
+    func testBrightStylePlan() throws {
+        let root = try MapData.require()
+        let base = "http://127.0.0.1:9"
+        let text = try String(contentsOf: root.appendingPathComponent("styles/bright/style.local-template.json"), encoding: .utf8)
+            .replacingOccurrences(of: "__BASE__", with: base)
+        let style = try StyleDocument(data: Data(text.utf8), baseURL: base + "/styles/bright/style.json")
+        XCTAssertEqual(style.sources.map(\.name), ["openmaptiles"])
+        XCTAssertEqual(style.fontstacks, [["KlokanTech Noto Sans Bold"], ["KlokanTech Noto Sans Italic"], ["KlokanTech Noto Sans Regular"]])
+        let tjText = try String(contentsOf: root.appendingPathComponent("tiles/monaco.tilejson.json"), encoding: .utf8)
+            .replacingOccurrences(of: "__BASE__", with: base)
+        let tj = try TileJSON(data: Data(tjText.utf8), baseURL: base + "/tiles/monaco.tilejson.json")
+        XCTAssertEqual(tj.minZoom, 0); XCTAssertEqual(tj.maxZoom, 14)
+        let req = RegionRequest(id: "monaco", source: .style(base + "/styles/bright/style.json"),
+                                bounds: GeoBounds(west: 7.409205, south: 43.72335, east: 7.448637, north: 43.75169),
+                                minZoom: 0, maxZoom: 14)
+        let plan = Planner.plan(request: req, styleURL: base + "/styles/bright/style.json", style: style, tileJSONs: ["openmaptiles": tj])
+        let kinds = Dictionary(grouping: plan.resources, by: \.kind).mapValues(\.count)
+        XCTAssertEqual(kinds[.style], 1)
+        XCTAssertEqual(kinds[.source], 1)
+        XCTAssertEqual(kinds[.sprite], 4)
+        XCTAssertEqual(kinds[.glyphs], 3 * 130)
+        // z0-12 one tile each, z13 2x2, z14 2x3.
+        XCTAssertEqual(plan.tileCount, 13 + 4 + 6)
+        XCTAssertEqual(plan.count, 1 + 1 + 4 + 390 + 23)
+        XCTAssertTrue(plan.resources.contains { $0.url == base + "/fonts/KlokanTech%20Noto%20Sans%20Bold/0-255.pbf" })
+        XCTAssertTrue(plan.resources.contains { $0.url == base + "/sprites/osm-bright/sprite@2x.png" })
+        // Index arithmetic round-trips for every resource.
+        for i in 0..<plan.count {
+            switch plan.item(at: i) {
+            case .resource(let r): XCTAssertEqual(plan.index(kind: r.kind, key: r.key), i)
+            case .tile(let s, let t): XCTAssertEqual(plan.index(kind: .tile, key: ManifestLine.tileKey(source: plan.tileSets[s].source, t)), i)
+            }
+        }
+    }
+
+    /// A 256 px raster source loads tiles one zoom deeper (MapLibre's covering-zoom rule), clamped to the TileJSON.
+    func testRasterSourceUsesCoveringZoom() throws {
+        let styleJSON = #"{"version":8,"sources":{"r":{"type":"raster","tileSize":256,"tiles":["http://h/{z}/{x}/{y}.png"],"maxzoom":3}},"layers":[]}"#
+        let style = try StyleDocument(data: Data(styleJSON.utf8), baseURL: "http://h/style.json")
+        let req = RegionRequest(id: "r", source: .style("http://h/style.json"),
+                                bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85), minZoom: 0, maxZoom: 4)
+        let plan = Planner.plan(request: req, styleURL: "http://h/style.json", style: style, tileJSONs: [:])
+        XCTAssertEqual(plan.tileSets[0].rects.map(\.z), [1, 2, 3])
+        XCTAssertEqual(plan.tileCount, 4 + 16 + 64)
+    }
+
+    func testTilesRequestUsesTileZooms() {
+        let req = RegionRequest(id: "t", source: .tiles(["http://h/{z}/{x}/{y}.png"]),
+                                bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85), minZoom: 0, maxZoom: 3)
+        XCTAssertEqual(Planner.plan(request: req, templates: ["http://h/{z}/{x}/{y}.png"]).tileCount, 85)
+    }
+
+    func testTextFontExpressions() throws {
+        let styleJSON = #"""
+        {"version":8,"sources":{},"glyphs":"http://h/{fontstack}/{range}.pbf","layers":[
+          {"id":"a","type":"symbol","layout":{"text-font":["step",["zoom"],["literal",["A","B"]],5,["literal",["C"]]]}},
+          {"id":"b","type":"symbol","layout":{"text-field":"x"}},
+          {"id":"c","type":"line","layout":{"text-font":["Z"]}}]}
+        """#
+        let style = try StyleDocument(data: Data(styleJSON.utf8), baseURL: "http://h/s.json")
+        XCTAssertEqual(style.fontstacks, [["A", "B"], ["C"], StyleDocument.defaultFontstack])
+        let req = RegionRequest(id: "g", source: .style("http://h/s.json"), bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 0)
+        let plan = Planner.plan(request: req, styleURL: "http://h/s.json", style: style, tileJSONs: [:])
+        XCTAssertTrue(plan.resources.contains { $0.url == "http://h/A%2CB/0-255.pbf" })
+    }
+}
+
+final class StateMachineTests: XCTestCase {
+    /// Every (state, action) pair against the table in docs/contract.md.
+    func testEveryStateActionPair() {
+        let expected: [RegionState: [RegionAction: Transition]] = [
+            .queued: [.pause: .to(.pausedUser), .cancel: .to(.cancelled)],
+            .downloading: [.pause: .to(.pausedUser), .cancel: .to(.cancelled)],
+            .pausedUser: [.resume: .to(.queued), .cancel: .to(.cancelled)],
+            .pausedNetwork: [.resume: .to(.queued), .cancel: .to(.cancelled)],
+            .failedStorage: [.resume: .to(.queued), .cancel: .to(.cancelled)],
+            .failed: [.resume: .to(.queued)],
+            .cancelled: [.resume: .to(.queued)],
+            .completed: [:],
+        ]
+        for state in RegionState.allCases {
+            for action in RegionAction.allCases {
+                let got = RegionStateMachine.apply(action, to: state)
+                if action == .delete { XCTAssertEqual(got, .delete); continue }
+                if let want = expected[state]![action] {
+                    XCTAssertEqual(got, want, "\(state) + \(action)")
+                } else if case .ignored = got {} else {
+                    XCTFail("\(state) + \(action) should be ignored, got \(got)")
+                }
+            }
+        }
+    }
+
+    func testEvents() {
+        XCTAssertEqual(RegionStateMachine.apply(.start, to: .queued), .to(.downloading))
+        XCTAssertEqual(RegionStateMachine.apply(.finish, to: .downloading), .to(.completed))
+        XCTAssertEqual(RegionStateMachine.apply(.networkLost, to: .downloading), .to(.pausedNetwork))
+        XCTAssertEqual(RegionStateMachine.apply(.networkBack, to: .pausedNetwork), .to(.queued))
+        XCTAssertEqual(RegionStateMachine.apply(.storageFailed, to: .downloading), .to(.failedStorage))
+        XCTAssertEqual(RegionStateMachine.apply(.fail, to: .downloading), .to(.failed))
+        if case .ignored = RegionStateMachine.apply(.finish, to: .pausedUser) {} else { XCTFail("finish must not apply to pausedUser") }
+        if case .ignored = RegionStateMachine.apply(.start, to: .completed) {} else { XCTFail("start must not apply to completed") }
+    }
+}
+
+final class ManifestAndRedactionTests: XCTestCase {
+    func testManifestLineRoundTrip() {
+        let sha = String(repeating: "ab", count: 32)
+        let l = ManifestLine(kind: .glyphs, sha256: sha, bytes: 123, key: "Noto Sans/0-255", url: "http://h/a?key=SECRET")
+        XCTAssertEqual(l.text, "glyphs\t\(sha)\t123\tNoto Sans/0-255\thttp://h/a?key=REDACTED\n")
+        XCTAssertEqual(ManifestLine(Substring(l.text.dropLast()))?.sha256, sha)
+        XCTAssertNil(ManifestLine("tile\tnothex\t1\tk\tu"))
+        XCTAssertEqual(ManifestLine("tile\t-\t0\ts/1/2/3\tu")?.sha256, nil)
+        XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.0, "a/b")
+        XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.1, TileID(z: 14, x: 8530, y: 5975))
+    }
+
+    func testRedaction() {
+        XCTAssertEqual(Redaction.redact("https://h/s.json?access_token=pk.123&lang=en"), "https://h/s.json?access_token=REDACTED&lang=en")
+        XCTAssertEqual(Redaction.redact("https://h/{z}/{x}/{y}.png?api_key=abc&sig=zz"), "https://h/{z}/{x}/{y}.png?api_key=REDACTED&sig=REDACTED")
+        XCTAssertEqual(Redaction.redact("https://user:pw@h/x?Key=1"), "https://REDACTED@h/x?Key=REDACTED")
+        XCTAssertEqual(Redaction.redact("https://h/x"), "https://h/x")
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import XCTest
+@testable import TileSpoolCore
+
+/// A table of request validation cases: each bad request must fail with `invalidRequest` and a
+/// message naming the field; each good one must give the expected values.
+final class RequestValidationTests: XCTestCase {
+    let okBody = #""tiles":["http://h/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":2"#
+
+    func validate(_ text: String, name: String = "r.json") -> Result<RegionRequest, RegionError> {
+        do { return .success(try RequestValidator.validate(Data(text.utf8), fileName: name)) } catch { return .failure(error) }
+    }
+
+    func testBadRequests() {
+        // (request text, a word the message must contain)
+        let cases: [(String, String)] = [
+            ("", "empty"),
+            ("   \n", "empty"),
+            ("not json", "not valid JSON"),
+            ("[1,2]", "JSON object"),
+            ("\"a string\"", "JSON object"),
+            ("{" + okBody + ",\"minZoom\":NaN}", "not valid JSON"),
+            ("{" + okBody + ",\"bounds\":[0,0,Infinity,1]}", "not valid JSON"),
+            (String(repeating: "[", count: 10000) + String(repeating: "]", count: 10000), "nested"),
+            ("{" + okBody + ",\"colour\":1}", "'colour'"),
+            (#"{"bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "style or tiles"),
+            ("{" + okBody + #","style":"http://h/s.json"}"#, "exactly one"),
+            (#"{"style":42,"bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "style"),
+            (#"{"style":"file:///etc/passwd","bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "'file'"),
+            (#"{"style":"ftp://h/s.json","bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "'ftp'"),
+            (#"{"style":"gopher://h/s","bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "'gopher'"),
+            (#"{"style":"dict://h/s","bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "'dict'"),
+            (#"{"style":"scp://h/s","bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "'scp'"),
+            (#"{"tiles":["http://h/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "{z}"),
+            (#"{"tiles":[],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "at least one"),
+            (#"{"tiles":"http://h/{z}/{x}/{y}","bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#, "array"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"minZoom":0,"maxZoom":2}"#, "bounds: missing"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,1],"minZoom":0,"maxZoom":2}"#, "4 numbers"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,"1",1],"minZoom":0,"maxZoom":2}"#, "bounds[2]"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[-200,0,1,1],"minZoom":0,"maxZoom":2}"#, "west"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,-95,1,1],"minZoom":0,"maxZoom":2}"#, "south"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,10,1,5],"minZoom":0,"maxZoom":2}"#, "south"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[1,0,1,1],"minZoom":0,"maxZoom":2}"#, "no area"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,1,1,1],"minZoom":0,"maxZoom":2}"#, "south"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,1,1],"minZoom":3,"maxZoom":2}"#, "minZoom (3)"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":25}"#, "maxZoom"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,1,1],"minZoom":-1,"maxZoom":2}"#, "minZoom"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,1,1],"minZoom":1.5,"maxZoom":2}"#, "integer"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,1,1],"minZoom":true,"maxZoom":2}"#, "integer"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"bounds":[0,0,1,1],"maxZoom":2}"#, "minZoom: missing"),
+            ("{" + okBody + #","id":"../etc"}"#, "id"),
+            ("{" + okBody + #","id":"a/b"}"#, "id"),
+            ("{" + okBody + #","id":"a\u0000b"}"#, "id"),
+            ("{" + okBody + #","id":"a\nb"}"#, "id"),
+            ("{" + okBody + #","id":""# + String(repeating: "a", count: 500) + #""}"#, "id"),
+            ("{" + okBody + #","id":"Zürich"}"#, "id"),
+            ("{" + okBody + #","id":7}"#, "id"),
+            ("{" + okBody + #","pixelRatio":0}"#, "pixelRatio"),
+            ("{" + okBody + #","includeIdeographs":1}"#, "includeIdeographs"),
+            ("{" + okBody + #","maxTiles":-5}"#, "maxTiles"),
+        ]
+        for (text, word) in cases {
+            switch validate(text) {
+            case .success: XCTFail("accepted a bad request: \(text.prefix(120))")
+            case .failure(let e):
+                XCTAssertEqual(e.code, .invalidRequest, text)
+                XCTAssertTrue(e.message.contains(word), "message '\(e.message)' should mention '\(word)' for \(text.prefix(120))")
+            }
+        }
+        XCTAssertGreaterThanOrEqual(cases.count, 30)
+    }
+
+    func testFileNamesThatGiveNoID() {
+        XCTAssertNil(RequestValidator.id(fromFileName: "my region.json"))
+        XCTAssertNil(RequestValidator.id(fromFileName: "région.json"))
+        XCTAssertNil(RequestValidator.id(fromFileName: ".hidden.json"))
+        XCTAssertNil(RequestValidator.id(fromFileName: "a.txt"))
+        XCTAssertEqual(RequestValidator.id(fromFileName: "monaco-1.2_b.json"), "monaco-1.2_b")
+        // A file name without a valid id is fine when the request names its own id.
+        if case .failure(let e) = validate("{" + okBody + #","id":"good"}"#, name: "my region.json") { XCTFail(e.message) }
+        if case .success = validate("{" + okBody + "}", name: "my region.json") { XCTFail("no id should be an error") }
+    }
+
+    func testDefaultsAndValues() throws {
+        let r = try validate(#"{"style":"https://demotiles.maplibre.org/style.json","bounds":[170,-10,-170,10],"minZoom":0,"maxZoom":4,"context":{"k":[1,"x"]}}"#, name: "demo.json").get()
+        XCTAssertEqual(r.id, "demo")
+        XCTAssertEqual(r.source, .style("https://demotiles.maplibre.org/style.json"))
+        XCTAssertEqual(r.bounds, GeoBounds(west: 170, south: -10, east: -170, north: 10))
+        XCTAssertEqual(r.pixelRatio, 1)
+        XCTAssertFalse(r.includeIdeographs)
+        XCTAssertNil(r.maxTiles)
+        XCTAssertEqual(String(decoding: JSONKind.serialize(r.context), as: UTF8.self), #"{"k":[1,"x"]}"#)
+        let o = r.jsonObject
+        XCTAssertEqual(o["pixelRatio"] as? Double, 1)
+        XCTAssertEqual(o["includeIdeographs"] as? Bool, false)
+        // Accepted templates: {-y} and {quadkey}.
+        XCTAssertNoThrow(try validate(#"{"tiles":["http://h/{z}/{x}/{-y}.png","http://h/{quadkey}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1}"#).get())
+    }
+}
