@@ -628,7 +628,7 @@ public final class Daemon {
             })
             return
         }
-        let empty = kind == .tile && (s == 204 || s == 404 || (s == 200 && res.body.isEmpty))
+        let empty = kind == .tile && (s == 204 || s == 404)
         let missing = kind.missingIsAllowed && s == 404
         if !(200...299).contains(s) && !empty && !missing {
             fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))

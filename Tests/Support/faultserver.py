@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Loopback HTTP server that misbehaves on purpose, for TileSpool's tests.
+
+Started by Tests/TileSpoolTests/Support/FaultServer.swift (or by hand):
+
+    python3 faultserver.py --port 0 --state-dir DIR
+
+It binds 127.0.0.1:PORT (0 = pick a free port), prints the chosen port number alone on
+its first stdout line, and then writes nothing more to stdout. It exits when its stdin
+reaches end-of-file (the parent went away; with --remove-state-on-eof it then deletes the
+state directory), on SIGTERM/SIGINT, or after --max-seconds.
+
+State lives in --state-dir so that a stopped server restarted on the same port comes back
+with the same memory:
+    DIR/hits.log     one line per counted request: the URL path (no query), appended and
+                     flushed *before* the response is sent
+    DIR/json/<name>  documents registered with POST /_register/<name>
+
+Behaviour by URL path (PATH below is the raw request path without its query string; any
+trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deterministic:
+    /ok/...              200, body b"tile " + PATH, Content-Length set
+    /empty/...           204, no body
+    /missing/...         404
+    /flaky/N/...         first N requests for this exact PATH answer 503, then like /ok
+    /ratelimit/N/...     first N answer 429 with "Retry-After: 1", then like /ok
+    /ratelimitdate/N/... same, with Retry-After an HTTP date 1-2 s in the future
+    /error500/...        always 500
+    /reset/...           Content-Length 1000, 100 body bytes, then a TCP reset (SO_LINGER 0)
+    /short/...           Content-Length 1000, 500 body bytes, then a clean close
+    /slowbody/...        Content-Length 1000000, then 1 byte every 2 s (until the client
+                         disconnects, or 120 s)
+    /hang/...            reads the request and never answers (until the client
+                         disconnects, or 120 s)
+    /huge/...            200 with a 64 MiB body: (b"tile " + PATH + b"\\n") repeated,
+                         cut at exactly 64 MiB
+    /badgzip/...         200, "Content-Encoding: gzip", body that is not gzip
+    /redirectloop/...    302 to itself
+    /redirectfile/...    302 to file:///etc/passwd
+    /redirect/REST       302 to /ok/REST (query kept)
+    /json/<name>         the registered document, with every "__BASE__" replaced by
+                         http://127.0.0.1:PORT; 404 when not registered
+Control endpoints (not counted as hits):
+    POST /_register/<name>   body = document; 201
+    GET  /_hits?path=PATH    the hit count of PATH as a decimal number
+    GET  /_hits              all hit counts as a JSON object {path: count}
+"""
+
+import argparse
+import email.utils
+import errno
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HUGE_SIZE = 64 * 1024 * 1024          # bytes of the /huge/ body
+SLOW_CAP_SECONDS = 120                # longest a /slowbody/ or /hang/ request is held
+SLOW_INTERVAL_SECONDS = 2             # one /slowbody/ byte per this many seconds
+MAX_REQUESTS_PER_CONNECTION = 100000  # bound on one keep-alive connection's request loop
+IDLE_TIMEOUT_SECONDS = 130            # socket timeout of an idle keep-alive connection
+NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
+
+CONTENT_TYPES = {
+    ".png": "image/png",
+    ".webp": "image/webp",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".pbf": "application/x-protobuf",
+    ".mvt": "application/x-protobuf",
+    ".json": "application/json",
+}
+
+
+class State:
+    """Hit counts and registered documents, kept in the state directory."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.json_dir = os.path.join(directory, "json")
+        os.makedirs(self.json_dir, exist_ok=True)
+        self.lock = threading.Lock()
+        self.counts = {}
+        self.hits_path = os.path.join(directory, "hits.log")
+        try:
+            with open(self.hits_path, "r", encoding="utf-8") as f:
+                for line in f:
+                    p = line.rstrip("\n")
+                    self.counts[p] = self.counts.get(p, 0) + 1
+        except FileNotFoundError:
+            pass
+        self.hits_file = open(self.hits_path, "a", encoding="utf-8")
+
+    def hit(self, path):
+        """Records one request for `path`; returns how many there have been, this one included."""
+        with self.lock:
+            n = self.counts.get(path, 0) + 1
+            self.counts[path] = n
+            self.hits_file.write(path + "\n")
+            self.hits_file.flush()
+            return n
+
+    def count(self, path):
+        with self.lock:
+            return self.counts.get(path, 0)
+
+    def all_counts(self):
+        with self.lock:
+            return dict(self.counts)
+
+    def register(self, name, body):
+        final = os.path.join(self.json_dir, name)
+        tmp = final + ".tmp.%d" % threading.get_ident()
+        with open(tmp, "wb") as f:
+            f.write(body)
+        os.replace(tmp, final)
+
+    def document(self, name):
+        try:
+            with open(os.path.join(self.json_dir, name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+
+def ok_body(path):
+    return b"tile " + path.encode("latin-1", "replace")
+
+
+def content_type_for(path):
+    return CONTENT_TYPES.get(os.path.splitext(path)[1].lower(), "application/octet-stream")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    timeout = IDLE_TIMEOUT_SECONDS
+
+    def version_string(self):
+        return "faultserver/1"
+
+    # ---- plumbing -------------------------------------------------------------------------
+
+    def handle(self):
+        """Like BaseHTTPRequestHandler.handle, with the keep-alive loop bounded."""
+        self.close_connection = True
+        self.handle_one_request()
+        served = 1
+        while not self.close_connection and served < MAX_REQUESTS_PER_CONNECTION:
+            self.handle_one_request()
+            served += 1
+
+    def log_message(self, format, *args):
+        if self.server.verbose:
+            sys.stderr.write("%s %s\n" % (self.log_date_time_string(), format % args))
+
+    def send_body(self, status, body, content_type="text/plain", headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_no_body(self, status, headers=()):
+        self.send_response(status)
+        if status != 204:
+            self.send_header("Content-Length", "0")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+
+    def drain_request_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def peer_closed(self, wait_seconds):
+        """Waits up to wait_seconds; True when the client has closed its side."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], wait_seconds)
+            if not readable:
+                return False
+            return self.connection.recv(4096) == b""
+        except OSError:
+            return True
+
+    @property
+    def base_url(self):
+        return "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    # ---- verbs ----------------------------------------------------------------------------
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_POST(self):
+        path = urllib.parse.urlsplit(self.path).path
+        body = self.drain_request_body()
+        if path.startswith("/_register/"):
+            name = path[len("/_register/"):]
+            if not NAME_RE.match(name):
+                return self.send_body(400, b"bad name\n")
+            self.server.state.register(name, body)
+            return self.send_body(201, b"registered\n")
+        self.send_body(405, b"POST only for /_register/\n")
+
+    def do_GET(self):
+        parts = urllib.parse.urlsplit(self.path)
+        path, query = parts.path, parts.query
+        self.drain_request_body()
+
+        if path == "/_hits":
+            params = urllib.parse.parse_qs(query)
+            if "path" in params:
+                n = self.server.state.count(params["path"][0])
+                return self.send_body(200, b"%d" % n)
+            doc = json.dumps(self.server.state.all_counts(), sort_keys=True).encode()
+            return self.send_body(200, doc, "application/json")
+
+        segments = path.split("/")  # "", kind, ...
+        kind = segments[1] if len(segments) > 1 else ""
+        handler = getattr(self, "fault_" + kind, None) if re.match(r"^[a-z0-9]+$", kind) else None
+        if handler is None:
+            return self.send_body(404, b"unknown fault path\n")
+        count = self.server.state.hit(path)
+        handler(path, query, segments, count)
+
+    # ---- faults ---------------------------------------------------------------------------
+
+    def fault_ok(self, path, query, segments, count):
+        self.send_body(200, ok_body(path), content_type_for(path))
+
+    def fault_empty(self, path, query, segments, count):
+        self.send_no_body(204)
+
+    def fault_missing(self, path, query, segments, count):
+        self.send_body(404, b"missing\n")
+
+    def threshold(self, segments):
+        try:
+            return int(segments[2])
+        except (IndexError, ValueError):
+            return None
+
+    def fault_flaky(self, path, query, segments, count):
+        n = self.threshold(segments)
+        if n is None:
+            return self.send_body(400, b"use /flaky/N/...\n")
+        if count <= n:
+            return self.send_body(503, b"flaky: try again\n")
+        self.fault_ok(path, query, segments, count)
+
+    def fault_ratelimit(self, path, query, segments, count):
+        n = self.threshold(segments)
+        if n is None:
+            return self.send_body(400, b"use /ratelimit/N/...\n")
+        if count <= n:
+            return self.send_body(429, b"slow down\n", headers=[("Retry-After", "1")])
+        self.fault_ok(path, query, segments, count)
+
+    def fault_ratelimitdate(self, path, query, segments, count):
+        n = self.threshold(segments)
+        if n is None:
+            return self.send_body(400, b"use /ratelimitdate/N/...\n")
+        if count <= n:
+            # HTTP dates have 1 s resolution: floor(now + 2) is 1-2 s after now.
+            when = email.utils.formatdate(time.time() + 2, usegmt=True)
+            return self.send_body(429, b"slow down\n", headers=[("Retry-After", when)])
+        self.fault_ok(path, query, segments, count)
+
+    def fault_error500(self, path, query, segments, count):
+        self.send_body(500, b"internal error\n")
+
+    def fault_reset(self, path, query, segments, count):
+        self.send_response(200)
+        self.send_header("Content-Type", content_type_for(path))
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"r" * 100)
+        time.sleep(0.05)  # let the partial body reach the client before the reset
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        # close(2) the descriptor now; with linger 0 that sends RST. The socket object is
+        # left detached, so the server's own clean-up afterwards finds nothing to close.
+        os.close(self.connection.detach())
+
+    def fault_short(self, path, query, segments, count):
+        self.send_response(200)
+        self.send_header("Content-Type", content_type_for(path))
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"s" * 500)
+        self.close_connection = True  # the server then shuts down and closes cleanly (FIN)
+
+    def fault_slowbody(self, path, query, segments, count):
+        self.send_response(200)
+        self.send_header("Content-Type", content_type_for(path))
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        self.close_connection = True
+        deadline = time.monotonic() + SLOW_CAP_SECONDS
+        try:
+            while time.monotonic() < deadline:
+                self.wfile.write(b".")
+                if self.peer_closed(SLOW_INTERVAL_SECONDS):
+                    return
+        except OSError:
+            return
+
+    def fault_hang(self, path, query, segments, count):
+        self.close_connection = True
+        deadline = time.monotonic() + SLOW_CAP_SECONDS
+        while time.monotonic() < deadline:
+            if self.peer_closed(1.0):
+                return
+
+    def fault_huge(self, path, query, segments, count):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(HUGE_SIZE))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        unit = ok_body(path) + b"\n"
+        chunk = unit * max(1, (1 << 20) // len(unit))  # ~1 MiB, a whole number of units
+        left = HUGE_SIZE
+        try:
+            while left > 0:
+                piece = chunk if left >= len(chunk) else chunk[:left]
+                self.wfile.write(piece)
+                left -= len(piece)
+        except OSError:
+            self.close_connection = True
+
+    def fault_badgzip(self, path, query, segments, count):
+        self.send_body(200, b"this is not gzip: " + path.encode("latin-1", "replace"),
+                       content_type_for(path), headers=[("Content-Encoding", "gzip")])
+
+    def fault_redirectloop(self, path, query, segments, count):
+        self.send_no_body(302, headers=[("Location", self.path)])
+
+    def fault_redirectfile(self, path, query, segments, count):
+        self.send_no_body(302, headers=[("Location", "file:///etc/passwd")])
+
+    def fault_redirect(self, path, query, segments, count):
+        rest = "/".join(segments[2:])
+        target = "/ok/" + rest + ("?" + query if query else "")
+        self.send_no_body(302, headers=[("Location", target)])
+
+    def fault_json(self, path, query, segments, count):
+        name = "/".join(segments[2:])
+        doc = self.server.state.document(name) if NAME_RE.match(name) else None
+        if doc is None:
+            return self.send_body(404, b"no such document\n")
+        doc = doc.replace(b"__BASE__", self.base_url.encode())
+        self.send_body(200, doc, "application/json")
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def exit_when_stdin_closes(remove_state_dir):
+    try:
+        while os.read(0, 65536):
+            pass
+    except OSError:
+        pass
+    if remove_state_dir:
+        shutil.rmtree(remove_state_dir, ignore_errors=True)
+    os._exit(0)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--max-seconds", type=float, default=3600,
+                        help="exit after this long whatever happens")
+    parser.add_argument("--no-stdin-watch", action="store_true",
+                        help="do not exit when stdin closes (for running by hand)")
+    parser.add_argument("--remove-state-on-eof", action="store_true",
+                        help="remove --state-dir when stdin closes (the parent died)")
+    parser.add_argument("--verbose", action="store_true", help="log requests to stderr")
+    args = parser.parse_args()
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+
+    try:
+        server = Server(("127.0.0.1", args.port), Handler)
+    except OSError as e:
+        sys.stderr.write("faultserver: cannot listen on 127.0.0.1:%d: %s\n" % (args.port, e))
+        sys.exit(3 if e.errno == errno.EADDRINUSE else 2)
+    server.state = State(args.state_dir)
+    server.verbose = args.verbose
+
+    if not args.no_stdin_watch:
+        remove = args.state_dir if args.remove_state_on_eof else None
+        threading.Thread(target=exit_when_stdin_closes, args=(remove,), daemon=True).start()
+    timer = threading.Timer(args.max_seconds, lambda: os._exit(0))
+    timer.daemon = True
+    timer.start()
+
+    sys.stdout.write("%d\n" % server.server_address[1])
+    sys.stdout.flush()
+    server.serve_forever(poll_interval=0.2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+import Foundation
+import XCTest
+
+/// A spool and store in a fresh temp folder, and the real `tilespool` binary run on them as a child
+/// process, the way an operator runs it. Everything is read back from the files a shell script
+/// would read: `status/<id>.state`, `status/<id>.json`, `events.jsonl`, the manifest, the objects.
+final class SpoolFixture: @unchecked Sendable {
+    let root: URL
+    var spool: String { root.appendingPathComponent("spool").path }
+    var store: String { root.appendingPathComponent("store").path }
+    private(set) var daemon: Process?
+    private var logHandle: FileHandle?
+    var logPath: String { root.appendingPathComponent("daemon.log").path }
+
+    /// The built `tilespool` executable, next to the test bundle.
+    static var binary: String {
+        if let env = ProcessInfo.processInfo.environment["TILESPOOL_BIN"] { return env }
+        let bundle = Bundle(for: SpoolFixture.self).bundleURL
+        for dir in [bundle, bundle.deletingLastPathComponent()] {
+            let candidate = dir.appendingPathComponent("tilespool").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return bundle.appendingPathComponent("tilespool").path
+    }
+
+    init(storeInside: String? = nil) throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: root.appendingPathComponent("spool").path, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        if let d = daemon, d.isRunning { kill(d.processIdentifier, SIGKILL); d.waitUntilExit() }
+        try? FileManager.default.removeItem(at: root)
+    }
+
+    /// Starts `tilespool run --spool S --store T` plus `extra` options; log lines go to `logPath`.
+    /// Options for tests: short retry delays so that faults resolve within seconds.
+    func start(_ extra: [String] = []) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = ["run", "--spool", spool, "--store", store, "--retry-delay", "0.1"] + extra
+        if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+        let h = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        h.seekToEndOfFile()
+        p.standardError = h
+        p.standardOutput = h
+        try p.run()
+        daemon = p
+        logHandle = h
+        try waitUntil("the daemon takes its lock", timeout: 10) {
+            (try? String(contentsOfFile: logPath, encoding: .utf8))?.contains("watching") ?? false || !p.isRunning
+        }
+        XCTAssertTrue(p.isRunning, "daemon exited at start: \(log())")
+    }
+
+    /// SIGTERM, and wait for the exit status.
+    @discardableResult
+    func stop() -> Int32 {
+        guard let d = daemon else { return -1 }
+        if d.isRunning { d.terminate() }
+        d.waitUntilExit()
+        daemon = nil
+        return d.terminationStatus
+    }
+
+    /// SIGKILL (kill -9), and wait for it to be gone.
+    func kill9() {
+        guard let d = daemon else { return }
+        if d.isRunning { kill(d.processIdentifier, SIGKILL) }
+        d.waitUntilExit()
+        daemon = nil
+    }
+
+    func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Drops a request the documented safe way: write a dotfile in requests/, then rename it.
+    func drop(_ name: String, _ json: Any) throws {
+        let data = try JSONSerialization.data(withJSONObject: json, options: [.sortedKeys])
+        try dropRaw(name, data)
+    }
+
+    func dropRaw(_ name: String, _ data: Data) throws {
+        let dir = spool + "/requests"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let tmp = dir + "/.tmp-" + UUID().uuidString
+        try data.write(to: URL(fileURLWithPath: tmp))
+        XCTAssertEqual(rename(tmp, dir + "/" + name), 0)
+    }
+
+    /// Drops `control/<id>.<action>` (empty file, dotfile then rename).
+    func control(_ id: String, _ action: String) throws {
+        let dir = spool + "/control"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let tmp = dir + "/.tmp-" + UUID().uuidString
+        FileManager.default.createFile(atPath: tmp, contents: Data())
+        XCTAssertEqual(rename(tmp, dir + "/\(id).\(action)"), 0)
+    }
+
+    /// The word in `status/<id>.state` (without the newline), or nil.
+    func state(_ id: String) -> String? {
+        guard let s = try? String(contentsOfFile: "\(spool)/status/\(id).state", encoding: .utf8) else { return nil }
+        return s.hasSuffix("\n") ? String(s.dropLast()) : "<no newline>" + s
+    }
+
+    /// `status/<id>.json` as a dictionary.
+    func status(_ id: String) -> [String: Any]? {
+        guard let d = FileManager.default.contents(atPath: "\(spool)/status/\(id).json") else { return nil }
+        return (try? JSONSerialization.jsonObject(with: d)) as? [String: Any]
+    }
+
+    func progress(_ id: String) -> [String: Int] {
+        var out: [String: Int] = [:]
+        for (k, v) in (status(id)?["progress"] as? [String: Any]) ?? [:] { if let n = v as? NSNumber { out[k] = n.intValue } }
+        return out
+    }
+
+    func errorCode(_ id: String) -> String? { (status(id)?["error"] as? [String: Any])?["code"] as? String }
+    func errorMessage(_ id: String) -> String? { (status(id)?["error"] as? [String: Any])?["message"] as? String }
+
+    /// Waits until `<id>.state` says `state` (failing early, with the log, when the daemon died).
+    func waitForState(_ id: String, _ state: String, timeout: TimeInterval = 60) throws {
+        try waitUntil("\(id) reaches \(state) (now \(self.state(id) ?? "none"))", timeout: timeout) {
+            if let d = daemon, !d.isRunning { XCTFail("daemon exited: \(log().suffix(3000))"); return true }
+            return self.state(id) == state
+        }
+        XCTAssertEqual(self.state(id), state, "log: \(log().suffix(3000))")
+    }
+
+    /// The lines of `events.jsonl`, parsed.
+    func events(_ id: String? = nil) -> [[String: Any]] {
+        guard let text = try? String(contentsOfFile: spool + "/events.jsonl", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+        }.filter { id == nil || ($0["id"] as? String) == id }
+    }
+
+    /// The states in events.jsonl for `id`, in order.
+    func eventStates(_ id: String) -> [String] { events(id).compactMap { $0["state"] as? String } }
+
+    struct Line { let kind, sha, key, url: String; let bytes: Int }
+
+    /// The region's manifest lines (comments skipped).
+    func manifest(_ id: String) -> [Line] {
+        guard let text = try? String(contentsOfFile: "\(store)/regions/\(id)/manifest.tsv", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { l in
+            let f = l.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            return Line(kind: f[0], sha: f[1], key: f[3], url: f[4], bytes: Int(f[2]) ?? -1)
+        }
+    }
+
+    func objectPath(_ sha: String) -> String { "\(store)/objects/\(sha.prefix(2))/\(sha)" }
+
+    /// Every object file in the store, by name.
+    func objects() -> [String] {
+        let dir = store + "/objects"
+        let subs = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+        return subs.flatMap { (try? FileManager.default.contentsOfDirectory(atPath: dir + "/" + $0)) ?? [] }
+    }
+
+    /// Checks what a user checks after a download: every manifest line's object exists and its
+    /// bytes hash (sha256sum) to its name and have the recorded size; status counts equal the manifest's.
+    func assertStoreMatchesManifest(_ id: String, file: StaticString = #filePath, line: UInt = #line) {
+        let lines = manifest(id)
+        XCTAssertFalse(lines.isEmpty, "empty manifest", file: file, line: line)
+        let shas = Array(Set(lines.map(\.sha).filter { $0 != "-" })).sorted()
+        let hashes = sha256sum(shas.map(objectPath))
+        for l in lines where l.sha != "-" {
+            XCTAssertEqual(hashes[objectPath(l.sha)], l.sha, "object of \(l.key) is missing or does not hash to its name", file: file, line: line)
+            XCTAssertEqual(Files_size(objectPath(l.sha)), l.bytes, "size of \(l.key)", file: file, line: line)
+        }
+        let p = progress(id)
+        XCTAssertEqual(p["resourcesCompleted"], lines.count, file: file, line: line)
+        XCTAssertEqual(p["resourcesExpected"], lines.count, file: file, line: line)
+        XCTAssertEqual(p["tilesCompleted"], lines.filter { $0.kind == "tile" }.count, file: file, line: line)
+        XCTAssertEqual(p["bytesCompleted"], lines.reduce(0) { $0 + $1.bytes }, file: file, line: line)
+        XCTAssertEqual(p["tileBytesCompleted"], lines.filter { $0.kind == "tile" }.reduce(0) { $0 + $1.bytes }, file: file, line: line)
+    }
+
+    /// Runs `tilespool ARGS` to completion; returns (exit status, stdout + stderr).
+    @discardableResult
+    func cli(_ args: [String]) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = args
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// SHA-256 of `data` with the system's `sha256sum` (an implementation independent of ours).
+func sha256Hex(_ data: Data) -> String {
+    let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("sha-\(UUID().uuidString)")
+    try? data.write(to: tmp)
+    defer { try? FileManager.default.removeItem(at: tmp) }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+    p.arguments = [tmp.path]
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    try? p.run()
+    let out = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return String(String(decoding: out, as: UTF8.self).prefix(64))
+}
+
+/// Size of a file in bytes, or -1.
+func Files_size(_ path: String) -> Int {
+    ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? -1
+}
+
+/// SHA-256 of many files with one run of the system's `sha256sum` (independent of our code):
+/// path -> hex digest; missing files are absent from the result.
+func sha256sum(_ paths: [String]) -> [String: String] {
+    var out: [String: String] = [:]
+    for chunk in stride(from: 0, to: paths.count, by: 500).map({ Array(paths[$0..<min($0 + 500, paths.count)]) }) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+        p.arguments = chunk
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = FileHandle.nullDevice
+        try? p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where line.count > 66 {
+            out[String(line.dropFirst(66))] = String(line.prefix(64))
+        }
+    }
+    return out
+}
