@@ -240,6 +240,14 @@ class Handler(BaseHTTPRequestHandler):
     def fault_ok(self, path, query, segments, count):
         self.send_body(200, ok_body(path), content_type_for(path))
 
+    def fault_slow(self, path, query, segments, count):
+        """/slow/MS/...: 200 like /ok after MS milliseconds (a slow but healthy server)."""
+        ms = self.threshold(segments)
+        if ms is None:
+            return self.send_body(400, b"use /slow/MS/...\n")
+        time.sleep(min(ms, 10000) / 1000.0)
+        self.fault_ok(path, query, segments, count)
+
     def fault_empty(self, path, query, segments, count):
         self.send_no_body(204)
 

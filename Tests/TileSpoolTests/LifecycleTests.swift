@@ -1,0 +1,275 @@
+import Foundation
+import XCTest
+
+/// Issue 3: every state and action of a region through files alone, scheduling, restart,
+/// pausedNetwork, failedStorage and gc, against the real binary.
+final class LifecycleTests: XCTestCase {
+    var server: FaultServer!
+    var fx: SpoolFixture!
+
+    override func setUpWithError() throws {
+        server = try FaultServer()
+        fx = try SpoolFixture()
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        server?.stop()
+    }
+
+    /// A `tiles` request over the whole world at z0...maxZoom against the fault server's slow path
+    /// (each tile answers after `ms` milliseconds): 1, 5, 21, 85, 341, 1365 tiles up to z5.
+    func slowRequest(_ id: String, maxZoom: Int, ms: Int = 20) -> [String: Any] {
+        ["id": id, "tiles": [server.baseURL + "/slow/\(ms)/\(id)/{z}/{x}/{y}.png"],
+         "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": maxZoom]
+    }
+
+    /// Every tile line of `id`'s manifest has the body the fault server sends for its URL.
+    func assertTilesMatchServer(_ id: String, count: Int, file: StaticString = #filePath, line: UInt = #line) {
+        let tiles = fx.manifest(id).filter { $0.kind == "tile" }
+        XCTAssertEqual(tiles.count, count, file: file, line: line)
+        XCTAssertEqual(Set(tiles.map(\.key)).count, count, "duplicate manifest keys", file: file, line: line)
+        for t in tiles.prefix(50) {
+            let path = String(t.url.dropFirst(server.baseURL.count))
+            XCTAssertEqual(t.sha, sha256Hex(FaultServer.okBody(path)), t.key, file: file, line: line)
+        }
+        fx.assertStoreMatchesManifest(id, file: file, line: line)
+    }
+
+    /// Hits per tile path of region `id` on the fault server.
+    func tileHits(_ id: String) -> [String: Int] { server.allHits().filter { $0.key.contains("/\(id)/") } }
+
+    func testPauseThenResumeContinuesFromStoredCountsWithoutRefetching() throws {
+        try fx.start()
+        try fx.drop("p.json", slowRequest("p", maxZoom: 5))
+        var seen: [Int] = []
+        try waitUntil("100 tiles done", timeout: 60) {
+            let n = fx.progress("p")["tilesCompleted"] ?? 0
+            seen.append(n)
+            return n >= 100
+        }
+        try fx.control("p", "pause")
+        try fx.waitForState("p", "pausedUser")
+        let atPause = fx.progress("p")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/control/p.pause"), "control file removed")
+        XCTAssertEqual(fx.manifest("p").count, atPause["resourcesCompleted"], "status counts what the manifest holds")
+        try fx.control("p", "resume")
+        try waitUntil("p completes", timeout: 60) {
+            seen.append(fx.progress("p")["tilesCompleted"] ?? 0)
+            return fx.state("p") == "completed"
+        }
+        XCTAssertEqual(seen, seen.sorted(), "progress never goes backwards")
+        XCTAssertEqual(fx.eventStates("p"), ["queued", "downloading", "pausedUser", "queued", "downloading", "completed"])
+        assertTilesMatchServer("p", count: 1365)
+        // Nothing already in the manifest was requested again: one request per tile, except the
+        // requests that were in flight when the pause stopped them (at most the per-region limit).
+        let hits = tileHits("p")
+        XCTAssertEqual(hits.count, 1365)
+        XCTAssertLessThanOrEqual(hits.values.filter { $0 > 1 }.count, 8)
+        XCTAssertEqual(hits.values.max(), hits.values.filter { $0 > 1 }.isEmpty ? 1 : 2)
+    }
+
+    func testCancelKeepsDataUntilDeleteAndResumeCompletes() throws {
+        try fx.start()
+        try fx.drop("c.json", slowRequest("c", maxZoom: 5))
+        try waitUntil("50 tiles done", timeout: 60) { (fx.progress("c")["tilesCompleted"] ?? 0) >= 50 }
+        try fx.control("c", "cancel")
+        try fx.waitForState("c", "cancelled")
+        let kept = fx.manifest("c")
+        XCTAssertGreaterThanOrEqual(kept.count, 50)
+        for l in kept where l.sha != "-" { XCTAssertTrue(FileManager.default.fileExists(atPath: fx.objectPath(l.sha))) }
+        // A cancelled region can be resumed; it completes from what was stored.
+        try fx.control("c", "resume")
+        try fx.waitForState("c", "completed")
+        assertTilesMatchServer("c", count: 1365)
+        // Delete: status files and region folder gone, events.jsonl says deleted.
+        try fx.control("c", "delete")
+        try waitUntil("c deleted", timeout: 10) { fx.events("c").last?["state"] as? String == "deleted" }
+        XCTAssertNil(fx.state("c"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/status/c.json"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/c"))
+    }
+
+    func testDeleteWhileDownloadingStopsTheDownload() throws {
+        try fx.start()
+        try fx.drop("d.json", slowRequest("d", maxZoom: 5, ms: 50))
+        try waitUntil("20 tiles done", timeout: 60) { (fx.progress("d")["tilesCompleted"] ?? 0) >= 20 }
+        try fx.control("d", "delete")
+        try waitUntil("d deleted", timeout: 10) { fx.events("d").last?["state"] as? String == "deleted" }
+        let hitsAtDelete = tileHits("d").values.reduce(0, +)
+        XCTAssertNil(fx.state("d"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/d"))
+        // The daemon goes on: another region completes, and no request for d was made meanwhile
+        // beyond those already in flight.
+        try fx.drop("e.json", slowRequest("e", maxZoom: 2, ms: 1))
+        try fx.waitForState("e", "completed")
+        XCTAssertLessThanOrEqual(tileHits("d").values.reduce(0, +), hitsAtDelete + 8)
+    }
+
+    func testActionsThatDoNotApplyChangeNothing() throws {
+        try fx.start()
+        try fx.drop("done.json", slowRequest("done", maxZoom: 1, ms: 1))
+        try fx.waitForState("done", "completed")
+        let before = fx.status("done")?["progress"] as? [String: Any]
+        try fx.control("done", "pause")
+        try fx.control("done", "cancel")
+        try waitUntil("both actions logged", timeout: 10) { fx.events("done").filter { $0["ignored"] != nil }.count == 2 }
+        XCTAssertEqual(fx.state("done"), "completed")
+        XCTAssertEqual((fx.status("done")?["progress"] as? [String: Any])?.description, before?.description)
+        let ignored = fx.events("done").filter { $0["ignored"] != nil }
+        XCTAssertEqual(ignored.map { $0["action"] as? String }, ["pause", "cancel"])
+        XCTAssertTrue(fx.log().contains("pause ignored"))
+        // Resume of a downloading region is ignored too.
+        try fx.drop("busy.json", slowRequest("busy", maxZoom: 4, ms: 30))
+        try fx.waitForState("busy", "downloading")
+        try fx.control("busy", "resume")
+        try waitUntil("resume logged", timeout: 10) { fx.events("busy").contains { $0["action"] as? String == "resume" } }
+        XCTAssertEqual(fx.state("busy"), "downloading")
+        // A control file for an unknown id goes to rejected/ with a .error file.
+        try fx.control("nobody", "pause")
+        try waitUntil("rejected", timeout: 10) { FileManager.default.fileExists(atPath: fx.spool + "/rejected/nobody.pause.error") }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/control/nobody.pause"))
+    }
+
+    func testAtMostMaxActiveRegionsDownloadInArrivalOrder() throws {
+        try fx.start(["--max-active-regions", "1"])
+        for id in ["q1", "q2", "q3"] { try fx.drop("\(id).json", slowRequest(id, maxZoom: 3, ms: 10)) }
+        var maxDownloading = 0
+        try waitUntil("all complete", timeout: 60) {
+            let states = ["q1", "q2", "q3"].map { fx.state($0) }
+            maxDownloading = max(maxDownloading, states.filter { $0 == "downloading" }.count)
+            return states.allSatisfy { $0 == "completed" }
+        }
+        XCTAssertEqual(maxDownloading, 1)
+        let completions = fx.events().filter { $0["state"] as? String == "completed" }.compactMap { $0["id"] as? String }
+        XCTAssertEqual(completions, ["q1", "q2", "q3"])
+        let starts = fx.events().filter { $0["state"] as? String == "downloading" }.compactMap { $0["id"] as? String }
+        XCTAssertEqual(starts, ["q1", "q2", "q3"])
+    }
+
+    func testRestartAfterKill9CompletesWithTheSameManifest() throws {
+        try fx.start()
+        try fx.drop("k.json", slowRequest("k", maxZoom: 5))
+        try waitUntil("200 tiles done", timeout: 60) { (fx.progress("k")["tilesCompleted"] ?? 0) >= 200 }
+        let reported = fx.progress("k")["resourcesCompleted"] ?? 0
+        fx.kill9()
+        // Nothing already reported done is lost.
+        XCTAssertGreaterThanOrEqual(fx.manifest("k").count, reported)
+        XCTAssertEqual(fx.state("k"), "downloading")
+        try fx.start()
+        try fx.waitForState("k", "completed")
+        assertTilesMatchServer("k", count: 1365)
+        let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
+
+    func testSigtermQueuesDownloadsAndRestartResumesThem() throws {
+        try fx.start()
+        try fx.drop("t.json", slowRequest("t", maxZoom: 5))
+        try fx.drop("paused.json", slowRequest("paused", maxZoom: 5))
+        try waitUntil("t has progress", timeout: 60) { (fx.progress("t")["tilesCompleted"] ?? 0) >= 20 }
+        try fx.control("paused", "pause")
+        try fx.waitForState("paused", "pausedUser")
+        XCTAssertEqual(fx.stop(), 0)
+        XCTAssertEqual(fx.state("t"), "queued")
+        XCTAssertEqual(fx.state("paused"), "pausedUser")
+        try fx.start()
+        try fx.waitForState("t", "completed")
+        XCTAssertEqual(fx.state("paused"), "pausedUser")
+        assertTilesMatchServer("t", count: 1365)
+    }
+
+    func testSecondDaemonOnTheSameSpoolRefusesToStart() throws {
+        try fx.start()
+        let (rc, out) = try fx.cli(["run", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1)
+        XCTAssertTrue(out.contains("another daemon is already running"), out)
+    }
+
+    func testPausedNetworkWhenTheServerGoesAwayAndBackByItself() throws {
+        try fx.start(["--max-retries", "2", "--max-probe-interval", "1", "--connect-timeout", "2"])
+        try fx.drop("n.json", slowRequest("n", maxZoom: 5))
+        try waitUntil("50 tiles done", timeout: 60) { (fx.progress("n")["tilesCompleted"] ?? 0) >= 50 }
+        server.stop()
+        try fx.waitForState("n", "pausedNetwork", timeout: 30)
+        XCTAssertEqual(fx.errorCode("n"), "networkError")
+        let atPause = fx.progress("n")["tilesCompleted"] ?? 0
+        try server.restart()
+        try fx.waitForState("n", "completed", timeout: 60)
+        XCTAssertGreaterThanOrEqual(fx.progress("n")["tilesCompleted"] ?? 0, atPause)
+        let states = fx.eventStates("n")
+        XCTAssertEqual(Array(states.prefix(3)), ["queued", "downloading", "pausedNetwork"])
+        XCTAssertEqual(Array(states.suffix(3)), ["queued", "downloading", "completed"])
+        assertTilesMatchServer("n", count: 1365)
+    }
+
+    func testResumeOfPausedNetworkTriesAtOnce() throws {
+        try fx.start(["--max-retries", "1", "--max-probe-interval", "3600", "--retry-delay", "0.1"])
+        server.stop()
+        try fx.drop("r.json", slowRequest("r", maxZoom: 1, ms: 1))
+        try fx.waitForState("r", "pausedNetwork", timeout: 30)
+        try server.restart()
+        try fx.control("r", "resume")
+        try fx.waitForState("r", "completed", timeout: 20)
+    }
+}
+
+/// failedStorage on a real full filesystem: a 1 MiB tmpfs holding the store.
+final class StorageTests: XCTestCase {
+    var nginx: NginxServer!
+    var fx: SpoolFixture!
+    var mountPoint = ""
+
+    override func setUpWithError() throws {
+        guard geteuid() == 0 else {
+            print("SKIPPED: StorageTests: mounting a small tmpfs needs root")
+            throw XCTSkip("mounting a tmpfs needs root")
+        }
+        let mapdata = try MapData.require()
+        nginx = try NginxServer(root: mapdata)
+        fx = try SpoolFixture()
+        mountPoint = fx.root.appendingPathComponent("small").path
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        XCTAssertEqual(run(["/bin/mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint]), 0)
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        nginx?.stop()
+        if !mountPoint.isEmpty { _ = run(["/bin/umount", "-l", mountPoint]) }
+    }
+
+    func run(_ args: [String]) -> Int32 {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: args[0])
+        p.arguments = Array(args.dropFirst())
+        try? p.run()
+        p.waitUntilExit()
+        return p.terminationStatus
+    }
+
+    func testFullDiskGivesFailedStorageAndResumeCompletesAfterSpaceIsFreed() throws {
+        let store = mountPoint + "/store"
+        try fx.start(["--store", store])
+        // OSM Carto z0-4: 341 PNG tiles, several MiB: more than the 1 MiB filesystem holds.
+        try fx.drop("carto.json", ["tiles": [nginx.baseURL + "/raster/osm_carto/{z}/{x}/{y}.png"],
+                                   "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 4])
+        try fx.waitForState("carto", "failedStorage")
+        let message = fx.errorMessage("carto") ?? ""
+        XCTAssertTrue(message.contains("ENOSPC"), message)
+        XCTAssertTrue(message.contains(store), message)
+        XCTAssertEqual(fx.errorCode("carto"), "storageError")
+        // The store is consistent: no temp file, every object hashes to its name, every manifest
+        // line names an object that exists.
+        let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", store])
+        XCTAssertEqual(rc, 0, out)
+        // Free space (grow the filesystem), resume, complete.
+        XCTAssertEqual(run(["/bin/mount", "-o", "remount,size=64m", mountPoint]), 0)
+        try fx.control("carto", "resume")
+        try fx.waitForState("carto", "completed")
+        let lines = (try String(contentsOfFile: store + "/regions/carto/manifest.tsv", encoding: .utf8)).split(separator: "\n").filter { !$0.hasPrefix("#") }
+        XCTAssertEqual(lines.count, 341)
+        let (rc2, out2) = try fx.cli(["verify", "--spool", fx.spool, "--store", store])
+        XCTAssertEqual(rc2, 0, out2)
+    }
+}
