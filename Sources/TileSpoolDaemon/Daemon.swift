@@ -89,6 +89,8 @@ final class Download {
     var attempts: [WorkItem: Int] = [:]
     /// Objects written to the store, waiting for the next sync to enter the manifest.
     var pending: [(item: WorkItem, line: ManifestLine)] = []
+    /// Lines of `pending` not yet appended to the journal (written once per loop iteration).
+    var journalBuffer: [ManifestLine] = []
     /// No new request before this time (a server's Retry-After).
     var holdUntil = 0.0
     /// Before the plan: the style and the TileJSON documents fetched so far.
@@ -195,6 +197,7 @@ public final class Daemon {
                 }
             }
             for r in http.collect() { handle(r) }
+            writeJournals()
             let now = Daemon.now()
             if pendingCount >= options.syncBatch || (pendingCount > 0 && now - lastSync >= options.syncInterval) { commit() }
             for r in regions.values where r.statusDirty && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
@@ -451,6 +454,7 @@ public final class Daemon {
                 count(line, into: &p)
             }
             r.progress = p
+            recoverJournal(r, d, plan)
         } else {
             r.files.readManifest { lines.append($0) }
             var p = RegionProgress()
@@ -654,8 +658,43 @@ public final class Daemon {
             if d.inFlight.isEmpty && d.needed.isEmpty && d.retries.isEmpty { makePlan(r, d) }
         case .index:
             d.pending.append((item, line))
+            d.journalBuffer.append(line)
             pendingCount += 1
         }
+    }
+
+    /// Appends the lines of objects written in this loop iteration to each region's journal, so
+    /// that a `kill -9` before the next sync loses no downloaded object.
+    func writeJournals() {
+        for r in regions.values {
+            guard let d = r.download, !d.journalBuffer.isEmpty else { continue }
+            do { try r.files.appendToJournal(d.journalBuffer) } catch { storageFailed(r, error); continue }
+            d.journalBuffer.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// After a crash: promotes journal lines whose objects are intact (they hash to their names)
+    /// into the manifest, after a sync, and counts them. Lines naming lost objects are dropped.
+    func recoverJournal(_ r: Region, _ d: Download, _ plan: ResourcePlan) {
+        var recovered: [ManifestLine] = []
+        r.files.readJournal { line in
+            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+            if let sha = line.sha256, SHA256.hex(file: store.objectPath(sha)) != sha { return }
+            d.done[i] = true
+            recovered.append(line)
+        }
+        if !recovered.isEmpty {
+            do {
+                try store.sync()
+                try r.files.appendToManifest(recovered)
+            } catch {
+                Log.error("\(r.id): cannot recover the journal: \(error)")
+                return
+            }
+            for l in recovered { count(l, into: &r.progress) }
+            Log.info("\(r.id): recovered \(recovered.count) resources from the journal")
+        }
+        r.files.clearJournal()
     }
 
     func kind(of item: WorkItem, _ d: Download) -> ResourceKind {
@@ -751,9 +790,11 @@ public final class Daemon {
             guard let d = r.download, !d.pending.isEmpty else { continue }
             let batch = d.pending
             d.pending.removeAll(keepingCapacity: true)
+            d.journalBuffer.removeAll(keepingCapacity: true)
             do { try r.files.appendToManifest(batch.map(\.line)) } catch {
                 storageFailed(r, error); continue
             }
+            r.files.clearJournal()
             for (item, line) in batch {
                 if case .index(let i) = item { d.done[i] = true }
                 count(line, into: &r.progress)

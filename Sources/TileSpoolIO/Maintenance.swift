@@ -32,13 +32,13 @@ public struct VerifyReport: Sendable {
 /// an object it re-uses (`ObjectStore.put`), and a candidate is first renamed into `tmp/` and its
 /// mtime checked again before it is unlinked (restored if the daemon touched it meanwhile).
 public enum StoreMaintenance {
-    /// Every object name referenced by any region's manifest.
+    /// Every object name referenced by any region's manifest or journal.
     static func referenced(_ store: ObjectStore) -> Set<String> {
         var refs = Set<String>()
         for id in Files.list(store.regionsDir) {
-            RegionFiles(dir: store.regionDir(id)).readManifest { line in
-                if let s = line.sha256 { refs.insert(s) }
-            }
+            let files = RegionFiles(dir: store.regionDir(id))
+            files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }
+            files.readJournal { line in if let s = line.sha256 { refs.insert(s) } }
         }
         return refs
     }

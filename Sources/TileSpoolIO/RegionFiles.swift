@@ -6,16 +6,21 @@ import TileSpoolCore
 /// - `request.json`: the accepted request, defaults filled in (credentials kept: it is needed to resume);
 /// - `plan.json`: the exact `ResourcePlan`, written once every TileJSON is resolved;
 /// - `manifest.tsv`: one `ManifestLine` per completed resource, appended in batches after the
-///   objects they name are durable.
+///   objects they name are durable;
+/// - `journal.tsv`: the same lines for objects written since the last sync, appended at once and
+///   never synced. After `kill -9` the page cache still holds them, so a restart promotes the ones
+///   whose objects hash to their names instead of fetching them again (docs/durability.md).
 public final class RegionFiles: @unchecked Sendable {
     public let dir: String
     public var requestPath: String { dir + "/request.json" }
     public var planPath: String { dir + "/plan.json" }
     public var manifestPath: String { dir + "/manifest.tsv" }
+    public var journalPath: String { dir + "/journal.tsv" }
     private var manifestFD: Int32 = -1
+    private var journalFD: Int32 = -1
 
     public init(dir: String) { self.dir = dir }
-    deinit { if manifestFD >= 0 { close(manifestFD) } }
+    deinit { closeManifest() }
 
     /// Creates the folder and writes the request (fsynced).
     public func create(request: RegionRequest) throws(SystemError) {
@@ -46,8 +51,13 @@ public final class RegionFiles: @unchecked Sendable {
 
     /// Calls `body` for every complete line of the manifest, in order. A last line without its
     /// newline (a write cut by a crash) is ignored and cut off the file, so appends stay aligned.
-    public func readManifest(_ body: (ManifestLine) -> Void) {
-        guard let data = try? Files.readRegularFile(manifestPath, limit: Int.max / 2) else { return }
+    public func readManifest(_ body: (ManifestLine) -> Void) { readLines(manifestPath, body) }
+
+    /// Calls `body` for every complete line of the journal (see the type's documentation).
+    public func readJournal(_ body: (ManifestLine) -> Void) { readLines(journalPath, body) }
+
+    private func readLines(_ path: String, _ body: (ManifestLine) -> Void) {
+        guard let data = try? Files.readRegularFile(path, limit: Int.max / 2) else { return }
         var lastNewline = -1
         data.withUnsafeBytes { raw in
             let bytes = raw.bindMemory(to: UInt8.self)
@@ -59,7 +69,7 @@ public final class RegionFiles: @unchecked Sendable {
                 lastNewline = i
             }
         }
-        if lastNewline + 1 < data.count { truncate(manifestPath, off_t(lastNewline + 1)) }
+        if lastNewline + 1 < data.count { truncate(path, off_t(lastNewline + 1)) }
     }
 
     /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name
@@ -80,15 +90,31 @@ public final class RegionFiles: @unchecked Sendable {
         if fdatasync(manifestFD) != 0 { throw SystemError("fdatasync", manifestPath) }
     }
 
-    /// Closes the manifest's file descriptor (it reopens on the next append).
+    /// Appends lines to the journal without syncing (one `write`).
+    public func appendToJournal(_ lines: [ManifestLine]) throws(SystemError) {
+        guard !lines.isEmpty else { return }
+        if journalFD < 0 { journalFD = try Files.open(journalPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666) }
+        var text = ""
+        for l in lines { text += l.text }
+        try Files.writeAll(journalFD, Data(text.utf8), path: journalPath)
+    }
+
+    /// Empties the journal once its lines are in the manifest.
+    public func clearJournal() {
+        if journalFD >= 0 { ftruncate(journalFD, 0) } else if Files.entryType(journalPath) == .regular { truncate(journalPath, 0) }
+    }
+
+    /// Closes the manifest's and journal's file descriptors (they reopen on the next append).
     public func closeManifest() {
         if manifestFD >= 0 { close(manifestFD); manifestFD = -1 }
+        if journalFD >= 0 { close(journalFD); journalFD = -1 }
     }
 
     /// Removes the manifest and plan (a fresh download of the same id).
     public func resetDownload() {
         closeManifest()
         Files.remove(manifestPath)
+        Files.remove(journalPath)
         Files.remove(planPath)
     }
 }

@@ -148,6 +148,12 @@ final class SpoolFixture: @unchecked Sendable {
         }
     }
 
+    /// Lines in the region's journal (objects written since the last sync).
+    func journalCount(_ id: String) -> Int {
+        guard let text = try? String(contentsOfFile: "\(store)/regions/\(id)/journal.tsv", encoding: .utf8) else { return 0 }
+        return text.split(separator: "\n").count
+    }
+
     func objectPath(_ sha: String) -> String { "\(store)/objects/\(sha.prefix(2))/\(sha)" }
 
     /// Every object file in the store, by name.
