@@ -1,0 +1,125 @@
+import Foundation
+import XCTest
+
+/// Issue 4: `tilespool verify` and `--repair`, credentials redacted, files that honour the umask.
+final class VerifyTests: XCTestCase {
+    var nginx: NginxServer!
+    var fx: SpoolFixture!
+
+    override func setUpWithError() throws {
+        nginx = try NginxServer(root: try MapData.require())
+        fx = try SpoolFixture()
+        try fx.start()
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        nginx?.stop()
+    }
+
+    func testVerifyFindsDamageAndRepairLetsResumeFetchOnlyWhatIsMissing() throws {
+        try fx.drop("toner.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
+                                   "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("toner", "completed")
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("80 objects"), out)
+        XCTAssertTrue(out.contains("0 faults"), out)
+
+        // Damage: flip the bytes of one object, delete another, leave a temp file behind.
+        let lines = fx.manifest("toner")
+        let damaged = lines[10], deleted = lines.first { $0.sha != damaged.sha && $0.key.hasPrefix("tiles0/3/") }!
+        let usingDamaged = lines.filter { $0.sha == damaged.sha || $0.sha == deleted.sha }.count
+        try Data("not a png".utf8).write(to: URL(fileURLWithPath: fx.objectPath(damaged.sha)))
+        try FileManager.default.removeItem(atPath: fx.objectPath(deleted.sha))
+        FileManager.default.createFile(atPath: fx.store + "/tmp/leftover.tmp", contents: Data("x".utf8))
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("bad object (content does not hash to its name): objects/\(damaged.sha.prefix(2))/\(damaged.sha)"), out)
+        XCTAssertTrue(out.contains("missing object: toner: \(deleted.key)"), out)
+        XCTAssertTrue(out.contains("temp file left over: tmp/leftover.tmp"), out)
+
+        // --repair needs the daemon stopped.
+        (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1)
+        XCTAssertTrue(out.contains("needs the daemon stopped"), out)
+        fx.stop()
+        (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertTrue(out.contains("quarantined 1 objects"), out)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.store + "/quarantine/" + damaged.sha))
+        XCTAssertEqual(fx.state("toner"), "failed")
+        XCTAssertEqual(fx.errorCode("toner"), "storeDamaged")
+        XCTAssertEqual(fx.manifest("toner").count, 85 - usingDamaged)
+        try FileManager.default.removeItem(atPath: fx.store + "/tmp/leftover.tmp")
+
+        // Resume fetches exactly the missing resources.
+        let before = nginx.accessLog().count
+        try fx.start()
+        try fx.control("toner", "resume")
+        try fx.waitForState("toner", "completed")
+        try waitUntil("access log written", timeout: 10) { nginx.accessLog().count >= before + usingDamaged }
+        let refetched = nginx.accessLog().dropFirst(before).map(\.path)
+        XCTAssertEqual(refetched.count, usingDamaged, "\(refetched)")
+        fx.assertStoreMatchesManifest("toner")
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
+}
+
+final class SecretsAndConfinementTests: XCTestCase {
+    func testCredentialsAreSentButRedactedInStatusEventsAndLogs() throws {
+        let nginx = try NginxServer(root: try MapData.require())
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        defer { fx.stop() }
+        try fx.start()
+        // A tile that fails (500 is not served by nginx: use a missing style instead, 404).
+        try fx.drop("s.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png?access_token=SECRET1&key=SECRET2&lang=en"],
+                               "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("s", "completed")
+        try fx.drop("f.json", ["style": nginx.baseURL + "/nothing/style.json?api_key=SECRET3",
+                               "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("f", "failed")
+        XCTAssertEqual(fx.errorCode("f"), "httpError")
+        let url = (fx.status("f")?["error"] as? [String: Any])?["url"] as? String
+        XCTAssertEqual(url, nginx.baseURL + "/nothing/style.json?api_key=REDACTED")
+        // The server received the real credentials.
+        try waitUntil("access log", timeout: 10) { nginx.accessLog().contains { $0.uri.contains("SECRET3") } }
+        XCTAssertTrue(nginx.accessLog().contains { $0.uri.contains("access_token=SECRET1&key=SECRET2") })
+        // Nothing a user reads holds them.
+        var readable = fx.log()
+        for name in try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/status") {
+            readable += (try? String(contentsOfFile: fx.spool + "/status/" + name, encoding: .utf8)) ?? ""
+        }
+        readable += (try? String(contentsOfFile: fx.spool + "/events.jsonl", encoding: .utf8)) ?? ""
+        readable += (try? String(contentsOfFile: fx.store + "/regions/s/manifest.tsv", encoding: .utf8)) ?? ""
+        XCTAssertFalse(readable.contains("SECRET"), "a credential leaked")
+        XCTAssertTrue(readable.contains("access_token=REDACTED"))
+        let (_, status) = try fx.cli(["status", "--json", "--spool", fx.spool])
+        XCTAssertFalse(status.contains("SECRET"))
+    }
+
+    func testFilesHonourTheUmaskAndSymlinksAreNotFollowed() throws {
+        let nginx = try NginxServer(root: try MapData.require())
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        defer { fx.stop() }
+        let old = umask(0o027)
+        defer { umask(old) }
+        try fx.start()
+        // A symlink in status/ named like the region's status file, pointing outside the spool.
+        let outside = fx.root.appendingPathComponent("outside.txt").path
+        FileManager.default.createFile(atPath: outside, contents: Data("keep".utf8))
+        try FileManager.default.createSymbolicLink(atPath: fx.spool + "/status/u.state", withDestinationPath: outside)
+        try fx.drop("u.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
+                               "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("u", "completed")
+        XCTAssertEqual(try String(contentsOfFile: outside, encoding: .utf8), "keep", "the symlink's target was written")
+        func mode(_ p: String) -> Int { ((try? FileManager.default.attributesOfItem(atPath: p))?[.posixPermissions] as? NSNumber)?.intValue ?? -1 }
+        let sha = fx.manifest("u").first { $0.sha != "-" }!.sha
+        XCTAssertEqual(mode(fx.objectPath(sha)), 0o640)
+        XCTAssertEqual(mode(fx.spool + "/status/u.json"), 0o640)
+        XCTAssertEqual(mode(fx.store + "/regions/u/manifest.tsv"), 0o640)
+        XCTAssertEqual(mode(fx.store + "/objects"), 0o750)
+    }
+}
