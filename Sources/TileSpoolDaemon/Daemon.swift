@@ -113,6 +113,9 @@ public final class Daemon {
     let signals: SignalFD
     let lock: SpoolLock
     var regions: [String: Region] = [:]
+    /// The regions the event loop looks at each turn: queued, downloading, pausedNetwork, or with
+    /// a status still to write. Finished regions stay out of the hot path however many there are.
+    var live: [String: Region] = [:]
     var arrivals = 0
     var nextTag = 1
     /// tag -> (region id, item); probes use item nil.
@@ -200,7 +203,7 @@ public final class Daemon {
             writeJournals()
             let now = Daemon.now()
             if pendingCount >= options.syncBatch || (pendingCount > 0 && now - lastSync >= options.syncInterval) { commit() }
-            for r in regions.values where r.statusDirty && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
+            for r in live.values where r.statusDirty && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
         }
         shutdown()
     }
@@ -209,7 +212,7 @@ public final class Daemon {
         let now = Daemon.now()
         var t = 1.0
         if pendingCount > 0 { t = min(t, max(0, lastSync + options.syncInterval - now)) }
-        for r in regions.values {
+        for r in live.values {
             if let d = r.download {
                 for x in d.retries { t = min(t, max(0, x.due - now)) }
                 if d.holdUntil > now { t = min(t, d.holdUntil - now) }
@@ -279,7 +282,7 @@ public final class Daemon {
                 reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
                 return
             }
-            if let old = regions.removeValue(forKey: id) { stopDownload(old) }
+            if let old = regions.removeValue(forKey: id) { stopDownload(old); live.removeValue(forKey: id) }
             let st = RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: NSNull())
             try? status.write(st)
             status.event(id: id, state: RegionState.failed.rawValue, error: e)
@@ -375,6 +378,7 @@ public final class Daemon {
         case .delete:
             stopDownload(r, commitPending: false)
             regions.removeValue(forKey: r.id)
+            live.removeValue(forKey: r.id)
             Files.removeTree(r.files.dir)
             status.remove(id: r.id)
             status.event(id: r.id, state: "deleted", error: nil, extra: ["action": "delete"])
@@ -402,6 +406,14 @@ public final class Daemon {
         do { try status.write(st) } catch { Log.error("\(r.id): cannot write status: \(error)") }
         r.statusDirty = false
         r.lastStatusWrite = Daemon.now()
+        updateLive(r)
+    }
+
+    /// Keeps `live` in step with a region's state (call after any state change or removal).
+    func updateLive(_ r: Region) {
+        let isLive = regions[r.id] === r && (r.state == .queued || r.state == .downloading || r.state == .pausedNetwork
+            || r.statusDirty || r.download != nil)
+        if isLive { live[r.id] = r } else { live.removeValue(forKey: r.id) }
     }
 
     func fail(_ r: Region, _ e: RegionError) {
@@ -414,15 +426,15 @@ public final class Daemon {
 
     func schedule() {
         let now = Daemon.now()
-        var active = regions.values.filter { $0.state == .downloading }.count
+        var active = live.values.filter { $0.state == .downloading }.count
         if active < options.maxActiveRegions {
-            for r in regions.values.filter({ $0.state == .queued }).sorted(by: { $0.arrival < $1.arrival }) {
+            for r in live.values.filter({ $0.state == .queued }).sorted(by: { $0.arrival < $1.arrival }) {
                 guard active < options.maxActiveRegions else { break }
                 start(r)
                 if r.state == .downloading { active += 1 }
             }
         }
-        for r in regions.values {
+        for r in Array(live.values) {
             if r.state == .downloading, let d = r.download { fill(r, d, now: now) }
             if r.state == .pausedNetwork, !r.probing, let url = r.probeURL, now >= r.nextProbe {
                 r.probing = true
@@ -666,7 +678,7 @@ public final class Daemon {
     /// Appends the lines of objects written in this loop iteration to each region's journal, so
     /// that a `kill -9` before the next sync loses no downloaded object.
     func writeJournals() {
-        for r in regions.values {
+        for r in Array(live.values) {
             guard let d = r.download, !d.journalBuffer.isEmpty else { continue }
             do { try r.files.appendToJournal(d.journalBuffer) } catch { storageFailed(r, error); continue }
             d.journalBuffer.removeAll(keepingCapacity: true)
@@ -782,11 +794,11 @@ public final class Daemon {
         lastSync = Daemon.now()
         guard pendingCount > 0 else { return }
         do { try store.sync() } catch {
-            for r in regions.values where !(r.download?.pending.isEmpty ?? true) { storageFailed(r, error) }
+            for r in Array(live.values) where !(r.download?.pending.isEmpty ?? true) { storageFailed(r, error) }
             return
         }
         pendingCount = 0
-        for r in regions.values {
+        for r in Array(live.values) {
             guard let d = r.download, !d.pending.isEmpty else { continue }
             let batch = d.pending
             d.pending.removeAll(keepingCapacity: true)

@@ -75,6 +75,7 @@ public final class HTTPClient: @unchecked Sendable {
     private let options: HTTPOptions
     private var idle: [Transfer] = []
     private var active: [Int: Transfer] = [:]
+    private var byEasy: [UnsafeMutableRawPointer: Transfer] = [:]
 
     /// Number of transfers under way.
     public var inFlight: Int { active.count }
@@ -126,12 +127,14 @@ public final class HTTPClient: @unchecked Sendable {
         t.tooLarge = false
         tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
         active[tag] = t
+        byEasy[t.easy] = t
         curl_multi_add_handle(multi, t.easy)
     }
 
     /// Stops a transfer under way; no result is reported for it.
     public func cancel(tag: Int) {
         guard let t = active.removeValue(forKey: tag) else { return }
+        byEasy.removeValue(forKey: t.easy)
         curl_multi_remove_handle(multi, t.easy)
         t.body = Data()
         idle.append(t)
@@ -157,8 +160,8 @@ public final class HTTPClient: @unchecked Sendable {
         while let msg = curl_multi_info_read(multi, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
             let code = msg.pointee.data.result
-            guard let (tag, t) = active.first(where: { $0.value.easy == easy }) else { continue }
-            active.removeValue(forKey: tag)
+            guard let t = byEasy.removeValue(forKey: easy) else { continue }
+            active.removeValue(forKey: t.tag)
             curl_multi_remove_handle(multi, easy)
             results.append(result(of: t, code: code))
             t.body = Data()
