@@ -3,8 +3,8 @@
 #   make build     debug build            make release   release build
 #   make run       deps + build, then the daemon on ./spool
 #   make test      deps, then the XCTest suite (the last output line is XCTest's summary)
-#   make bench     deps, then bench/run.sh
-#   make clean     remove .build
+#   make bench     deps, a release build in .build-bench, then bench/run.sh (docs/benchmarks.md)
+#   make clean     remove .build and .build-bench
 # SWIFT_FLAGS passes options to every swift command, e.g. SWIFT_FLAGS="--scratch-path /tmp/b".
 
 SHELL := /bin/bash
@@ -12,11 +12,11 @@ SHELL := /bin/bash
 
 SWIFT ?= swift
 SWIFT_FLAGS ?=
-DEB_PACKAGES := libcurl4-openssl-dev libssl-dev libsqlite3-dev nginx-light jq python3 mapproxy
+DEB_PACKAGES := libcurl4-openssl-dev libssl-dev libsqlite3-dev nginx-light jq python3 mapproxy curl time valgrind
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_GET := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: deps build release run test bench clean
+.PHONY: deps build release run test bench clean serve-mapdata
 
 deps:
 	@missing=""; \
@@ -41,8 +41,15 @@ run: deps build
 test: deps
 	$(SWIFT) test --disable-swift-testing $(SWIFT_FLAGS)
 
+# The bench builds release in its own scratch path, so it never contends with .build.
+BENCH_SCRATCH ?= .build-bench
+# ../shared/mapdata served like a real tile server on 127.0.0.1:8080, to try TileSpool offline.
+serve-mapdata: deps
+	bash scripts/serve-mapdata.sh
+
 bench: deps
-	bash bench/run.sh
+	$(SWIFT) build -c release --scratch-path $(BENCH_SCRATCH)
+	TILESPOOL_BIN="$$($(SWIFT) build -c release --scratch-path $(BENCH_SCRATCH) --show-bin-path)/tilespool" bash bench/run.sh
 
 clean:
-	rm -rf .build
+	rm -rf .build .build-bench
