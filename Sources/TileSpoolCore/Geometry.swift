@@ -1,0 +1,176 @@
+import Foundation
+
+/// Why a GeoJSON region is refused: a message for the status file.
+public struct ShapeError: Error, Sendable, ExpressibleByStringInterpolation {
+    public var message: String
+    public init(stringLiteral value: String) { message = value }
+    public init(stringInterpolation: DefaultStringInterpolation) { message = String(stringInterpolation: stringInterpolation) }
+}
+
+/// A region given as a GeoJSON Polygon or MultiPolygon (RFC 7946, sections 3.1.6 and 3.1.7):
+/// polygons of linear rings of `[longitude, latitude]` positions in degrees, the first ring the
+/// exterior and the others holes. Rings must be closed (first position equals the last) with at
+/// least four positions. Longitudes stay within -180...180: a region across the antimeridian is
+/// given as a MultiPolygon split at ±180.
+public struct RegionShape: Sendable, Equatable, Codable {
+    /// polygons[p][r][i] = (lon, lat) of position i of ring r of polygon p.
+    public var polygons: [[[[Double]]]]
+
+    public init(polygons: [[[[Double]]]]) { self.polygons = polygons }
+
+    /// The most positions a shape may have in all.
+    public static let maxPositions = 100_000
+
+    /// The bounding box of every position.
+    public var bounds: GeoBounds {
+        var w = 180.0, s = 90.0, e = -180.0, n = -90.0
+        for poly in polygons { for ring in poly { for p in ring { w = min(w, p[0]); e = max(e, p[0]); s = min(s, p[1]); n = max(n, p[1]) } } }
+        return GeoBounds(west: w, south: s, east: e, north: n)
+    }
+
+    /// Parses a GeoJSON geometry object (`Polygon` or `MultiPolygon`, or a `Feature` holding one).
+    /// - Returns: the shape, or a message naming what is wrong.
+    public static func parse(_ v: Any) -> Result<RegionShape, ShapeError> {
+        guard var o = v as? [String: Any], let type = o["type"] as? String else {
+            return .failure("must be a GeoJSON object with a 'type'")
+        }
+        if type == "Feature" {
+            guard let g = o["geometry"] as? [String: Any], let t = g["type"] as? String else { return .failure("the Feature has no geometry") }
+            o = g
+            return parseGeometry(t, o["coordinates"])
+        }
+        return parseGeometry(type, o["coordinates"])
+    }
+
+    static func parseGeometry(_ type: String, _ coords: Any?) -> Result<RegionShape, ShapeError> {
+        var total = 0
+        func ring(_ v: Any, _ where_: String) -> Result<[[Double]], ShapeError> {
+            guard let arr = v as? [Any] else { return .failure("\(where_) must be an array of positions") }
+            var out: [[Double]] = []
+            for (i, pv) in arr.enumerated() {
+                guard let p = pv as? [Any], p.count >= 2, let lon = JSONKind.number(p[0]), let lat = JSONKind.number(p[1]),
+                      lon.isFinite, lat.isFinite else { return .failure("\(where_)[\(i)] must be [longitude, latitude]") }
+                guard (-180...180).contains(lon), (-90...90).contains(lat) else {
+                    return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -180...180, -90...90 degrees")
+                }
+                out.append([lon, lat])
+            }
+            total += out.count
+            guard out.count >= 4 else { return .failure("\(where_) needs at least 4 positions") }
+            guard out.first! == out.last! else { return .failure("\(where_) is not closed (its first and last positions differ)") }
+            return .success(out)
+        }
+        func polygon(_ v: Any, _ where_: String) -> Result<[[[Double]]], ShapeError> {
+            guard let rings = v as? [Any], !rings.isEmpty else { return .failure("\(where_) must be a non-empty array of rings") }
+            var out: [[[Double]]] = []
+            for (i, r) in rings.enumerated() {
+                switch ring(r, "\(where_)[\(i)]") {
+                case .success(let x): out.append(x)
+                case .failure(let m): return .failure(m)
+                }
+            }
+            return .success(out)
+        }
+        var polys: [[[[Double]]]] = []
+        switch type {
+        case "Polygon":
+            guard let c = coords else { return .failure("the Polygon has no coordinates") }
+            switch polygon(c, "coordinates") { case .success(let p): polys = [p]; case .failure(let m): return .failure(m) }
+        case "MultiPolygon":
+            guard let c = coords as? [Any], !c.isEmpty else { return .failure("the MultiPolygon needs an array of polygons") }
+            for (i, pv) in c.enumerated() {
+                switch polygon(pv, "coordinates[\(i)]") { case .success(let p): polys.append(p); case .failure(let m): return .failure(m) }
+            }
+        default:
+            return .failure("type '\(type)' is not supported; use Polygon or MultiPolygon")
+        }
+        if total > maxPositions { return .failure("\(total) positions; at most \(maxPositions)") }
+        let shape = RegionShape(polygons: polys)
+        let b = shape.bounds
+        if b.west >= b.east || b.south >= b.north { return .failure("the polygon has no area") }
+        return .success(shape)
+    }
+
+    /// The covered columns of tile row `y` at zoom `z`: sorted, disjoint, inclusive ranges of x.
+    /// A tile is covered when the shape's interior meets the tile (touching an edge is not
+    /// enough). Exact: the union of the interior spans on the row's top and bottom lines (even-odd
+    /// rule) and the x-extent of every edge clipped to the row. Web Mercator, latitudes clamped.
+    public func columns(z: Int, y: Int) -> [ClosedRange<Int>] {
+        let n = 1 << z
+        let top = Double(y), bottom = Double(y + 1)
+        var spans: [(Double, Double)] = []
+        var rings: [[(Double, Double)]] = []
+        for poly in polygons {
+            for ring in poly {
+                // Snap projected positions within 1e-9 tile of a tile border onto it (floating noise).
+                func snap(_ v: Double) -> Double { abs(v - v.rounded()) < 1e-9 ? v.rounded() : v }
+                rings.append(ring.map { (snap(WebMercator.tileX(lon: $0[0], z: z)), snap(WebMercator.tileY(lat: $0[1], z: z))) })
+            }
+        }
+        // Edges clipped to the row band.
+        for ring in rings {
+            for i in 0..<(ring.count - 1) {
+                let (x0, y0) = ring[i], (x1, y1) = ring[i + 1]
+                if y0 == y1 {
+                    // A horizontal edge counts only strictly inside the row (on its border it touches).
+                    if y0 > top && y0 < bottom { spans.append((min(x0, x1), max(x0, x1))) }
+                    continue
+                }
+                let lo = max(min(y0, y1), top), hi = min(max(y0, y1), bottom)
+                guard lo < hi else { continue }
+                let xa = x0 + (x1 - x0) * (lo - y0) / (y1 - y0)
+                let xb = x0 + (x1 - x0) * (hi - y0) / (y1 - y0)
+                spans.append((min(xa, xb), max(xa, xb)))
+            }
+        }
+        // Interior just inside the band's top and bottom lines, polygon by polygon (holes by
+        // even-odd); just inside, so that a shape touching the row only along its border is out.
+        for line in [top + 1e-7, bottom - 1e-7] {
+            var start = 0
+            for poly in polygons {
+                var xs: [Double] = []
+                for ring in rings[start..<(start + poly.count)] {
+                    for i in 0..<(ring.count - 1) {
+                        let (x0, y0) = ring[i], (x1, y1) = ring[i + 1]
+                        if (y0 <= line) != (y1 <= line) { xs.append(x0 + (x1 - x0) * (line - y0) / (y1 - y0)) }
+                    }
+                }
+                start += poly.count
+                xs.sort()
+                var k = 0
+                while k + 1 < xs.count { spans.append((xs[k], xs[k + 1])); k += 2 }
+            }
+        }
+        // Spans to tile columns: half-open, so a span ending exactly on a tile edge stops there.
+        var cols: [ClosedRange<Int>] = []
+        for (a, b) in spans {
+            // A zero-width span on a column border (a vertical edge) only touches those columns.
+            if a == b && a == a.rounded() { continue }
+            let lo = min(max(Int(floor(a)), 0), n - 1)
+            let hi = min(max(max(Int(ceil(b)) - 1, Int(floor(a))), 0), n - 1)
+            cols.append(lo...hi)
+        }
+        cols.sort { $0.lowerBound < $1.lowerBound }
+        var merged: [ClosedRange<Int>] = []
+        for c in cols {
+            if let last = merged.last, c.lowerBound <= last.upperBound + 1 {
+                merged[merged.count - 1] = last.lowerBound...max(last.upperBound, c.upperBound)
+            } else {
+                merged.append(c)
+            }
+        }
+        return merged
+    }
+
+    /// Number of tiles covered within `rect`.
+    public func count(in rect: TileRect) -> Int {
+        var total = 0
+        for y in rect.minY...rect.maxY {
+            for c in columns(z: rect.z, y: y) {
+                let lo = max(c.lowerBound, rect.minX), hi = min(c.upperBound, rect.maxX)
+                if lo <= hi { total += hi - lo + 1 }
+            }
+        }
+        return total
+    }
+}
