@@ -32,17 +32,25 @@ public struct PlannedResource: Sendable, Equatable, Codable {
 }
 
 /// The tiles of one source over the region: a URL template and a rectangle per zoom (two at
-/// zooms where the region crosses the antimeridian).
+/// zooms where the region crosses the antimeridian). For a GeoJSON region, `shape` limits the
+/// rectangles to the tiles it covers; `rectCounts` holds how many that is in each rectangle.
 public struct TileSet: Sendable, Equatable, Codable {
     /// The source name (the style's source id, or `tiles0`, `tiles1`, ... for a `tiles` request).
     public var source: String
     public var template: TileURLTemplate
     public var rects: [TileRect]
-    public init(source: String, template: TileURLTemplate, rects: [TileRect]) {
+    public var shape: RegionShape?
+    /// Planned tiles per rectangle (the rectangle's size without a shape).
+    public var rectCounts: [Int]
+    public init(source: String, template: TileURLTemplate, rects: [TileRect], shape: RegionShape? = nil) {
         self.source = ManifestLine.sanitizeKey(source); self.template = template; self.rects = rects
+        self.shape = shape
+        rectCounts = rects.map { r in shape.map { $0.count(in: r) } ?? r.count }
     }
-    /// Number of tiles in the set.
-    public var count: Int { rects.reduce(0) { $0 + $1.count } }
+    /// Number of tiles planned in the set.
+    public var count: Int { rectCounts.reduce(0, +) }
+    /// Number of plan indices the set spans (its rectangles' sizes; more than `count` with a shape).
+    public var indexCount: Int { rects.reduce(0) { $0 + $1.count } }
 }
 
 /// Everything a region downloads, as a value: the non-tile resources in phase order, then the
@@ -61,6 +69,8 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
     public var tileCount: Int { tileSets.reduce(0) { $0 + $1.count } }
     /// Number of resources planned, tiles included.
     public var count: Int { resources.count + tileCount }
+    /// Number of plan indices: `count`, plus the tiles of rectangles a GeoJSON shape leaves out.
+    public var indexSpace: Int { resources.count + tileSets.reduce(0) { $0 + $1.indexCount } }
 
     /// What lives at a plan index.
     public enum Item: Sendable, Equatable {
@@ -69,7 +79,8 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
         case tile(set: Int, TileID)
     }
 
-    /// The resource at `index` (`0..<count`).
+    /// The resource at `index` (`0..<indexSpace`; with a shape, some tiles there are not planned:
+    /// see `TileSet.shape`).
     public func item(at index: Int) -> Item {
         if index < resources.count { return .resource(resources[index]) }
         var i = index - resources.count
@@ -97,7 +108,7 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                 }
                 return nil
             }
-            base += set.count
+            base += set.indexCount
         }
         return nil
     }
@@ -107,7 +118,7 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
         var out: [(String, Int, Int)] = []
         for set in tileSets {
             var byZoom: [Int: Int] = [:]
-            for r in set.rects { byZoom[r.z, default: 0] += r.count }
+            for (r, n) in zip(set.rects, set.rectCounts) { byZoom[r.z, default: 0] += n }
             for z in byZoom.keys.sorted() { out.append((set.source, z, byZoom[z]!)) }
         }
         return out

@@ -70,7 +70,10 @@ public struct RegionRequest: Sendable, Equatable {
     public var id: String
     public var source: MapSource
     /// The region in degrees, `west`/`south`/`east`/`north`; `west > east` crosses the antimeridian.
+    /// For a GeoJSON region, the shape's bounding box.
     public var bounds: GeoBounds
+    /// The GeoJSON region (`geometry`), or nil for a `bounds` region.
+    public var shape: RegionShape?
     /// Map zoom range, `0 <= minZoom <= maxZoom <= 24`.
     public var minZoom: Int
     public var maxZoom: Int
@@ -85,8 +88,8 @@ public struct RegionRequest: Sendable, Equatable {
 
     public init(id: String, source: MapSource, bounds: GeoBounds, minZoom: Int, maxZoom: Int,
                 pixelRatio: Double = 1, includeIdeographs: Bool = false, maxTiles: Int? = nil,
-                contextJSON: Data? = nil) {
-        self.id = id; self.source = source; self.bounds = bounds; self.minZoom = minZoom
+                contextJSON: Data? = nil, shape: RegionShape? = nil) {
+        self.id = id; self.source = source; self.bounds = bounds; self.shape = shape; self.minZoom = minZoom
         self.maxZoom = maxZoom; self.pixelRatio = pixelRatio; self.includeIdeographs = includeIdeographs
         self.maxTiles = maxTiles; self.contextJSON = contextJSON
     }
@@ -103,7 +106,6 @@ public struct RegionRequest: Sendable, Equatable {
     public var jsonObject: [String: Any] {
         var o: [String: Any] = [
             "id": id,
-            "bounds": [bounds.west, bounds.south, bounds.east, bounds.north],
             "minZoom": minZoom, "maxZoom": maxZoom,
             "pixelRatio": pixelRatio, "includeIdeographs": includeIdeographs,
             "maxTiles": maxTiles.map { $0 as Any } ?? NSNull(),
@@ -112,6 +114,11 @@ public struct RegionRequest: Sendable, Equatable {
         switch source {
         case .style(let url): o["style"] = url
         case .tiles(let templates): o["tiles"] = templates
+        }
+        if let shape {
+            o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
+        } else {
+            o["bounds"] = [bounds.west, bounds.south, bounds.east, bounds.north]
         }
         return o
     }
@@ -134,7 +141,7 @@ public enum RequestValidator {
     /// The largest zoom level a request may name.
     public static let maxZoomLevel = 24
 
-    static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "minZoom", "maxZoom",
+    static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
                                            "pixelRatio", "includeIdeographs", "maxTiles", "context"]
 
     /// True when `id` matches `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` (so it is also a safe file name).
@@ -154,6 +161,28 @@ public enum RequestValidator {
         guard name.hasSuffix(".json"), !name.hasPrefix(".") else { return nil }
         let base = String(name.dropLast(5))
         return isValidID(base) ? base : nil
+    }
+
+    /// The id a refused request file's status is written under: its `id` field when that is a
+    /// valid id, else the id its file name gives; nil when neither gives one.
+    public static func statusID(_ data: Data?, fileName: String) -> String? {
+        if let data, data.count <= maxFileSize, let o = (try? JSONKind.parse(data)) as? [String: Any],
+           let s = o["id"] as? String, isValidID(s) {
+            return s
+        }
+        return id(fromFileName: fileName)
+    }
+
+    /// The `tileLimitExceeded` error for a plan of `tiles` tiles, naming the limit that applies
+    /// (the request's `maxTiles` or the daemon's `--max-tiles`), or nil when the plan is within both.
+    public static func tileLimitError(tiles: Int, maxTiles: Int?, daemonMaxTiles: Int) -> RegionError? {
+        if let m = maxTiles, m <= daemonMaxTiles, tiles > m {
+            return RegionError(code: .tileLimitExceeded, message: "maxTiles: the plan has \(tiles) tiles, more than the request's maxTiles (\(m))")
+        }
+        if tiles > daemonMaxTiles {
+            return RegionError(code: .tileLimitExceeded, message: "the plan has \(tiles) tiles, more than the daemon's --max-tiles (\(daemonMaxTiles))")
+        }
+        return nil
     }
 
     /// Checks that `url` is an absolute http or https URL with a host. Returns an error message or nil.
@@ -221,34 +250,17 @@ public enum RequestValidator {
             source = .tiles(templates)
         }
 
-        // bounds
-        guard let bv = o["bounds"] else { throw bad("bounds: missing; give [west, south, east, north] in degrees") }
-        guard let barr = bv as? [Any], barr.count == 4 else {
-            throw bad("bounds: must be an array of 4 numbers [west, south, east, north] in degrees")
-        }
-        var b: [Double] = []
-        for (i, v) in barr.enumerated() {
-            guard let d = JSONKind.number(v), d.isFinite else {
-                throw bad("bounds[\(i)]: must be a finite number, not a \(JSONKind.name(v))")
+        // bounds or geometry
+        var shape: RegionShape?
+        if let gv = o["geometry"] {
+            if o["bounds"] != nil { throw bad("bounds and geometry: give exactly one of them, not both") }
+            switch RegionShape.parse(gv) {
+            case .success(let s): shape = s
+            case .failure(let e): throw bad("geometry: \(e.message)")
             }
-            b.append(d)
         }
-        let bounds = GeoBounds(west: b[0], south: b[1], east: b[2], north: b[3])
-        for (name, v) in [("west", bounds.west), ("east", bounds.east)] where !(-180...180).contains(v) {
-            throw bad("bounds: \(name) (\(v)) must be within -180...180 degrees")
-        }
-        for (name, v) in [("south", bounds.south), ("north", bounds.north)] where !(-90...90).contains(v) {
-            throw bad("bounds: \(name) (\(v)) must be within -90...90 degrees")
-        }
-        if bounds.south >= bounds.north {
-            throw bad("bounds: south (\(bounds.south)) must be less than north (\(bounds.north))")
-        }
-        if bounds.west == bounds.east {
-            throw bad("bounds: west and east are equal (\(bounds.west)); the box has no area")
-        }
-        if bounds.north <= -WebMercator.maxLatitude || bounds.south >= WebMercator.maxLatitude {
-            throw bad("bounds: the box lies outside Web Mercator's latitudes (±85.0511 degrees)")
-        }
+        let bounds: GeoBounds
+        if let shape { bounds = shape.bounds } else { bounds = try validateBounds(o["bounds"]) }
 
         // zooms
         func zoom(_ key: String) throws(RegionError) -> Int {
@@ -284,6 +296,40 @@ public enum RequestValidator {
         }
         return RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                              pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
-                             maxTiles: maxTiles, contextJSON: contextJSON)
+                             maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
+    }
+
+    /// Validates `bounds`: `[west, south, east, north]` in degrees.
+    /// - Throws: `RegionError` (`invalidRequest`) naming what is wrong.
+    static func validateBounds(_ bv: Any?) throws(RegionError) -> GeoBounds {
+        func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
+        guard let bv else { throw bad("bounds: missing; give [west, south, east, north] in degrees, or a GeoJSON geometry") }
+        guard let barr = bv as? [Any], barr.count == 4 else {
+            throw bad("bounds: must be an array of 4 numbers [west, south, east, north] in degrees")
+        }
+        var b: [Double] = []
+        for (i, v) in barr.enumerated() {
+            guard let d = JSONKind.number(v), d.isFinite else {
+                throw bad("bounds[\(i)]: must be a finite number, not a \(JSONKind.name(v))")
+            }
+            b.append(d)
+        }
+        let bounds = GeoBounds(west: b[0], south: b[1], east: b[2], north: b[3])
+        for (name, v) in [("west", bounds.west), ("east", bounds.east)] where !(-180...180).contains(v) {
+            throw bad("bounds: \(name) (\(v)) must be within -180...180 degrees")
+        }
+        for (name, v) in [("south", bounds.south), ("north", bounds.north)] where !(-90...90).contains(v) {
+            throw bad("bounds: \(name) (\(v)) must be within -90...90 degrees")
+        }
+        if bounds.south >= bounds.north {
+            throw bad("bounds: south (\(bounds.south)) must be less than north (\(bounds.north))")
+        }
+        if bounds.west == bounds.east {
+            throw bad("bounds: west and east are equal (\(bounds.west)); the box has no area")
+        }
+        if bounds.north <= -WebMercator.maxLatitude || bounds.south >= WebMercator.maxLatitude {
+            throw bad("bounds: the box lies outside Web Mercator's latitudes (±85.0511 degrees)")
+        }
+        return bounds
     }
 }

@@ -78,7 +78,11 @@ public struct StyleDocument: Sendable, Equatable {
                 if let u = s["url"] as? String { src.tileJSONURL = try resolve(u, field: "sources.\(name).url") }
                 if let t = s["tiles"] as? [Any] {
                     var templates: [String] = []
-                    for case let str as String in t { templates.append(try resolve(str, field: "sources.\(name).tiles")) }
+                    for case let str as String in t {
+                        let r = try resolve(str, field: "sources.\(name).tiles")
+                        if let p = TileURLTemplate.problem(r) { throw bad("sources.\(name).tiles: '\(Redaction.redact(r))' \(p)") }
+                        templates.append(r)
+                    }
                     src.tiles = templates
                 }
                 if src.tileJSONURL == nil && (src.tiles ?? []).isEmpty {
@@ -260,7 +264,7 @@ public enum Planner {
             let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ)
             let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
             sets.append(TileSet(source: src.name, template: TileURLTemplate(template, tms: tms, ratio: ratio),
-                                rects: rects(request.bounds, lo, hi)))
+                                rects: rects(request.bounds, lo, hi), shape: request.shape))
         }
         return ResourcePlan(resources: resources, tileSets: sets)
     }
@@ -271,7 +275,7 @@ public enum Planner {
         let ratio = request.pixelRatio >= 1.5 ? "@2x" : ""
         let sets = templates.enumerated().map { i, t in
             TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio),
-                    rects: rects(request.bounds, request.minZoom, request.maxZoom))
+                    rects: rects(request.bounds, request.minZoom, request.maxZoom), shape: request.shape)
         }
         return ResourcePlan(resources: [], tileSets: sets)
     }

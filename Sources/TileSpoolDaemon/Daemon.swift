@@ -93,6 +93,19 @@ final class Download {
     var journalBuffer: [ManifestLine] = []
     /// No new request before this time (a server's Retry-After).
     var holdUntil = 0.0
+    /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.
+    var rowCache: (set: Int, z: Int, y: Int, columns: [ClosedRange<Int>])?
+
+    /// False for a tile index that a GeoJSON shape leaves out of its rectangle.
+    func isPlanned(_ i: Int, _ plan: ResourcePlan) -> Bool {
+        guard i >= plan.resources.count, plan.tileSets.contains(where: { $0.shape != nil }),
+              case .tile(let s, let t) = plan.item(at: i), let shape = plan.tileSets[s].shape else { return true }
+        if let c = rowCache, c.set == s, c.z == t.z, c.y == t.y { return c.columns.contains { $0.contains(t.x) } }
+        let columns = shape.columns(z: t.z, y: t.y)
+        rowCache = (s, t.z, t.y, columns)
+        return columns.contains { $0.contains(t.x) }
+    }
+
     /// Before the plan: the style and the TileJSON documents fetched so far.
     var style: StyleDocument?
     var styleURL = ""
@@ -256,15 +269,17 @@ public final class Daemon {
     /// Moves a refused file to `rejected/` and writes `rejected/<name>.error`.
     func reject(path: String, name: String, reason: String) {
         Log.error("rejected \(name): \(reason)")
-        let dest = layout.rejected + "/" + name
+        let stored = SpoolLayout.rejectedName(name)
+        let dest = layout.rejected + "/" + stored
         Files.remove(dest)
         if (try? Files.rename(path, dest)) == nil { Files.remove(path) }
-        try? Files.writeAtomically(Data((reason + "\n").utf8), to: dest + ".error")
+        let note = stored == name ? "" : "(the file was named \(name.debugDescription))\n"
+        try? Files.writeAtomically(Data((reason + "\n" + note).utf8), to: dest + ".error")
     }
 
     func handleRequest(path: String, name: String) {
         guard name.hasSuffix(".json") else { return }
-        let fileID = RequestValidator.id(fromFileName: name)
+        var raw: Data?
         var request: RegionRequest
         do {
             guard Files.entryType(path) == .regular else {
@@ -276,9 +291,15 @@ public final class Daemon {
                     ? "the request file is larger than \(RequestValidator.maxFileSize) bytes"
                     : "cannot read the request: \(error.errnoDescription)")
             }
+            raw = data
             request = try RequestValidator.validate(data, fileName: name)
+            // A tiles request's plan is known now: one over the limit is refused like any bad request.
+            if case .tiles(let templates) = request.source, let e = RequestValidator.tileLimitError(
+                tiles: Planner.plan(request: request, templates: templates).tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
+                throw e
+            }
         } catch let e as RegionError {
-            guard let id = fileID, regions[id].map({ $0.state.isTerminal }) ?? true else {
+            guard let id = RequestValidator.statusID(raw, fileName: name), regions[id].map({ $0.state.isTerminal }) ?? true else {
                 reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
                 return
             }
@@ -330,12 +351,18 @@ public final class Daemon {
         Log.info("\(r.id): accepted \(name)")
         setState(r, .queued)
         if let plan, let limit = tileLimit(r), plan.tileCount > limit {
-            fail(r, RegionError(code: .tileLimitExceeded, message: "the plan has \(plan.tileCount) tiles, more than the limit of \(limit)"))
+            fail(r, tileLimitError(r, tiles: plan.tileCount))
         }
     }
 
     func tileLimit(_ r: Region) -> Int? {
         min(r.request.maxTiles ?? Int.max, options.maxTiles)
+    }
+
+    /// The error for a plan of `tiles` tiles over `tileLimit(r)`, naming the limit (maxTiles or --max-tiles).
+    func tileLimitError(_ r: Region, tiles: Int) -> RegionError {
+        RequestValidator.tileLimitError(tiles: tiles, maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
+            ?? RegionError(code: .tileLimitExceeded, message: "the plan has \(tiles) tiles, more than the limit of \(tileLimit(r) ?? 0)")
     }
 
     func handleControl(path: String, name: String) {
@@ -455,7 +482,7 @@ public final class Daemon {
         var lines: [ManifestLine] = []
         if let plan = r.files.loadPlan() {
             d.plan = plan
-            d.done = Bitmap(count: plan.count)
+            d.done = Bitmap(count: plan.indexSpace)
             var p = RegionProgress()
             p.resourcesExpected = plan.count
             p.tilesExpected = plan.tileCount
@@ -480,7 +507,7 @@ public final class Daemon {
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let limit = tileLimit(r), plan.tileCount > limit {
-                fail(r, RegionError(code: .tileLimitExceeded, message: "the plan has \(plan.tileCount) tiles, more than the limit of \(limit)"))
+                fail(r, tileLimitError(r, tiles: plan.tileCount))
                 return
             }
             finishIfDone(r, d)
@@ -520,12 +547,12 @@ public final class Daemon {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
         if let limit = tileLimit(r), plan.tileCount > limit {
-            fail(r, RegionError(code: .tileLimitExceeded, message: "the plan has \(plan.tileCount) tiles, more than the limit of \(limit)"))
+            fail(r, tileLimitError(r, tiles: plan.tileCount))
             return
         }
         do { try r.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
-        d.done = Bitmap(count: plan.count)
+        d.done = Bitmap(count: plan.indexSpace)
         var p = RegionProgress()
         r.files.readManifest { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
@@ -559,9 +586,9 @@ public final class Daemon {
             }
             return
         }
-        while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.count {
+        while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.indexSpace {
             let i = d.cursor
-            if d.done[i] { d.cursor += 1; continue }
+            if d.done[i] || !d.isPlanned(i, plan) { d.cursor += 1; continue }
             // Phases run in order: no tile before every other resource is finished.
             if i >= plan.resources.count && (d.nonTileInFlight > 0 || d.retries.contains(where: { if case .index(let j) = $0.item { return j < plan.resources.count }; return false })) {
                 break

@@ -111,6 +111,23 @@ final class EndToEndTests: XCTestCase {
         XCTAssertEqual(fx.progress("toner")["tilesExpected"], 85)
     }
 
+    /// A GeoJSON region: a right triangle with its right angle at (0°, 0°) reaching 90° E and
+    /// 66.513° N (a tile corner at z2). By hand: z0-2 one tile each, z3 rows 2-3 cover 1 + 2 tiles,
+    /// z4 rows 4-7 cover 1 + 2 + 3 + 4 tiles (the hypotenuse runs corner to corner).
+    func testGeoJSONPolygonRegion() throws {
+        let triangle: [String: Any] = ["type": "Polygon", "coordinates": [[[0, 0], [90, 0], [0, 66.51326044311186], [0, 0]]]]
+        try fx.drop("tri.json", ["tiles": [nginx.baseURL + "/raster/osm_carto/{z}/{x}/{y}.png"],
+                                 "geometry": triangle, "minZoom": 0, "maxZoom": 4])
+        try fx.waitForState("tri", "completed")
+        let keys = Set(fx.manifest("tri").map(\.key))
+        XCTAssertEqual(keys, ["tiles0/0/0/0", "tiles0/1/1/0", "tiles0/2/2/1", "tiles0/3/4/2", "tiles0/3/4/3", "tiles0/3/5/3",
+                              "tiles0/4/8/4", "tiles0/4/8/5", "tiles0/4/9/5", "tiles0/4/8/6", "tiles0/4/9/6", "tiles0/4/10/6",
+                              "tiles0/4/8/7", "tiles0/4/9/7", "tiles0/4/10/7", "tiles0/4/11/7"])
+        XCTAssertEqual(fx.progress("tri")["tilesExpected"], 16)
+        fx.assertStoreMatchesManifest("tri")
+        XCTAssertEqual(((fx.status("tri")?["request"] as? [String: Any])?["geometry"] as? [String: Any])?["type"] as? String, "MultiPolygon")
+    }
+
     /// Two regions sharing tiles store each body once.
     func testIdenticalTilesAcrossRegionsAreStoredOnce() throws {
         for id in ["a", "b"] {

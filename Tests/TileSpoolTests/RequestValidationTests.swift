@@ -58,6 +58,9 @@ final class RequestValidationTests: XCTestCase {
             ("{" + okBody + #","pixelRatio":0}"#, "pixelRatio"),
             ("{" + okBody + #","includeIdeographs":1}"#, "includeIdeographs"),
             ("{" + okBody + #","maxTiles":-5}"#, "maxTiles"),
+            ("{" + okBody + #","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]]}}"#, "exactly one"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"geometry":{"type":"Point","coordinates":[0,0]},"minZoom":0,"maxZoom":2}"#, "geometry"),
+            (#"{"tiles":["http://h/{z}/{x}/{y}"],"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1]]]},"minZoom":0,"maxZoom":2}"#, "geometry"),
         ]
         for (text, word) in cases {
             switch validate(text) {
