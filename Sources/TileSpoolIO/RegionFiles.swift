@@ -56,20 +56,37 @@ public final class RegionFiles: @unchecked Sendable {
     /// Calls `body` for every complete line of the journal (see the type's documentation).
     public func readJournal(_ body: (ManifestLine) -> Void) { readLines(journalPath, body) }
 
+    /// Streams `path` in 1 MiB blocks (memory stays flat however long the manifest is), calling
+    /// `body` for each complete line; cuts off a trailing partial line.
     private func readLines(_ path: String, _ body: (ManifestLine) -> Void) {
-        guard let data = try? Files.readRegularFile(path, limit: Int.max / 2) else { return }
-        var lastNewline = -1
-        data.withUnsafeBytes { raw in
-            let bytes = raw.bindMemory(to: UInt8.self)
+        guard let fd = try? Files.open(path, O_RDONLY | O_NOFOLLOW) else { return }
+        defer { close(fd) }
+        let blockSize = 1 << 20
+        var carry: [UInt8] = []
+        var offset = 0          // bytes of the file consumed up to the last newline
+        let buf = UnsafeMutablePointer<UInt8>.allocate(capacity: blockSize)
+        defer { buf.deallocate() }
+        while true {
+            let n = read(fd, buf, blockSize)
+            if n < 0 { if errno == EINTR { continue }; return }
+            if n == 0 { break }
             var start = 0
-            for i in 0..<bytes.count where bytes[i] == 0x0A {
-                let line = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
-                if let l = ManifestLine(Substring(line)) { body(l) }
+            for i in 0..<n where buf[i] == 0x0A {
+                let text: String
+                if carry.isEmpty {
+                    text = String(decoding: UnsafeBufferPointer(start: buf + start, count: i - start), as: UTF8.self)
+                } else {
+                    carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: i - start))
+                    text = String(decoding: carry, as: UTF8.self)
+                    carry.removeAll(keepingCapacity: true)
+                }
+                offset += text.utf8.count + 1
+                if let l = ManifestLine(Substring(text)) { body(l) }
                 start = i + 1
-                lastNewline = i
             }
+            carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: n - start))
         }
-        if lastNewline + 1 < data.count { truncate(path, off_t(lastNewline + 1)) }
+        if !carry.isEmpty { truncate(path, off_t(offset)) }
     }
 
     /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name

@@ -1,0 +1,52 @@
+import Foundation
+import XCTest
+@testable import TileSpoolCore
+@testable import TileSpoolIO
+
+/// The store and region files at the I/O edge, on a temp folder.
+final class StoreTests: XCTestCase {
+    var dir: String!
+    override func setUpWithError() throws {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString)").path
+    }
+    override func tearDown() { try? FileManager.default.removeItem(atPath: dir) }
+
+    func testPutNamesObjectsByTheirSHA256AndStoresEachOnce() throws {
+        let store = try ObjectStore(root: dir)
+        let body = Data("hello tiles".utf8)
+        let first = try store.put(body)
+        XCTAssertTrue(first.isNew)
+        XCTAssertEqual(first.sha256, sha256Hex(body))
+        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(first.sha256)), body)
+        XCTAssertTrue(store.objectPath(first.sha256).hasSuffix("/objects/\(first.sha256.prefix(2))/\(first.sha256)"))
+        let again = try store.put(body)
+        XCTAssertFalse(again.isNew)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
+        XCTAssertEqual(SHA256.hex(Data()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+    }
+
+    func testManifestReadStopsAtAPartialLastLineAndCutsItOff() throws {
+        let files = RegionFiles(dir: dir + "/r")
+        try Files.makeDirectories(files.dir)
+        let sha = String(repeating: "0", count: 64)
+        let lines = (0..<3).map { ManifestLine(kind: .tile, sha256: sha, bytes: $0, key: "s/1/0/\($0)", url: "http://h/\($0)") }
+        try files.appendToManifest(lines)
+        files.closeManifest()
+        let whole = try Data(contentsOf: URL(fileURLWithPath: files.manifestPath))
+        try (whole + Data("tile\t-\t0\ts/1/1/".utf8)).write(to: URL(fileURLWithPath: files.manifestPath)) // a write cut by a crash
+        var read: [ManifestLine] = []
+        files.readManifest { read.append($0) }
+        XCTAssertEqual(read, lines)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: files.manifestPath)), whole)
+    }
+
+    func testLongManifestIsStreamed() throws {
+        let files = RegionFiles(dir: dir + "/big")
+        try Files.makeDirectories(files.dir)
+        let lines = (0..<30_000).map { ManifestLine(kind: .tile, sha256: nil, bytes: 0, key: "s/15/\($0)/1", url: "http://h/\($0)") }
+        try files.appendToManifest(lines)
+        var n = 0
+        files.readManifest { l in XCTAssertEqual(l.key, "s/15/\(n)/1"); n += 1 }
+        XCTAssertEqual(n, 30_000) // spans several 1 MiB blocks
+    }
+}
