@@ -110,12 +110,12 @@ final class LifecycleTests: XCTestCase {
         try fx.start()
         try fx.drop("done.json", slowRequest("done", maxZoom: 1, ms: 1))
         try fx.waitForState("done", "completed")
-        let before = fx.status("done")?["progress"] as? [String: Any]
+        let before = fx.progress("done")
         try fx.control("done", "pause")
         try fx.control("done", "cancel")
         try waitUntil("both actions logged", timeout: 10) { fx.events("done").filter { $0["ignored"] != nil }.count == 2 }
         XCTAssertEqual(fx.state("done"), "completed")
-        XCTAssertEqual((fx.status("done")?["progress"] as? [String: Any])?.description, before?.description)
+        XCTAssertEqual(fx.progress("done"), before)
         let ignored = fx.events("done").filter { $0["ignored"] != nil }
         XCTAssertEqual(ignored.map { $0["action"] as? String }, ["pause", "cancel"])
         XCTAssertTrue(fx.log().contains("pause ignored"))
