@@ -163,7 +163,8 @@ public final class Daemon {
 
     /// Removes temp files a previous run left in the store (no other process writes there).
     func cleanTemporaryFiles() {
-        for name in Files.list(store.tmpDir) { Files.remove(store.tmpDir + "/" + name) }
+        store.restoreObjectsSetAside()
+        for name in Files.list(store.tmpDir) where !name.hasPrefix("gc-") { Files.remove(store.tmpDir + "/" + name) }
         for name in Files.list(layout.status) where name.hasPrefix(".tmp-") { Files.remove(layout.status + "/" + name) }
     }
 
@@ -299,11 +300,11 @@ public final class Daemon {
                 throw e
             }
         } catch let e as RegionError {
-            guard let id = RequestValidator.statusID(raw, fileName: name), regions[id].map({ $0.state.isTerminal }) ?? true else {
+            // A region of that id exists: a bad request must not touch it (its status stays).
+            guard let id = RequestValidator.statusID(raw, fileName: name), regions[id] == nil else {
                 reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
                 return
             }
-            if let old = regions.removeValue(forKey: id) { stopDownload(old); live.removeValue(forKey: id) }
             let st = RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: NSNull())
             try? status.write(st)
             status.event(id: id, state: RegionState.failed.rawValue, error: e)
@@ -379,20 +380,18 @@ public final class Daemon {
             reject(path: path, name: name, reason: "the control file is not a regular file")
             return
         }
-        Files.remove(path)
         guard let r = regions[id] else {
             if action == .delete, status.read(id: id) != nil {
+                Files.remove(path)
                 status.remove(id: id)
                 status.event(id: id, state: "deleted", error: nil, extra: ["action": "delete"])
                 Log.info("\(id): deleted (status only)")
                 return
             }
-            let dest = layout.rejected + "/" + name
-            try? Files.writeAtomically(Data(), to: dest)
-            try? Files.writeAtomically(Data("no region with id '\(id)'\n".utf8), to: dest + ".error")
-            Log.error("rejected \(name): no region with id '\(id)'")
+            reject(path: path, name: name, reason: "no region with id '\(id)'")
             return
         }
+        Files.remove(path)
         apply(action, to: r)
     }
 
@@ -487,7 +486,7 @@ public final class Daemon {
             p.resourcesExpected = plan.count
             p.tilesExpected = plan.tileCount
             p.resourcesExpectedIsPrecise = true
-            r.files.readManifest { line in
+            r.files.readManifest(cutPartialLine: true) { line in
                 guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
                 d.done[i] = true
                 count(line, into: &p)
@@ -495,7 +494,7 @@ public final class Daemon {
             r.progress = p
             recoverJournal(r, d, plan)
         } else {
-            r.files.readManifest { lines.append($0) }
+            r.files.readManifest(cutPartialLine: true) { lines.append($0) }
             var p = RegionProgress()
             for l in lines where l.kind == .style || l.kind == .source { count(l, into: &p) }
             r.progress = p
@@ -554,7 +553,7 @@ public final class Daemon {
         d.plan = plan
         d.done = Bitmap(count: plan.indexSpace)
         var p = RegionProgress()
-        r.files.readManifest { line in
+        r.files.readManifest(cutPartialLine: true) { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
             d.done[i] = true
             count(line, into: &p)
@@ -716,7 +715,7 @@ public final class Daemon {
     /// into the manifest, after a sync, and counts them. Lines naming lost objects are dropped.
     func recoverJournal(_ r: Region, _ d: Download, _ plan: ResourcePlan) {
         var recovered: [ManifestLine] = []
-        r.files.readJournal { line in
+        r.files.readJournal(cutPartialLine: true) { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
             if let sha = line.sha256, SHA256.hex(file: store.objectPath(sha)) != sha { return }
             d.done[i] = true
@@ -797,11 +796,16 @@ public final class Daemon {
         }
     }
 
-    func storageFailed(_ r: Region, _ error: Error) {
-        let message = (error as? SystemError)?.description ?? "\(error)"
-        stopDownload(r, commitPending: true)
-        r.error = RegionError(code: .storageError, message: message)
-        switch RegionStateMachine.apply(.storageFailed, to: r.state) {
+    /// A write to the store or the region's files failed: ENOSPC, EDQUOT, EROFS, EIO and EFBIG make
+    /// the region `failedStorage` (resume once space is freed); any other error makes it `failed`
+    /// with code `storageError`. Objects already written enter the manifest first when
+    /// `commitPending` (not when the sync itself failed).
+    func storageFailed(_ r: Region, _ error: Error, commitPending: Bool = true) {
+        guard r.state == .downloading else { return }
+        let sys = error as? SystemError
+        stopDownload(r, commitPending: commitPending)
+        r.error = RegionError(code: .storageError, message: sys?.description ?? "\(error)")
+        switch RegionStateMachine.apply(sys?.isStorageFailure == true ? .storageFailed : .fail, to: r.state) {
         case .to(let next): setState(r, next)
         default: break
         }
@@ -821,7 +825,15 @@ public final class Daemon {
         lastSync = Daemon.now()
         guard pendingCount > 0 else { return }
         do { try store.sync() } catch {
-            for r in Array(live.values) where !(r.download?.pending.isEmpty ?? true) { storageFailed(r, error) }
+            // Nothing waiting can be recorded: drop it (the journal keeps it for a restart to check).
+            for r in Array(live.values) {
+                guard let d = r.download, !d.pending.isEmpty else { continue }
+                pendingCount -= d.pending.count
+                d.pending.removeAll()
+                d.journalBuffer.removeAll()
+                storageFailed(r, error, commitPending: false)
+            }
+            pendingCount = 0
             return
         }
         pendingCount = 0

@@ -53,6 +53,8 @@ public enum StoreMaintenance {
     public static func gc(store: ObjectStore, spool: SpoolLayout?, grace: Double) -> GCReport {
         var report = GCReport()
         let now = Date().timeIntervalSince1970
+        // 0. Objects an interrupted gc left aside go back first (they may be referenced again).
+        store.restoreObjectsSetAside()
         // 1. Candidates: objects old enough, listed before the manifests are read.
         var candidates: [String] = []
         for dir in Files.list(store.objectsDir).sorted() {
@@ -70,7 +72,8 @@ public enum StoreMaintenance {
             let path = store.objectPath(name)
             let aside = store.tmpDir + "/gc-" + name
             guard Glibc.rename(path, aside) == 0 else { continue }
-            if let m = mtime(aside), now - m < grace {
+            guard let m = mtime(aside) else { continue } // a restarting daemon put it back
+            if now - m < grace {
                 Glibc.rename(aside, path) // the daemon re-used it meanwhile
                 report.objectsKept += 1
                 continue

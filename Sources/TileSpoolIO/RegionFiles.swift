@@ -50,15 +50,21 @@ public final class RegionFiles: @unchecked Sendable {
     }
 
     /// Calls `body` for every complete line of the manifest, in order. A last line without its
-    /// newline (a write cut by a crash) is ignored and cut off the file, so appends stay aligned.
-    public func readManifest(_ body: (ManifestLine) -> Void) { readLines(manifestPath, body) }
+    /// newline (a write cut by a crash) is ignored; with `cutPartialLine` (only the daemon, which is
+    /// the only writer, before it appends) it is also cut off the file, so appends stay aligned.
+    /// Readers beside a running daemon (gc, verify) must leave the file alone.
+    public func readManifest(cutPartialLine: Bool = false, _ body: (ManifestLine) -> Void) {
+        readLines(manifestPath, cut: cutPartialLine, body)
+    }
 
     /// Calls `body` for every complete line of the journal (see the type's documentation).
-    public func readJournal(_ body: (ManifestLine) -> Void) { readLines(journalPath, body) }
+    public func readJournal(cutPartialLine: Bool = false, _ body: (ManifestLine) -> Void) {
+        readLines(journalPath, cut: cutPartialLine, body)
+    }
 
     /// Streams `path` in 1 MiB blocks (memory stays flat however long the manifest is), calling
     /// `body` for each complete line; cuts off a trailing partial line.
-    private func readLines(_ path: String, _ body: (ManifestLine) -> Void) {
+    private func readLines(_ path: String, cut: Bool, _ body: (ManifestLine) -> Void) {
         guard let fd = try? Files.open(path, O_RDONLY | O_NOFOLLOW) else { return }
         defer { close(fd) }
         let blockSize = 1 << 20
@@ -86,7 +92,7 @@ public final class RegionFiles: @unchecked Sendable {
             }
             carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: n - start))
         }
-        if !carry.isEmpty { truncate(path, off_t(offset)) }
+        if cut && !carry.isEmpty { truncate(path, off_t(offset)) }
     }
 
     /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name

@@ -25,6 +25,22 @@ public struct SpoolLayout: Sendable {
     public func create() throws(SystemError) {
         for d in [requests, control, status, rejected] { try Files.makeDirectories(d) }
     }
+    /// The name a refused file gets in `rejected/`: its own, unless the name is so long (over 200
+    /// bytes) that `<name>.error` and its temp file would not fit in a file name (255 bytes); then its
+    /// first 150 bytes, `-`, and a 64-bit FNV-1a hash of the whole name in hex.
+    public static func rejectedName(_ name: String) -> String {
+        guard name.utf8.count > 200 else { return name }
+        var head = String.UnicodeScalarView()
+        var bytes = 0
+        for s in name.unicodeScalars {
+            bytes += String(s).utf8.count
+            if bytes > 150 { break }
+            head.append(s)
+        }
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in name.utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+        return String(head) + "-" + String(h, radix: 16)
+    }
     public func statusJSON(_ id: String) -> String { "\(status)/\(id).json" }
     public func statusState(_ id: String) -> String { "\(status)/\(id).state" }
 }

@@ -129,6 +129,18 @@ public final class ObjectStore: @unchecked Sendable {
         dirtyFolders.removeAll(keepingCapacity: true)
     }
 
+    /// Puts back objects that an interrupted `gc` had moved aside (`tmp/gc-<sha256>`), and removes
+    /// the aside copy where the object exists again.
+    public func restoreObjectsSetAside() {
+        for name in Files.list(tmpDir) where name.hasPrefix("gc-") {
+            let sha = String(name.dropFirst(3))
+            guard sha.utf8.count == 64, sha.utf8.allSatisfy(isHexDigit) else { continue }
+            if contains(sha) { Files.remove(tmpDir + "/" + name); continue }
+            try? Files.makeDirectories("\(objectsDir)/\(sha.prefix(2))")
+            Glibc.rename(tmpDir + "/" + name, objectPath(sha))
+        }
+    }
+
     /// Reads an object's bytes (at most `limit`).
     public func read(_ sha256: String, limit: Int = 64 << 20) throws(SystemError) -> Data {
         try Files.readRegularFile(objectPath(sha256), limit: limit)

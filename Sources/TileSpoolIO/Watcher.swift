@@ -3,7 +3,9 @@ import Foundation
 import Glibc
 
 /// Watches folders with inotify(7) for files that are complete: closed after writing
-/// (`IN_CLOSE_WRITE`) or moved in (`IN_MOVED_TO`). Events are hints only: the owner rescans a
+/// (`IN_CLOSE_WRITE`) or moved in (`IN_MOVED_TO`), and for entries made in place that are not
+/// regular files (`IN_CREATE` of a symlink, FIFO or folder, which never see a close-after-write;
+/// the owner refuses them). Events are hints only: the owner rescans a
 /// folder at start-up, after `IN_Q_OVERFLOW`, and when a watch is lost (`IN_IGNORED`).
 /// `fd` is non-blocking and pollable, so it fits an event loop.
 public final class FolderWatcher: @unchecked Sendable {
@@ -18,7 +20,7 @@ public final class FolderWatcher: @unchecked Sendable {
     /// The inotify file descriptor (readable when events are queued).
     public let fd: Int32
     private var folders: [Int32: String] = [:]
-    private let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO) | UInt32(IN_ONLYDIR)
+    private let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) | UInt32(IN_ONLYDIR)
 
     /// - Throws: `SystemError` from `inotify_init1`.
     public init() throws(SystemError) {
@@ -48,6 +50,7 @@ public final class FolderWatcher: @unchecked Sendable {
                 let ev = buf.load(fromByteOffset: off, as: inotify_event.self)
                 let header = MemoryLayout<inotify_event>.size
                 if ev.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                    Log.info("inotify queue overflowed: rescanning the watched folders")
                     events.append(.rescan(folder: nil))
                 } else if ev.mask & UInt32(IN_IGNORED) != 0 {
                     if let folder = folders.removeValue(forKey: ev.wd) {
@@ -56,7 +59,12 @@ public final class FolderWatcher: @unchecked Sendable {
                     }
                 } else if ev.len > 0, let folder = folders[ev.wd] {
                     let namePtr = (buf + off + header).assumingMemoryBound(to: CChar.self)
-                    events.append(.file(folder: folder, name: String(cString: namePtr)))
+                    let name = String(cString: namePtr)
+                    // A regular file just created is being written: wait for its IN_CLOSE_WRITE.
+                    let created = ev.mask & UInt32(IN_CREATE) != 0 && ev.mask & UInt32(IN_ISDIR) == 0
+                    if !created || Files.entryType(folder + "/" + name) != .regular {
+                        events.append(.file(folder: folder, name: name))
+                    }
                 }
                 off += header + Int(ev.len)
             }

@@ -131,6 +131,17 @@ final class LifecycleTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/control/nobody.pause"))
     }
 
+    func testABadRequestForAnExistingIDLeavesThatRegionAlone() throws {
+        try fx.start()
+        try fx.drop("x.json", slowRequest("x", maxZoom: 1, ms: 1))
+        try fx.waitForState("x", "completed")
+        try fx.dropRaw("x.json", Data("{ not json".utf8))
+        try waitUntil("rejected", timeout: 10) { FileManager.default.fileExists(atPath: fx.spool + "/rejected/x.json.error") }
+        XCTAssertEqual(fx.state("x"), "completed")
+        XCTAssertEqual(fx.manifest("x").count, 5)
+        XCTAssertTrue(try String(contentsOfFile: fx.spool + "/rejected/x.json.error", encoding: .utf8).contains("invalidRequest"))
+    }
+
     func testAtMostMaxActiveRegionsDownloadInArrivalOrder() throws {
         try fx.start(["--max-active-regions", "1"])
         for id in ["q1", "q2", "q3"] { try fx.drop("\(id).json", slowRequest(id, maxZoom: 3, ms: 10)) }
