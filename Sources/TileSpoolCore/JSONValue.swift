@@ -59,7 +59,7 @@ public enum JSONKind {
     /// `maxDepth`. Throws `JSONDocumentError` with a message fit for a status file.
     public static func parse(_ data: Data, maxDepth: Int = 64) throws(JSONDocumentError) -> Any {
         if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
-            throw JSONDocumentError(message: "the file is empty")
+            throw JSONDocumentError(message: "empty")  // read as "the request is empty", "the style is empty"
         }
         let depth = nestingDepth(data)
         if depth > maxDepth {

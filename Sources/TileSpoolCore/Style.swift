@@ -28,6 +28,11 @@ public struct StyleDocument: Sendable, Equatable {
     public static let maxSources = 1_000
     /// The most layers a style may have.
     public static let maxLayers = 20_000
+    /// The most fontstacks a style's layers may name (each costs 130 or 256 glyph ranges; real
+    /// styles name a few dozen).
+    public static let maxFontstacks = 1_000
+    /// The most sprites a style may list (each costs 4 files).
+    public static let maxSprites = 1_000
 
     public var sources: [StyleSource]
     /// Sprite base URLs with their ids (`""` for a single sprite string): clients append `.json`,
@@ -107,6 +112,7 @@ public struct StyleDocument: Sendable, Equatable {
         if let s = o["sprite"] as? String {
             sprites.append(("", try resolve(s, field: "sprite")))
         } else if let arr = o["sprite"] as? [Any] {
+            if arr.count > StyleDocument.maxSprites { throw bad("\(arr.count) sprites; at most \(StyleDocument.maxSprites)") }
             for case let e as [String: Any] in arr {
                 guard let id = e["id"] as? String, let u = e["url"] as? String else { throw bad("sprite entries need 'id' and 'url'") }
                 sprites.append((id, try resolve(u, field: "sprite[\(id)]")))
@@ -122,6 +128,9 @@ public struct StyleDocument: Sendable, Equatable {
                 StyleDocument.collectFontstacks(tf, into: &stacks)
             } else if layout["text-field"] != nil {
                 stacks.insert(StyleDocument.defaultFontstack)
+            }
+            if stacks.count > StyleDocument.maxFontstacks {
+                throw bad("the layers name more than \(StyleDocument.maxFontstacks) fontstacks in 'text-font'")
             }
         }
         self.sources = sources

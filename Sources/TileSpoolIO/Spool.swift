@@ -151,7 +151,13 @@ public enum Log {
     public static func info(_ message: String) { emit("", message) }
     public static func error(_ message: String) { emit("error: ", message) }
     private static func emit(_ level: String, _ message: String) {
-        let line = "\(Timestamp.iso8601(Date())) tilespool: \(level)\(message)\n"
+        // One entry, one line: control characters from file names or ids (a newline could forge
+        // an entry, a NUL would cut it) are written as escapes.
+        var text = ""
+        for u in message.unicodeScalars {
+            if u.value < 0x20 && u != "\t" || u.value == 0x7F { text += "\\u{\(String(u.value, radix: 16))}" } else { text.unicodeScalars.append(u) }
+        }
+        let line = "\(Timestamp.iso8601(Date())) tilespool: \(level)\(text)\n"
         _ = line.withCString { write(2, $0, strlen($0)) }
     }
 }
