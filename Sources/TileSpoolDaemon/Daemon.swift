@@ -134,6 +134,7 @@ public final class Daemon {
     /// tag -> (region id, item); probes use item nil.
     var transfers: [Int: (String, WorkItem?)] = [:]
     var lastSync = 0.0
+    var lastRescan = Daemon.now()
     var pendingCount = 0
     var stopping = false
 
@@ -218,6 +219,13 @@ public final class Daemon {
             let now = Daemon.now()
             if pendingCount >= options.syncBatch || (pendingCount > 0 && now - lastSync >= options.syncInterval) { commit() }
             for r in live.values where r.statusDirty && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
+            if now - lastRescan >= Daemon.rescanInterval {
+                lastRescan = now
+                try? layout.create()      // a removed folder comes back
+                watcher.ensureWatches()   // and is watched again
+                rescan(layout.requests)
+                rescan(layout.control)
+            }
         }
         shutdown()
     }
@@ -249,13 +257,25 @@ public final class Daemon {
 
     // MARK: - The watch folder
 
+    /// How long a regular file found by a rescan must have been left unmodified before it is read,
+    /// in seconds: a rescan (not an inotify event) cannot tell a file still being written in place.
+    static let settleTime = 3.0
+    /// Seconds between periodic rescans (events are hints: a missed one, a hard link, a recreated
+    /// folder are all found this way).
+    static let rescanInterval = 5.0
+
+    /// Handles every file in `folder`, oldest first (so arrival order follows the files' age),
+    /// leaving regular files modified in the last `settleTime` seconds for their close event or
+    /// the next rescan.
     func rescan(_ folder: String) {
+        let now = Date().timeIntervalSince1970
         let names = Files.list(folder).filter { !$0.hasPrefix(".") }
-        // Oldest first, so arrival order follows the files' age.
-        let dated = names.map { name -> (String, Int) in
+        let dated = names.compactMap { name -> (String, Int)? in
             var st = stat()
-            lstat(folder + "/" + name, &st)
-            return (name, Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec))
+            guard lstat(folder + "/" + name, &st) == 0 else { return nil }
+            let mtime = Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec)
+            if (st.st_mode & S_IFMT) == S_IFREG && now - Double(mtime) / 1e9 < Daemon.settleTime { return nil }
+            return (name, mtime)
         }
         for (name, _) in dated.sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) { handleFile(folder: folder, name: name) }
     }
@@ -421,8 +441,9 @@ public final class Daemon {
     /// Changes a region's state, writes its status at once, and appends to events.jsonl.
     func setState(_ r: Region, _ next: RegionState, note: String? = nil) {
         r.state = next
-        writeStatus(r)
+        // The event first: whoever sees the new state in the status file finds its event too.
         status.event(id: r.id, state: next.rawValue, error: r.error, extra: note.map { ["note": $0] } ?? [:])
+        writeStatus(r)
         Log.info("\(r.id): \(next.rawValue)" + (r.error.map { " (\($0.code.rawValue): \($0.message))" } ?? ""))
     }
 

@@ -20,6 +20,7 @@ public final class FolderWatcher: @unchecked Sendable {
     /// The inotify file descriptor (readable when events are queued).
     public let fd: Int32
     private var folders: [Int32: String] = [:]
+    private var wanted: [String] = []
     private let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) | UInt32(IN_ONLYDIR)
 
     /// - Throws: `SystemError` from `inotify_init1`.
@@ -31,9 +32,16 @@ public final class FolderWatcher: @unchecked Sendable {
 
     /// Starts watching `folder`. The corresponding C function is `inotify_add_watch`.
     public func watch(_ folder: String) throws(SystemError) {
+        if !wanted.contains(folder) { wanted.append(folder) }
         let wd = inotify_add_watch(fd, folder, mask)
         if wd < 0 { throw SystemError("inotify_add_watch", folder) }
         folders[wd] = folder
+    }
+
+    /// Watches again every folder whose watch was lost (the folder was removed and made again).
+    public func ensureWatches() {
+        let watched = Set(folders.values)
+        for folder in wanted where !watched.contains(folder) { try? watch(folder) }
     }
 
     /// Reads every queued event without blocking.

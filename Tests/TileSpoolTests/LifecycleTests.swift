@@ -142,6 +142,21 @@ final class LifecycleTests: XCTestCase {
         XCTAssertTrue(try String(contentsOfFile: fx.spool + "/rejected/x.json.error", encoding: .utf8).contains("invalidRequest"))
     }
 
+    /// Events are hints: a hard link (no close event) and a requests/ folder removed and made again
+    /// are both found by the periodic rescan.
+    func testPeriodicRescanFindsHardLinksAndRecreatedFolders() throws {
+        try fx.start()
+        let outside = fx.root.appendingPathComponent("linked.json").path
+        let data = try JSONSerialization.data(withJSONObject: slowRequest("linked", maxZoom: 1, ms: 1))
+        try data.write(to: URL(fileURLWithPath: outside))
+        XCTAssertEqual(link(outside, fx.spool + "/requests/linked.json"), 0)
+        try fx.waitForState("linked", "completed", timeout: 20)
+        try FileManager.default.removeItem(atPath: fx.spool + "/requests")
+        try waitUntil("requests/ made again", timeout: 20) { FileManager.default.fileExists(atPath: fx.spool + "/requests") }
+        try fx.drop("again.json", slowRequest("again", maxZoom: 1, ms: 1))
+        try fx.waitForState("again", "completed", timeout: 20)
+    }
+
     func testAtMostMaxActiveRegionsDownloadInArrivalOrder() throws {
         try fx.start(["--max-active-regions", "1"])
         for id in ["q1", "q2", "q3"] { try fx.drop("\(id).json", slowRequest(id, maxZoom: 3, ms: 10)) }
