@@ -129,14 +129,54 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
 /// `{quadkey}`, `{prefix}`, `{ratio}` and `{bbox-epsg-3857}`. Reference: TileJSON 3.0.0 `tiles`,
 /// maplibre-native `src/mbgl/storage/resource.cpp` (`Resource::tile`).
 public struct TileURLTemplate: Sendable, Equatable, Codable {
-    public var template: String
+    public var template: String { didSet { parts = TileURLTemplate.parse(template) } }
     /// True when the source's TileJSON says `"scheme": "tms"`: `{y}` is then the TMS row.
     public var tms: Bool
     /// What `{ratio}` becomes: `""` or `"@2x"`.
     public var ratio: String
+    /// The template split once into literal text and tokens, so a URL is built by appending.
+    private var parts: [Part]
+
+    enum Part: Sendable, Equatable { case text(String), z, x, y, tmsY, quadkey, prefix, ratio, bbox }
+    enum CodingKeys: String, CodingKey { case template, tms, ratio }
 
     public init(_ template: String, tms: Bool = false, ratio: String = "") {
         self.template = template; self.tms = tms; self.ratio = ratio
+        parts = TileURLTemplate.parse(template)
+    }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(try c.decode(String.self, forKey: .template), tms: try c.decode(Bool.self, forKey: .tms),
+                  ratio: try c.decode(String.self, forKey: .ratio))
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(template, forKey: .template); try c.encode(tms, forKey: .tms); try c.encode(ratio, forKey: .ratio)
+    }
+
+    static let tokens: [(String, Part)] = [("{z}", .z), ("{x}", .x), ("{y}", .y), ("{-y}", .tmsY), ("{quadkey}", .quadkey),
+                                           ("{prefix}", .prefix), ("{ratio}", .ratio), ("{bbox-epsg-3857}", .bbox)]
+
+    static func parse(_ template: String) -> [Part] {
+        var parts: [Part] = []
+        var literal = Substring()
+        var rest = Substring(template)
+        outer: while let c = rest.first {
+            if c == "{" {
+                for (token, part) in tokens where rest.hasPrefix(token) {
+                    if !literal.isEmpty { parts.append(.text(String(literal))); literal = "" }
+                    parts.append(part)
+                    rest = rest.dropFirst(token.count)
+                    continue outer
+                }
+            }
+            literal = literal.isEmpty ? rest.prefix(1) : template[literal.startIndex..<rest.index(after: rest.startIndex)]
+            rest = rest.dropFirst()
+        }
+        if !literal.isEmpty { parts.append(.text(String(literal))) }
+        return parts
     }
 
     /// Why `template` cannot be used (a message), or nil when it is fine.
@@ -151,18 +191,21 @@ public struct TileURLTemplate: Sendable, Equatable, Codable {
 
     /// The URL of tile `t`.
     public func url(for t: TileID) -> String {
-        var s = template
-        func put(_ token: String, _ value: @autoclosure () -> String) {
-            if s.contains(token) { s = s.replacingOccurrences(of: token, with: value()) }
+        var s = ""
+        s.reserveCapacity(template.utf8.count + 16)
+        for p in parts {
+            switch p {
+            case .text(let x): s += x
+            case .z: s += String(t.z)
+            case .x: s += String(t.x)
+            case .y: s += String(tms ? t.tmsY : t.y)
+            case .tmsY: s += String(t.tmsY)
+            case .quadkey: s += t.quadkey
+            case .prefix: s += String(t.x % 16, radix: 16) + String(t.y % 16, radix: 16)
+            case .ratio: s += ratio
+            case .bbox: let b = WebMercator.bbox3857(t); s += "\(b.0),\(b.1),\(b.2),\(b.3)"
+            }
         }
-        put("{z}", String(t.z))
-        put("{x}", String(t.x))
-        put("{y}", String(tms ? t.tmsY : t.y))
-        put("{-y}", String(t.tmsY))
-        put("{quadkey}", t.quadkey)
-        put("{prefix}", String(t.x % 16, radix: 16) + String(t.y % 16, radix: 16))
-        put("{ratio}", ratio)
-        put("{bbox-epsg-3857}", { let b = WebMercator.bbox3857(t); return "\(b.0),\(b.1),\(b.2),\(b.3)" }())
         return s
     }
 }

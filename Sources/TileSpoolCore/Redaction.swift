@@ -18,6 +18,8 @@ public enum Redaction {
     /// `url` with the value of every credential-like query parameter replaced by `REDACTED`, and any
     /// `user:password@` removed. Works on templates too (it does not parse `{z}`-style placeholders).
     public static func redact(_ url: String) -> String {
+        // Fast path (once per tile): nothing to hide without a query string or a user part.
+        if !url.utf8.contains(UInt8(ascii: "?")) && !url.utf8.contains(UInt8(ascii: "@")) { return url }
         var s = url
         // user:password@host
         if let schemeEnd = s.range(of: "://") {

@@ -217,7 +217,9 @@ public final class Daemon {
             for r in http.collect() { handle(r) }
             writeJournals()
             let now = Daemon.now()
-            if pendingCount >= options.syncBatch || (pendingCount > 0 && now - lastSync >= options.syncInterval) { commit() }
+            if pendingCount >= options.syncBatch || (pendingCount > 0 && (now - lastSync >= options.syncInterval || aRegionHasNothingLeftToFetch())) {
+                commit()
+            }
             for r in live.values where r.statusDirty && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
             if now - lastRescan >= Daemon.rescanInterval {
                 lastRescan = now
@@ -228,6 +230,15 @@ public final class Daemon {
             }
         }
         shutdown()
+    }
+
+    /// True when a downloading region waits only for its last objects to be recorded: they are
+    /// then synced at once instead of at the next sync interval.
+    func aRegionHasNothingLeftToFetch() -> Bool {
+        live.values.contains { r in
+            guard let d = r.download, let plan = d.plan else { return false }
+            return !d.pending.isEmpty && d.inFlight.isEmpty && d.retries.isEmpty && d.cursor >= plan.indexSpace
+        }
     }
 
     func nextTimeout() -> Double {
