@@ -17,4 +17,18 @@ static inline int tilespool_errno(void) { return errno; }
 static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
 static inline int tilespool_open(const char *path, int flags, int mode) { return open(path, flags, (mode_t)mode); }
 static inline int tilespool_openat(int dirfd, const char *path, int flags, int mode) { return openat(dirfd, path, flags, (mode_t)mode); }
+
+/// Whether another process has `path` open for writing, asked by taking a read lease (fcntl(2)
+/// F_SETLEASE, which fails with EAGAIN while any writer holds the file open) and dropping it at
+/// once. Returns 1 when a writer has it open, 0 when none does, -1 when leases are not available
+/// here (not the owner and no CAP_LEASE, or a filesystem without leases).
+static inline int tilespool_is_open_for_writing(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = fcntl(fd, F_SETLEASE, F_RDLCK);
+    int answer = r == 0 ? 0 : (errno == EAGAIN ? 1 : -1);
+    if (r == 0) fcntl(fd, F_SETLEASE, F_UNLCK);
+    close(fd);
+    return answer;
+}
 #endif

@@ -125,6 +125,7 @@ public final class Daemon {
     let watcher: FolderWatcher
     let signals: SignalFD
     let lock: SpoolLock
+    let storeLock: SpoolLock
     var regions: [String: Region] = [:]
     /// The regions the event loop looks at each turn: queued, downloading, pausedNetwork, or with
     /// a status still to write. Finished regions stay out of the hot path however many there are.
@@ -146,6 +147,7 @@ public final class Daemon {
         try layout.create()
         lock = try SpoolLock(path: layout.lock)
         store = try ObjectStore(root: options.store)
+        storeLock = try SpoolLock(path: store.root + "/daemon.lock") // one daemon per store too
         status = StatusWriter(layout: layout)
         http = HTTPClient(options: options.http)
         watcher = try FolderWatcher()
@@ -176,7 +178,15 @@ public final class Daemon {
         for id in Files.list(store.regionsDir) where RequestValidator.isValidID(id) {
             let files = RegionFiles(dir: store.regionDir(id))
             guard let request = try? files.loadRequest() else {
-                Log.error("\(id): store/regions/\(id)/request.json is missing or invalid; region skipped")
+                Log.error("\(id): store/regions/\(id)/request.json is missing or invalid; region skipped (delete it to clean up)")
+                if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
+                    var failed = st
+                    failed.state = .failed
+                    failed.error = RegionError(code: .storeDamaged, message: "store/regions/\(id)/request.json is missing or invalid; drop the request again, or delete the region")
+                    failed.updatedAt = Date()
+                    try? status.write(failed)
+                    status.event(id: id, state: failed.state.rawValue, error: failed.error)
+                }
                 continue
             }
             let st = status.read(id: id)
@@ -268,8 +278,9 @@ public final class Daemon {
 
     // MARK: - The watch folder
 
-    /// How long a regular file found by a rescan must have been left unmodified before it is read,
-    /// in seconds: a rescan (not an inotify event) cannot tell a file still being written in place.
+    /// A regular file found by a rescan (not announced by an inotify event) is read only when no
+    /// writer holds it open (a read lease says so); where leases are not available, only once it
+    /// has been left unmodified this many seconds.
     static let settleTime = 3.0
     /// Seconds between periodic rescans (events are hints: a missed one, a hard link, a recreated
     /// folder are all found this way).
@@ -285,7 +296,13 @@ public final class Daemon {
             var st = stat()
             guard lstat(folder + "/" + name, &st) == 0 else { return nil }
             let mtime = Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec)
-            if (st.st_mode & S_IFMT) == S_IFREG && now - Double(mtime) / 1e9 < Daemon.settleTime { return nil }
+            if (st.st_mode & S_IFMT) == S_IFREG {
+                switch Files.isOpenForWriting(folder + "/" + name) {
+                case true?: return nil
+                case false?: break
+                case nil: if now - Double(mtime) / 1e9 < Daemon.settleTime { return nil }
+                }
+            }
             return (name, mtime)
         }
         for (name, _) in dated.sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) { handleFile(folder: folder, name: name) }
@@ -366,11 +383,15 @@ public final class Daemon {
             try files.create(request: request)
             if let plan { try files.savePlan(plan) }
         } catch {
-            Log.error("\(request.id): cannot write the region's files: \(error)")
-            r.error = RegionError(code: .storageError, message: "\(error)")
-            regions[r.id] = r
-            setState(r, .failedStorage)
-            Files.remove(path)
+            // No region without its files: the request is refused like a bad one (drop it again
+            // once the store can be written), and nothing half made stays in the store.
+            let e = RegionError(code: .storageError, message: "cannot write the region's files: \(error)")
+            if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
+            Files.removeTree(files.dir)
+            try? status.write(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
+                                           request: request.redactedJSONObject, context: request.context))
+            status.event(id: request.id, state: RegionState.failed.rawValue, error: e)
+            reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         }
         regions[r.id] = r
@@ -412,8 +433,9 @@ public final class Daemon {
             return
         }
         guard let r = regions[id] else {
-            if action == .delete, status.read(id: id) != nil {
+            if action == .delete, status.read(id: id) != nil || Files.entryType(store.regionDir(id)) == .directory {
                 Files.remove(path)
+                Files.removeTree(store.regionDir(id))
                 status.remove(id: id)
                 status.event(id: id, state: "deleted", error: nil, extra: ["action": "delete"])
                 Log.info("\(id): deleted (status only)")
@@ -529,6 +551,7 @@ public final class Daemon {
             r.files.readManifest(cutPartialLine: true) { lines.append($0) }
             var p = RegionProgress()
             for l in lines where l.kind == .style || l.kind == .source { count(l, into: &p) }
+            p.resourcesExpected = max(p.resourcesExpected, 1) // at least the style
             r.progress = p
         }
         switch RegionStateMachine.apply(.start, to: r.state) {

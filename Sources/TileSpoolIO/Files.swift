@@ -129,6 +129,16 @@ public enum Files {
         }
     }
 
+    /// Whether a writer still holds the regular file `path` open: true, false, or nil when the
+    /// system cannot tell (see `tilespool_is_open_for_writing` in the CLinux shim).
+    public static func isOpenForWriting(_ path: String) -> Bool? {
+        switch CLinux.tilespool_is_open_for_writing(path) {
+        case 1: return true
+        case 0: return false
+        default: return nil
+        }
+    }
+
     /// Size in bytes of the file at `path`, or nil.
     public static func size(_ path: String) -> Int? {
         var st = stat()

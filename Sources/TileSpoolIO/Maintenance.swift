@@ -125,6 +125,7 @@ public enum StoreMaintenance {
             report.manifestsChecked += 1
             var kept: [ManifestLine] = []
             var dropped = 0
+            var droppedTiles = 0, droppedBytes = 0, droppedTileBytes = 0
             var lines = 0
             files.readManifest { line in
                 lines += 1
@@ -132,6 +133,8 @@ public enum StoreMaintenance {
                 if let s = line.sha256, bad.contains(s) || !store.contains(s) {
                     if !bad.contains(s) { report.missingObjects.append("\(id): \(line.key) -> \(s)") }
                     dropped += 1
+                    droppedBytes += line.bytes
+                    if line.kind == .tile { droppedTiles += 1; droppedTileBytes += line.bytes }
                 } else {
                     kept.append(line)
                 }
@@ -151,6 +154,9 @@ public enum StoreMaintenance {
                     st.state = .failed
                     st.error = RegionError(code: .storeDamaged, message: "\(dropped) resources were damaged or missing in the store; resume fetches them again")
                     st.progress.resourcesCompleted = max(0, st.progress.resourcesCompleted - dropped)
+                    st.progress.tilesCompleted = max(0, st.progress.tilesCompleted - droppedTiles)
+                    st.progress.bytesCompleted = max(0, st.progress.bytesCompleted - droppedBytes)
+                    st.progress.tileBytesCompleted = max(0, st.progress.tileBytesCompleted - droppedTileBytes)
                     st.updatedAt = Date()
                     try? status.write(st)
                     status.event(id: id, state: st.state.rawValue, error: st.error, extra: ["note": "verify --repair"])

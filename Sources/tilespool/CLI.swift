@@ -65,6 +65,20 @@ struct Locations {
         store = a.options["--store"] ?? (spool + "/store")
     }
     var layout: SpoolLayout { SpoolLayout(root: spool) }
+
+    /// Fails (exit 1) unless the spool exists: a mistyped --spool must not look like an empty one.
+    func requireSpool() throws {
+        guard Files.entryType(spool + "/status") == .directory || Files.entryType(spool + "/requests") == .directory else {
+            throw CommandFailure("no spool at \(spool) (no status/ or requests/ folder; is --spool right?)")
+        }
+    }
+
+    /// Fails (exit 1) unless the store exists.
+    func requireStore() throws {
+        guard Files.entryType(store + "/objects") == .directory else {
+            throw CommandFailure("no store at \(store) (no objects/ folder; is --store right?)")
+        }
+    }
 }
 
 let commonValued: Set<String> = ["--spool", "--store"]
@@ -140,7 +154,8 @@ func runCLI(_ argv: [String]) -> Int32 {
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let e as UsageError {
-        err("tilespool: \(e.message)\ntry 'tilespool \(command == "-h" ? "" : command + " ")--help'")
+        let known = ["run", "status", "pause", "resume", "cancel", "delete", "gc", "verify", "plan"].contains(command)
+        err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
     } catch {
         err("tilespool: \(error)")
@@ -172,7 +187,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
     let daemon: Daemon
     do { daemon = try Daemon(options: o) } catch let e as SystemError where e.operation == "flock" {
-        err("tilespool: another daemon is already running on \(loc.spool) (lock \(e.path) is held)")
+        err("tilespool: another daemon is already running on this spool or store (lock \(e.path) is held)")
         return 1
     }
     daemon.run()

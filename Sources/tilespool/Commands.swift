@@ -15,6 +15,7 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
     let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued)
     if a.flags.contains("--help") { out(statusHelp); return 0 }
     guard a.positionals.count <= 1 else { throw UsageError("status takes at most one ID") }
+    try Locations(a).requireSpool()
     let writer = StatusWriter(layout: Locations(a).layout)
     var list: [RegionStatus]
     if let id = a.positionals.first {
@@ -69,6 +70,7 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
     guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("\(action) takes one region ID") }
     guard RequestValidator.isValidID(id) else { throw UsageError("'\(id)' is not a valid region id") }
     let layout = Locations(a).layout
+    try Locations(a).requireSpool()
     try Files.makeDirectories(layout.control)
     let final = "\(layout.control)/\(id).\(action)"
     try Files.writeAtomically(Data(), to: final)
@@ -91,6 +93,7 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     if !a.positionals.isEmpty { throw UsageError("gc takes no arguments") }
     let loc = Locations(a)
     let grace = try a.seconds("--grace", default: 3600)
+    try loc.requireStore()
     let store = try ObjectStore(root: loc.store)
     let r = StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects")
@@ -115,14 +118,17 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     if !a.positionals.isEmpty { throw UsageError("verify takes no arguments") }
     let loc = Locations(a)
     let repair = a.flags.contains("--repair")
-    var lock: SpoolLock?
+    try loc.requireStore()
+    var locks: [SpoolLock] = []
     if repair {
-        do { lock = try SpoolLock(path: loc.layout.lock) } catch {
-            err("tilespool: verify --repair needs the daemon stopped (lock \(loc.layout.lock) is held)")
-            return 1
+        for path in [loc.layout.lock, loc.store + "/daemon.lock"] {
+            do { locks.append(try SpoolLock(path: path)) } catch {
+                err("tilespool: verify --repair needs the daemon stopped (lock \(path) is held)")
+                return 1
+            }
         }
     }
-    defer { _ = lock }
+    defer { _ = locks }
     let store = try ObjectStore(root: loc.store)
     let r = StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
     for b in r.badObjects { out("bad object (content does not hash to its name): objects/\(b)") }

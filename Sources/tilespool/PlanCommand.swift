@@ -28,8 +28,8 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     case .style(let styleURL):
         let http = HTTPClient(options: HTTPOptions())
         func body(_ r: TransferResult, _ url: String) throws -> Data {
-            if let f = r.failure { throw UsageErrorless("cannot fetch \(Redaction.redact(url)): \(f)") }
-            guard (200...299).contains(r.status) else { throw UsageErrorless("HTTP \(r.status) from \(Redaction.redact(url))") }
+            if let f = r.failure { throw CommandFailure("cannot fetch \(Redaction.redact(url)): \(f)") }
+            guard (200...299).contains(r.status) else { throw CommandFailure("HTTP \(r.status) from \(Redaction.redact(url))") }
             return r.body
         }
         let style = try StyleDocument(data: try body(http.fetchAll([styleURL])[0], styleURL), baseURL: styleURL)
@@ -64,5 +64,5 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     return 0
 }
 
-/// A failure that is not a usage mistake (exit status 1).
-struct UsageErrorless: Error, CustomStringConvertible { var description: String; init(_ d: String) { description = d } }
+/// A failure that is not a usage mistake: printed, exit status 1.
+struct CommandFailure: Error, CustomStringConvertible { var description: String; init(_ d: String) { description = d } }

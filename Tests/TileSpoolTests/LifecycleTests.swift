@@ -157,6 +157,25 @@ final class LifecycleTests: XCTestCase {
         try fx.waitForState("again", "completed", timeout: 20)
     }
 
+    /// A writer that pauses longer than a rescan period in the middle of a request: the rescan
+    /// sees the file still open for writing (a read lease is refused) and leaves it alone.
+    func testRescanLeavesAFileStillOpenForWritingAlone() throws {
+        try fx.start()
+        let data = try JSONSerialization.data(withJSONObject: slowRequest("held", maxZoom: 1, ms: 1))
+        let fd = open(fx.spool + "/requests/held.json", O_WRONLY | O_CREAT | O_EXCL, 0o644)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(data.prefix(data.count / 2).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }, data.count / 2)
+        // The pause is the scenario: longer than the 5 s rescan period plus the 3 s settle time.
+        let resumeAt = Date().addingTimeInterval(8.5)
+        try waitUntil("the writer's pause", timeout: 10) { Date() >= resumeAt }
+        XCTAssertNil(fx.state("held"), "the half-written file was read: \(fx.log().suffix(500))")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.spool + "/requests/held.json"))
+        let rest = data.suffix(from: data.count / 2)
+        XCTAssertEqual(rest.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }, rest.count)
+        close(fd)
+        try fx.waitForState("held", "completed", timeout: 20)
+    }
+
     func testAtMostMaxActiveRegionsDownloadInArrivalOrder() throws {
         try fx.start(["--max-active-regions", "1"])
         for id in ["q1", "q2", "q3"] { try fx.drop("\(id).json", slowRequest(id, maxZoom: 3, ms: 10)) }
@@ -210,6 +229,18 @@ final class LifecycleTests: XCTestCase {
         let (rc, out) = try fx.cli(["run", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1)
         XCTAssertTrue(out.contains("another daemon is already running"), out)
+        // Another spool on the same store is refused too.
+        let other = fx.root.appendingPathComponent("other-spool").path
+        let (rc2, out2) = try fx.cli(["run", "--spool", other, "--store", fx.store])
+        XCTAssertEqual(rc2, 1)
+        XCTAssertTrue(out2.contains("another daemon is already running") && out2.contains(fx.store + "/daemon.lock"), out2)
+        // A mistyped --spool or --store is an error, not an empty spool.
+        let (rc3, out3) = try fx.cli(["status", "--spool", fx.root.appendingPathComponent("nope").path])
+        XCTAssertEqual(rc3, 1)
+        XCTAssertTrue(out3.contains("no spool at"), out3)
+        let (rc4, out4) = try fx.cli(["verify", "--store", fx.root.appendingPathComponent("nope").path])
+        XCTAssertEqual(rc4, 1)
+        XCTAssertTrue(out4.contains("no store at"), out4)
     }
 
     func testPausedNetworkWhenTheServerGoesAwayAndBackByItself() throws {

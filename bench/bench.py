@@ -1,0 +1,1232 @@
+#!/usr/bin/python3
+"""TileSpool benchmarks (GitHub issue 5). Run through `make bench` or `bash bench/run.sh`.
+
+Phases (positional arguments; default: throughput real scale pickup):
+  throughput  TileSpool vs curl --parallel vs mapproxy-seed on a synthetic XYZ pyramid served by nginx
+  real        the bright style over Liechtenstein z0-14 from ../shared/mapdata
+  scale       a ~1,000,000-tile request against a 204 location; `tilespool plan` on ~10,000,000 tiles
+  pickup      latency from a request's rename into requests/ to its status/<id>.state
+  profile     callgrind and perf on the daemon, throughput case (not in the default set)
+  report [FILE]  print the Markdown tables of a results.json again
+
+Environment: TILESPOOL_BIN (the release binary; run.sh sets it), TILESPOOL_MAPDATA (default
+../shared/mapdata), BENCH_QUICK=1 (small sizes, one run each, for development), BENCH_RUNS=N,
+BENCH_KEEP=1 (keep the run folders), BENCH_WORKDIR (where the run folders go, default bench/out),
+BENCH_SETTLE (seconds, default 360: see wait_for_quiet_fs), BENCH_PROFILE_MAXZ (callgrind's max
+zoom, default 13). Python 3 standard library only. Results: docs/benchmarks.md.
+"""
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DATA = os.path.join(HERE, "data")
+OUTROOT = os.path.join(HERE, "out")
+BIN = os.environ.get("TILESPOOL_BIN") or os.path.join(ROOT, ".build-bench/release/tilespool")
+MAPDATA = os.path.abspath(os.environ.get("TILESPOOL_MAPDATA") or os.path.join(ROOT, "../shared/mapdata"))
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+KEEP = os.environ.get("BENCH_KEEP") == "1"
+RUNS = int(os.environ.get("BENCH_RUNS") or (1 if QUICK else 3))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# Parallel requests for every downloader.
+N = 8
+# Throughput: z8-14 around Liechtenstein, 20,984 tiles (the pyramid always has z8-14; BENCH_QUICK
+# downloads z8-12 of it, 1,410 tiles).
+TP_BOUNDS = [8.15, 46.27, 10.95, 48.06]
+TP_MINZ, PYR_MAXZ = 8, 14
+TP_MAXZ = 12 if QUICK else 14
+PYRAMID_SEED = 20240505
+# Real tile sizes drawn for the pyramid's bodies: the vector tiles and three raster sets.
+SIZE_POOL_DIRS = ["tiles/liechtenstein", "raster/osm_carto", "raster/stamen_toner", "raster/node_mbtiles_plain_1"]
+# Real data: the bright style over the Liechtenstein TileJSON's bounds, z0-14.
+REAL_BOUNDS = [9.4717, 47.0484, 9.6357, 47.2706]
+# Scale: 1,013,063 tiles (z8-17) answered 204; the plan case 10,096,310 tiles (z8-18).
+SCALE_BOUNDS, SCALE_MINZ, SCALE_MAXZ = [6.9, 46.3, 9.9, 47.6], 8, (14 if QUICK else 17)
+PLAN_BOUNDS, PLAN_MINZ, PLAN_MAXZ = [5.9, 45.75, 10.55, 47.85], 8, 18
+PICKUP_COUNT = 20 if QUICK else 200
+# mapproxy's lock folders (tmpfs when there is one).
+LOCK_ROOT = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else "/tmp", "tilespool-bench-locks")
+# After deleting many files, wait this long before timing anything (see wait_for_quiet_fs).
+SETTLE_SECONDS = float(os.environ.get("BENCH_SETTLE", "360"))
+CLEANUP_STAMP = os.path.join(OUTROOT, ".cleanup-stamp")
+# Where the run folders (spools, stores, curl's and mapproxy's outputs) go: bench/out by default;
+# BENCH_WORKDIR=/dev/shm/x puts them on tmpfs, to see the downloaders without the filesystem.
+WORKDIR = os.path.abspath(os.environ.get("BENCH_WORKDIR") or OUTROOT)
+
+
+def fs_type(path):
+    out = subprocess.run(["stat", "-f", "-c", "%T", path], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+# results.md/json, or results-tmpfs.md/json when the run folders are on tmpfs.
+RESULTS = "results"
+PICKUP_BOUNDS = [9.52, 47.14, 9.5201, 47.1401]  # one tile at z14
+
+
+def log(msg):
+    sys.stderr.write(time.strftime("%H:%M:%S ") + msg + "\n")
+    sys.stderr.flush()
+
+
+class BenchError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile math: the same formulas as Sources/TileSpoolCore/TileMath.swift (WebMercator.cover):
+# x from floor((lon+180)/360*2^z) to ceil(...)-1, y likewise, half-open, clamped.
+
+def tile_x(lon, z):
+    return (lon + 180.0) / 360.0 * float(1 << z)
+
+
+def tile_y(lat, z):
+    m = 85.0511287798066
+    lat = min(max(lat, -m), m)
+    phi = lat * math.pi / 180.0
+    return (1.0 - math.log(math.tan(phi) + 1.0 / math.cos(phi)) / math.pi) / 2.0 * float(1 << z)
+
+
+def cover(bounds, z):
+    """(minX, minY, maxX, maxY) inclusive at zoom z; bounds do not cross the antimeridian."""
+    w, s, e, n = bounds
+    assert w < e
+    size = 1 << z
+    clamp = lambda v: min(max(v, 0), size - 1)
+    yt, yb = tile_y(n, z), tile_y(s, z)
+    y0 = clamp(math.floor(yt))
+    y1 = clamp(max(math.ceil(yb) - 1, math.floor(yt)))
+    x0f, x1f = tile_x(w, z), tile_x(e, z)
+    x0 = clamp(math.floor(x0f))
+    x1 = clamp(max(math.ceil(x1f) - 1, math.floor(x0f)))
+    return x0, y0, x1, y1
+
+
+def rects(bounds, minz, maxz):
+    return {z: cover(bounds, z) for z in range(minz, maxz + 1)}
+
+
+def rect_count(r):
+    return (r[2] - r[0] + 1) * (r[3] - r[1] + 1)
+
+
+def tiles_of(rs):
+    """Every tile in TileSpool's plan order: by zoom, then row-major."""
+    for z in sorted(rs):
+        x0, y0, x1, y1 = rs[z]
+        for y in range(y0, y1 + 1):
+            for x in range(x0, x1 + 1):
+                yield z, x, y
+
+
+def merc(lon, lat):
+    r = 6378137.0
+    return r * math.radians(lon), r * math.log(math.tan(math.pi / 4 + math.radians(lat) / 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=10.0, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BenchError("process exited before listening on %d" % port)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise BenchError("nothing listens on port %d after %.0f s" % (port, timeout))
+
+
+def proc_cpu(pid):
+    """(user, sys) seconds of a live process, from /proc/<pid>/stat."""
+    with open("/proc/%d/stat" % pid) as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return int(rest[11]) / CLK_TCK, int(rest[12]) / CLK_TCK
+
+
+def proc_status_kb(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def tree_rss_kb(root):
+    """Sum of VmRSS over `root` and its descendants (scans /proc; no children files here)."""
+    parents = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    tree, frontier = {root}, [root]
+    while frontier:
+        p = frontier.pop()
+        for c, pp in parents.items():
+            if pp == p and c not in tree:
+                tree.add(c)
+                frontier.append(c)
+    total = 0
+    for p in tree:
+        try:
+            with open("/proc/%d/statm" % p) as f:
+                total += int(f.read().split()[1]) * PAGE // 1024
+        except OSError:
+            pass
+    return total
+
+
+NGINX_PID = None
+
+
+def cpu_snapshot():
+    """(machine-wide busy CPU seconds from /proc/stat, nginx's CPU seconds)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = (sum(v[:8]) - v[3] - v[4]) / CLK_TCK  # all but idle and iowait (guest time is inside user)
+    ng = sum(proc_cpu(NGINX_PID)) if NGINX_PID else 0.0
+    return busy, ng
+
+
+def others_cpu(before, after, own_cpu):
+    """CPU seconds the rest of the machine used during a run: busy time minus the downloader's
+    and nginx's (other agents' builds and tests; the bench's own polling is in here too)."""
+    return (after[0] - before[0]) - (after[1] - before[1]) - own_cpu, after[1] - before[1]
+
+
+def run_measured(cmd, cwd, out_path, sample_tree=False, env=None):
+    """Runs cmd to its end. Returns wall, user, sys (the process and its reaped children, from
+    wait4), maxrss_kb (largest single process) and tree_kb (sampled sum over the process tree)."""
+    out = open(out_path, "wb")
+    snap0 = cpu_snapshot()
+    e0 = time.time()
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    res = {}
+
+    def reap():
+        _, st, ru = os.wait4(p.pid, 0)
+        res["t1"] = time.perf_counter()
+        res["e1"] = time.time()
+        res["status"], res["ru"] = st, ru
+
+    th = threading.Thread(target=reap)
+    th.start()
+    tree = 0
+    while th.is_alive():
+        if sample_tree:
+            try:
+                tree = max(tree, tree_rss_kb(p.pid))
+            except OSError:
+                pass
+        th.join(0.1)
+    snap1 = cpu_snapshot()
+    p.returncode = os.waitstatus_to_exitcode(res["status"])
+    out.close()
+    ru = res["ru"]
+    other, ng = others_cpu(snap0, snap1, ru.ru_utime + ru.ru_stime)
+    if p.returncode != 0:
+        raise BenchError("%s exited with %d; output in %s" % (cmd[0], p.returncode, out_path))
+    return {"wall": res["t1"] - t0, "user": ru.ru_utime, "sys": ru.ru_stime, "cpu": ru.ru_utime + ru.ru_stime,
+            "rss_kb": ru.ru_maxrss, "tree_kb": max(tree, ru.ru_maxrss), "epoch": (e0, res["e1"]),
+            "other_cpu": other, "nginx_cpu": ng}
+
+
+# ---------------------------------------------------------------------------------------------
+# nginx: one process (master_process off), keep-alive on, access log only under /log/.
+
+class Nginx:
+    def __init__(self, workdir, pyramid):
+        self.dir = os.path.join(workdir, "nginx")
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = free_port()       # the pyramid, /log/ and /empty/
+        self.port_real = free_port()  # ../shared/mapdata as a tile server
+        self.access_log = os.path.join(self.dir, "access.log")
+        d = self.dir
+        conf = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid "{d}/nginx.pid";
+error_log "{d}/error.log" warn;
+events {{ worker_connections 4096; }}
+http {{
+    types {{
+        application/json        json;
+        application/x-protobuf  pbf mvt;
+        image/png               png;
+        image/webp              webp;
+        image/jpeg              jpg jpeg;
+    }}
+    default_type application/octet-stream;
+    log_format bench '$request_uri $status $body_bytes_sent $msec';
+    access_log off;
+    client_body_temp_path "{d}/client_body_temp";
+    proxy_temp_path "{d}/proxy_temp";
+    fastcgi_temp_path "{d}/fastcgi_temp";
+    uwsgi_temp_path "{d}/uwsgi_temp";
+    scgi_temp_path "{d}/scgi_temp";
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_timeout 75s;
+    keepalive_requests 1000000;
+    server_tokens off;
+    log_not_found off;
+    gzip off;
+    server {{
+        listen 127.0.0.1:{port};
+        root "{pyr}";
+        location / {{ }}
+        location /log/ {{
+            alias "{pyr}/";
+            access_log "{d}/access.log" bench;
+        }}
+        location /empty/ {{ return 204; }}
+    }}
+    server {{
+        listen 127.0.0.1:{port_real};
+        root "{mapdata}";
+        access_log "{d}/real.log" bench;
+        location = /styles/bright/liechtenstein.json {{
+            alias "{mapdata}/styles/bright/style.local-template.json";
+            default_type application/json;
+            sub_filter_types application/json;
+            sub_filter_once off;
+            sub_filter "__BASE__" "http://127.0.0.1:$server_port";
+            sub_filter "/tiles/monaco.tilejson.json" "/tiles/liechtenstein.tilejson.json";
+        }}
+        location ~ \\.json$ {{
+            sub_filter '__BASE__' 'http://127.0.0.1:$server_port';
+            sub_filter_once off;
+            sub_filter_types application/json;
+        }}
+        location ~ ^/tiles/.*\\.pbf$ {{
+            add_header Content-Encoding gzip;
+        }}
+    }}
+}}
+""".format(d=d, port=self.port, port_real=self.port_real, pyr=pyramid, mapdata=MAPDATA)
+        self.conf = os.path.join(d, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(conf)
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        self.proc = subprocess.Popen([nginx, "-p", d + "/", "-c", self.conf, "-e", d + "/error.log"],
+                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "stderr.log"), "wb"))
+        wait_port(self.port, proc=self.proc)
+        wait_port(self.port_real, proc=self.proc)
+
+    @property
+    def base(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    @property
+    def base_real(self):
+        return "http://127.0.0.1:%d" % self.port_real
+
+    def clear_log(self, name="access.log"):
+        open(os.path.join(self.dir, name), "w").close()
+
+    def log_entries(self, name="access.log"):
+        time.sleep(0.3)  # nginx writes a line when it has finished a request
+        try:
+            with open(os.path.join(self.dir, name)) as f:
+                return [l.split(" ") for l in f.read().splitlines() if l]
+        except FileNotFoundError:
+            return []
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# The TileSpool daemon
+
+class Daemon:
+    def __init__(self, spool, store, args=(), wrapper=(), ready_timeout=30.0):
+        os.makedirs(spool, exist_ok=True)
+        self.spool, self.store = spool, store
+        self.log_path = os.path.join(os.path.dirname(spool), "daemon.log")
+        self.log = open(self.log_path, "wb")
+        cmd = list(wrapper) + [BIN, "run", "--spool", spool, "--store", store] + list(args)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            with open(self.log_path, "rb") as f:
+                if b"tilespool: watching" in f.read():
+                    break
+            if self.proc.poll() is not None:
+                raise BenchError("the daemon exited at start; see %s" % self.log_path)
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BenchError("the daemon did not start; see %s" % self.log_path)
+            time.sleep(0.01)
+
+    def cpu(self):
+        return proc_cpu(self.pid)
+
+    def hwm_kb(self):
+        return proc_status_kb(self.pid, "VmHWM")
+
+    def rss_kb(self):
+        return proc_status_kb(self.pid, "VmRSS")
+
+    def stop(self, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def drop(spool, rid, request):
+    """Writes requests/.<id>.json, then renames it to requests/<id>.json. Returns the time
+    (perf_counter) taken just before the rename."""
+    req = os.path.join(spool, "requests")
+    tmp = os.path.join(req, "." + rid + ".json")
+    with open(tmp, "w") as f:
+        json.dump(request, f)
+    t = time.perf_counter()
+    os.rename(tmp, os.path.join(req, rid + ".json"))
+    return t
+
+
+def read_state(spool, rid):
+    try:
+        with open(os.path.join(spool, "status", rid + ".state")) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def wait_state(spool, rid, target="completed", poll=0.002, timeout=600.0, on_poll=None):
+    deadline = time.perf_counter() + timeout
+    while True:
+        s = read_state(spool, rid)
+        now = time.perf_counter()
+        if s == target:
+            return now
+        if s in ("failed", "failedStorage", "cancelled", "pausedNetwork"):
+            status = open(os.path.join(spool, "status", rid + ".json")).read()
+            raise BenchError("region %s is %s: %s" % (rid, s, status))
+        if now > deadline:
+            raise BenchError("region %s not %s after %.0f s (state %s)" % (rid, target, timeout, s))
+        if on_poll:
+            on_poll()
+        time.sleep(poll)
+
+
+def read_manifest(store, rid):
+    """Summary of <store>/regions/<id>/manifest.tsv (kind sha256 bytes key url)."""
+    kinds, shas, total_bytes, lines, missing, keys = {}, set(), 0, 0, 0, set()
+    with open(os.path.join(store, "regions", rid, "manifest.tsv")) as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            kind, sha, nbytes, key, _url = line.rstrip("\n").split("\t", 4)
+            lines += 1
+            keys.add((kind, key))
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if sha == "-":
+                missing += 1
+            else:
+                shas.add(sha)
+                total_bytes += int(nbytes)
+    return {"lines": lines, "kinds": kinds, "objects": len(shas), "bytes": total_bytes,
+            "missing": missing, "distinct_keys": len(keys)}
+
+
+def count_files(root, suffix=""):
+    n, size = 0, 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            if f.endswith(suffix):
+                n += 1
+                size += os.lstat(os.path.join(dirpath, f)).st_size
+    return n, size
+
+
+def tilespool_plan(request, workdir, name):
+    path = os.path.join(workdir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(request, f)
+    out = subprocess.run([BIN, "plan", path, "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def check_plan_counts(plan, rs):
+    by_zoom = plan["bySource"]["tiles0"]["byZoom"]
+    mine = {str(z): rect_count(r) for z, r in rs.items()}
+    if by_zoom != mine:
+        raise BenchError("tilespool plan's per-zoom counts %s differ from bench.py's %s" % (by_zoom, mine))
+    return plan["tiles"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The synthetic pyramid
+
+def size_pool():
+    sizes = []
+    pat = re.compile(r"/\d+/\d+/\d+\.(pbf|png|webp|jpg)$")
+    for d in SIZE_POOL_DIRS:
+        for dirpath, _dirs, files in os.walk(os.path.join(MAPDATA, d)):
+            for f in files:
+                p = os.path.join(dirpath, f)
+                if pat.search(p):
+                    sizes.append(os.path.getsize(p))
+    if not sizes:
+        raise BenchError("no tiles found under %s (TILESPOOL_MAPDATA)" % MAPDATA)
+    return sorted(sizes)
+
+
+def ensure_pyramid():
+    pyr = os.path.join(DATA, "pyramid")
+    stamp_path = os.path.join(DATA, "pyramid.json")
+    params = {"bounds": TP_BOUNDS, "minZoom": TP_MINZ, "maxZoom": PYR_MAXZ, "seed": PYRAMID_SEED,
+              "sizePool": SIZE_POOL_DIRS, "version": 1}
+    if os.path.exists(stamp_path):
+        with open(stamp_path) as f:
+            stamp = json.load(f)
+        if stamp.get("params") == params:
+            return pyr, stamp
+    log("generating the pyramid in %s" % pyr)
+    if os.path.exists(pyr):
+        shutil.rmtree(pyr)
+    pool = size_pool()
+    rng = random.Random(PYRAMID_SEED)
+    sizes = []
+    rs = rects(TP_BOUNDS, TP_MINZ, PYR_MAXZ)
+    made_dirs = set()
+    for z, x, y in tiles_of(rs):
+        size = rng.choice(pool)
+        d = os.path.join(pyr, str(z), str(x))
+        if d not in made_dirs:
+            os.makedirs(d, exist_ok=True)
+            made_dirs.add(d)
+        # 8 bytes of the tile's own coordinates first: bodies stay distinct even when short.
+        body = (z << 48 | x << 24 | y).to_bytes(8, "big") + rng.randbytes(max(size - 8, 0))
+        with open(os.path.join(d, "%d.png" % y), "wb") as f:
+            f.write(body[:max(size, 8)])
+        sizes.append(max(size, 8))
+    stamp = {"params": params, "tiles": len(sizes), "bytes": sum(sizes), "meanBytes": statistics.mean(sizes),
+             "medianBytes": statistics.median(sizes), "maxBytes": max(sizes), "poolTiles": len(pool),
+             "byZoom": {str(z): rect_count(r) for z, r in rs.items()}}
+    with open(stamp_path, "w") as f:
+        json.dump(stamp, f, indent=1)
+    return pyr, stamp
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 1: throughput
+
+MAPPROXY_YAML = """
+services:
+  demo:
+sources:
+  bench_src:
+    type: tile
+    url: {base}/%(z)s/%(x)s/%(y)s.png
+    grid: bench_grid
+caches:
+  bench_cache:
+    grids: [bench_grid]
+    sources: [bench_src]
+    format: image/png
+    request_format: image/png
+    meta_size: [1, 1]
+    meta_buffer: 0
+    minimize_meta_requests: false
+    bulk_meta_tiles: false
+    link_single_color_images: false
+    upscale_tiles: 0
+    downscale_tiles: 0
+    cache:
+      type: file
+      directory_layout: tms
+      directory: {out}/cache
+grids:
+  bench_grid:
+    base: GLOBAL_WEBMERCATOR
+    origin: nw
+globals:
+  cache:
+    base_dir: {out}/cache_data
+    lock_dir: {locks}/locks
+    tile_lock_dir: {locks}/tile_locks
+"""
+
+SEED_YAML = """
+seeds:
+  bench:
+    caches: [bench_cache]
+    coverages: [bench_cov]
+    levels:
+      from: {minz}
+      to: {maxz}
+coverages:
+  bench_cov:
+    bbox: [{minx:.3f}, {miny:.3f}, {maxx:.3f}, {maxy:.3f}]
+    srs: 'EPSG:3857'
+"""
+
+
+def mapproxy_files(run_dir, base, bounds, minz, maxz):
+    """mapproxy.yaml and seed.yaml for one run: the same bounds as the TileSpool request, in
+    EPSG:3857 (not on tile edges, so every level's tiles are the half-open cover)."""
+    os.makedirs(run_dir, exist_ok=True)
+    w, s, e, n = bounds
+    minx, miny = merc(w, s)
+    maxx, maxy = merc(e, n)
+    mp = os.path.join(run_dir, "mapproxy.yaml")
+    seed = os.path.join(run_dir, "seed.yaml")
+    # mapproxy creates and deletes one lock file per tile. On an ext4 without a journal (this
+    # machine's root) every deleted inode slows file creation for 60-300 s (ext4's
+    # recently_deleted()), which would tax the next downloader: the locks go to tmpfs.
+    locks = os.path.join(LOCK_ROOT, os.path.basename(os.path.dirname(run_dir)) + "-" + os.path.basename(run_dir))
+    with open(mp, "w") as f:
+        f.write(MAPPROXY_YAML.format(base=base, out=run_dir, locks=locks))
+    with open(seed, "w") as f:
+        f.write(SEED_YAML.format(minz=minz, maxz=maxz, minx=minx, miny=miny, maxx=maxx, maxy=maxy))
+    return mp, seed
+
+
+def mapproxy_cmd(mp, seed, extra=()):
+    # Debian's mapproxy runs under /usr/bin/python3 (another python3 on PATH may not import it).
+    return ["/usr/bin/python3", "/usr/bin/mapproxy-seed", "-f", mp, "-s", seed, "-c", str(N), "--seed", "ALL"] + list(extra)
+
+
+def write_curl_config(path, base, rs):
+    with open(path, "w") as f:
+        f.write("create-dirs\n")
+        for z, x, y in tiles_of(rs):
+            f.write('url = "%s/%d/%d/%d.png"\noutput = "%d/%d/%d.png"\n' % (base, z, x, y, z, x, y))
+
+
+def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), timeout=600.0, rss_timeline=False, objects=None):
+    spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
+    d = Daemon(spool, store, args)
+    try:
+        req = {"tiles": [base + "/{z}/{x}/{y}.png"], "bounds": bounds, "minZoom": minz, "maxZoom": maxz}
+        os.sync()
+        snap0 = cpu_snapshot()
+        u0, s0 = d.cpu()
+        timeline = []
+        last = [0.0]
+
+        def sample():
+            now = time.perf_counter()
+            if now - last[0] >= 1.0:
+                last[0] = now
+                timeline.append((now, d.rss_kb()))
+
+        e0 = time.time()
+        t0 = drop(spool, "bench", req)
+        t1 = wait_state(spool, "bench", "completed", timeout=timeout, on_poll=sample if rss_timeline else None)
+        e1 = time.time()
+        u1, s1 = d.cpu()
+        snap1 = cpu_snapshot()
+        hwm = d.hwm_kb()
+    finally:
+        rc = d.stop()
+    if rc != 0:
+        raise BenchError("the daemon exited with %s; see %s" % (rc, d.log_path))
+    m = read_manifest(store, "bench")
+    if m["lines"] != expect or m["distinct_keys"] != expect:
+        raise BenchError("TileSpool manifest has %d lines (%d distinct), expected %d" % (m["lines"], m["distinct_keys"], expect))
+    if objects is not None and m["objects"] != objects:
+        raise BenchError("TileSpool manifest names %d objects, expected %d distinct bodies" % (m["objects"], objects))
+    wall = t1 - t0
+    other, ng = others_cpu(snap0, snap1, (u1 - u0) + (s1 - s0))
+    return {"wall": wall, "user": u1 - u0, "sys": s1 - s0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm,
+            "other_cpu": other, "nginx_cpu": ng,
+            "tree_kb": hwm, "manifest": m, "timeline": [(t - t0, kb) for t, kb in timeline], "epoch": (e0, e1)}
+
+
+def run_curl(run_dir, cfg, expect):
+    os.makedirs(run_dir, exist_ok=True)
+    os.sync()
+    r = run_measured(["curl", "--parallel", "--parallel-max", str(N), "--parallel-immediate", "--silent", "-K", cfg],
+                     cwd=run_dir, out_path=run_dir + ".log")
+    n, _ = count_files(run_dir, ".png")
+    if n != expect:
+        raise BenchError("curl wrote %d files, expected %d (%s)" % (n, expect, run_dir))
+    return r
+
+
+def run_mapproxy(run_dir, base, bounds, minz, maxz, expect):
+    mp, seed = mapproxy_files(run_dir, base, bounds, minz, maxz)
+    os.sync()
+    r = run_measured(mapproxy_cmd(mp, seed, ["-q"]), cwd=run_dir, out_path=os.path.join(run_dir, "seed.log"), sample_tree=True)
+    n, _ = count_files(os.path.join(run_dir, "cache"), ".png")
+    if n != expect:
+        raise BenchError("mapproxy-seed wrote %d tiles, expected %d (%s)" % (n, expect, run_dir))
+    return r
+
+
+def mapproxy_dry_count(run_dir, base, bounds, minz, maxz):
+    mp, seed = mapproxy_files(run_dir, base, bounds, minz, maxz)
+    out = subprocess.run(mapproxy_cmd(mp, seed, ["-n"]), capture_output=True, text=True, cwd=run_dir)
+    text = out.stdout + out.stderr
+    m = re.findall(r"(\d+) tiles", text)  # mapproxy-seed -n: "[...] 100.00% ... (N tiles)"
+    return int(m[-1]) if m else None, text
+
+
+def phase_throughput(out, nginx, results):
+    pyr, stamp = ensure_pyramid()
+    rs = rects(TP_BOUNDS, TP_MINZ, TP_MAXZ)
+    expect = sum(rect_count(r) for r in rs.values())
+    base = nginx.base
+    plan = tilespool_plan({"id": "tp", "tiles": [base + "/{z}/{x}/{y}.png"], "bounds": TP_BOUNDS,
+                           "minZoom": TP_MINZ, "maxZoom": TP_MAXZ}, out, "tp-plan")
+    if check_plan_counts(plan, rs) != expect:
+        raise BenchError("plan tile count mismatch")
+    log("throughput: %d tiles z%d-%d, tilespool plan agrees per zoom" % (expect, TP_MINZ, TP_MAXZ))
+    cfg = os.path.join(out, "curl.cfg")
+    write_curl_config(cfg, base, rs)
+    cfg_log = os.path.join(out, "curl-log.cfg")
+    write_curl_config(cfg_log, base + "/log", rs)
+
+    # Check runs (not timed; they also warm nginx and the page cache): every downloader fetches
+    # every tile exactly once, per nginx's access log.
+    dry, text = mapproxy_dry_count(os.path.join(out, "tp-mapproxy-dry"), base, TP_BOUNDS, TP_MINZ, TP_MAXZ)
+    if dry != expect:
+        raise BenchError("mapproxy-seed -n counts %s tiles, expected %d:\n%s" % (dry, expect, text[-2000:]))
+    checks = {}
+    for name, fn in [("TileSpool", lambda d: run_tilespool_tiles(d, base + "/log", TP_BOUNDS, TP_MINZ, TP_MAXZ, expect, tilespool_args(), objects=expect)),
+                     ("curl", lambda d: run_curl(d, cfg_log, expect)),
+                     ("mapproxy-seed", lambda d: run_mapproxy(d, base + "/log", TP_BOUNDS, TP_MINZ, TP_MAXZ, expect))]:
+        nginx.clear_log()
+        r = fn(os.path.join(out, "tp-check-" + name))
+        entries = nginx.log_entries()
+        uris = [e[0] for e in entries]
+        ok = [e for e in entries if len(e) >= 2 and e[1] == "200"]
+        # When nginx served the first and the last tile, from the start (drop or exec) and to the end.
+        stamps = sorted(float(e[3]) for e in entries if len(e) >= 4)
+        e0, e1 = r["epoch"]
+        checks[name] = {"requests": len(uris), "distinct": len(set(uris)), "ok": len(ok), "wall": r["wall"],
+                        "first": stamps[0] - e0, "last": stamps[-1] - e0, "tail": e1 - stamps[-1]}
+        log("check %-13s requests %d, distinct %d, 200s %d (tiles %d); wall %.2f s: first tile served at %.3f s, last at %.3f s, end %.3f s after it" % (
+            name, len(uris), len(set(uris)), len(ok), expect, r["wall"], stamps[0] - e0, stamps[-1] - e0, e1 - stamps[-1]))
+        if len(set(uris)) != expect or len(ok) < expect:
+            raise BenchError("%s check run: nginx saw %d distinct URIs, %d 200s; expected %d" % (name, len(set(uris)), len(ok), expect))
+
+    runs = {"TileSpool": [], "curl": [], "mapproxy-seed": []}
+    for i in range(RUNS):
+        for name in runs:
+            d = os.path.join(out, "tp-%s-%d" % (name, i))
+            if name == "TileSpool":
+                r = run_tilespool_tiles(d, base, TP_BOUNDS, TP_MINZ, TP_MAXZ, expect, tilespool_args(), objects=expect)
+            elif name == "curl":
+                r = run_curl(d, cfg, expect)
+            else:
+                r = run_mapproxy(d, base, TP_BOUNDS, TP_MINZ, TP_MAXZ, expect)
+            r["tiles_s"] = expect / r["wall"]
+            runs[name].append(r)
+            log("run %d %-13s wall %.2f s  %6.0f tiles/s  cpu %.2f s (user %.2f sys %.2f)  rss %.1f MiB  tree %.1f MiB  nginx %.2f s  others %.2f s" % (
+                i + 1, name, r["wall"], r["tiles_s"], r["cpu"], r["user"], r["sys"], r["rss_kb"] / 1024, r["tree_kb"] / 1024,
+                r["nginx_cpu"], r["other_cpu"]))
+    results["throughput"] = {"tiles": expect, "zooms": [TP_MINZ, TP_MAXZ], "bounds": TP_BOUNDS, "pyramid": stamp,
+                             "checks": checks, "runs": {k: [strip(r) for r in v] for k, v in runs.items()}}
+
+
+def tilespool_args():
+    return ["--max-requests-per-region", str(N), "--max-connections-per-host", str(N)]
+
+
+def strip(r):
+    return {k: v for k, v in r.items() if k not in ("timeline",)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 2: real data
+
+def phase_real(out, nginx, results):
+    style = nginx.base_real + "/styles/bright/liechtenstein.json"
+    req = {"style": style, "bounds": REAL_BOUNDS, "minZoom": 0, "maxZoom": 14}
+    plan = tilespool_plan(dict(req, id="real"), out, "real-plan")
+    expect = plan["resources"]
+    log("real: bright over Liechtenstein z0-14, plan %d resources (%s)" % (expect, plan["byKind"]))
+    runs = []
+    for i in range(RUNS):
+        run_dir = os.path.join(out, "real-%d" % i)
+        spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
+        d = Daemon(spool, store, tilespool_args())
+        try:
+            nginx.clear_log("real.log")
+            os.sync()
+            u0, s0 = d.cpu()
+            e0 = time.time()
+            t0 = drop(spool, "real", req)
+            t1 = wait_state(spool, "real", "completed", timeout=300)
+            u1, s1 = d.cpu()
+            hwm = d.hwm_kb()
+        finally:
+            d.stop()
+        entries = nginx.log_entries("real.log")
+        stamps = sorted(float(e[3]) for e in entries if len(e) >= 4)
+        m = read_manifest(store, "real")
+        if m["lines"] != expect:
+            raise BenchError("real: manifest has %d lines, plan %d" % (m["lines"], expect))
+        files, size = count_files(os.path.join(store, "objects"))
+        r = {"wall": t1 - t0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm, "manifest": m,
+             "object_files": files, "object_bytes": size, "requests": len(entries),
+             "last_served": stamps[-1] - e0 if stamps else None}
+        r["resources_s"] = m["lines"] / r["wall"]
+        runs.append(r)
+        log("real run %d: wall %.2f s, %d resources (%.0f/s), %d objects on disk (%.1f MB), manifest bytes %.1f MB, missing %d; "
+            "nginx: %d requests, the last served %.3f s after the drop" % (
+            i + 1, r["wall"], m["lines"], r["resources_s"], files, size / 1e6, m["bytes"] / 1e6, m["missing"],
+            len(entries), r["last_served"] or -1))
+    results["real"] = {"plan": plan, "runs": runs}
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 3: scale
+
+def time_v(cmd):
+    """Runs cmd under /usr/bin/time -v: wall (measured here, finer than time's 10 ms), user, sys, peak RSS."""
+    t0 = time.perf_counter()
+    out = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+    t1 = time.perf_counter()
+    if out.returncode != 0:
+        raise BenchError("%s failed: %s" % (cmd, out.stderr[-2000:]))
+    def field(name):
+        m = re.search(re.escape(name) + r": (.*)", out.stderr)
+        return m.group(1).strip() if m else None
+    return {"wall": t1 - t0, "user": float(field("User time (seconds)")), "sys": float(field("System time (seconds)")),
+            "rss_kb": int(field("Maximum resident set size (kbytes)")), "stdout": out.stdout}
+
+
+def phase_scale(out, nginx, results):
+    base = nginx.base + "/empty"
+    rs = rects(SCALE_BOUNDS, SCALE_MINZ, SCALE_MAXZ)
+    expect = sum(rect_count(r) for r in rs.values())
+    plan = tilespool_plan({"id": "scale", "tiles": [base + "/{z}/{x}/{y}.png"], "bounds": SCALE_BOUNDS,
+                           "minZoom": SCALE_MINZ, "maxZoom": SCALE_MAXZ}, out, "scale-plan")
+    check_plan_counts(plan, rs)
+    log("scale: %d tiles z%d-%d answered 204" % (expect, SCALE_MINZ, SCALE_MAXZ))
+    r = run_tilespool_tiles(os.path.join(out, "scale"), base, SCALE_BOUNDS, SCALE_MINZ, SCALE_MAXZ, expect,
+                            tilespool_args() + ["--max-tiles", "2000000"], timeout=3600, rss_timeline=True)
+    r["tiles_s"] = expect / r["wall"]
+    log("scale: wall %.1f s, %.0f tiles/s, cpu %.1f s, peak RSS %.1f MiB, nginx %.1f s, others %.1f s" % (
+        r["wall"], r["tiles_s"], r["cpu"], r["rss_kb"] / 1024, r["nginx_cpu"], r["other_cpu"]))
+    # The plan command on ~10M tiles.
+    preq = {"id": "plan10m", "tiles": [base + "/{z}/{x}/{y}.png"], "bounds": PLAN_BOUNDS,
+            "minZoom": PLAN_MINZ, "maxZoom": PLAN_MAXZ}
+    path = os.path.join(out, "plan10m.json")
+    with open(path, "w") as f:
+        json.dump(preq, f)
+    prs = rects(PLAN_BOUNDS, PLAN_MINZ, PLAN_MAXZ)
+    pexpect = sum(rect_count(x) for x in prs.values())
+    pruns = []
+    for _ in range(RUNS):
+        p = time_v([BIN, "plan", path, "--json"])
+        doc = json.loads(p.pop("stdout"))
+        check_plan_counts(doc, prs)
+        if doc["tiles"] != pexpect:
+            raise BenchError("plan10m: %d tiles, expected %d" % (doc["tiles"], pexpect))
+        pruns.append(p)
+        log("plan %d tiles: wall %.3f s, peak RSS %.1f MiB" % (pexpect, p["wall"], p["rss_kb"] / 1024))
+    results["scale"] = {"tiles": expect, "zooms": [SCALE_MINZ, SCALE_MAXZ], "bounds": SCALE_BOUNDS, "run": r,
+                        "plan": {"tiles": pexpect, "zooms": [PLAN_MINZ, PLAN_MAXZ], "bounds": PLAN_BOUNDS, "runs": pruns}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 4: pick-up latency
+
+def pickup_series(spool, req, prefix, count):
+    """Drops `count` one-tile requests one at a time, 10 ms apart; returns latencies (s) from just
+    before each rename to its status/<id>.state existing, and the states first seen."""
+    lat, states = [], {}
+    for i in range(count):
+        rid = "%s%04d" % (prefix, i)
+        state = os.path.join(spool, "status", rid + ".state")
+        tmp = os.path.join(spool, "requests", "." + rid + ".json")
+        with open(tmp, "w") as f:
+            json.dump(req, f)
+        t0 = time.perf_counter()
+        os.rename(tmp, os.path.join(spool, "requests", rid + ".json"))
+        deadline = t0 + 10
+        while not os.path.exists(state):
+            if time.perf_counter() > deadline:
+                raise BenchError("pickup: no status for %s after 10 s" % rid)
+            time.sleep(0.00005)
+        lat.append(time.perf_counter() - t0)
+        s = read_state(spool, rid)
+        states[s] = states.get(s, 0) + 1
+        time.sleep(0.01)
+    return lat, states
+
+
+def latency_summary(lat, states):
+    ms = sorted(x * 1000 for x in lat)
+    return {"count": len(ms), "median_ms": statistics.median(ms), "p90_ms": ms[int(0.9 * (len(ms) - 1))],
+            "max_ms": ms[-1], "min_ms": ms[0], "first_states": states}
+
+
+def phase_pickup(out, nginx, results):
+    req = {"tiles": [nginx.base + "/empty/{z}/{x}/{y}.png"], "bounds": PICKUP_BOUNDS, "minZoom": 14, "maxZoom": 14}
+    # An idle daemon (apart from the one-tile regions it is given).
+    spool = os.path.join(out, "pickup", "spool")
+    d = Daemon(spool, os.path.join(out, "pickup", "store"), tilespool_args())
+    try:
+        os.sync()
+        idle = latency_summary(*pickup_series(spool, req, "p", PICKUP_COUNT))
+        hwm = d.hwm_kb()
+    finally:
+        d.stop()
+    log("pickup (idle daemon): %d requests, median %.2f ms, p90 %.2f ms, worst %.2f ms (states seen first: %s)" % (
+        idle["count"], idle["median_ms"], idle["p90_ms"], idle["max_ms"], idle["first_states"]))
+    # A fresh daemon busy downloading a big region (every tile 204, as fast as it can).
+    spool = os.path.join(out, "pickup-busy", "spool")
+    d = Daemon(spool, os.path.join(out, "pickup-busy", "store"), tilespool_args() + ["--max-tiles", "2000000"])
+    try:
+        big = {"tiles": [nginx.base + "/empty/{z}/{x}/{y}.png"], "bounds": SCALE_BOUNDS, "minZoom": SCALE_MINZ,
+               "maxZoom": SCALE_MAXZ - 1}
+        os.sync()
+        drop(spool, "busy", big)
+        wait_state(spool, "busy", "downloading", timeout=60)
+        time.sleep(0.5)
+        busy = latency_summary(*pickup_series(spool, req, "b", PICKUP_COUNT // 2))
+        busy["big_region_state_after"] = read_state(spool, "busy")
+    finally:
+        d.stop()
+    log("pickup (busy daemon): %d requests, median %.2f ms, p90 %.2f ms, worst %.2f ms; big region %s afterwards" % (
+        busy["count"], busy["median_ms"], busy["p90_ms"], busy["max_ms"], busy["big_region_state_after"]))
+    results["pickup"] = dict(idle, rss_kb=hwm, busy=busy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Profile: the daemon on the throughput case, once under callgrind (instructions, user space,
+# z8-13 of the pyramid: 5,375 tiles) and once under `perf record -e cpu-clock` (native samples,
+# kernel included when readable, z8-14). Writes bench/out/profile.md.
+
+def demangle(text):
+    try:
+        return subprocess.run(["swift", "demangle", "--simplified"], input=text, capture_output=True, text=True).stdout or text
+    except OSError:
+        return text
+
+
+def profile_run(out, nginx, name, maxz, wrapper, ready_timeout):
+    run_dir = os.path.join(out, "profile-" + name)
+    spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
+    rs = rects(TP_BOUNDS, TP_MINZ, maxz)
+    expect = sum(rect_count(r) for r in rs.values())
+    d = Daemon(spool, store, tilespool_args(), wrapper=wrapper, ready_timeout=ready_timeout)
+    try:
+        req = {"tiles": [nginx.base + "/{z}/{x}/{y}.png"], "bounds": TP_BOUNDS, "minZoom": TP_MINZ, "maxZoom": maxz}
+        os.sync()
+        t0 = drop(spool, "bench", req)
+        t1 = wait_state(spool, "bench", "completed", timeout=1800)
+    finally:
+        d.stop(timeout=300)
+    m = read_manifest(store, "bench")
+    if m["lines"] != expect:
+        raise BenchError("profile %s: %d manifest lines, expected %d" % (name, m["lines"], expect))
+    log("profile %s: %d tiles in %.1f s" % (name, expect, t1 - t0))
+    return expect, t1 - t0
+
+
+def phase_profile(out, nginx, results):
+    ensure_pyramid()
+    sections = []
+    cg = os.path.join(OUTROOT, "callgrind.out")
+    maxz = int(os.environ.get("BENCH_PROFILE_MAXZ") or 13)
+    n, wall = profile_run(out, nginx, "callgrind", maxz, ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + cg], 120)
+    for incl in ("no", "yes"):
+        text = subprocess.run(["callgrind_annotate", "--inclusive=" + incl, cg], capture_output=True, text=True).stdout
+        text = demangle(text)
+        rows = [l for l in text.splitlines() if re.match(r"^\s*[\d,]+ \(\s*[\d.]+%\)", l)]
+        sections.append("## callgrind, %s cost (%d tiles z%d-%d; instructions in user space)\n\n```\n%s\n```\n" % (
+            "inclusive" if incl == "yes" else "self", n, TP_MINZ, maxz, "\n".join(r[:230] for r in rows[:40])))
+    if shutil.which("perf"):
+        pd = os.path.join(OUTROOT, "perf.data")
+        try:
+            n, wall = profile_run(out, nginx, "perf", PYR_MAXZ, ["perf", "record", "-e", "cpu-clock", "-F", "4000", "-g", "-o", pd, "--"], 30)
+            for sort, title in (("dso", "self, by library"), ("dso,symbol", "self, by symbol")):
+                text = subprocess.run(["perf", "report", "-i", pd, "--stdio", "--no-children", "--sort", sort, "-g", "none",
+                                       "--percent-limit", "0.4"], capture_output=True, text=True).stdout
+                text = demangle(text)
+                rows = [l for l in text.splitlines() if l.strip() and not l.startswith("#")]
+                sections.append("## perf record -e cpu-clock, %s (%d tiles z%d-%d, native, kernel included)\n\n```\n%s\n```\n" % (
+                    title, n, TP_MINZ, PYR_MAXZ, "\n".join(r[:230] for r in rows[:45])))
+            text = subprocess.run(["perf", "report", "-i", pd, "--stdio", "--children", "--sort", "symbol", "-g", "none",
+                                   "--percent-limit", "3"], capture_output=True, text=True).stdout
+            rows = [l for l in demangle(text).splitlines() if l.strip() and not l.startswith("#")]
+            sections.append("## perf, inclusive (children)\n\n```\n%s\n```\n" % "\n".join(r[:230] for r in rows[:45]))
+        except (BenchError, subprocess.CalledProcessError) as e:
+            log("perf profile skipped: %s" % e)
+    path = os.path.join(OUTROOT, "profile.md")
+    with open(path, "w") as f:
+        f.write("\n".join(sections))
+    log("profile written to %s" % path)
+    results["profile"] = {"callgrind": cg, "report": path}
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def machine():
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return ""
+    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-").strip()
+    fs = sh("df -T %s | awk 'NR==2 {print $2\" on \"$7}'" % WORKDIR)
+    mnt = sh("findmnt -no OPTIONS -T %s" % WORKDIR)
+    return {"workdir": os.path.relpath(WORKDIR, ROOT) if WORKDIR.startswith(ROOT) else WORKDIR, "nproc": sh("nproc"), "cpu": cpu, "kernel": sh("uname -r"), "fs": fs, "mount": mnt,
+            "mem": sh("awk '/MemTotal/ {printf \"%.1f GiB\", $2/1048576}' /proc/meminfo"),
+            "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
+            "swift": sh("swift --version 2>&1 | head -1"), "nginx": sh("nginx -v 2>&1"),
+            "curl": sh("curl --version | head -1 | cut -d' ' -f1-2"),
+            "mapproxy": sh("dpkg-query -W -f '${Version}' mapproxy"),
+            "load_start": sh("cut -d' ' -f1-3 /proc/loadavg")}
+
+
+def report(results, mach):
+    L = []
+    L.append("Machine: %s cores (`nproc`), %s, %s RAM, %s, kernel %s; run folders (%s) on %s (%s)." % (
+        mach["nproc"], mach["cpu"], mach["mem"], mach["os"], mach["kernel"], mach.get("workdir", "bench/out"), mach["fs"], mach["mount"]))
+    L.append("Software: %s; %s; %s; mapproxy %s. Load average at start: %s; at end: %s." % (
+        mach["swift"], mach["nginx"], mach["curl"], mach["mapproxy"], mach["load_start"], mach.get("load_end", "?")))
+    L.append("")
+    tp = results.get("throughput")
+    if tp:
+        st = tp["pyramid"]
+        L.append("### Throughput: %s tiles (z%d-%d, bounds %s), %d parallel requests, %d alternating runs each, medians" % (
+            f"{tp['tiles']:,}", tp["zooms"][0], tp["zooms"][1], tp["bounds"], N, RUNS))
+        L.append("")
+        L.append("Bodies: distinct random bytes, sizes drawn from %d real tiles in ../shared/mapdata (%s): mean %.1f KB, "
+                 "median %.1f KB, max %.1f KB over the z8-14 pyramid. nginx: 1 process, keep-alive, access log off." % (
+                     st["poolTiles"], ", ".join(SIZE_POOL_DIRS), st["meanBytes"] / 1000, st["medianBytes"] / 1000, st["maxBytes"] / 1000))
+        L.append("")
+        L.append("| downloader | wall s | tiles/s | CPU s: user + sys | CPU us/tile | peak RSS MiB |")
+        L.append("|---|---:|---:|---:|---:|---:|")
+        meds = {}
+        for name, runs in tp["runs"].items():
+            w = med([r["wall"] for r in runs])
+            ts = med([r["tiles_s"] for r in runs])
+            cpu = med([r["cpu"] for r in runs])
+            user = med([r["user"] for r in runs])
+            sys_ = med([r["sys"] for r in runs])
+            rss = med([r["rss_kb"] for r in runs]) / 1024
+            tree = med([r["tree_kb"] for r in runs]) / 1024
+            meds[name] = {"wall": w, "tiles_s": ts, "cpu": cpu, "rss": rss}
+            rss_txt = "%.1f" % rss if name != "mapproxy-seed" else "%.1f largest process, %.0f tree" % (rss, tree)
+            label = {"TileSpool": "TileSpool daemon (`--max-requests-per-region 8 --max-connections-per-host 8`), drop to `completed`",
+                     "curl": "`curl --parallel --parallel-max 8 --parallel-immediate -K cfg` (one file per tile)",
+                     "mapproxy-seed": "`mapproxy-seed -c 8` (file cache, one fetch per tile)"}[name]
+            L.append("| %s | %.2f | %s | %.2f: %.2f + %.2f | %.0f | %s |" % (label, w, f"{ts:,.0f}", cpu, user, sys_, cpu / tp["tiles"] * 1e6, rss_txt))
+        L.append("")
+        L.append("(Each column is a median over the runs on its own, so CPU s is not always user + sys of one run.)")
+        L.append("")
+        t, c, m = meds["TileSpool"], meds["curl"], meds["mapproxy-seed"]
+        L.append("Ratios of median tiles/s: TileSpool/curl = **%.2f** (target >= 0.8), TileSpool/mapproxy-seed = **%.1f** (target >= 5); "
+                 "curl/mapproxy-seed = %.1f." % (t["tiles_s"] / c["tiles_s"], t["tiles_s"] / m["tiles_s"], c["tiles_s"] / m["tiles_s"]))
+        L.append("")
+        L.append("Every run, in order (wall s / tiles/s / CPU s / nginx CPU s / CPU s used by the rest of the machine "
+                 "during the run, i.e. other processes: a measure of the noise):")
+        L.append("")
+        for name, runs in tp["runs"].items():
+            L.append("- %s: %s" % (name, "; ".join("%.2f / %s / %.2f / %.2f / %.2f" % (
+                r["wall"], f"{r['tiles_s']:,.0f}", r["cpu"], r["nginx_cpu"], r["other_cpu"]) for r in runs)))
+        L.append("")
+        ch = tp["checks"]
+        L.append("Check runs (through a logging nginx location, not timed): %s." % "; ".join(
+            "%s %d requests for %d distinct tiles, the last served %.2f s after the start, the end %.2f s after that" % (
+                k, v["requests"], v["distinct"], v["last"], v["tail"]) for k, v in ch.items()))
+        L.append("")
+    re_ = results.get("real")
+    if re_:
+        runs = re_["runs"]
+        r = sorted(runs, key=lambda x: x["wall"])[len(runs) // 2]
+        m = r["manifest"]
+        L.append("### Real data: bright style over Liechtenstein z0-14 (../shared/mapdata), %d runs, median" % len(runs))
+        L.append("")
+        L.append("| wall s | resources/s | resources (manifest lines) | by kind | bytes (manifest) | objects | dedup (lines with a body / objects) | CPU s | peak RSS MiB |")
+        L.append("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+        kinds = ", ".join("%s %d" % kv for kv in sorted(m["kinds"].items()))
+        with_body = m["lines"] - m["missing"]
+        L.append("| %.2f | %s | %d (%d missing: 404) | %s | %s | %d | %.3f | %.2f | %.1f |" % (
+            med([x["wall"] for x in runs]), f"{med([x['resources_s'] for x in runs]):,.0f}", m["lines"], m["missing"], kinds,
+            f"{m['bytes']:,}", m["objects"], with_body / max(m["objects"], 1), med([x["cpu"] for x in runs]),
+            med([x["rss_kb"] for x in runs]) / 1024))
+        L.append("")
+        L.append("Walls of the runs: %s s; nginx served the last resource %s s after the drop (%s requests); the rest "
+                 "of each wall is TileSpool's work after the last response (sync, manifest, status)." % (
+                     ", ".join("%.2f" % x["wall"] for x in runs), ", ".join("%.2f" % (x["last_served"] or -1) for x in runs),
+                     ", ".join(str(x["requests"]) for x in runs)))
+        L.append("")
+    sc = results.get("scale")
+    if sc:
+        r = sc["run"]
+        L.append("### Scale")
+        L.append("")
+        L.append("| case | tiles | wall s | tiles/s | CPU s | peak RSS MiB |")
+        L.append("|---|---:|---:|---:|---:|---:|")
+        L.append("| daemon, `tiles` request z%d-%d (bounds %s), every tile 204, `--max-tiles 2000000` | %s | %.1f | %s | %.1f | **%.1f** (target <= 64) |" % (
+            sc["zooms"][0], sc["zooms"][1], sc["bounds"], f"{sc['tiles']:,}", r["wall"], f"{r['tiles_s']:,.0f}", r["cpu"], r["rss_kb"] / 1024))
+        p = sc["plan"]
+        runs = p["runs"]
+        L.append("| `tilespool plan --json`, z%d-%d (bounds %s), `/usr/bin/time -v`, median of %d | %s | %.3f | - | %.3f | %.1f |" % (
+            p["zooms"][0], p["zooms"][1], p["bounds"], len(runs), f"{p['tiles']:,}", med([x["wall"] for x in runs]),
+            med([x["user"] + x["sys"] for x in runs]), med([x["rss_kb"] for x in runs]) / 1024))
+        L.append("")
+        tl = r.get("timeline") or []
+        if tl:
+            step = max(1, len(tl) // 8)
+            L.append("Daemon RSS during the 1M-tile run (s after the drop: MiB): %s." % ", ".join(
+                "%.0f: %.1f" % (t, kb / 1024) for t, kb in tl[::step]))
+            L.append("")
+    pu = results.get("pickup")
+    if pu:
+        L.append("### Pick-up latency")
+        L.append("")
+        L.append("One-tile `tiles` requests (204 location) dropped one at a time, 10 ms apart, each timed from just before "
+                 "the `rename` into `requests/` to `status/<id>.state` existing (polled every ~50 us); the busy case runs "
+                 "while the daemon downloads a region of 204 tiles as fast as it can.")
+        L.append("")
+        L.append("| daemon | requests | median ms | p90 ms | worst ms | best ms | state first seen |")
+        L.append("|---|---:|---:|---:|---:|---:|---|")
+        for label, x in (("idle", pu), ("busy (a big region downloading; it was `%s` afterwards)" % pu["busy"]["big_region_state_after"], pu["busy"])):
+            L.append("| %s | %d | %s | %.2f | %.2f | %.2f | %s |" % (
+                label, x["count"], ("**%.2f** (target < 10)" if x is pu else "%.2f") % x["median_ms"], x["p90_ms"], x["max_ms"],
+                x["min_ms"], ", ".join("%s %d" % kv for kv in sorted(x["first_states"].items()))))
+        L.append("")
+    return "\n".join(L)
+
+
+def main(argv):
+    if argv[:1] == ["report"]:  # re-render a results.json: bench.py report [FILE]
+        with open(argv[1] if len(argv) > 1 else os.path.join(OUTROOT, "results.json")) as f:
+            doc = json.load(f)
+        global RUNS
+        RUNS = doc.get("runs", RUNS)
+        print(report(doc["results"], doc["machine"]))
+        return
+    phases = argv or ["throughput", "real", "scale", "pickup"]
+    for p in phases:
+        if p not in ("throughput", "real", "scale", "pickup", "profile"):
+            raise SystemExit("unknown phase %s" % p)
+    if not os.access(BIN, os.X_OK):
+        raise SystemExit("no tilespool binary at %s (set TILESPOOL_BIN or run bench/run.sh)" % BIN)
+    os.makedirs(OUTROOT, exist_ok=True)
+    os.makedirs(WORKDIR, exist_ok=True)
+    global RESULTS
+    on_tmpfs = fs_type(WORKDIR) == "tmpfs"
+    if on_tmpfs:
+        RESULTS = "results-tmpfs"
+    stale = [n for n in os.listdir(WORKDIR) if n.startswith("run-")]
+    if stale:
+        log("note: leftover folders in bench/out (%s) are removed at the end, not now (ext4 discard)" % ", ".join(stale))
+    out = os.path.join(WORKDIR, "run-" + time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out)
+    if not on_tmpfs:
+        wait_for_quiet_fs()
+    mach = machine()
+    pyr, _ = ensure_pyramid() if ("throughput" in phases or "profile" in phases) else (os.path.join(DATA, "pyramid"), None)
+    os.makedirs(pyr, exist_ok=True)
+    nginx = Nginx(out, pyr)
+    global NGINX_PID
+    NGINX_PID = nginx.proc.pid
+    results = {}
+    t_start = time.perf_counter()
+    try:
+        for p in phases:
+            globals()["phase_" + p](out, nginx, results)
+    finally:
+        nginx.stop()
+        mach["load_end"] = open("/proc/loadavg").read().split()[:3]
+        mach["load_end"] = " ".join(mach["load_end"])
+        with open(os.path.join(OUTROOT, RESULTS + ".json" if phases != ["profile"] else "profile.json"), "w") as f:
+            json.dump({"machine": mach, "results": results, "quick": QUICK, "runs": RUNS}, f, indent=1, default=str)
+    text = report(results, mach)
+    if phases == ["profile"]:
+        return cleanup()
+    with open(os.path.join(OUTROOT, RESULTS + ".md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    log("total %.0f s; results in bench/out/%s.md and %s.json" % (time.perf_counter() - t_start, RESULTS, RESULTS))
+    cleanup()
+
+
+def cleanup():
+    shutil.rmtree(LOCK_ROOT, ignore_errors=True)
+    if not KEEP:
+        log("removing the run folders in %s" % WORKDIR)
+        for n in os.listdir(WORKDIR):
+            if n.startswith("run-"):
+                shutil.rmtree(os.path.join(WORKDIR, n), ignore_errors=True)
+        if fs_type(WORKDIR) != "tmpfs":
+            with open(CLEANUP_STAMP, "w") as f:
+                f.write("%f\n" % time.time())
+
+
+def wait_for_quiet_fs():
+    """The bench folder's ext4 has no journal here. Without a journal, ext4 does not reuse an inode
+    deleted in the last 60 s (360 s while its inode-table block is dirty, which allocating next to
+    it makes it): creating files walks past them (recently_deleted(), find_inode_bit()) and costs
+    several times more system time. The previous bench's cleanup deletes ~150,000 files, so wait
+    until BENCH_SETTLE seconds (360) have passed since it. Deletions by other processes cannot be
+    seen; the per-run "others" CPU column shows their load."""
+    try:
+        with open(CLEANUP_STAMP) as f:
+            ago = time.time() - float(f.read().strip())
+    except (OSError, ValueError):
+        return
+    if ago < SETTLE_SECONDS and not QUICK:
+        log("the previous bench deleted its files %.0f s ago: waiting %.0f s for ext4 to settle (BENCH_SETTLE=0 skips)" % (
+            ago, SETTLE_SECONDS - ago))
+        time.sleep(SETTLE_SECONDS - ago)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except BenchError as e:
+        log("FAILED: %s" % e)
+        sys.exit(1)
