@@ -601,7 +601,14 @@ public final class Daemon {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
         if let limit = tileLimit(r), plan.tileCount > limit {
-            fail(r, tileLimitError(r, tiles: plan.tileCount))
+            // Known only now for a style: the request is refused like a bad file, as a copy of the
+            // accepted request in rejected/ (the region stays, so a resume can retry it).
+            let e = tileLimitError(r, tiles: plan.tileCount)
+            if let data = try? Files.readRegularFile(r.files.requestPath, limit: RequestValidator.maxFileSize) {
+                try? Files.writeAtomically(data, to: "\(layout.rejected)/\(r.id).json")
+                try? Files.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(layout.rejected)/\(r.id).json.error")
+            }
+            fail(r, e)
             return
         }
         do { try r.files.savePlan(plan) } catch { storageFailed(r, error); return }

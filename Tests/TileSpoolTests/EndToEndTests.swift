@@ -128,6 +128,20 @@ final class EndToEndTests: XCTestCase {
         XCTAssertEqual(((fx.status("tri")?["request"] as? [String: Any])?["geometry"] as? [String: Any])?["type"] as? String, "MultiPolygon")
     }
 
+    /// A style's plan is known only once its TileJSON is in: over `maxTiles` it fails then, and a
+    /// copy of the request goes to rejected/ with the reason.
+    func testStylePlanOverMaxTilesIsRefusedOnceKnown() throws {
+        try fx.drop("big.json", ["style": nginx.baseURL + "/styles/bright/style.local-template.json",
+                                 "bounds": [7.409205, 43.72335, 7.448637, 43.75169], "minZoom": 0, "maxZoom": 14, "maxTiles": 20])
+        try fx.waitForState("big", "failed")
+        XCTAssertEqual(fx.errorCode("big"), "tileLimitExceeded")
+        XCTAssertTrue(fx.errorMessage("big")?.contains("23") ?? false, fx.errorMessage("big") ?? "")
+        let reason = try String(contentsOfFile: fx.spool + "/rejected/big.json.error", encoding: .utf8)
+        XCTAssertTrue(reason.hasPrefix("tileLimitExceeded"), reason)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.spool + "/rejected/big.json"))
+        XCTAssertEqual(nginx.accessLog().filter { $0.path.hasPrefix("/tiles/monaco/") }.count, 0, "no tile requested")
+    }
+
     /// Two regions sharing tiles store each body once.
     func testIdenticalTilesAcrossRegionsAreStoredOnce() throws {
         for id in ["a", "b"] {
