@@ -7,20 +7,7 @@ import XCTest
 /// a damaged body (truncated, undecodable, too large) fails it with `badResponse`. No truncated or
 /// undecodable body is ever stored or counted: every object in the store is a body the server
 /// sent whole, and the status counts equal the manifest's.
-final class FaultyServerTests: XCTestCase {
-    var server: FaultServer!
-    var fx: SpoolFixture!
-
-    override func setUpWithError() throws {
-        server = try FaultServer()
-        fx = try SpoolFixture()
-    }
-
-    override func tearDown() {
-        fx?.stop()
-        server?.stop()
-    }
-
+final class FaultyServerTests: FaultServerSpoolTestCase {
     /// Hashes of the `/ok/`-style bodies of `paths`: what may legitimately be in the store.
     func okHashes(_ paths: [String]) -> Set<String> { Set(paths.map { sha256Hex(FaultServer.okBody($0)) }) }
 

@@ -3,20 +3,7 @@ import XCTest
 
 /// Issue 3: every state and action of a region through files alone, scheduling, restart,
 /// pausedNetwork, failedStorage and gc, against the real binary.
-final class LifecycleTests: XCTestCase {
-    var server: FaultServer!
-    var fx: SpoolFixture!
-
-    override func setUpWithError() throws {
-        server = try FaultServer()
-        fx = try SpoolFixture()
-    }
-
-    override func tearDown() {
-        fx?.stop()
-        server?.stop()
-    }
-
+final class LifecycleTests: FaultServerSpoolTestCase {
     /// A `tiles` request over the whole world at z0...maxZoom against the fault server's slow path
     /// (each tile answers after `ms` milliseconds): 1, 5, 21, 85, 341, 1365 tiles up to z5.
     func slowRequest(_ id: String, maxZoom: Int, ms: Int = 20) -> [String: Any] {

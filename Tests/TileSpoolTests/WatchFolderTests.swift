@@ -6,20 +6,7 @@ import XCTest
 /// a flood of requests is accepted exactly once each (also when the kernel's event queue
 /// overflows and events are lost), a file is read only once it is complete (closed after writing,
 /// or renamed/moved in), and dotfiles and names not ending in `.json` are left alone.
-final class WatchFolderTests: XCTestCase {
-    var server: FaultServer!
-    var fx: SpoolFixture!
-
-    override func setUpWithError() throws {
-        server = try FaultServer()
-        fx = try SpoolFixture()
-    }
-
-    override func tearDown() {
-        fx?.stop()
-        server?.stop()
-    }
-
+final class WatchFolderTests: FaultServerSpoolTestCase {
     /// A 1-tile request (z0 of the world) against `/ok/<tag>/...`.
     func request(_ tag: String, id: String? = nil) -> [String: Any] { server.tilesRequest(["/ok/\(tag)/{z}/{x}/{y}.png"], id: id) }
 

@@ -198,6 +198,23 @@ final class SpoolFixture: @unchecked Sendable {
     }
 }
 
+/// A test case with a fault-injecting server and a fresh spool for each test (started by the test
+/// with `fx.start(...)`), both stopped after it.
+class FaultServerSpoolTestCase: XCTestCase {
+    var server: FaultServer!
+    var fx: SpoolFixture!
+
+    override func setUpWithError() throws {
+        server = try FaultServer()
+        fx = try SpoolFixture()
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        server?.stop()
+    }
+}
+
 /// SHA-256 of `data` with the system's `sha256sum` (an implementation independent of ours).
 func sha256Hex(_ data: Data) -> String {
     let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("sha-\(UUID().uuidString)")
