@@ -32,7 +32,7 @@ final class VerifyTests: XCTestCase {
         let usingDamaged = lines.filter { $0.sha == damaged.sha || $0.sha == deleted.sha }.count
         try Data("not a png".utf8).write(to: URL(fileURLWithPath: fx.objectPath(damaged.sha)))
         try FileManager.default.removeItem(atPath: fx.objectPath(deleted.sha))
-        FileManager.default.createFile(atPath: fx.store + "/tmp/leftover.tmp", contents: Data("x".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: fx.store + "/tmp/leftover.tmp", contents: Data("x".utf8)))
         (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("bad object (content does not hash to its name): objects/\(damaged.sha.prefix(2))/\(damaged.sha)"), out)
@@ -109,7 +109,7 @@ final class SecretsAndConfinementTests: XCTestCase {
         try fx.start()
         // A symlink in status/ named like the region's status file, pointing outside the spool.
         let outside = fx.root.appendingPathComponent("outside.txt").path
-        FileManager.default.createFile(atPath: outside, contents: Data("keep".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: outside, contents: Data("keep".utf8)))
         try FileManager.default.createSymbolicLink(atPath: fx.spool + "/status/u.state", withDestinationPath: outside)
         try fx.drop("u.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
                                "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])

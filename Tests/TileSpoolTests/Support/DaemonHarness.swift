@@ -39,7 +39,7 @@ final class SpoolFixture: @unchecked Sendable {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
         p.arguments = ["run", "--spool", spool, "--store", store, "--retry-delay", "0.1"] + extra
-        if !FileManager.default.fileExists(atPath: logPath) { FileManager.default.createFile(atPath: logPath, contents: nil) }
+        if !FileManager.default.fileExists(atPath: logPath) { XCTAssertTrue(FileManager.default.createFile(atPath: logPath, contents: nil)) }
         let h = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         h.seekToEndOfFile()
         p.standardError = h
@@ -92,7 +92,7 @@ final class SpoolFixture: @unchecked Sendable {
         let dir = spool + "/control"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let tmp = dir + "/.tmp-" + UUID().uuidString
-        FileManager.default.createFile(atPath: tmp, contents: Data())
+        XCTAssertTrue(FileManager.default.createFile(atPath: tmp, contents: Data()))
         XCTAssertEqual(rename(tmp, dir + "/\(id).\(action)"), 0)
     }
 
