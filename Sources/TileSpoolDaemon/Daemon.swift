@@ -659,14 +659,18 @@ public final class Daemon {
         }
     }
 
-    func url(of item: WorkItem, _ d: Download) -> String {
+    /// What a work item fetches and how the manifest names it, from one look-up in the plan.
+    func describe(_ item: WorkItem, _ d: Download) -> (url: String, kind: ResourceKind, key: String) {
         switch item {
-        case .style: return d.styleURL
-        case .tileJSON(let name): return d.style?.sources.first { $0.name == name }?.tileJSONURL ?? ""
+        case .style: return (d.styleURL, .style, "style")
+        case .tileJSON(let name):
+            return (d.style?.sources.first { $0.name == name }?.tileJSONURL ?? "", .source, ManifestLine.sanitizeKey(name))
         case .index(let i):
             switch d.plan!.item(at: i) {
-            case .resource(let res): return res.url
-            case .tile(let s, let t): return d.plan!.tileSets[s].template.url(for: t)
+            case .resource(let res): return (res.url, res.kind, res.key)
+            case .tile(let s, let t):
+                let set = d.plan!.tileSets[s]
+                return (set.template.url(for: t), .tile, ManifestLine.tileKey(source: set.source, t))
             }
         }
     }
@@ -676,7 +680,7 @@ public final class Daemon {
         d.inFlight[tag] = item
         if !isTile(item, d) { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
-        http.start(url: url(of: item, d), tag: tag)
+        http.start(url: describe(item, d).url, tag: tag)
     }
 
     func isTile(_ item: WorkItem, _ d: Download) -> Bool {
@@ -705,8 +709,7 @@ public final class Daemon {
         guard let item else { probeAnswered(r, res); return }
         guard let d = r.download, d.inFlight.removeValue(forKey: res.tag) != nil else { return }
         if !isTile(item, d) { d.nonTileInFlight -= 1 }
-        let url = self.url(of: item, d)
-        let kind = self.kind(of: item, d)
+        let (url, kind, key) = describe(item, d)
 
         if let f = res.failure {
             switch f {
@@ -743,7 +746,7 @@ public final class Daemon {
         if !empty && !missing {
             do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
         }
-        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key(of: item, d), url: url)
+        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url)
 
         switch item {
         case .style:
@@ -795,28 +798,6 @@ public final class Daemon {
             Log.info("\(r.id): recovered \(recovered.count) resources from the journal")
         }
         r.files.clearJournal()
-    }
-
-    func kind(of item: WorkItem, _ d: Download) -> ResourceKind {
-        switch item {
-        case .style: return .style
-        case .tileJSON: return .source
-        case .index(let i):
-            if case .resource(let res) = d.plan!.item(at: i) { return res.kind }
-            return .tile
-        }
-    }
-
-    func key(of item: WorkItem, _ d: Download) -> String {
-        switch item {
-        case .style: return "style"
-        case .tileJSON(let name): return ManifestLine.sanitizeKey(name)
-        case .index(let i):
-            switch d.plan!.item(at: i) {
-            case .resource(let res): return res.key
-            case .tile(let s, let t): return ManifestLine.tileKey(source: d.plan!.tileSets[s].source, t)
-            }
-        }
     }
 
     /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
