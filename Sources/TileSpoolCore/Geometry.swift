@@ -20,6 +20,10 @@ public struct RegionShape: Sendable, Equatable, Codable {
 
     /// The most positions a shape may have in all.
     public static let maxPositions = 100_000
+    /// The most tiles a shape's bounding box may span over the request's zooms (and one deeper,
+    /// for 256 px raster sources): the daemon tracks progress over the bounding rectangles, one bit
+    /// per tile, and scans them row by row.
+    public static let maxBoundingTiles = 50_000_000
 
     /// The bounding box of every position.
     public var bounds: GeoBounds {
@@ -95,18 +99,22 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// A tile is covered when the shape's interior meets the tile (touching an edge is not
     /// enough). Exact: the union of the interior spans on the row's top and bottom lines (even-odd
     /// rule) and the x-extent of every edge clipped to the row. Web Mercator, latitudes clamped.
-    public func columns(z: Int, y: Int) -> [ClosedRange<Int>] {
+    public func columns(z: Int, y: Int) -> [ClosedRange<Int>] { columns(z: z, y: y, rings: projected(z: z)) }
+
+    /// Every ring projected to fractional tile coordinates at zoom `z`, in `polygons` order; positions
+    /// within 1e-9 tile of a tile border are snapped onto it (floating noise).
+    public func projected(z: Int) -> [[(Double, Double)]] {
+        func snap(_ v: Double) -> Double { abs(v - v.rounded()) < 1e-9 ? v.rounded() : v }
+        return polygons.flatMap { poly in
+            poly.map { ring in ring.map { (snap(WebMercator.tileX(lon: $0[0], z: z)), snap(WebMercator.tileY(lat: $0[1], z: z))) } }
+        }
+    }
+
+    /// `columns(z:y:)` with the rings already `projected(z:)` (project once per zoom, not per row).
+    public func columns(z: Int, y: Int, rings: [[(Double, Double)]]) -> [ClosedRange<Int>] {
         let n = 1 << z
         let top = Double(y), bottom = Double(y + 1)
         var spans: [(Double, Double)] = []
-        var rings: [[(Double, Double)]] = []
-        for poly in polygons {
-            for ring in poly {
-                // Snap projected positions within 1e-9 tile of a tile border onto it (floating noise).
-                func snap(_ v: Double) -> Double { abs(v - v.rounded()) < 1e-9 ? v.rounded() : v }
-                rings.append(ring.map { (snap(WebMercator.tileX(lon: $0[0], z: z)), snap(WebMercator.tileY(lat: $0[1], z: z))) })
-            }
-        }
         // Edges clipped to the row band.
         for ring in rings {
             for i in 0..<(ring.count - 1) {
@@ -165,8 +173,9 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// Number of tiles covered within `rect`.
     public func count(in rect: TileRect) -> Int {
         var total = 0
+        let rings = projected(z: rect.z)
         for y in rect.minY...rect.maxY {
-            for c in columns(z: rect.z, y: y) {
+            for c in columns(z: rect.z, y: y, rings: rings) {
                 let lo = max(c.lowerBound, rect.minX), hi = min(c.upperBound, rect.maxX)
                 if lo <= hi { total += hi - lo + 1 }
             }

@@ -272,6 +272,15 @@ public enum RequestValidator {
         let minZoom = try zoom("minZoom")
         let maxZoom = try zoom("maxZoom")
         if minZoom > maxZoom { throw bad("minZoom (\(minZoom)) is greater than maxZoom (\(maxZoom))") }
+        if shape != nil {
+            var spanned = 0
+            for z in minZoom...min(maxZoom + 1, maxZoomLevel) {
+                spanned += WebMercator.cover(bounds, z: z).reduce(0) { $0 + $1.count }
+                if spanned > RegionShape.maxBoundingTiles {
+                    throw RegionError(code: .tileLimitExceeded, message: "geometry: its bounding box spans more than \(RegionShape.maxBoundingTiles) tiles at zooms \(minZoom)...\(maxZoom); split the region into smaller requests")
+                }
+            }
+        }
 
         var pixelRatio = 1.0
         if let v = o["pixelRatio"] {

@@ -97,8 +97,12 @@ public struct StyleDocument: Sendable, Equatable {
                     guard [64, 128, 256, 512, 1024, 2048].contains(ts) else { throw bad("source '\(name)': tileSize \(ts) is not a power of two in 64...2048") }
                     src.tileSize = ts
                 }
-                if let z = s["minzoom"].flatMap(JSONKind.integer) { src.minZoom = z }
-                if let z = s["maxzoom"].flatMap(JSONKind.integer) { src.maxZoom = z }
+                for (key, v) in [("minzoom", s["minzoom"]), ("maxzoom", s["maxzoom"])] {
+                    guard let v else { continue }
+                    guard let z = JSONKind.integer(v), (0...30).contains(z) else { throw bad("source '\(name)': \(key) must be an integer in 0...30") }
+                    if key == "minzoom" { src.minZoom = z } else { src.maxZoom = z }
+                }
+                if src.minZoom > src.maxZoom { throw bad("source '\(name)': minzoom \(src.minZoom) is greater than maxzoom \(src.maxZoom)") }
                 src.tms = (s["scheme"] as? String) == "tms"
             } else if type == .geojson, let d = s["data"] as? String {
                 src.dataURL = try resolve(d, field: "sources.\(name).data")
@@ -270,11 +274,15 @@ public enum Planner {
             }
             guard let template else { continue }
             let rounds = src.type == .raster
-            let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ)
+            let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ, 0)
             let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
             sets.append(TileSet(source: src.name, template: TileURLTemplate(template, tms: tms, ratio: ratio),
                                 rects: rects(request.bounds, lo, hi), shape: request.shape))
         }
+        // One resource per manifest key: fontstacks "A,B" and ["A", "B"], or two sprites of one id,
+        // name the same file.
+        var seen = Set<String>()
+        resources = resources.filter { seen.insert("\($0.kind.rawValue)\t\($0.key)").inserted }
         return ResourcePlan(resources: resources, tileSets: sets)
     }
 

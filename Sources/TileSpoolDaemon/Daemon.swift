@@ -95,13 +95,16 @@ final class Download {
     var holdUntil = 0.0
     /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.
     var rowCache: (set: Int, z: Int, y: Int, columns: [ClosedRange<Int>])?
+    /// The shape's rings projected at the zoom of `rowCache` (projected once per zoom).
+    var ringCache: (set: Int, z: Int, rings: [[(Double, Double)]])?
 
     /// False for a tile index that a GeoJSON shape leaves out of its rectangle.
     func isPlanned(_ i: Int, _ plan: ResourcePlan) -> Bool {
         guard i >= plan.resources.count, plan.tileSets.contains(where: { $0.shape != nil }),
               case .tile(let s, let t) = plan.item(at: i), let shape = plan.tileSets[s].shape else { return true }
         if let c = rowCache, c.set == s, c.z == t.z, c.y == t.y { return c.columns.contains { $0.contains(t.x) } }
-        let columns = shape.columns(z: t.z, y: t.y)
+        if ringCache?.set != s || ringCache?.z != t.z { ringCache = (s, t.z, shape.projected(z: t.z)) }
+        let columns = shape.columns(z: t.z, y: t.y, rings: ringCache!.rings)
         rowCache = (s, t.z, t.y, columns)
         return columns.contains { $0.contains(t.x) }
     }
@@ -497,9 +500,10 @@ public final class Daemon {
     }
 
     func fail(_ r: Region, _ e: RegionError) {
+        guard case .to(let next) = RegionStateMachine.apply(.fail, to: r.state) else { return }
         stopDownload(r)
         r.error = e
-        setState(r, .failed)
+        setState(r, next)
     }
 
     // MARK: - Scheduling
@@ -533,7 +537,15 @@ public final class Daemon {
         r.error = nil
         if case .style(let url) = r.request.source { d.styleURL = url }
         var lines: [ManifestLine] = []
-        if let plan = r.files.loadPlan() {
+        var journalError: Error?
+        var savedPlan = r.files.loadPlan()
+        if savedPlan == nil, case .tiles(let templates) = r.request.source {
+            // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
+            let plan = Planner.plan(request: r.request, templates: templates)
+            try? r.files.savePlan(plan)
+            savedPlan = plan
+        }
+        if let plan = savedPlan {
             d.plan = plan
             d.done = Bitmap(count: plan.indexSpace)
             var p = RegionProgress()
@@ -546,7 +558,7 @@ public final class Daemon {
                 count(line, into: &p)
             }
             r.progress = p
-            recoverJournal(r, d, plan)
+            journalError = recoverJournal(r, d, plan)
         } else {
             r.files.readManifest(cutPartialLine: true) { lines.append($0) }
             var p = RegionProgress()
@@ -558,6 +570,7 @@ public final class Daemon {
         case .to(let next): setState(r, next)
         default: return
         }
+        if let journalError { storageFailed(r, journalError, commitPending: false); return }
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let limit = tileLimit(r), plan.tileCount > limit {
@@ -753,11 +766,13 @@ public final class Daemon {
             do { d.style = try StyleDocument(data: res.body, baseURL: url) } catch { fail(r, error); return }
             d.needed = Planner.tileJSONURLs(d.style!).map { .tileJSON($0.source) }
             commitNow(r, d, item, line)
+            guard r.download === d else { return } // the commit failed the region
             r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1 + d.needed.count)
             if d.needed.isEmpty { makePlan(r, d) }
         case .tileJSON(let name):
             do { d.tileJSONs[name] = try TileJSON(data: res.body, baseURL: url) } catch { fail(r, error); return }
             commitNow(r, d, item, line)
+            guard r.download === d else { return }
             if d.inFlight.isEmpty && d.needed.isEmpty && d.retries.isEmpty { makePlan(r, d) }
         case .index:
             d.pending.append((item, line))
@@ -778,26 +793,30 @@ public final class Daemon {
 
     /// After a crash: promotes journal lines whose objects are intact (they hash to their names)
     /// into the manifest, after a sync, and counts them. Lines naming lost objects are dropped.
-    func recoverJournal(_ r: Region, _ d: Download, _ plan: ResourcePlan) {
-        var recovered: [ManifestLine] = []
+    /// - Returns: the error when the recovered lines could not be recorded (the region then goes
+    ///   to failedStorage; the journal is kept for the next try).
+    func recoverJournal(_ r: Region, _ d: Download, _ plan: ResourcePlan) -> Error? {
+        var recovered: [(Int, ManifestLine)] = []
+        var seen = Set<Int>()
         r.files.readJournal(cutPartialLine: true) { line in
-            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i], !seen.contains(i) else { return }
             if let sha = line.sha256, SHA256.hex(file: store.objectPath(sha)) != sha { return }
-            d.done[i] = true
-            recovered.append(line)
+            seen.insert(i)
+            recovered.append((i, line))
         }
         if !recovered.isEmpty {
             do {
                 try store.sync()
-                try r.files.appendToManifest(recovered)
+                try r.files.appendToManifest(recovered.map(\.1))
             } catch {
                 Log.error("\(r.id): cannot recover the journal: \(error)")
-                return
+                return error
             }
-            for l in recovered { count(l, into: &r.progress) }
+            for (i, l) in recovered { d.done[i] = true; count(l, into: &r.progress) }
             Log.info("\(r.id): recovered \(recovered.count) resources from the journal")
         }
         r.files.clearJournal()
+        return nil
     }
 
     /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
@@ -815,7 +834,7 @@ public final class Daemon {
         stopDownload(r)
         r.error = RegionError(code: .networkError, message: "\(why) (\(Redaction.redact(url)))", url: url)
         r.probeURL = url
-        r.probeGap = min(options.retryDelay, options.maxProbeInterval)
+        r.probeGap = max(0.5, min(options.retryDelay, options.maxProbeInterval))
         r.nextProbe = Daemon.now() + r.probeGap
         switch RegionStateMachine.apply(.networkLost, to: r.state) {
         case .to(let next): setState(r, next)
@@ -827,7 +846,7 @@ public final class Daemon {
         r.probing = false
         guard r.state == .pausedNetwork else { return }
         if case .network = res.failure {
-            r.probeGap = min(r.probeGap * 2, options.maxProbeInterval)
+            r.probeGap = max(0.5, min(r.probeGap * 2, options.maxProbeInterval))
             r.nextProbe = Daemon.now() + r.probeGap
             return
         }

@@ -24,7 +24,7 @@ public struct SystemError: Error, Sendable, CustomStringConvertible {
 }
 
 /// Thin wrappers over the POSIX file calls the daemon uses, throwing `SystemError` (in the manner of
-/// apple/swift-system). EINTR is retried here, once, for every call.
+/// apple/swift-system). EINTR is retried here, in one place, for every call.
 public enum Files {
     /// Calls `body` until it does not fail with EINTR.
     @inline(__always)
@@ -64,13 +64,6 @@ public enum Files {
     /// Flushes `fd`'s data to the disk. The corresponding C function is `fsync`.
     public static func fsync(_ fd: Int32, path: String) throws(SystemError) {
         if retrying({ Glibc.fsync(fd) }) != 0 { throw SystemError("fsync", path) }
-    }
-
-    /// Flushes a directory's entries (after a rename into it).
-    public static func fsyncDirectory(_ path: String) throws(SystemError) {
-        let fd = try open(path, O_RDONLY | O_DIRECTORY)
-        defer { Glibc.close(fd) }
-        try fsync(fd, path: path)
     }
 
     /// Renames `from` to `to` (atomic within one filesystem). The corresponding C function is `rename`.

@@ -78,6 +78,7 @@ public final class RegionFiles: @unchecked Sendable {
             if n == 0 { break }
             var start = 0
             for i in 0..<n where buf[i] == 0x0A {
+                offset += carry.count + (i - start) + 1 // in bytes, before any decoding
                 let text: String
                 if carry.isEmpty {
                     text = String(decoding: UnsafeBufferPointer(start: buf + start, count: i - start), as: UTF8.self)
@@ -86,13 +87,14 @@ public final class RegionFiles: @unchecked Sendable {
                     text = String(decoding: carry, as: UTF8.self)
                     carry.removeAll(keepingCapacity: true)
                 }
-                offset += text.utf8.count + 1
                 if let l = ManifestLine(Substring(text)) { body(l) }
                 start = i + 1
             }
             carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: n - start))
         }
-        if cut && !carry.isEmpty { truncate(path, off_t(offset)) }
+        if cut && !carry.isEmpty && truncate(path, off_t(offset)) != 0 {
+            Log.error("cannot cut the partial last line of \(path): \(SystemError("truncate", path).errnoDescription)")
+        }
     }
 
     /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name

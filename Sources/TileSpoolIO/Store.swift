@@ -64,7 +64,6 @@ public final class ObjectStore: @unchecked Sendable {
     public var tmpDir: String { root + "/tmp" }
     public var regionsDir: String { root + "/regions" }
     private var tmpCounter = 0
-    private var dirtyFolders = Set<String>()
     private var knownFolders = Set<String>()
 
     /// Opens (creating when needed) the store at `root`.
@@ -109,7 +108,6 @@ public final class ObjectStore: @unchecked Sendable {
         }
         if Glibc.close(fd) != 0 { let e = SystemError("close", tmp); unlink(tmp); throw e }
         do throws(SystemError) { try Files.rename(tmp, final) } catch { unlink(tmp); throw error }
-        dirtyFolders.insert(folder)
         return (sha, true)
     }
 
@@ -126,7 +124,6 @@ public final class ObjectStore: @unchecked Sendable {
     /// the renames into object folders). Cost is one call per batch, not per object.
     public func sync() throws(SystemError) {
         try Files.syncFilesystem(root)
-        dirtyFolders.removeAll(keepingCapacity: true)
     }
 
     /// Puts back objects that an interrupted `gc` had moved aside (`tmp/gc-<sha256>`), and removes

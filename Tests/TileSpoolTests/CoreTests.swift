@@ -161,6 +161,23 @@ final class PlannerTests: XCTestCase {
         XCTAssertEqual(Planner.plan(request: req, templates: ["http://h/{z}/{x}/{y}.png"]).tileCount, 85)
     }
 
+    func testInlineSourceZoomsAreCheckedAndKeysAreUnique() throws {
+        let bad = #"{"version":8,"sources":{"r":{"type":"raster","tileSize":2048,"minzoom":-5,"tiles":["http://h/{z}/{x}/{y}.png"]}},"layers":[]}"#
+        XCTAssertThrowsError(try StyleDocument(data: Data(bad.utf8), baseURL: "http://h/s.json")) { e in
+            XCTAssertEqual((e as? RegionError)?.code, .invalidStyle)
+        }
+        // A 2048 px raster source at z0 would load zoom -2: clamped to 0.
+        let big = #"{"version":8,"sources":{"r":{"type":"raster","tileSize":2048,"tiles":["http://h/{z}/{x}/{y}.png"]}},"layers":[]}"#
+        let style = try StyleDocument(data: Data(big.utf8), baseURL: "http://h/s.json")
+        let req = RegionRequest(id: "r", source: .style("http://h/s.json"), bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 3)
+        XCTAssertEqual(Planner.plan(request: req, styleURL: "http://h/s.json", style: style, tileJSONs: [:]).tileSets[0].rects.map(\.z), [0, 1])
+        // Fontstacks ["A,B"] and ["A", "B"] name the same glyph files: planned once.
+        let fonts = #"{"version":8,"sources":{},"glyphs":"http://h/{fontstack}/{range}.pbf","layers":[{"id":"a","type":"symbol","layout":{"text-font":["A,B"]}},{"id":"b","type":"symbol","layout":{"text-font":["A","B"]}}]}"#
+        let fstyle = try StyleDocument(data: Data(fonts.utf8), baseURL: "http://h/s.json")
+        let plan = Planner.plan(request: req, styleURL: "http://h/s.json", style: fstyle, tileJSONs: [:])
+        XCTAssertEqual(plan.resources.filter { $0.kind == .glyphs }.count, 130)
+    }
+
     func testTextFontExpressions() throws {
         let styleJSON = #"""
         {"version":8,"sources":{},"glyphs":"http://h/{fontstack}/{range}.pbf","layers":[

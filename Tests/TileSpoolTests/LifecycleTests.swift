@@ -211,6 +211,19 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         assertTilesMatchServer("t", count: 1365)
     }
 
+    /// A tiles region whose plan.json was lost (a power cut before the rename reached the disk)
+    /// makes its plan again at restart and completes.
+    func testTilesRegionWithoutItsPlanMakesItAgain() throws {
+        try fx.start()
+        try fx.drop("lost.json", slowRequest("lost", maxZoom: 4, ms: 20))
+        try waitUntil("some tiles", timeout: 30) { (fx.progress("lost")["tilesCompleted"] ?? 0) >= 20 }
+        XCTAssertEqual(fx.stop(), 0)
+        try FileManager.default.removeItem(atPath: fx.store + "/regions/lost/plan.json")
+        try fx.start()
+        try fx.waitForState("lost", "completed")
+        assertTilesMatchServer("lost", count: 341)
+    }
+
     func testSecondDaemonOnTheSameSpoolRefusesToStart() throws {
         try fx.start()
         let (rc, out) = try fx.cli(["run", "--spool", fx.spool, "--store", fx.store])

@@ -73,6 +73,17 @@ final class RequestValidationTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(cases.count, 30)
     }
 
+    /// A shape whose bounding box is huge (two specks at opposite corners of the world) is refused
+    /// before anything is allocated for it.
+    func testGeometryWithAHugeBoundingBoxIsRefused() {
+        let text = #"{"tiles":["http://h/{z}/{x}/{y}"],"geometry":{"type":"MultiPolygon","coordinates":[[[[-179,-80],[-178,-80],[-178,-79],[-179,-80]]],[[[178,79],[179,79],[179,80],[178,79]]]]},"minZoom":0,"maxZoom":22}"#
+        guard case .failure(let e) = validate(text) else { return XCTFail("accepted") }
+        XCTAssertEqual(e.code, .tileLimitExceeded)
+        XCTAssertTrue(e.message.contains("bounding box"), e.message)
+        let small = text.replacingOccurrences(of: #""maxZoom":22"#, with: #""maxZoom":10"#)
+        if case .failure(let e) = validate(small) { XCTFail(e.message) }
+    }
+
     func testFileNamesThatGiveNoID() {
         XCTAssertNil(RequestValidator.id(fromFileName: "my region.json"))
         XCTAssertNil(RequestValidator.id(fromFileName: "région.json"))

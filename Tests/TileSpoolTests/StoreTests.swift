@@ -46,6 +46,18 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: files.manifestPath)), whole)
     }
 
+    /// A torn line holding bytes that are not UTF-8 is cut at the right byte.
+    func testPartialLineWithInvalidUTF8IsCutAtTheRightByte() throws {
+        let files = RegionFiles(dir: dir + "/u")
+        try Files.makeDirectories(files.dir)
+        try files.appendToManifest([ManifestLine(kind: .glyphs, sha256: nil, bytes: 0, key: "F\u{00e9}nt/0-255", url: "http://h/x")])
+        files.closeManifest()
+        let whole = try Data(contentsOf: URL(fileURLWithPath: files.manifestPath))
+        try (whole + Data([0x74, 0xFF, 0xFE, 0x09])).write(to: URL(fileURLWithPath: files.manifestPath))
+        files.readManifest(cutPartialLine: true) { _ in }
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: files.manifestPath)), whole)
+    }
+
     func testLongManifestIsStreamed() throws {
         let files = RegionFiles(dir: dir + "/big")
         try Files.makeDirectories(files.dir)
