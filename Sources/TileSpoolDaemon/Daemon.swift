@@ -333,6 +333,7 @@ public final class Daemon {
         guard name.hasSuffix(".json") else { return }
         var raw: Data?
         var request: RegionRequest
+        var tilesPlan: ResourcePlan?
         do {
             guard Files.entryType(path) == .regular else {
                 throw RegionError(code: .invalidRequest, message: "the request is not a regular file (symlinks, FIFOs and folders are refused)")
@@ -346,9 +347,12 @@ public final class Daemon {
             raw = data
             request = try RequestValidator.validate(data, fileName: name)
             // A tiles request's plan is known now: one over the limit is refused like any bad request.
-            if case .tiles(let templates) = request.source, let e = RequestValidator.tileLimitError(
-                tiles: Planner.plan(request: request, templates: templates).tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
-                throw e
+            if case .tiles(let templates) = request.source {
+                let plan = Planner.plan(request: request, templates: templates)
+                if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
+                    throw e
+                }
+                tilesPlan = plan
             }
         } catch let e as RegionError {
             // A region of that id exists: a bad request must not touch it (its status stays).
@@ -369,16 +373,14 @@ public final class Daemon {
             reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' is \(existing.state.rawValue); cancel or delete it first")
             return
         }
-        accept(request, path: path, name: name)
+        accept(request, plan: tilesPlan, path: path, name: name)
     }
 
-    func accept(_ request: RegionRequest, path: String, name: String) {
+    /// Makes a region of a valid request: its files in the store, state `queued`. `plan` is the
+    /// exact plan of a `tiles` request (nil for a style, planned once its TileJSON is in).
+    func accept(_ request: RegionRequest, plan: ResourcePlan?, path: String, name: String) {
         let files = RegionFiles(dir: store.regionDir(request.id))
         if let old = regions[request.id] { stopDownload(old) }
-        var plan: ResourcePlan?
-        if case .tiles(let templates) = request.source {
-            plan = Planner.plan(request: request, templates: templates)
-        }
         arrivals += 1
         let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
         do {
@@ -406,19 +408,14 @@ public final class Daemon {
         Files.remove(path)
         Log.info("\(r.id): accepted \(name)")
         setState(r, .queued)
-        if let plan, let limit = tileLimit(r), plan.tileCount > limit {
-            fail(r, tileLimitError(r, tiles: plan.tileCount))
-        }
     }
 
-    func tileLimit(_ r: Region) -> Int? {
-        min(r.request.maxTiles ?? Int.max, options.maxTiles)
-    }
-
-    /// The error for a plan of `tiles` tiles over `tileLimit(r)`, naming the limit (maxTiles or --max-tiles).
-    func tileLimitError(_ r: Region, tiles: Int) -> RegionError {
-        RequestValidator.tileLimitError(tiles: tiles, maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
-            ?? RegionError(code: .tileLimitExceeded, message: "the plan has \(tiles) tiles, more than the limit of \(tileLimit(r) ?? 0)")
+    /// The error when `plan` has more tiles than the region's `maxTiles` or the daemon's
+    /// `--max-tiles` allow (naming the limit that applies), or nil. A `tiles` request over the
+    /// limit is refused on arrival (`handleRequest`); a style's plan is known only in `makePlan`,
+    /// and a region resumed after `--max-tiles` was lowered is checked again in `start`.
+    func tileLimitError(_ r: Region, _ plan: ResourcePlan) -> RegionError? {
+        RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
     }
 
     func handleControl(path: String, name: String) {
@@ -573,10 +570,7 @@ public final class Daemon {
         if let journalError { storageFailed(r, journalError, commitPending: false); return }
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
-            if let limit = tileLimit(r), plan.tileCount > limit {
-                fail(r, tileLimitError(r, tiles: plan.tileCount))
-                return
-            }
+            if let e = tileLimitError(r, plan) { fail(r, e); return }
             finishIfDone(r, d)
         }
     }
@@ -613,10 +607,9 @@ public final class Daemon {
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
-        if let limit = tileLimit(r), plan.tileCount > limit {
+        if let e = tileLimitError(r, plan) {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
-            let e = tileLimitError(r, tiles: plan.tileCount)
             if let data = try? Files.readRegularFile(r.files.requestPath, limit: RequestValidator.maxFileSize) {
                 try? Files.writeAtomically(data, to: "\(layout.rejected)/\(r.id).json")
                 try? Files.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(layout.rejected)/\(r.id).json.error")
