@@ -559,7 +559,12 @@ public final class Daemon {
         } else {
             r.files.readManifest(cutPartialLine: true) { lines.append($0) }
             var p = RegionProgress()
-            for l in lines where l.kind == .style || l.kind == .source { count(l, into: &p) }
+            // Each document once (a style fetched again after a crash has two lines): the recount
+            // once the plan exists must not come out lower.
+            var seen = Set<String>()
+            for l in lines where (l.kind == .style || l.kind == .source) && seen.insert("\(l.kind.rawValue)\t\(l.key)").inserted {
+                count(l, into: &p)
+            }
             p.resourcesExpected = max(p.resourcesExpected, 1) // at least the style
             r.progress = p
         }
