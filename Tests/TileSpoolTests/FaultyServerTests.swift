@@ -25,6 +25,21 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
         return (first!, second!)
     }
 
+    /// A one-tile region `id` against `/<fault>/<tag>/{z}/{x}/{y}.png` on a daemon started with
+    /// `options`: waits for `state`, checks `error.code` and that `error.url` names the tile, and
+    /// returns the tile's path (z0, `/<fault>/<tag>/0/0/0.png`).
+    @discardableResult
+    func runOneTile(_ id: String, fault: String, tag: String, options: [String], until state: String,
+                    code: String, timeout: TimeInterval = 30, file: StaticString = #filePath, line: UInt = #line) throws -> String {
+        try fx.start(options)
+        try fx.drop("\(id).json", server.tilesRequest(["/\(fault)/\(tag)/{z}/{x}/{y}.png"]))
+        try fx.waitForState(id, state, timeout: timeout)
+        let path = "/\(fault)/\(tag)/0/0/0.png"
+        XCTAssertEqual(fx.errorCode(id), code, file: file, line: line)
+        XCTAssertEqual(fx.errorObject(id)?["url"] as? String, server.url(path), file: file, line: line)
+        return path
+    }
+
     // MARK: - Retried and honoured
 
     /// 429 with `Retry-After: 1`: no tile is asked again before a second has passed, each tile is
@@ -100,12 +115,8 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
     /// The server resets the connection after 100 of 1000 bytes: nothing of it is stored; once the
     /// retries are spent the region is `pausedNetwork` with the URL and the reason.
     func testConnectionResetMidBody() throws {
-        try fx.start(["--max-retries", "1"])
-        let path = "/reset/rs/0/0/0.png"
-        try fx.drop("reset.json", server.tilesRequest(["/reset/rs/{z}/{x}/{y}.png"]))
-        try fx.waitForState("reset", "pausedNetwork", timeout: 20)
-        XCTAssertEqual(fx.errorCode("reset"), "networkError")
-        XCTAssertEqual(fx.errorObject("reset")?["url"] as? String, server.url(path))
+        let path = try runOneTile("reset", fault: "reset", tag: "rs", options: ["--max-retries", "1"],
+                                  until: "pausedNetwork", code: "networkError", timeout: 20)
         XCTAssertGreaterThanOrEqual(server.hits(path), 2, "retried before giving up")
         XCTAssertTrue(fx.log().contains(server.url(path)), "the log names the URL")
         assertNothingStored("reset")
@@ -113,14 +124,10 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
 
     /// A body that never ends (1 byte every 2 s) is cut by the low-speed timeout (`--low-speed-time 2`).
     func testBodyThatNeverEndsIsCutByTheLowSpeedTimeout() throws {
-        try fx.start(["--max-retries", "1", "--low-speed-time", "2"])
-        let path = "/slowbody/sb/0/0/0.png"
         let started = Date()
-        try fx.drop("slow.json", server.tilesRequest(["/slowbody/sb/{z}/{x}/{y}.png"]))
-        try fx.waitForState("slow", "pausedNetwork", timeout: 30)
+        try runOneTile("slow", fault: "slowbody", tag: "sb", options: ["--max-retries", "1", "--low-speed-time", "2"],
+                       until: "pausedNetwork", code: "networkError")
         XCTAssertLessThan(Date().timeIntervalSince(started), 20)
-        XCTAssertEqual(fx.errorCode("slow"), "networkError")
-        XCTAssertEqual(fx.errorObject("slow")?["url"] as? String, server.url(path))
         XCTAssertTrue((fx.errorMessage("slow") ?? "").lowercased().contains("timeout") || (fx.errorMessage("slow") ?? "").lowercased().contains("timed out"),
                       fx.errorMessage("slow") ?? "")
         assertNothingStored("slow")
@@ -128,12 +135,8 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
 
     /// A server that accepts the connection and never answers.
     func testServerThatAcceptsAndNeverAnswers() throws {
-        try fx.start(["--max-retries", "1", "--low-speed-time", "2"])
-        let path = "/hang/hg/0/0/0.png"
-        try fx.drop("hang.json", server.tilesRequest(["/hang/hg/{z}/{x}/{y}.png"]))
-        try fx.waitForState("hang", "pausedNetwork", timeout: 30)
-        XCTAssertEqual(fx.errorCode("hang"), "networkError")
-        XCTAssertEqual(fx.errorObject("hang")?["url"] as? String, server.url(path))
+        let path = try runOneTile("hang", fault: "hang", tag: "hg", options: ["--max-retries", "1", "--low-speed-time", "2"],
+                                  until: "pausedNetwork", code: "networkError")
         XCTAssertGreaterThanOrEqual(server.hits(path), 2)
         assertNothingStored("hang")
     }
@@ -142,12 +145,8 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
 
     /// Content-Length 1000, 500 bytes, clean close.
     func testBodyShorterThanItsContentLength() throws {
-        try fx.start(["--max-retries", "2"])
-        let path = "/short/sh/0/0/0.png"
-        try fx.drop("short.json", server.tilesRequest(["/short/sh/{z}/{x}/{y}.png"]))
-        try fx.waitForState("short", "failed", timeout: 20)
-        XCTAssertEqual(fx.errorCode("short"), "badResponse")
-        XCTAssertEqual(fx.errorObject("short")?["url"] as? String, server.url(path))
+        let path = try runOneTile("short", fault: "short", tag: "sh", options: ["--max-retries", "2"],
+                                  until: "failed", code: "badResponse", timeout: 20)
         XCTAssertTrue(fx.errorMessage("short")?.contains(server.url(path)) ?? false)
         XCTAssertEqual(server.hits(path), 3, "retried, then given up")
         XCTAssertFalse(fx.entryExists(fx.objectPath(sha256Hex(Data(repeating: UInt8(ascii: "s"), count: 500)))), "the truncated body was stored")
@@ -156,34 +155,23 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
 
     /// A body over `--max-object-size`.
     func testBodyOverMaxObjectSize() throws {
-        try fx.start(["--max-retries", "1", "--max-object-size", "1000000"])
-        let path = "/huge/hu/0/0/0.png"
-        try fx.drop("huge.json", server.tilesRequest(["/huge/hu/{z}/{x}/{y}.png"]))
-        try fx.waitForState("huge", "failed", timeout: 30)
-        XCTAssertEqual(fx.errorCode("huge"), "badResponse")
-        XCTAssertEqual(fx.errorObject("huge")?["url"] as? String, server.url(path))
+        try runOneTile("huge", fault: "huge", tag: "hu", options: ["--max-retries", "1", "--max-object-size", "1000000"],
+                       until: "failed", code: "badResponse")
         XCTAssertTrue(fx.errorMessage("huge")?.contains("1000000") ?? false, fx.errorMessage("huge") ?? "")
         assertNothingStored("huge")
     }
 
     /// The default limit is 32 MiB: a 64 MiB body is refused without any option.
     func testBodyOverTheDefaultMaxObjectSize() throws {
-        try fx.start(["--max-retries", "0"])
-        try fx.drop("huge2.json", server.tilesRequest(["/huge/hu2/{z}/{x}/{y}.png"]))
-        try fx.waitForState("huge2", "failed", timeout: 30)
-        XCTAssertEqual(fx.errorCode("huge2"), "badResponse")
+        try runOneTile("huge2", fault: "huge", tag: "hu2", options: ["--max-retries", "0"], until: "failed", code: "badResponse")
         XCTAssertTrue(fx.errorMessage("huge2")?.contains("\(32 << 20)") ?? false, fx.errorMessage("huge2") ?? "")
         assertNothingStored("huge2")
     }
 
     /// `Content-Encoding: gzip` over bytes that are not gzip: neither the raw nor a half-decoded body is stored.
     func testGzipThatDoesNotDecode() throws {
-        try fx.start(["--max-retries", "1"])
-        let path = "/badgzip/bg/0/0/0.png"
-        try fx.drop("gz.json", server.tilesRequest(["/badgzip/bg/{z}/{x}/{y}.png"]))
-        try fx.waitForState("gz", "failed", timeout: 20)
-        XCTAssertEqual(fx.errorCode("gz"), "badResponse")
-        XCTAssertEqual(fx.errorObject("gz")?["url"] as? String, server.url(path))
+        let path = try runOneTile("gz", fault: "badgzip", tag: "bg", options: ["--max-retries", "1"],
+                                  until: "failed", code: "badResponse", timeout: 20)
         XCTAssertFalse(fx.entryExists(fx.objectPath(sha256Hex(Data("this is not gzip: \(path)".utf8)))))
         assertNothingStored("gz")
     }
