@@ -50,6 +50,15 @@ enum WorkItem: Hashable {
     case tileJSON(String)
 }
 
+/// A transfer under way: the item and what `Daemon.describe` said of it, worked out once when it
+/// is issued (a plan look-up and a URL per tile, not one per step).
+struct Fetch {
+    let item: WorkItem
+    let url: String
+    let kind: ResourceKind
+    let key: String
+}
+
 /// A region the daemon knows: its request, state, progress and, while downloading, its executor.
 final class Region {
     let id: String
@@ -82,7 +91,7 @@ final class Download {
     /// Next plan index to consider.
     var cursor = 0
     /// Transfers under way: tag -> item.
-    var inFlight: [Int: WorkItem] = [:]
+    var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0
     /// Items waiting to be retried: (due time, item).
     var retries: [(due: Double, item: WorkItem)] = []
@@ -688,15 +697,11 @@ public final class Daemon {
 
     func issue(_ r: Region, _ d: Download, _ item: WorkItem) {
         let tag = nextTag; nextTag += 1
-        d.inFlight[tag] = item
-        if !isTile(item, d) { d.nonTileInFlight += 1 }
+        let (url, kind, key) = describe(item, d)
+        d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key)
+        if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
-        http.start(url: describe(item, d).url, tag: tag)
-    }
-
-    func isTile(_ item: WorkItem, _ d: Download) -> Bool {
-        if case .index(let i) = item, let plan = d.plan { return i >= plan.resources.count }
-        return false
+        http.start(url: url, tag: tag)
     }
 
     /// Stops a region's transfers; by default objects already written enter the manifest first.
@@ -718,9 +723,9 @@ public final class Daemon {
     func handle(_ res: TransferResult) {
         guard let (id, item) = transfers.removeValue(forKey: res.tag), let r = regions[id] else { return }
         guard let item else { probeAnswered(r, res); return }
-        guard let d = r.download, d.inFlight.removeValue(forKey: res.tag) != nil else { return }
-        if !isTile(item, d) { d.nonTileInFlight -= 1 }
-        let (url, kind, key) = describe(item, d)
+        guard let d = r.download, let fetch = d.inFlight.removeValue(forKey: res.tag) else { return }
+        let (url, kind, key) = (fetch.url, fetch.kind, fetch.key)
+        if kind != .tile { d.nonTileInFlight -= 1 }
 
         if let f = res.failure {
             switch f {
