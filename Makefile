@@ -1,5 +1,6 @@
 # TileSpool: build, test and bench entry points.
-#   make deps      Debian packages the build, the tests and the benches need (skipped quickly when present)
+#   make deps      Debian (and PyPI, in .build/py) packages the build, tests and benches need (quick when present)
+#   make deps-build  only the Debian packages the daemon builds and runs with (what make run installs)
 #   make build     debug build            make release   release build
 #   make run       deps + build, then the daemon on ./spool
 #   make test      deps, then the XCTest suite (the last output line is XCTest's summary)
@@ -12,21 +13,38 @@ SHELL := /bin/bash
 
 SWIFT ?= swift
 SWIFT_FLAGS ?=
-DEB_PACKAGES := libcurl4-openssl-dev libssl-dev libsqlite3-dev nginx-light jq python3 mapproxy curl time valgrind
+# What the daemon builds and runs with (make run), then what the tests and benches add (make deps).
+BUILD_PACKAGES := libcurl4-openssl-dev libssl-dev libsqlite3-dev zlib1g-dev nginx-light
+DEB_PACKAGES := $(BUILD_PACKAGES) jq python3 mapproxy curl time valgrind \
+    sqlite3 gdal-bin python3-venv python3-pip python3-selenium chromium chromium-driver xvfb imagemagick \
+    qmlscene libqt5location5-plugin-mapboxgl qml-module-qtlocation qml-module-qtpositioning \
+    qml-module-qtquick2 qml-module-qtquick-window2
+# Readers nobody here wrote, from PyPI, for the export tests and bench: the pmtiles reader and
+# pmtiles-convert, mb-util, and the maplibre wheel (MapLibre GL JS). In a venv that also sees
+# Debian's python3-selenium.
+PY_VENV := .build/py
+PY_PACKAGES := pmtiles mbutil maplibre
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_GET := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: deps build release run test bench clean serve-mapdata
+.PHONY: deps deps-build build release run test bench clean serve-mapdata
 
-deps:
+deps: PACKAGES = $(DEB_PACKAGES)
+deps-build: PACKAGES = $(BUILD_PACKAGES)
+deps deps-build:
 	@missing=""; \
-	for p in $(DEB_PACKAGES); do \
+	for p in $(PACKAGES); do \
 	    dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
 	done; \
-	if [ -z "$$missing" ]; then echo "deps: all present ($(DEB_PACKAGES))"; exit 0; fi; \
+	if [ -z "$$missing" ]; then echo "$@: all present ($(PACKAGES))"; exit 0; fi; \
 	echo "deps: installing$$missing"; \
 	if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then $(APT_GET) update; fi; \
 	$(APT_GET) install -y $$missing || { $(APT_GET) update && $(APT_GET) install -y $$missing; }
+	@if [ "$@" = deps-build ]; then exit 0; fi; \
+	if [ -x $(PY_VENV)/bin/pmtiles-convert ] && [ -x $(PY_VENV)/bin/mb-util ] && \
+	    $(PY_VENV)/bin/python -c 'import maplibre' 2>/dev/null; then echo "deps: python packages present ($(PY_PACKAGES))"; \
+	else echo "deps: installing python packages in $(PY_VENV): $(PY_PACKAGES)"; \
+	    /usr/bin/python3 -m venv --system-site-packages $(PY_VENV) && $(PY_VENV)/bin/pip install -q $(PY_PACKAGES); fi
 
 build:
 	$(SWIFT) build -c debug $(SWIFT_FLAGS)
@@ -34,7 +52,7 @@ build:
 release:
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 
-run: deps build
+run: deps-build build
 	"$$($(SWIFT) build -c debug $(SWIFT_FLAGS) --show-bin-path)/tilespool" run --spool ./spool
 
 # XCTest only: with Swift Testing enabled too, swift test prints a second summary last.

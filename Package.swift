@@ -2,9 +2,11 @@
 // TileSpool: a watch-folder daemon that downloads map regions into a content-addressed store.
 //
 // Layers (each target depends only on those listed before it):
-//   CCurl, CCrypto, CLinux   C modules from Debian's -dev packages (system libraries)
+//   CCurl, CCrypto, CLinux,
+//   CSQLite, CZlib           C modules from Debian's -dev packages (system libraries)
 //   TileSpoolCore            pure values: tile math, requests, style planning, the region state machine
 //   TileSpoolIO              edges: HTTP (libcurl), SHA-256 (libcrypto), the store, the spool, inotify
+//   TileSpoolExport          packs out: MapLibre offline database, MBTiles, PMTiles, static site (SQLite, zlib)
 //   TileSpoolDaemon          the scheduler that wires plans, downloads, store and status together
 //   tilespool                the command-line interface
 import PackageDescription
@@ -20,11 +22,16 @@ let package = Package(
         .systemLibrary(name: "CCrypto", path: "Sources/CCrypto", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3",
+                       providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
+                       providers: [.apt(["zlib1g-dev"])]),
         .target(name: "TileSpoolCore"),
         .target(name: "TileSpoolIO", dependencies: ["TileSpoolCore", "CCurl", "CCrypto", "CLinux"]),
-        .target(name: "TileSpoolDaemon", dependencies: ["TileSpoolCore", "TileSpoolIO"]),
-        .executableTarget(name: "tilespool", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolDaemon"]),
+        .target(name: "TileSpoolExport", dependencies: ["TileSpoolCore", "TileSpoolIO", "CSQLite", "CZlib"]),
+        .target(name: "TileSpoolDaemon", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport"]),
+        .executableTarget(name: "tilespool", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport", "TileSpoolDaemon"]),
         .testTarget(name: "TileSpoolTests",
-                    dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolDaemon", "tilespool"]),
+                    dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport", "TileSpoolDaemon", "tilespool"]),
     ]
 )

@@ -77,7 +77,7 @@ public struct RegionRequest: Sendable, Equatable {
     /// Map zoom range, `0 <= minZoom <= maxZoom <= 24`.
     public var minZoom: Int
     public var maxZoom: Int
-    /// Device pixel ratio (`{ratio}` in templates becomes `@2x` from 1.5 up). Default 1.
+    /// Device pixel ratio (`{ratio}` in templates becomes `@2x` above 1, as in MapLibre). Default 1.
     public var pixelRatio: Double
     /// Download the CJK ideograph and Hangul glyph ranges too. Default false.
     public var includeIdeographs: Bool
@@ -85,6 +85,8 @@ public struct RegionRequest: Sendable, Equatable {
     public var maxTiles: Int?
     /// The `context` value serialised as JSON, echoed verbatim in the status; nil when absent.
     public var contextJSON: Data?
+    /// Exports the daemon writes to `<spool>/exports/` when the region completes (`exports`).
+    public var exports: [ExportSpec] = []
 
     public init(id: String, source: MapSource, bounds: GeoBounds, minZoom: Int, maxZoom: Int,
                 pixelRatio: Double = 1, includeIdeographs: Bool = false, maxTiles: Int? = nil,
@@ -115,6 +117,7 @@ public struct RegionRequest: Sendable, Equatable {
         case .style(let url): o["style"] = url
         case .tiles(let templates): o["tiles"] = templates
         }
+        if !exports.isEmpty { o["exports"] = exports.map(\.jsonObject) }
         if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
@@ -142,7 +145,7 @@ public enum RequestValidator {
     public static let maxZoomLevel = 24
 
     static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
-                                           "pixelRatio", "includeIdeographs", "maxTiles", "context"]
+                                           "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports"]
 
     /// True when `id` matches `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` (so it is also a safe file name).
     public static func isValidID(_ id: String) -> Bool {
@@ -303,9 +306,21 @@ public enum RequestValidator {
         if let v = o["context"], !(v is NSNull) {
             contextJSON = JSONKind.serialize(v)
         }
-        return RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
-                             pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
-                             maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
+        var exports: [ExportSpec] = []
+        if let v = o["exports"], !(v is NSNull) {
+            switch ExportSpec.parseList(v) {
+            case .success(let list): exports = list
+            case .failure(let e): throw bad(e.message)
+            }
+            if case .tiles = source, exports.contains(where: { $0.format == .maplibre }) {
+                throw bad("exports: the maplibre format needs a style request (a MapLibre region names a style URL)")
+            }
+        }
+        var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
+                                    pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
+                                    maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
+        request.exports = exports
+        return request
     }
 
     /// Validates `bounds`: `[west, south, east, north]` in degrees.

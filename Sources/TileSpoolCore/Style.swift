@@ -264,7 +264,7 @@ public enum Planner {
             if let d = src.dataURL { resources.append(PlannedResource(kind: .data, key: src.name, url: d)) }
         }
         var sets: [TileSet] = []
-        let ratio = request.pixelRatio >= 1.5 ? "@2x" : ""
+        let ratio = ratioToken(request.pixelRatio)
         for src in style.sources where src.isTiled {
             var template: String?, minZ = src.minZoom, maxZ = src.maxZoom, tms = src.tms
             if let tj = tileJSONs[src.name] {
@@ -289,7 +289,7 @@ public enum Planner {
     /// The plan of a `tiles` request: each template over the region at the request's zoom levels
     /// (tile zooms, no covering-zoom shift). Sources are named `tiles0`, `tiles1`, ...
     public static func plan(request: RegionRequest, templates: [String]) -> ResourcePlan {
-        let ratio = request.pixelRatio >= 1.5 ? "@2x" : ""
+        let ratio = ratioToken(request.pixelRatio)
         let sets = templates.enumerated().map { i, t in
             TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio),
                     rects: rects(request.bounds, request.minZoom, request.maxZoom), shape: request.shape)
@@ -307,8 +307,13 @@ public enum Planner {
         return (lo...hi).flatMap { WebMercator.cover(bounds, z: $0) }
     }
 
-    /// Percent-encodes everything but RFC 3986's unreserved characters (as MapLibre's
-    /// `util::percentEncode` does for `{fontstack}`).
+    /// What `{ratio}` becomes in tile URLs: `@2x` for any pixel ratio above 1, else `""`
+    /// (MapLibre Native `Resource::tile`).
+    public static func ratioToken(_ pixelRatio: Double) -> String { pixelRatio > 1 ? "@2x" : "" }
+
+    /// Percent-encodes everything but RFC 3986's unreserved characters with lower-case hex
+    /// (`%2c`, `%20`), byte for byte as MapLibre Native's `util::percentEncode` does for
+    /// `{fontstack}`: the offline database is keyed by the exact URL.
     public static func percentEncode(_ s: String) -> String {
         var out = ""
         for b in s.utf8 {
@@ -316,7 +321,7 @@ public enum Planner {
             if (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || "-_.~".contains(c) {
                 out.append(c)
             } else {
-                out += String(format: "%%%02X", b)
+                out += String(format: "%%%02x", b)
             }
         }
         return out

@@ -103,6 +103,7 @@ commands:
   gc                       remove objects no region references (safe beside a running daemon)
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
+  export ID --format F     write a completed region as maplibre, mbtiles, pmtiles or a site
 
 options every command takes:
   --spool DIR              the spool folder (default ./spool)
@@ -151,10 +152,11 @@ func runCLI(_ argv: [String]) -> Int32 {
         case "gc": return try commandGC(args)
         case "verify": return try commandVerify(args)
         case "plan": return try commandPlan(args)
+        case "export": return try commandExport(args)
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let e as UsageError {
-        let known = ["run", "status", "pause", "resume", "cancel", "delete", "gc", "verify", "plan"].contains(command)
+        let known = ["run", "status", "pause", "resume", "cancel", "delete", "gc", "verify", "plan", "export"].contains(command)
         err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
     } catch {

@@ -189,7 +189,7 @@ final class PlannerTests: XCTestCase {
         XCTAssertEqual(style.fontstacks, [["A", "B"], ["C"], StyleDocument.defaultFontstack])
         let req = RegionRequest(id: "g", source: .style("http://h/s.json"), bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 0)
         let plan = Planner.plan(request: req, styleURL: "http://h/s.json", style: style, tileJSONs: [:])
-        XCTAssertTrue(plan.resources.contains { $0.url == "http://h/A%2CB/0-255.pbf" })
+        XCTAssertTrue(plan.resources.contains { $0.url == "http://h/A%2cB/0-255.pbf" })
     }
 }
 

@@ -1,0 +1,318 @@
+import Foundation
+
+/// The formats a completed region can be exported to (docs/export.md).
+public enum ExportFormat: String, Sendable, CaseIterable, Codable {
+    /// A MapLibre Native offline database (SQLite, schema version 6), for `addContentsOfURL` /
+    /// `mergeOfflineRegions`.
+    case maplibre
+    /// MBTiles 1.3 (SQLite) of one tile source.
+    case mbtiles
+    /// PMTiles v3 of one tile source.
+    case pmtiles
+    /// A folder for a static web server: style, TileJSON, tiles, sprites and glyphs.
+    case site
+
+    /// The file name extension of the export written under `<spool>/exports/`: `.db`, `.mbtiles`,
+    /// `.pmtiles`, or `""` for a folder.
+    public var fileExtension: String {
+        switch self {
+        case .maplibre: return ".db"
+        case .mbtiles: return ".mbtiles"
+        case .pmtiles: return ".pmtiles"
+        case .site: return ""
+        }
+    }
+
+    /// True for the formats that hold one tile source (`--source` / `source` picks it).
+    public var isSingleSource: Bool { self == .mbtiles || self == .pmtiles }
+}
+
+/// One entry of a request's `exports` array: `{"format": "pmtiles", "source": "openmaptiles"}`.
+public struct ExportSpec: Sendable, Equatable {
+    public var format: ExportFormat
+    /// The tile source (style source id, or `tiles0`, `tiles1`, ... for a `tiles` request); nil
+    /// means the region's only tile source.
+    public var source: String?
+    /// `--base-url` of a site export (absolute URLs in the site's style); nil for relative paths.
+    public var baseURL: String?
+    public init(format: ExportFormat, source: String? = nil, baseURL: String? = nil) {
+        self.format = format; self.source = source; self.baseURL = baseURL
+    }
+
+    /// The file or folder name under `<spool>/exports/`: `<id>.<ext>`, with the source for a
+    /// single-source format when one is named (`<id>.<source>.pmtiles`), so that two exports of
+    /// one region never share a path.
+    public func outputName(id: String) -> String {
+        if format.isSingleSource, let source { return "\(id).\(source)\(format.fileExtension)" }
+        return id + format.fileExtension
+    }
+
+    /// The JSON object written back in requests and status files.
+    public var jsonObject: [String: Any] {
+        var o: [String: Any] = ["format": format.rawValue]
+        if let source { o["source"] = source }
+        if let baseURL { o["baseURL"] = baseURL }
+        return o
+    }
+
+    /// Parses a request's `exports` value.
+    /// - Returns: the specs, or an error message naming the index and field at fault.
+    public static func parseList(_ v: Any) -> Result<[ExportSpec], ExportSpecError> {
+        guard let arr = v as? [Any] else { return .failure(ExportSpecError("exports: must be an array of objects")) }
+        if arr.count > 16 { return .failure(ExportSpecError("exports: at most 16 entries, not \(arr.count)")) }
+        var out: [ExportSpec] = []
+        for (i, e) in arr.enumerated() {
+            guard let o = e as? [String: Any] else { return .failure(ExportSpecError("exports[\(i)]: must be an object")) }
+            for k in o.keys where !["format", "source", "baseURL"].contains(k) {
+                return .failure(ExportSpecError("exports[\(i)]: unknown field '\(k)' (known: format, source, baseURL)"))
+            }
+            let names = ExportFormat.allCases.map(\.rawValue).joined(separator: ", ")
+            guard let f = o["format"] as? String, let format = ExportFormat(rawValue: f) else {
+                return .failure(ExportSpecError("exports[\(i)].format: must be one of \(names)"))
+            }
+            var spec = ExportSpec(format: format)
+            if let s = o["source"] {
+                guard let s = s as? String, !s.isEmpty, s.utf8.count <= 256, !s.contains("/"), s != ".", s != ".." else {
+                    return .failure(ExportSpecError("exports[\(i)].source: must be a source name (a non-empty string without '/')"))
+                }
+                spec.source = s
+            }
+            if let b = o["baseURL"] {
+                guard let b = b as? String, RequestValidator.urlProblem(b) == nil else {
+                    return .failure(ExportSpecError("exports[\(i)].baseURL: must be an absolute http or https URL"))
+                }
+                spec.baseURL = b
+            }
+            if out.contains(where: { $0.outputName(id: "x") == spec.outputName(id: "x") }) {
+                return .failure(ExportSpecError("exports[\(i)]: the same export is named twice"))
+            }
+            out.append(spec)
+        }
+        return .success(out)
+    }
+}
+
+/// A problem with a request's `exports` field (a message naming the field).
+public struct ExportSpecError: Error, Sendable, Equatable {
+    public var message: String
+    public init(_ m: String) { message = m }
+}
+
+/// The encoding of a tile body, from its first bytes.
+public enum TileFormat: String, Sendable {
+    /// Mapbox Vector Tile (protobuf), possibly gzip-compressed.
+    case pbf
+    case png
+    case jpg
+    case webp
+
+    /// The format of `bytes`: PNG, JPEG and WebP by their magic numbers, anything else is taken as
+    /// a vector tile (gzip or raw protobuf). Reference: PNG spec 5.2, JFIF SOI marker, RIFF/WEBP.
+    public static func sniff(_ bytes: [UInt8]) -> TileFormat {
+        if bytes.starts(with: [0x89, 0x50, 0x4E, 0x47]) { return .png }
+        if bytes.starts(with: [0xFF, 0xD8, 0xFF]) { return .jpg }
+        if bytes.count >= 12 && bytes.starts(with: [0x52, 0x49, 0x46, 0x46]) && Array(bytes[8..<12]) == [0x57, 0x45, 0x42, 0x50] {
+            return .webp
+        }
+        return .pbf
+    }
+
+    /// The MIME type a web server should send.
+    public var contentType: String {
+        switch self {
+        case .pbf: return "application/x-protobuf"
+        case .png: return "image/png"
+        case .jpg: return "image/jpeg"
+        case .webp: return "image/webp"
+        }
+    }
+}
+
+/// True when `bytes` start with the gzip magic number `1f 8b` (RFC 1952, 2.3.1).
+public func isGzip<C: Collection>(_ bytes: C) -> Bool where C.Element == UInt8 {
+    var it = bytes.makeIterator()
+    return it.next() == 0x1F && it.next() == 0x8B
+}
+
+/// What MapLibre Native's offline database needs to know of a region, as pure functions.
+/// References: maplibre-native `platform/default/include/mbgl/storage/offline_schema.sql`,
+/// `platform/default/src/mbgl/storage/offline.cpp` (`encodeOfflineRegionDefinition`),
+/// `src/mbgl/storage/resource.cpp` (`Resource::tile`, kinds).
+public enum MapLibreOffline {
+    /// `PRAGMA user_version` of the schema written (accepted by every MapLibre Native release).
+    public static let schemaVersion = 6
+    /// `expires` written on every row: 9999-12-31T23:59:59Z in seconds, so clients never revalidate.
+    public static let farFutureExpires: Int64 = 253_402_300_799
+
+    /// The `resources.kind` of a planned resource: 1 style, 2 source (TileJSON, GeoJSON data),
+    /// 4 glyphs, 5 sprite image, 6 sprite JSON, 7 image (an image source's picture).
+    public static func kind(of r: PlannedResource, imageSources: Set<String>) -> Int {
+        switch r.kind {
+        case .style: return 1
+        case .source: return 2
+        case .glyphs: return 4
+        case .sprite: return r.key.hasSuffix(".png") ? 5 : 6
+        case .data: return imageSources.contains(r.key) ? 7 : 2
+        case .tile: return 3
+        }
+    }
+
+    /// The `tiles.pixel_ratio` MapLibre uses for a template: 2 when it has `{ratio}` and the
+    /// ratio is above 1, else 1 (`Resource::tile`).
+    public static func tilePixelRatio(template: String, pixelRatio: Double) -> Int {
+        template.contains("{ratio}") && pixelRatio > 1 ? 2 : 1
+    }
+
+    /// The `tiles.y` MapLibre stores for XYZ tile `t`: the TMS row for a `scheme: tms` source.
+    public static func tileRowY(_ t: TileID, tms: Bool) -> Int { tms ? t.tmsY : t.y }
+
+    /// The region definition JSON exactly as MapLibre writes it: `style_url`, `bounds`
+    /// `[south, west, north, east]` (or `geometry`), `min_zoom`, `max_zoom`, `pixel_ratio`,
+    /// `include_ideographs`. Every number is written with a fraction (`14.0`): MapLibre refuses
+    /// integer literals there ("Malformed offline region definition").
+    public static func definition(styleURL: String, request: RegionRequest) -> String {
+        var s = "{\"style_url\":" + jsonString(styleURL)
+        if let shape = request.shape {
+            let polys = shape.polygons.map { poly in
+                "[" + poly.map { ring in
+                    "[" + ring.map { p in "[" + p.map(number).joined(separator: ",") + "]" }.joined(separator: ",") + "]"
+                }.joined(separator: ",") + "]"
+            }
+            s += ",\"geometry\":{\"type\":\"MultiPolygon\",\"coordinates\":[" + polys.joined(separator: ",") + "]}"
+        } else {
+            let b = request.bounds
+            s += ",\"bounds\":[" + [b.south, b.west, b.north, b.east].map(number).joined(separator: ",") + "]"
+        }
+        s += ",\"min_zoom\":" + number(Double(request.minZoom)) + ",\"max_zoom\":" + number(Double(request.maxZoom))
+        s += ",\"pixel_ratio\":" + number(request.pixelRatio)
+        s += ",\"include_ideographs\":" + (request.includeIdeographs ? "true" : "false") + "}"
+        return s
+    }
+
+    /// A JSON number that always has a fraction or an exponent: `14.0`, `7.4246`, `1e-05`.
+    public static func number(_ v: Double) -> String {
+        guard v.isFinite else { return "0.0" }
+        if v == v.rounded() && abs(v) < 1e15 { return String(Int64(v)) + ".0" }
+        let d = "\(v)"
+        return d.contains(".") || d.contains("e") ? d : d + ".0"
+    }
+
+    static func jsonString(_ s: String) -> String {
+        String(decoding: JSONKind.serialize(s), as: UTF8.self)
+    }
+}
+
+/// PMTiles v3 encoding, pure. Reference: protomaps/PMTiles `spec/v3/spec.md` (header, 3;
+/// directories, 4; TileId, 4.1).
+public enum PMTiles {
+    /// A directory entry: a run of `runLength` tiles from `tileID` sharing one body at `offset`
+    /// (bytes from the start of the tile data section), `length` bytes; `runLength` 0 points to a
+    /// leaf directory (offset and length in the leaf section).
+    public struct Entry: Sendable, Equatable {
+        public var tileID: UInt64
+        public var offset: UInt64
+        public var length: UInt32
+        public var runLength: UInt32
+        public init(tileID: UInt64, offset: UInt64, length: UInt32, runLength: UInt32) {
+            self.tileID = tileID; self.offset = offset; self.length = length; self.runLength = runLength
+        }
+    }
+
+    /// Compression enum of the header: 1 none, 2 gzip.
+    public enum Compression: UInt8, Sendable { case none = 1, gzip = 2 }
+
+    /// Tile type enum of the header: 1 MVT, 2 PNG, 3 JPEG, 4 WebP.
+    public static func tileType(_ f: TileFormat) -> UInt8 {
+        switch f { case .pbf: return 1; case .png: return 2; case .jpg: return 3; case .webp: return 4 }
+    }
+
+    /// The fixed 127-byte header.
+    public struct Header: Sendable, Equatable {
+        public var rootOffset: UInt64 = 127, rootLength: UInt64 = 0
+        public var metadataOffset: UInt64 = 0, metadataLength: UInt64 = 0
+        public var leafOffset: UInt64 = 0, leafLength: UInt64 = 0
+        public var dataOffset: UInt64 = 0, dataLength: UInt64 = 0
+        public var addressedTiles: UInt64 = 0, tileEntries: UInt64 = 0, tileContents: UInt64 = 0
+        public var clustered = true
+        public var internalCompression = Compression.gzip
+        public var tileCompression = Compression.none
+        public var tileType: UInt8 = 0
+        public var minZoom: UInt8 = 0, maxZoom: UInt8 = 0
+        /// Bounds and center in degrees (stored as int32 degrees x 10^7).
+        public var minLon = -180.0, minLat = -85.0, maxLon = 180.0, maxLat = 85.0
+        public var centerZoom: UInt8 = 0
+        public var centerLon = 0.0, centerLat = 0.0
+        public init() {}
+
+        /// The header's 127 little-endian bytes.
+        public var bytes: [UInt8] {
+            var b = Array("PMTiles".utf8) + [3]
+            func u64(_ v: UInt64) { for i in 0..<8 { b.append(UInt8((v >> (8 * UInt64(i))) & 0xFF)) } }
+            func i32deg(_ d: Double) {
+                let v = UInt32(bitPattern: Int32(max(-2_147_483_648, min(2_147_483_647, (d * 10_000_000).rounded()))))
+                for i in 0..<4 { b.append(UInt8((v >> (8 * UInt32(i))) & 0xFF)) }
+            }
+            for v in [rootOffset, rootLength, metadataOffset, metadataLength, leafOffset, leafLength, dataOffset, dataLength,
+                      addressedTiles, tileEntries, tileContents] { u64(v) }
+            b += [clustered ? 1 : 0, internalCompression.rawValue, tileCompression.rawValue, tileType, minZoom, maxZoom]
+            i32deg(minLon); i32deg(minLat); i32deg(maxLon); i32deg(maxLat)
+            b.append(centerZoom)
+            i32deg(centerLon); i32deg(centerLat)
+            return b
+        }
+    }
+
+    /// The TileId of tile z/x/y: the tiles of all lower zooms, `(4^z - 1) / 3`, plus the position
+    /// of (x, y) on the Hilbert curve of zoom z.
+    public static func tileID(_ t: TileID) -> UInt64 {
+        var acc: UInt64 = ((UInt64(1) << (2 * UInt64(t.z))) - 1) / 3
+        var x = UInt64(t.x), y = UInt64(t.y)
+        var a = t.z - 1
+        while a >= 0 {
+            let s = UInt64(1) << UInt64(a)
+            let rx: UInt64 = (x & s) != 0 ? 1 : 0
+            let ry: UInt64 = (y & s) != 0 ? 1 : 0
+            acc += ((3 * rx) ^ ry) * s * s
+            // Rotate the quadrant (the Hilbert curve's reflection step).
+            if ry == 0 {
+                if rx == 1 { x = s - 1 - (x & (s - 1)); y = s - 1 - (y & (s - 1)) } else { x &= s - 1; y &= s - 1 }
+                swap(&x, &y)
+            } else {
+                x &= s - 1; y &= s - 1
+            }
+            a -= 1
+        }
+        return acc
+    }
+
+    /// Appends `v` as an unsigned LEB128 varint.
+    public static func appendVarint(_ v: UInt64, to out: inout [UInt8]) {
+        var v = v
+        while v >= 0x80 { out.append(UInt8(v & 0x7F) | 0x80); v >>= 7 }
+        out.append(UInt8(v))
+    }
+
+    /// A directory's bytes before internal compression: the entry count, then the delta-coded
+    /// TileIds, run lengths, lengths and offsets (0 = right after the previous entry, else
+    /// offset + 1), each as varints in columns. `entries` must be sorted by TileId.
+    public static func serializeDirectory(_ entries: [Entry]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(entries.count * 6 + 8)
+        appendVarint(UInt64(entries.count), to: &out)
+        var last: UInt64 = 0
+        for e in entries { appendVarint(e.tileID - last, to: &out); last = e.tileID }
+        for e in entries { appendVarint(UInt64(e.runLength), to: &out) }
+        for e in entries { appendVarint(UInt64(e.length), to: &out) }
+        for (i, e) in entries.enumerated() {
+            if i > 0 && e.offset == entries[i - 1].offset + UInt64(entries[i - 1].length) {
+                appendVarint(0, to: &out)
+            } else {
+                appendVarint(e.offset + 1, to: &out)
+            }
+        }
+        return out
+    }
+
+    /// Header plus root directory must fit in the first 16,384 bytes (spec 2).
+    public static let rootLimit = 16_384
+}

@@ -1,0 +1,113 @@
+// One tile source of a region as MBTiles 1.3 (mapbox/mbtiles-spec `1.3/spec.md`): `metadata`,
+// TMS rows, each distinct body stored once (the `map` + `images` layout behind a `tiles` view,
+// which the spec allows), `PRAGMA application_id = 0x4d504258`, vector tiles gzip-compressed.
+import Foundation
+import TileSpoolCore
+import TileSpoolIO
+
+enum MBTilesExport {
+    static let schema = """
+    CREATE TABLE metadata (name TEXT NOT NULL, value TEXT);
+    CREATE UNIQUE INDEX metadata_name ON metadata (name);
+    CREATE TABLE images (tile_id TEXT NOT NULL PRIMARY KEY, tile_data BLOB NOT NULL);
+    CREATE TABLE map (zoom_level INTEGER NOT NULL, tile_column INTEGER NOT NULL, tile_row INTEGER NOT NULL, tile_id TEXT NOT NULL);
+    CREATE UNIQUE INDEX map_index ON map (zoom_level, tile_column, tile_row);
+    CREATE VIEW tiles AS
+      SELECT map.zoom_level AS zoom_level, map.tile_column AS tile_column, map.tile_row AS tile_row, images.tile_data AS tile_data
+      FROM map JOIN images ON images.tile_id = map.tile_id;
+    """
+
+    /// A tile body as MBTiles readers expect it: vector tiles gzip-compressed, images as they are.
+    static func tileBytes(_ pack: RegionPack, _ sha: String, key: String, format: TileFormat) throws -> [UInt8] {
+        let stored = try pack.storedBody(sha, for: key)
+        guard format == .pbf, !isGzip(stored) else { return stored }
+        do { return try Zlib.compress(stored, .gzip) } catch { throw ExportError("gzip: \(error)") }
+    }
+
+    static func write(_ pack: RegionPack, source: String?, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
+        let set = try pack.tileSet(source)
+        let format = try pack.tileFormat(of: set)
+        let meta = try pack.sourceMetadata(set.source)
+        do {
+            let db = try SQLiteDatabase(path: path)
+            defer { db.close() }
+            try db.exec("PRAGMA journal_mode = DELETE; PRAGMA synchronous = OFF; PRAGMA application_id = 1297105496;") // 0x4d504258 "MPBX"
+            try db.exec("BEGIN;")
+            try db.exec(schema)
+            let put = try db.prepare("INSERT INTO metadata (name, value) VALUES (?, ?)")
+            for (k, v) in metadata(pack, set, format, meta) { put.bind(1, k); put.bind(2, v); try put.run() }
+
+            let has = try db.prepare("SELECT 1 FROM images WHERE tile_id = ?")
+            let image = try db.prepare("INSERT INTO images (tile_id, tile_data) VALUES (?, ?)")
+            let map = try db.prepare("INSERT OR REPLACE INTO map (zoom_level, tile_column, tile_row, tile_id) VALUES (?, ?, ?, ?)")
+            var done = 0, tiles = 0
+            let total = set.count
+            try pack.forEachTile(of: set.source) { (t, line) in
+                done += 1
+                if done % 4096 == 0 { progress?(done, total) }
+                // Empty tiles (404/204) have no row: an MBTiles reader answers "no tile" for them.
+                guard let sha = line.sha256 else { return }
+                do {
+                    has.bind(1, sha)
+                    let present = try has.step()
+                    has.reset()
+                    if !present {
+                        image.bind(1, sha)
+                        image.bind(2, blob: try tileBytes(pack, sha, key: line.key, format: format))
+                        try image.run()
+                    }
+                    map.bind(1, t.z); map.bind(2, t.x); map.bind(3, t.tmsY); map.bind(4, sha)
+                    try map.run()
+                    tiles += 1
+                }
+            }
+            try db.exec("COMMIT;")
+            db.close()
+            progress?(done, total)
+            return ExportResult(format: .mbtiles, source: set.source, path: path, bytes: Files.size(path) ?? 0, tiles: tiles, sha256: nil)
+        } catch let e as ExportError {
+            throw e
+        } catch {
+            throw ExportError("MBTiles \(path): \(error)")
+        }
+    }
+
+    /// The `metadata` rows (MBTiles 1.3, "Metadata"): name, format, bounds, center, minzoom,
+    /// maxzoom, attribution, description, type, version, and `json` with `vector_layers`.
+    static func metadata(_ pack: RegionPack, _ set: TileSet, _ format: TileFormat, _ meta: [String: Any]) -> [(String, String)] {
+        let b = pack.request.bounds
+        let zooms = RegionPack.zoomRange(set) ?? pack.request.minZoom...pack.request.maxZoom
+        let (cx, cy) = center(b)
+        var rows: [(String, String)] = [
+            ("name", meta["name"] as? String ?? "\(pack.id) \(set.source)"),
+            ("format", format.rawValue),
+            ("bounds", [b.west, b.south, b.east, b.north].map(MBTilesExport.decimal).joined(separator: ",")),
+            ("center", "\(decimal(cx)),\(decimal(cy)),\(zooms.lowerBound + (zooms.upperBound - zooms.lowerBound) / 2)"),
+            ("minzoom", String(zooms.lowerBound)),
+            ("maxzoom", String(zooms.upperBound)),
+            ("type", "baselayer"),
+            ("version", "1"),
+            ("description", meta["description"] as? String ?? "TileSpool export of region \(pack.id), source \(set.source)"),
+        ]
+        if let a = meta["attribution"] as? String { rows.append(("attribution", a)) }
+        if format == .pbf {
+            let layers = meta["vector_layers"] ?? [Any]()
+            rows.append(("json", String(decoding: JSONKind.serialize(["vector_layers": layers]), as: UTF8.self)))
+        }
+        return rows
+    }
+
+    /// The centre of bounds (crossing the antimeridian when west > east), in degrees.
+    static func center(_ b: GeoBounds) -> (Double, Double) {
+        var lon = b.west <= b.east ? (b.west + b.east) / 2 : (b.west + b.east + 360) / 2
+        if lon > 180 { lon -= 360 }
+        return (lon, (b.south + b.north) / 2)
+    }
+
+    static func decimal(_ v: Double) -> String {
+        var s = String(format: "%.7f", v)
+        while s.hasSuffix("0") { s.removeLast() }
+        if s.hasSuffix(".") { s.removeLast() }
+        return s
+    }
+}

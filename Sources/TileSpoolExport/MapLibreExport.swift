@@ -1,0 +1,163 @@
+// A region as a MapLibre Native offline database, the file `addContentsOfURL` (iOS) and
+// `mergeOfflineRegions` (Android) import. Schema version 6 as in maplibre-native
+// `platform/default/include/mbgl/storage/offline_schema.sql` (before the `encoding` column), one
+// region row, every resource under the exact URL MapLibre requests, journal_mode DELETE.
+import Foundation
+import TileSpoolCore
+import TileSpoolIO
+
+enum MapLibreExport {
+    /// The version-6 schema: tables and indexes in MapLibre's column order (its merge SQL copies
+    /// rows positionally).
+    static let schema = """
+    CREATE TABLE resources (
+      id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+      url TEXT NOT NULL,
+      kind INTEGER NOT NULL,
+      expires INTEGER,
+      modified INTEGER,
+      etag TEXT,
+      data BLOB,
+      compressed INTEGER NOT NULL DEFAULT 0,
+      accessed INTEGER NOT NULL,
+      must_revalidate INTEGER NOT NULL DEFAULT 0,
+      UNIQUE (url)
+    );
+    CREATE TABLE tiles (
+      id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+      url_template TEXT NOT NULL,
+      pixel_ratio INTEGER NOT NULL,
+      z INTEGER NOT NULL,
+      x INTEGER NOT NULL,
+      y INTEGER NOT NULL,
+      expires INTEGER,
+      modified INTEGER,
+      etag TEXT,
+      data BLOB,
+      compressed INTEGER NOT NULL DEFAULT 0,
+      accessed INTEGER NOT NULL,
+      must_revalidate INTEGER NOT NULL DEFAULT 0,
+      UNIQUE (url_template, pixel_ratio, z, x, y)
+    );
+    CREATE TABLE regions (
+      id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+      definition TEXT NOT NULL,
+      description BLOB
+    );
+    CREATE TABLE region_resources (
+      region_id INTEGER NOT NULL REFERENCES regions(id) ON DELETE CASCADE,
+      resource_id INTEGER NOT NULL REFERENCES resources(id),
+      UNIQUE (region_id, resource_id)
+    );
+    CREATE TABLE region_tiles (
+      region_id INTEGER NOT NULL REFERENCES regions(id) ON DELETE CASCADE,
+      tile_id INTEGER NOT NULL REFERENCES tiles(id),
+      UNIQUE (region_id, tile_id)
+    );
+    CREATE INDEX resources_accessed ON resources (accessed);
+    CREATE INDEX tiles_accessed ON tiles (accessed);
+    CREATE INDEX region_resources_resource_id ON region_resources (resource_id);
+    CREATE INDEX region_tiles_tile_id ON region_tiles (tile_id);
+    """
+
+    /// A body as MapLibre stores it: decoded, then zlib-compressed (`compressed = 1`) only where
+    /// that is smaller. Returns the blob and the flag.
+    static func blob(_ decoded: [UInt8]) throws -> ([UInt8], Int) {
+        guard decoded.count > 64 else { return (decoded, 0) }
+        let z: [UInt8]
+        do { z = try Zlib.compress(decoded, .zlib) } catch { throw ExportError("zlib: \(error)") }
+        return z.count < decoded.count ? (z, 1) : (decoded, 0)
+    }
+
+    static func write(_ pack: RegionPack, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
+        guard case .style(let styleURL) = pack.request.source else {
+            throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style")
+        }
+        do {
+            let db = try SQLiteDatabase(path: path)
+            defer { db.close() }
+            try db.exec("PRAGMA journal_mode = DELETE; PRAGMA synchronous = OFF; PRAGMA user_version = \(MapLibreOffline.schemaVersion);")
+            try db.exec("BEGIN;")
+            try db.exec(schema)
+            let region = try db.prepare("INSERT INTO regions (definition, description) VALUES (?, ?)")
+            region.bind(1, MapLibreOffline.definition(styleURL: styleURL, request: pack.request))
+            region.bind(2, blob: pack.request.contextJSON.map { [UInt8]($0) })
+            try region.run()
+            let regionID: Int64 = 1
+
+            let now = Int64(Date().timeIntervalSince1970)
+            let modified = pack.downloadedAt
+            // Image sources' pictures are kind 7; everything else from `data` is a GeoJSON (kind 2).
+            var imageSources = Set<String>()
+            for (name, v) in ((try pack.jsonDocument(.style, "style"))?["sources"] as? [String: Any]) ?? [:] {
+                if (v as? [String: Any])?["type"] as? String == "image" { imageSources.insert(name) }
+            }
+            let res = try db.prepare("""
+                INSERT INTO resources (url, kind, expires, modified, etag, data, compressed, accessed, must_revalidate)
+                VALUES (?, ?, ?, ?, NULL, ?, ?, ?, 0)
+                ON CONFLICT (url) DO UPDATE SET data = excluded.data, compressed = excluded.compressed
+                RETURNING id
+                """)
+            let linkRes = try db.prepare("INSERT OR IGNORE INTO region_resources (region_id, resource_id) VALUES (?, ?)")
+            for r in pack.plan.resources {
+                // A resource the server did not have (404 sprite or glyph range) is a row with NULL data.
+                guard let line = pack.line(r.kind, r.key) else { continue }
+                var data: [UInt8]?, compressed = 0
+                if let sha = line.sha256 {
+                    (data, compressed) = try blob(try pack.decodedBody(sha, for: r.key))
+                }
+                res.bind(1, r.url)
+                res.bind(2, MapLibreOffline.kind(of: r, imageSources: imageSources))
+                res.bind(3, MapLibreOffline.farFutureExpires)
+                res.bind(4, modified)
+                res.bind(5, blob: data)
+                res.bind(6, compressed)
+                res.bind(7, now)
+                guard try res.step() else { throw SQLiteError(message: "no id returned for \(Redaction.redact(r.url))") }
+                let id = res.int64(0)
+                res.reset()
+                linkRes.bind(1, regionID); linkRes.bind(2, id)
+                try linkRes.run()
+            }
+
+            let tile = try db.prepare("""
+                INSERT INTO tiles (url_template, pixel_ratio, z, x, y, expires, modified, etag, data, compressed, accessed, must_revalidate)
+                VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 0)
+                ON CONFLICT (url_template, pixel_ratio, z, x, y) DO UPDATE SET data = excluded.data, compressed = excluded.compressed
+                RETURNING id
+                """)
+            let linkTile = try db.prepare("INSERT OR IGNORE INTO region_tiles (region_id, tile_id) VALUES (?, ?)")
+            let total = pack.plan.tileCount
+            var done = 0
+            for set in pack.plan.tileSets {
+                let template = set.template.template
+                let ratio = MapLibreOffline.tilePixelRatio(template: template, pixelRatio: pack.request.pixelRatio)
+                let tms = set.template.tms
+                try pack.forEachTile(of: set.source) { (t, line) in
+                    // An empty tile (404/204) is a row with NULL data: MapLibre then knows it has none.
+                    var data: [UInt8]?, compressed = 0
+                    if let sha = line.sha256 { (data, compressed) = try blob(try pack.decodedBody(sha, for: line.key)) }
+                    tile.bind(1, template); tile.bind(2, ratio)
+                        tile.bind(3, t.z); tile.bind(4, t.x); tile.bind(5, MapLibreOffline.tileRowY(t, tms: tms))
+                        tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, modified)
+                        tile.bind(8, blob: data); tile.bind(9, compressed); tile.bind(10, now)
+                        guard try tile.step() else { throw SQLiteError(message: "no id returned for tile \(t)") }
+                        let id = tile.int64(0)
+                        tile.reset()
+                        linkTile.bind(1, regionID); linkTile.bind(2, id)
+                        try linkTile.run()
+                    done += 1
+                    if done % 4096 == 0 { progress?(done, total) }
+                }
+            }
+            try db.exec("COMMIT;")
+            db.close()
+            progress?(done, total)
+            return ExportResult(format: .maplibre, source: nil, path: path, bytes: Files.size(path) ?? 0, tiles: done, sha256: nil)
+        } catch let e as ExportError {
+            throw e
+        } catch {
+            throw ExportError("MapLibre database \(path): \(error)")
+        }
+    }
+}

@@ -1,0 +1,250 @@
+// One tile source of a region as PMTiles v3 (protomaps/PMTiles `spec/v3/spec.md`): clustered (tile
+// data in TileId order), one copy of each distinct body, run lengths for consecutive identical
+// tiles, gzip directories and metadata, leaf directories when the root would not fit in 16 KiB.
+//
+// Memory stays flat in the number of tiles: (TileId, body) pairs are sorted in runs of 262,144 on
+// disk and merged; entries go to a temp file; directories are built from that file. What grows is
+// one small record per distinct body (its SHA-256, offset and length).
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+enum PMTilesExport {
+    /// Records sorted in memory at once before spilling a run to disk.
+    static let runSize = 1 << 18
+
+    /// A fixed-size record file read or written in 1 MiB blocks: (UInt64, UInt64) pairs.
+    final class Records {
+        let path: String
+        private var fd: Int32
+        private var buf: [UInt64] = []
+        private var pos = 0
+        private(set) var count = 0
+
+        init(path: String, write: Bool) throws {
+            self.path = path
+            fd = Glibc.open(path, write ? (O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC), 0o600)
+            guard fd >= 0 else { throw ExportError("cannot open \(path): \(SystemError("open", path).errnoDescription)") }
+        }
+        deinit { Glibc.close(fd) }
+
+        func put(_ a: UInt64, _ b: UInt64) throws {
+            buf.append(a); buf.append(b)
+            count += 1
+            if buf.count >= 1 << 17 { try flush() }
+        }
+
+        func flush() throws {
+            guard !buf.isEmpty else { return }
+            do { try buf.withUnsafeBytes { try Files.writeAll(fd, $0, path: path) } } catch { throw ExportError("cannot write \(path): \(error)") }
+            buf.removeAll(keepingCapacity: true)
+        }
+
+        /// The next pair, or nil at the end.
+        func next() throws -> (UInt64, UInt64)? {
+            if pos + 1 >= buf.count {
+                buf = [UInt64](repeating: 0, count: 1 << 17)
+                let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if n < 0 { throw ExportError("cannot read \(path): \(SystemError("read", path).errnoDescription)") }
+                buf.removeSubrange((n / 8)...)
+                pos = 0
+                if buf.count < 2 { return nil }
+            }
+            defer { pos += 2 }
+            return (buf[pos], buf[pos + 1])
+        }
+    }
+
+    static func write(_ pack: RegionPack, source: String?, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
+        let set = try pack.tileSet(source)
+        let format = try pack.tileFormat(of: set)
+        let meta = try pack.sourceMetadata(set.source)
+        let work = path + ".work"
+        try? FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        defer { Files.removeTree(work) }
+
+        // 1. (TileId, body index) pairs, sorted in runs.
+        var bodies: [String] = []           // body index -> SHA-256
+        var bodyIndex: [String: Int] = [:]
+        var run: [(UInt64, UInt64)] = []
+        run.reserveCapacity(runSize)
+        var runs: [Records] = []
+        func spill() throws {
+            run.sort { $0.0 < $1.0 }
+            let r = try Records(path: "\(work)/run\(runs.count)", write: true)
+            for (a, b) in run { try r.put(a, b) }
+            try r.flush()
+            runs.append(try Records(path: r.path, write: false))
+            run.removeAll(keepingCapacity: true)
+        }
+        var seen = 0
+        let total = set.count
+        try pack.forEachTile(of: set.source) { (t, line) throws in
+            seen += 1
+            // Empty tiles (404/204) are left out: a PMTiles reader answers "no tile" for them.
+            guard let sha = line.sha256 else { return }
+            let b: Int
+            if let i = bodyIndex[sha] { b = i } else { b = bodies.count; bodyIndex[sha] = b; bodies.append(sha) }
+            run.append((PMTiles.tileID(t), UInt64(b)))
+            if run.count >= runSize { try spill() }
+        }
+        bodyIndex = [:]
+        if !runs.isEmpty && !run.isEmpty { try spill() }
+        run.sort { $0.0 < $1.0 }
+        var inMemory = run.makeIterator()
+
+        // 2. Merge in TileId order: write each body once, in the order first used (clustered), and
+        //    collapse consecutive identical tiles into runs.
+        let data = try OutputFile(path: "\(work)/data")
+        let entries = try Records(path: "\(work)/entries", write: true)
+        var offsets = [UInt64](repeating: UInt64.max, count: bodies.count)
+        var lengths = [UInt32](repeating: 0, count: bodies.count)
+        var heads: [(UInt64, UInt64)?] = []
+        for r in runs { heads.append(try r.next()) }
+        func nextPair() throws -> (UInt64, UInt64)? {
+            if runs.isEmpty { return inMemory.next() }
+            var best = -1
+            for (i, h) in heads.enumerated() { if let h, best < 0 || h.0 < heads[best]!.0 { best = i } }
+            guard best >= 0 else { return nil }
+            defer { heads[best] = try? runs[best].next() }
+            return heads[best]
+        }
+        var pending: PMTiles.Entry?
+        var addressed: UInt64 = 0, entryCount: UInt64 = 0, contents: UInt64 = 0
+        var lastID: UInt64?
+        var written = 0
+        var minZ = Int.max, maxZ = 0
+        func emit(_ e: PMTiles.Entry) throws {
+            // An entry is two records: (TileId, offset), (length << 32 | run length, 0).
+            try entries.put(e.tileID, e.offset)
+            try entries.put((UInt64(e.length) << 32) | UInt64(e.runLength), 0)
+            addressed += UInt64(e.runLength)
+            entryCount += 1
+        }
+        while let (id, b) = try nextPair() {
+            if id == lastID { continue } // a tile recorded twice: keep the first
+            lastID = id
+            written += 1
+            if written % 4096 == 0 { progress?(written, total) }
+            let body = Int(b)
+            if offsets[body] == UInt64.max {
+                let bytes = try MBTilesExport.tileBytes(pack, bodies[body], key: "\(set.source) body \(bodies[body])", format: format)
+                guard !bytes.isEmpty else { continue } // a 0-byte body cannot be addressed (spec: lengths are nonzero)
+                offsets[body] = data.written
+                lengths[body] = UInt32(bytes.count)
+                try data.write(bytes)
+                contents += 1
+            }
+            let z = zoom(of: id)
+            minZ = min(minZ, z); maxZ = max(maxZ, z)
+            if var p = pending, p.tileID + UInt64(p.runLength) == id, p.offset == offsets[body] {
+                p.runLength += 1
+                pending = p
+            } else {
+                if let p = pending { try emit(p) }
+                pending = PMTiles.Entry(tileID: id, offset: offsets[body], length: lengths[body], runLength: 1)
+            }
+        }
+        if let p = pending { try emit(p) }
+        try entries.flush()
+        try data.flush()
+
+        // 3. Directories: the root alone when it fits, else leaves of `leafSize` entries.
+        let internalGzip: ([UInt8]) throws -> [UInt8] = { (b) throws in
+            do { return try Zlib.compress(b, .gzip) } catch { throw ExportError("gzip: \(error)") }
+        }
+        func readEntries(_ body: ([PMTiles.Entry]) throws -> Void, chunk: Int) throws {
+            let r = try Records(path: entries.path, write: false)
+            var list: [PMTiles.Entry] = []
+            while let (id, offset) = try r.next() {
+                guard let (packed, _) = try r.next() else { break }
+                list.append(PMTiles.Entry(tileID: id, offset: offset, length: UInt32(packed >> 32), runLength: UInt32(packed & 0xFFFF_FFFF)))
+                if list.count == chunk { try body(list); list.removeAll(keepingCapacity: true) }
+            }
+            if !list.isEmpty { try body(list) }
+        }
+        let metadata = try internalGzip([UInt8](JSONKind.serialize(metadataJSON(pack, set, meta))))
+        var root: [UInt8] = []
+        var leaves: OutputFile?
+        if entryCount <= 16_384 {
+            var all: [PMTiles.Entry] = []
+            try readEntries({ all += $0 }, chunk: 16_384)
+            root = try internalGzip(PMTiles.serializeDirectory(all))
+        }
+        if root.isEmpty || 127 + root.count > PMTiles.rootLimit {
+            var leafSize = 4096
+            while true {
+                let file = try OutputFile(path: "\(work)/leaves")
+                var rootEntries: [PMTiles.Entry] = []
+                try readEntries({ (chunk) throws in
+                    let leaf = try internalGzip(PMTiles.serializeDirectory(chunk))
+                    rootEntries.append(PMTiles.Entry(tileID: chunk[0].tileID, offset: file.written, length: UInt32(leaf.count), runLength: 0))
+                    try file.write(leaf)
+                }, chunk: leafSize)
+                try file.flush()
+                root = try internalGzip(PMTiles.serializeDirectory(rootEntries))
+                if 127 + root.count <= PMTiles.rootLimit { leaves = file; break }
+                leafSize *= 2
+            }
+        }
+
+        // 4. The archive: header, root, metadata, leaves, tile data.
+        var h = PMTiles.Header()
+        h.rootOffset = 127
+        h.rootLength = UInt64(root.count)
+        h.metadataOffset = h.rootOffset + h.rootLength
+        h.metadataLength = UInt64(metadata.count)
+        h.leafOffset = h.metadataOffset + h.metadataLength
+        h.leafLength = leaves?.written ?? 0
+        h.dataOffset = h.leafOffset + h.leafLength
+        h.dataLength = data.written
+        h.addressedTiles = addressed
+        h.tileEntries = entryCount
+        h.tileContents = contents
+        h.clustered = true
+        h.internalCompression = .gzip
+        h.tileCompression = format == .pbf ? .gzip : .none
+        h.tileType = PMTiles.tileType(format)
+        let zooms = RegionPack.zoomRange(set) ?? 0...0
+        h.minZoom = UInt8(minZ == Int.max ? zooms.lowerBound : minZ)
+        h.maxZoom = UInt8(minZ == Int.max ? zooms.upperBound : maxZ)
+        let b = pack.request.bounds
+        h.minLon = b.west; h.minLat = b.south; h.maxLon = b.east; h.maxLat = b.north
+        let (cx, cy) = MBTilesExport.center(b)
+        h.centerLon = cx; h.centerLat = cy
+        h.centerZoom = UInt8((Int(h.minZoom) + Int(h.maxZoom)) / 2)
+        let out = try OutputFile(path: path)
+        try out.write(h.bytes)
+        try out.write(root)
+        try out.write(metadata)
+        if let leaves { try out.append(fileAt: leaves.path) }
+        try out.append(fileAt: data.path)
+        try out.flush()
+        progress?(written, total)
+        return ExportResult(format: .pmtiles, source: set.source, path: path, bytes: Int(out.written), tiles: Int(addressed), sha256: nil)
+    }
+
+    /// The zoom of a TileId: the z with (4^z - 1)/3 <= id < (4^(z+1) - 1)/3.
+    static func zoom(of id: UInt64) -> Int {
+        var z = 0
+        var acc: UInt64 = 0
+        while z < 31 {
+            let next = acc + (UInt64(1) << UInt64(2 * z))
+            if id < next { return z }
+            acc = next
+            z += 1
+        }
+        return z
+    }
+
+    /// The JSON metadata: name, description, attribution, type, format, and `vector_layers` for MVT
+    /// (TileJSON 3.0.0 as the PMTiles spec asks).
+    static func metadataJSON(_ pack: RegionPack, _ set: TileSet, _ meta: [String: Any]) -> [String: Any] {
+        var o: [String: Any] = meta
+        if o["name"] == nil { o["name"] = "\(pack.id) \(set.source)" }
+        if o["description"] == nil { o["description"] = "TileSpool export of region \(pack.id), source \(set.source)" }
+        o["type"] = "baselayer"
+        return o
+    }
+}

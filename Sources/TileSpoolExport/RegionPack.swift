@@ -1,0 +1,148 @@
+// A completed region read back from the store for an export: its request, its plan, its manifest
+// and the objects the manifest names. Read-only: safe beside a running daemon and `gc` (an object
+// that vanishes mid-export is an error, never a silently short export).
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+/// Why an export could not be written. The message names the region, file or object at fault.
+public struct ExportError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ m: String) { message = m }
+    public var description: String { message }
+}
+
+/// A region's pack as stored: `<store>/regions/<id>/{request.json, plan.json, manifest.tsv}` and
+/// `<store>/objects/`.
+public final class RegionPack: @unchecked Sendable {
+    public let id: String
+    public let storeRoot: String
+    public let request: RegionRequest
+    public let plan: ResourcePlan
+    let files: RegionFiles
+    /// Manifest lines of every resource that is not a tile, by `kind<TAB>key` (a few thousand at most).
+    let resources: [String: ManifestLine]
+    /// The manifest's modification time in seconds since 1970: when the last object was recorded.
+    public let downloadedAt: Int64
+
+    /// Reads the region's request, plan and non-tile manifest lines.
+    /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
+    public init(storeRoot: String, id: String) throws(ExportError) {
+        guard RequestValidator.isValidID(id) else { throw ExportError("'\(id)' is not a valid region id") }
+        self.id = id
+        self.storeRoot = storeRoot
+        files = RegionFiles(dir: "\(storeRoot)/regions/\(id)")
+        guard Files.entryType(files.dir) == .directory else { throw ExportError("no region '\(id)' in the store \(storeRoot)") }
+        do { request = try files.loadRequest() } catch {
+            throw ExportError("region '\(id)': cannot read \(files.requestPath): \(error)")
+        }
+        guard let plan = files.loadPlan() else { throw ExportError("region '\(id)': no plan in \(files.planPath)") }
+        self.plan = plan
+        var res: [String: ManifestLine] = [:]
+        files.readManifest { line in
+            if line.kind != .tile { res["\(line.kind.rawValue)\t\(line.key)"] = line }
+        }
+        resources = res
+        var st = stat()
+        downloadedAt = stat(files.manifestPath, &st) == 0 ? Int64(st.st_mtim.tv_sec) : Int64(Date().timeIntervalSince1970)
+    }
+
+    /// The manifest line of a non-tile resource, or nil when it was not recorded.
+    func line(_ kind: ResourceKind, _ key: String) -> ManifestLine? { resources["\(kind.rawValue)\t\(key)"] }
+
+    /// The names of the region's tile sources, in plan order.
+    public var sourceNames: [String] { plan.tileSets.map(\.source) }
+
+    /// The tile set an export of one source uses: `name`, or the only one when nil.
+    /// - Throws: `ExportError` naming the sources to choose from.
+    public func tileSet(_ name: String?) throws(ExportError) -> TileSet {
+        let names = sourceNames.joined(separator: ", ")
+        if let name {
+            guard let s = plan.tileSets.first(where: { $0.source == name }) else {
+                throw ExportError("region '\(id)' has no tile source '\(name)' (its sources: \(names.isEmpty ? "none" : names))")
+            }
+            return s
+        }
+        guard plan.tileSets.count == 1 else {
+            if plan.tileSets.isEmpty { throw ExportError("region '\(id)' has no tile source") }
+            throw ExportError("region '\(id)' has \(plan.tileSets.count) tile sources (\(names)): choose one with --source")
+        }
+        return plan.tileSets[0]
+    }
+
+    /// Calls `body` with every tile line of `source` in the manifest, in manifest order.
+    /// - Throws: the first error `body` throws (the rest of the manifest is then skipped).
+    func forEachTile(of source: String, _ body: (TileID, ManifestLine) throws -> Void) throws {
+        var failure: Error?
+        files.readManifest { line in
+            guard failure == nil, line.kind == .tile, let (s, t) = ManifestLine.parseTileKey(line.key), s == source else { return }
+            do { try body(t, line) } catch { failure = error }
+        }
+        if let failure { throw failure }
+    }
+
+    /// The path of object `sha256`.
+    func objectPath(_ sha256: String) -> String { "\(storeRoot)/objects/\(sha256.prefix(2))/\(sha256)" }
+
+    /// The stored bytes of an object, as downloaded (after HTTP content decoding).
+    /// - Throws: `ExportError` when the object is gone or unreadable (naming the resource).
+    func storedBody(_ sha256: String, for key: String) throws(ExportError) -> [UInt8] {
+        do {
+            return [UInt8](try Files.readRegularFile(objectPath(sha256), limit: 1 << 30))
+        } catch {
+            throw ExportError("object \(sha256) of '\(key)' cannot be read (\(error.errnoDescription)); was the region deleted or the store damaged? Run 'tilespool verify'")
+        }
+    }
+
+    /// The decoded bytes of an object: a body stored gzip-compressed (a server that sent gzip
+    /// bytes without `Content-Encoding`) is inflated.
+    /// - Throws: `ExportError` when unreadable or not a valid gzip stream.
+    func decodedBody(_ sha256: String, for key: String) throws(ExportError) -> [UInt8] {
+        let raw = try storedBody(sha256, for: key)
+        guard isGzip(raw) else { return raw }
+        do { return try Zlib.inflate(raw) } catch { throw ExportError("object \(sha256) of '\(key)' is gzip but \(error.message)") }
+    }
+
+    /// A stored JSON document (style or TileJSON) as an object; nil when not recorded.
+    func jsonDocument(_ kind: ResourceKind, _ key: String) throws(ExportError) -> [String: Any]? {
+        guard let l = line(kind, key), let sha = l.sha256 else { return nil }
+        let bytes = try decodedBody(sha, for: key)
+        return (try? JSONKind.parse(Data(bytes), maxDepth: 128)) as? [String: Any]
+    }
+
+    /// The style's source object `name`, when the region is a style request.
+    func styleSource(_ name: String) throws(ExportError) -> [String: Any]? {
+        ((try jsonDocument(.style, "style"))?["sources"] as? [String: Any])?[name] as? [String: Any]
+    }
+
+    /// What a tile source holds, from the style (`type: vector`) or else from its first stored tile.
+    func tileFormat(of set: TileSet) throws -> TileFormat {
+        if let type = (try styleSource(set.source))?["type"] as? String {
+            if type == "vector" { return .pbf }
+        }
+        var found: TileFormat?
+        struct Stop: Error {}
+        try forEachTile(of: set.source) { (_, line) in
+            guard found == nil, let sha = line.sha256 else { return }
+            found = TileFormat.sniff(try decodedBody(sha, for: line.key).prefix(16).map { $0 })
+        }
+        return found ?? .pbf
+    }
+
+    /// The TileJSON-like facts of a source for metadata: name, attribution, description,
+    /// vector_layers (from the stored TileJSON, or the style's inline source).
+    func sourceMetadata(_ name: String) throws(ExportError) -> [String: Any] {
+        var doc = (try jsonDocument(.source, name)) ?? [:]
+        if doc.isEmpty, let inline = try styleSource(name) { doc = inline }
+        var out: [String: Any] = [:]
+        for k in ["name", "attribution", "description", "vector_layers", "version"] { if let v = doc[k] { out[k] = v } }
+        return out
+    }
+
+    /// The zoom levels a tile set spans.
+    static func zoomRange(_ set: TileSet) -> ClosedRange<Int>? {
+        guard let lo = set.rects.map(\.z).min(), let hi = set.rects.map(\.z).max() else { return nil }
+        return lo...hi
+    }
+}

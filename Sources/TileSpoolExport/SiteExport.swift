@@ -1,0 +1,221 @@
+// A region as a folder any static web server can serve (docs/export.md, "site"):
+//
+//     style.json                          the style, every URL pointing into the site
+//     sources/<source>.json               a TileJSON 3.0.0 per tile source
+//     tiles/<source>/<z>/<x>/<y>.<ext>    hard links to the store's objects (copies across filesystems)
+//     sprites/<id>{,@2x}.{json,png}       the sprites (`sprite` for a single sprite)
+//     fonts/<fontstack>/<start>-<end>.pbf the glyph ranges
+//     data/<source>.<ext>                 GeoJSON data and image-source pictures
+//     nginx.conf                          a location block that serves the folder
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+enum SiteExport {
+    /// Refuses a path component a hostile style could use to leave the folder.
+    static func safe(_ name: String, _ what: String) throws -> String {
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.utf8.contains(0),
+              name.utf8.count <= 200 else {
+            throw ExportError("\(what) '\(name.prefix(80))' cannot be a file name in a site export")
+        }
+        return name
+    }
+
+    final class Writer {
+        let root: String
+        var made = Set<String>()
+        var bytes = 0
+        init(root: String) { self.root = root }
+
+        func folder(_ rel: String) throws {
+            guard !made.contains(rel) else { return }
+            do { try Files.makeDirectories(root + "/" + rel) } catch { throw ExportError("cannot create \(root)/\(rel): \(error.errnoDescription)") }
+            made.insert(rel)
+        }
+
+        func file(_ rel: String, _ bytes: [UInt8]) throws {
+            let out = try OutputFile(path: root + "/" + rel)
+            try out.write(bytes)
+            try out.flush()
+            self.bytes += bytes.count
+        }
+
+        /// Hard-links object `source` at `rel`; copies it when the store is on another filesystem.
+        func link(_ source: String, _ rel: String, pack: RegionPack, sha: String, key: String) throws {
+            if Glibc.link(source, root + "/" + rel) == 0 {
+                bytes += Files.size(source) ?? 0
+                return
+            }
+            let e = errno
+            if e == ENOENT { throw ExportError("object \(sha) of '\(key)' vanished from the store; was the region deleted? Run 'tilespool verify'") }
+            guard e == EXDEV || e == EPERM || e == EMLINK else {
+                throw ExportError("cannot link \(source) to \(root)/\(rel): \(SystemError("link", source, errno: e).errnoDescription)")
+            }
+            try file(rel, try pack.storedBody(sha, for: key))
+        }
+    }
+
+    static func write(_ pack: RegionPack, baseURL: String?, finalPath: String, to dir: String,
+                      progress: Exporter.Progress?) throws -> ExportResult {
+        do { try Files.makeDirectories(dir) } catch { throw ExportError("cannot create \(dir): \(error.errnoDescription)") }
+        let w = Writer(root: dir)
+        var prefix = baseURL ?? ""
+        if !prefix.isEmpty && !prefix.hasSuffix("/") { prefix += "/" }
+
+        // Tiles and a TileJSON per tile source.
+        var tileURL: [String: String] = [:]
+        var formats: [String: TileFormat] = [:]
+        var tiles = 0, done = 0
+        let total = pack.plan.tileCount
+        for set in pack.plan.tileSets {
+            let src = try safe(set.source, "source")
+            let format = try pack.tileFormat(of: set)
+            formats[set.source] = format
+            try w.folder("tiles/\(src)")
+            try pack.forEachTile(of: set.source) { (t, line) throws in
+                done += 1
+                if done % 4096 == 0 { progress?(done, total) }
+                let rel = "tiles/\(src)/\(t.z)/\(t.x)/\(t.y).\(format.rawValue)"
+                guard let sha = line.sha256 else {
+                    // An empty vector tile (404/204) is an empty file: clients read it as a tile with
+                    // no features instead of asking again. An empty raster tile stays absent.
+                    if format == .pbf { try w.folder("tiles/\(src)/\(t.z)/\(t.x)"); try w.file(rel, []); tiles += 1 }
+                    return
+                }
+                try w.folder("tiles/\(src)/\(t.z)/\(t.x)")
+                let object = pack.objectPath(sha)
+                if format == .pbf && storedAsGzip(object) {
+                    try w.file(rel, try pack.decodedBody(sha, for: line.key)) // served decoded, like every other tile here
+                } else {
+                    try w.link(object, rel, pack: pack, sha: sha, key: line.key)
+                }
+                tiles += 1
+            }
+            let url = "\(prefix)tiles/\(src)/{z}/{x}/{y}.\(format.rawValue)"
+            tileURL[set.source] = url
+            var tj = try pack.sourceMetadata(set.source)
+            tj["tilejson"] = "3.0.0"
+            tj["tiles"] = [url]
+            tj["scheme"] = "xyz"
+            if let z = RegionPack.zoomRange(set) { tj["minzoom"] = z.lowerBound; tj["maxzoom"] = z.upperBound }
+            let b = pack.request.bounds
+            tj["bounds"] = [b.west, b.south, b.east, b.north]
+            try w.folder("sources")
+            try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(tj, pretty: true)))
+        }
+
+        // Sprites, glyphs and data, from the plan's resources.
+        var spriteBases: [String: String] = [:] // sprite id ("" for a single sprite) -> file base
+        var dataFiles: [String: String] = [:]
+        for r in pack.plan.resources {
+            guard let line = pack.line(r.kind, r.key), let sha = line.sha256 else { continue }
+            switch r.kind {
+            case .sprite:
+                let colon = r.key.firstIndex(of: ":")
+                let id = colon.map { String(r.key[..<$0]) } ?? ""
+                let file = colon.map { String(r.key[r.key.index(after: $0)...]) } ?? r.key // sprite@2x.png
+                let base = id.isEmpty ? "sprite" : try safe(id, "sprite id")
+                spriteBases[id] = base
+                try w.folder("sprites")
+                try w.file("sprites/" + base + file.dropFirst("sprite".count), try pack.decodedBody(sha, for: r.key))
+            case .glyphs:
+                guard let slash = r.key.lastIndex(of: "/") else { continue }
+                let stack = try safe(String(r.key[..<slash]), "fontstack")
+                let range = try safe(String(r.key[r.key.index(after: slash)...]), "glyph range")
+                try w.folder("fonts/\(stack)")
+                try w.file("fonts/\(stack)/\(range).pbf", try pack.decodedBody(sha, for: r.key))
+            case .data:
+                let body = try pack.decodedBody(sha, for: r.key)
+                let name = try safe(r.key, "source")
+                let ext = ((r.url.split(separator: "?").first.map(String.init) ?? r.url) as NSString).pathExtension
+                let file = "data/\(name).\(ext.isEmpty || ext.count > 8 ? "json" : ext)"
+                try w.folder("data")
+                try w.file(file, body)
+                dataFiles[r.key] = file
+            default: break
+            }
+        }
+
+        // The style, rewritten.
+        var style: [String: Any]
+        if let s = try pack.jsonDocument(.style, "style") {
+            style = s
+        } else {
+            // A tiles request: a style with the sources, and a raster layer per raster source.
+            var sources: [String: Any] = [:], layers: [Any] = []
+            for set in pack.plan.tileSets {
+                let vector = formats[set.source] == .pbf
+                sources[set.source] = ["type": vector ? "vector" : "raster", "tileSize": 256]
+                if !vector { layers.append(["id": set.source, "type": "raster", "source": set.source]) }
+            }
+            style = ["version": 8, "name": pack.id, "sources": sources, "layers": layers]
+        }
+        var sources = style["sources"] as? [String: Any] ?? [:]
+        for (name, value) in sources {
+            guard var s = value as? [String: Any] else { continue }
+            if tileURL[name] != nil {
+                s["url"] = "\(prefix)sources/\(try safe(name, "source")).json"
+                s.removeValue(forKey: "tiles")
+            } else if let file = dataFiles[name] {
+                if s["type"] as? String == "image" { s["url"] = prefix + file } else { s["data"] = prefix + file }
+            }
+            sources[name] = s
+        }
+        style["sources"] = sources
+        if style["sprite"] is String, let base = spriteBases[""] {
+            style["sprite"] = "\(prefix)sprites/\(base)"
+        } else if let arr = style["sprite"] as? [Any] {
+            style["sprite"] = arr.map { e -> Any in
+                guard var o = e as? [String: Any], let id = o["id"] as? String, let base = spriteBases[id] else { return e }
+                o["url"] = "\(prefix)sprites/\(base)"
+                return o
+            }
+        }
+        if style["glyphs"] != nil { style["glyphs"] = "\(prefix)fonts/{fontstack}/{range}.pbf" }
+        try w.file("style.json", [UInt8](JSONKind.serialize(style, pretty: true)))
+        try w.file("nginx.conf", [UInt8](nginxSnippet(id: pack.id, baseURL: baseURL, path: finalPath).utf8))
+        progress?(done, total)
+        return ExportResult(format: .site, source: nil, path: dir, bytes: w.bytes, tiles: tiles, sha256: nil)
+    }
+
+    /// True when the object's first bytes are gzip's magic number.
+    static func storedAsGzip(_ path: String) -> Bool {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { Glibc.close(fd) }
+        var magic: [UInt8] = [0, 0]
+        return Glibc.read(fd, &magic, 2) == 2 && isGzip(magic)
+    }
+
+    /// An nginx `location` block serving the folder at `path`: under the path of `baseURL`, or
+    /// `/<id>/` without one; the right Content-Type per extension, CORS for pages on other origins,
+    /// and gzip in transit for JSON and vector tiles (the files themselves are stored decoded).
+    static func nginxSnippet(id: String, baseURL: String?, path: String) -> String {
+        var location = "/\(id)/"
+        if let baseURL, let u = URL(string: baseURL) {
+            location = u.path.isEmpty ? "/" : u.path
+            if !location.hasSuffix("/") { location += "/" }
+        }
+        return """
+        # nginx: serves the TileSpool site export of region '\(id)'. Put this block inside a
+        # `server { ... }` and reload nginx. The style is at \(location)style.json.
+        location ^~ \(location) {
+            alias \(path)/;
+            types {
+                application/json json;
+                application/x-protobuf pbf;
+                image/png png;
+                image/jpeg jpg;
+                image/webp webp;
+            }
+            default_type application/octet-stream;
+            add_header Access-Control-Allow-Origin * always;
+            # Tiles are stored decoded; compress JSON and vector tiles on the way out.
+            gzip on;
+            gzip_types application/json application/x-protobuf;
+        }
+
+        """
+    }
+}
