@@ -78,6 +78,10 @@ final class Region {
     var nextProbe = 0.0
     var probeGap = 1.0
     var probing = false
+    /// The `exports` entries of the status (see `RegionStatus.exports`); nil when none were asked.
+    var exports: [[String: Any]]?
+    /// Which run of `Daemon.startExports` the entries of `exports` belong to.
+    var exportGeneration = 0
 
     init(id: String, request: RegionRequest, state: RegionState, files: RegionFiles, arrival: Int) {
         self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival
@@ -150,6 +154,10 @@ public final class Daemon {
     var lastRescan = Daemon.now()
     var pendingCount = 0
     var stopping = false
+    /// Exports run here, one at a time, off the event loop (Exports.swift).
+    let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)
+    let exportMailbox = ExportMailbox()
+    var exportGeneration = 0
 
     /// Opens the spool and store, takes the spool lock, and loads the regions already known.
     /// - Throws: `SystemError` when the lock is held (EWOULDBLOCK) or a folder cannot be made.
@@ -181,6 +189,9 @@ public final class Daemon {
         store.restoreObjectsSetAside()
         for name in Files.list(store.tmpDir) where !name.hasPrefix("gc-") { Files.remove(store.tmpDir + "/" + name) }
         for name in Files.list(layout.status) where name.hasPrefix(".tmp-") { Files.remove(layout.status + "/" + name) }
+        for name in Files.list(layout.exports) where name.hasPrefix(".") && name.contains(".tmp-") {
+            Files.removeTree(layout.exports + "/" + name)
+        }
     }
 
     /// Loads every region under `store/regions/`, with the state its status file gives. Regions
@@ -206,6 +217,7 @@ public final class Daemon {
             let r = Region(id: id, request: request, state: state, files: files, arrival: 0)
             r.progress = st?.progress ?? RegionProgress()
             r.error = st?.error
+            r.exports = st?.exports
             loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0)))
         }
         for (r, _) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
@@ -214,6 +226,11 @@ public final class Daemon {
             regions[r.id] = r
             if r.state.resumesOnRestart || r.state == .pausedNetwork {
                 if r.state != .queued { setState(r, .queued, note: "daemon restarted") } else { writeStatus(r) }
+            }
+            // Exports cut short by a stop are written again.
+            if r.state == .completed && !r.request.exports.isEmpty
+                && (r.exports == nil || r.exports!.contains { $0["state"] as? String == "writing" }) {
+                startExports(r)
             }
         }
     }
@@ -237,6 +254,7 @@ public final class Daemon {
                 }
             }
             for r in http.collect() { handle(r) }
+            collectExports()
             writeJournals()
             let now = Daemon.now()
             if pendingCount >= options.syncBatch || (pendingCount > 0 && (now - lastSync >= options.syncInterval || aRegionHasNothingLeftToFetch())) {
@@ -490,8 +508,9 @@ public final class Daemon {
     }
 
     func writeStatus(_ r: Region) {
-        let st = RegionStatus(id: r.id, state: r.state, progress: r.progress, error: r.error,
+        var st = RegionStatus(id: r.id, state: r.state, progress: r.progress, error: r.error,
                               request: r.request.redactedJSONObject, context: r.request.context)
+        st.exports = r.exports
         do { try status.write(st) } catch { Log.error("\(r.id): cannot write status: \(error)") }
         r.statusDirty = false
         r.lastStatusWrite = Daemon.now()
@@ -925,6 +944,9 @@ public final class Daemon {
         guard r.progress.resourcesCompleted >= plan.count else { return }
         r.download = nil
         r.files.closeManifest()
-        if case .to(let next) = RegionStateMachine.apply(.finish, to: r.state) { setState(r, next) }
+        if case .to(let next) = RegionStateMachine.apply(.finish, to: r.state) {
+            setState(r, next)
+            if next == .completed && !r.request.exports.isEmpty { startExports(r) }
+        }
     }
 }

@@ -10,6 +10,7 @@ import TileSpoolCore
 ///     <spool>/status/<id>.state        the state word and a newline
 ///     <spool>/rejected/                request or control files that were refused, with <name>.error
 ///     <spool>/events.jsonl             one JSON object per line per state change
+///     <spool>/exports/                 exports named in requests, written when a region completes
 ///     <spool>/daemon.lock              flock(2) held by the running daemon
 public struct SpoolLayout: Sendable {
     public let root: String
@@ -20,10 +21,12 @@ public struct SpoolLayout: Sendable {
     public var rejected: String { root + "/rejected" }
     public var events: String { root + "/events.jsonl" }
     public var lock: String { root + "/daemon.lock" }
+    /// Where the daemon writes the exports a request names (`<id>.<ext>`, `<id>/` for a site).
+    public var exports: String { root + "/exports" }
 
     /// Creates the folders that are missing.
     public func create() throws(SystemError) {
-        for d in [requests, control, status, rejected] { try Files.makeDirectories(d) }
+        for d in [requests, control, status, rejected, exports] { try Files.makeDirectories(d) }
     }
     /// The name a refused file gets in `rejected/`: its own, unless the name is so long (over 200
     /// bytes) that `<name>.error` and its temp file would not fit in a file name (255 bytes); then its
@@ -57,6 +60,10 @@ public struct RegionStatus: @unchecked Sendable {
     public var context: Any
     /// When the status was written.
     public var updatedAt: Date
+    /// The request's `exports` once the region completed: one object per export, `{"format",
+    /// "source"?, "state": "writing"|"written"|"failed", "path", "bytes", "tiles", "sha256",
+    /// "error"?}`; nil when the request names none.
+    public var exports: [[String: Any]]?
 
     public init(id: String, state: RegionState, progress: RegionProgress, error: RegionError?, request: [String: Any]?, context: Any, updatedAt: Date = Date()) {
         self.id = id; self.state = state; self.progress = progress; self.error = error
@@ -67,7 +74,7 @@ public struct RegionStatus: @unchecked Sendable {
     public var jsonObject: [String: Any] {
         ["id": id, "state": state.rawValue, "progress": progress.jsonObject,
          "error": error?.jsonObject ?? NSNull(), "request": request ?? NSNull(), "context": context,
-         "updatedAt": Timestamp.iso8601(updatedAt)]
+         "updatedAt": Timestamp.iso8601(updatedAt)].merging(exports.map { ["exports": $0] } ?? [:]) { a, _ in a }
     }
 
     /// Reads a status written by `jsonObject`; nil when it is not one.
@@ -77,6 +84,7 @@ public struct RegionStatus: @unchecked Sendable {
         self.init(id: id, state: state, progress: RegionProgress(jsonObject: o["progress"]), error: RegionError(jsonObject: o["error"]),
                   request: o["request"] as? [String: Any], context: o["context"] ?? NSNull(),
                   updatedAt: (o["updatedAt"] as? String).flatMap(Timestamp.parse) ?? Date(timeIntervalSince1970: 0))
+        exports = o["exports"] as? [[String: Any]]
     }
 }
 
