@@ -14,16 +14,19 @@ enum PMTilesExport {
     /// Records sorted in memory at once before spilling a run to disk.
     static let runSize = 1 << 18
 
-    /// A fixed-size record file read or written in 1 MiB blocks: (UInt64, UInt64) pairs.
+    /// A fixed-size record file of (UInt64, UInt64) pairs, read or written in blocks of
+    /// `blockWords` words (64 KiB by default: one block per sorted run stays in memory while merging).
     final class Records {
         let path: String
+        let blockWords: Int
         private var fd: Int32
         private var buf: [UInt64] = []
         private var pos = 0
         private(set) var count = 0
 
-        init(path: String, write: Bool) throws {
+        init(path: String, write: Bool, blockWords: Int = 1 << 13) throws {
             self.path = path
+            self.blockWords = blockWords
             fd = Glibc.open(path, write ? (O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC), 0o600)
             guard fd >= 0 else { throw ExportError("cannot open \(path): \(SystemError("open", path).errnoDescription)") }
         }
@@ -32,7 +35,7 @@ enum PMTilesExport {
         func put(_ a: UInt64, _ b: UInt64) throws {
             buf.append(a); buf.append(b)
             count += 1
-            if buf.count >= 1 << 17 { try flush() }
+            if buf.count >= blockWords { try flush() }
         }
 
         func flush() throws {
@@ -44,7 +47,7 @@ enum PMTilesExport {
         /// The next pair, or nil at the end.
         func next() throws -> (UInt64, UInt64)? {
             if pos + 1 >= buf.count {
-                buf = [UInt64](repeating: 0, count: 1 << 17)
+                buf = [UInt64](repeating: 0, count: blockWords)
                 let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
                 if n < 0 { throw ExportError("cannot read \(path): \(SystemError("read", path).errnoDescription)") }
                 buf.removeSubrange((n / 8)...)
