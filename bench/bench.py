@@ -870,6 +870,66 @@ def phase_scale(out, nginx, results):
 
 
 # ---------------------------------------------------------------------------------------------
+# Phase 5: export (issue 8)
+
+def phase_export(out, nginx, results):
+    """Downloads the throughput pyramid with TileSpool, then times `tilespool export` in each format
+    beside the peers that make the same files from the same tiles: mb-util importing the XYZ tree
+    into MBTiles, and pmtiles-convert turning that MBTiles into PMTiles. Then the 1M-tile region of
+    the scale phase (all 204: empty tiles), when that phase ran in this bench."""
+    pyr, _ = ensure_pyramid()
+    rs = rects(TP_BOUNDS, TP_MINZ, TP_MAXZ)
+    expect = sum(rect_count(r) for r in rs.values())
+    run_dir = os.path.join(out, "export")
+    run_tilespool_tiles(run_dir, nginx.base, TP_BOUNDS, TP_MINZ, TP_MAXZ, expect, tilespool_args())
+    spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
+    venv = os.path.join(ROOT, ".build", "py", "bin")
+    # The same tiles as an XYZ tree (hard links into the pyramid) for mb-util.
+    tree = os.path.join(run_dir, "tree")
+    for z, x, y in tiles_of(rs):
+        d = os.path.join(tree, str(z), str(x))
+        os.makedirs(d, exist_ok=True)
+        os.link(os.path.join(pyr, str(z), str(x), "%d.png" % y), os.path.join(d, "%d.png" % y))
+    res = {"tiles": expect, "formats": {}, "peers": {}}
+    for fmt in ("mbtiles", "pmtiles", "maplibre_na", "site"):
+        if fmt == "maplibre_na":
+            continue  # a tiles request has no style: maplibre needs one (the real-data test covers it)
+        runs = []
+        for i in range(RUNS):
+            path = os.path.join(run_dir, "bench-%d.%s" % (i, fmt))
+            r = time_v([BIN, "export", "bench", "--format", fmt, "--output", path, "--spool", spool, "--store", store, "--json"])
+            doc = json.loads(r.pop("stdout"))
+            if doc["tiles"] != expect:
+                raise BenchError("export %s wrote %d tiles, expected %d" % (fmt, doc["tiles"], expect))
+            r["bytes"] = doc["bytes"]
+            runs.append(r)
+        res["formats"][fmt] = {"runs": runs, "tiles_s": expect / med([r["wall"] for r in runs])}
+        log("export %s: %.0f tiles/s, peak RSS %.1f MiB" % (fmt, res["formats"][fmt]["tiles_s"], med([r["rss_kb"] for r in runs]) / 1024))
+    mb, pm = [], []
+    for i in range(RUNS):
+        target = os.path.join(run_dir, "peer-%d.mbtiles" % i)
+        mb.append(time_v([os.path.join(venv, "mb-util"), "--image_format=png", "--scheme=xyz", tree, target]))
+        pm.append(time_v([os.path.join(venv, "pmtiles-convert"), target, os.path.join(run_dir, "peer-%d.pmtiles" % i)]))
+    for name, runs in (("mb-util", mb), ("pmtiles-convert", pm)):
+        for r in runs:
+            r.pop("stdout", None)
+        res["peers"][name] = {"runs": runs, "tiles_s": expect / med([r["wall"] for r in runs])}
+        log("%s: %.0f tiles/s" % (name, res["peers"][name]["tiles_s"]))
+    scale_dir = os.path.join(out, "scale")
+    if os.path.isdir(os.path.join(scale_dir, "store")):
+        big = {}
+        for fmt in ("mbtiles", "pmtiles", "site"):
+            r = time_v([BIN, "export", "bench", "--format", fmt, "--output", os.path.join(scale_dir, "scale." + fmt),
+                        "--spool", os.path.join(scale_dir, "spool"), "--store", os.path.join(scale_dir, "store"), "--json"])
+            r.pop("stdout")
+            big[fmt] = r
+            log("export of the %d-tile scale region as %s: %.1f s, peak RSS %.1f MiB" % (
+                results["scale"]["tiles"], fmt, r["wall"], r["rss_kb"] / 1024))
+        res["scale"] = {"tiles": results["scale"]["tiles"], "formats": big}
+    results["export"] = res
+
+
+# ---------------------------------------------------------------------------------------------
 # Phase 4: pick-up latency
 
 def pickup_series(spool, req, prefix, count):
@@ -1122,6 +1182,28 @@ def report(results, mach):
             L.append("Daemon RSS during the 1M-tile run (s after the drop: MiB): %s." % ", ".join(
                 "%.0f: %.1f" % (t, kb / 1024) for t, kb in tl[::step]))
             L.append("")
+    ex = results.get("export")
+    if ex:
+        L.append("### Export: the %s-tile throughput pyramid, %d runs each, medians" % (f"{ex['tiles']:,}", RUNS))
+        L.append("")
+        L.append("| what | tiles/s | peak RSS MiB | output bytes |")
+        L.append("|---|---:|---:|---:|")
+        for fmt, x in ex["formats"].items():
+            L.append("| tilespool export --format %s | %.0f | %.1f | %s |" % (
+                fmt, x["tiles_s"], med([r["rss_kb"] for r in x["runs"]]) / 1024, f"{x['runs'][0]['bytes']:,}"))
+        for name, x in ex["peers"].items():
+            L.append("| %s | %.0f | %.1f | |" % (name + (" (XYZ tree -> MBTiles)" if name == "mb-util" else " (MBTiles -> PMTiles)"),
+                                                x["tiles_s"], med([r["rss_kb"] for r in x["runs"]]) / 1024))
+        L.append("")
+        L.append("Ratios: MBTiles export / mb-util **%.1f**; PMTiles export / pmtiles-convert **%.1f** (target: > 1 for both)." % (
+            ex["formats"]["mbtiles"]["tiles_s"] / ex["peers"]["mb-util"]["tiles_s"],
+            ex["formats"]["pmtiles"]["tiles_s"] / ex["peers"]["pmtiles-convert"]["tiles_s"]))
+        if ex.get("scale"):
+            L.append("")
+            L.append("The %s-tile scale region (every tile empty): " % f"{ex['scale']['tiles']:,}" + "; ".join(
+                "%s %.1f s (%.0f tiles/s), peak RSS %.1f MiB" % (f, r["wall"], ex["scale"]["tiles"] / r["wall"], r["rss_kb"] / 1024)
+                for f, r in ex["scale"]["formats"].items()) + ".")
+        L.append("")
     pu = results.get("pickup")
     if pu:
         L.append("### Pick-up latency")
@@ -1148,9 +1230,9 @@ def main(argv):
         RUNS = doc.get("runs", RUNS)
         print(report(doc["results"], doc["machine"]))
         return
-    phases = argv or ["throughput", "real", "scale", "pickup"]
+    phases = argv or ["throughput", "real", "scale", "export", "pickup"]
     for p in phases:
-        if p not in ("throughput", "real", "scale", "pickup", "profile"):
+        if p not in ("throughput", "real", "scale", "export", "pickup", "profile"):
             raise SystemExit("unknown phase %s" % p)
     if not os.access(BIN, os.X_OK):
         raise SystemExit("no tilespool binary at %s (set TILESPOOL_BIN or run bench/run.sh)" % BIN)
@@ -1168,7 +1250,7 @@ def main(argv):
     if not on_tmpfs:
         wait_for_quiet_fs()
     mach = machine()
-    pyr, _ = ensure_pyramid() if ("throughput" in phases or "profile" in phases) else (os.path.join(DATA, "pyramid"), None)
+    pyr, _ = ensure_pyramid() if ("throughput" in phases or "profile" in phases or "export" in phases) else (os.path.join(DATA, "pyramid"), None)
     os.makedirs(pyr, exist_ok=True)
     nginx = Nginx(out, pyr)
     global NGINX_PID

@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-for tool in nginx curl mapproxy-seed /usr/bin/time; do
+for tool in nginx curl mapproxy-seed /usr/bin/time .build/py/bin/mb-util .build/py/bin/pmtiles-convert; do
     command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || { echo "bench: $tool not found (run make deps)" >&2; exit 1; }
 done
 
