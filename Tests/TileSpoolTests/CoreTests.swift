@@ -250,3 +250,70 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(Redaction.redact("https://h/x"), "https://h/x")
     }
 }
+
+/// The pure encodings the exports use (issue 8): PMTiles ids, directories and header, MapLibre's
+/// region definition, and the `exports` request field.
+final class ExportEncodingTests: XCTestCase {
+
+    /// TileIds from the PMTiles v3 spec's examples and the reference implementation.
+    func testPMTilesTileIDsFollowTheHilbertCurve() {
+        XCTAssertEqual(PMTiles.tileID(TileID(z: 0, x: 0, y: 0)), 0)
+        XCTAssertEqual(PMTiles.tileID(TileID(z: 1, x: 0, y: 0)), 1)
+        XCTAssertEqual(PMTiles.tileID(TileID(z: 1, x: 0, y: 1)), 2)
+        XCTAssertEqual(PMTiles.tileID(TileID(z: 1, x: 1, y: 1)), 3)
+        XCTAssertEqual(PMTiles.tileID(TileID(z: 1, x: 1, y: 0)), 4)
+        XCTAssertEqual(PMTiles.tileID(TileID(z: 2, x: 0, y: 0)), 5)
+        XCTAssertEqual(PMTiles.tileID(TileID(z: 12, x: 3423, y: 1763)), 19_078_479)
+        // Every tile of z3 gets a distinct id in its zoom's range.
+        let ids = Set((0..<64).map { PMTiles.tileID(TileID(z: 3, x: $0 % 8, y: $0 / 8)) })
+        XCTAssertEqual(ids, Set(21..<85))
+    }
+
+    func testPMTilesDirectoryAndHeaderBytes() {
+        let entries = [PMTiles.Entry(tileID: 0, offset: 0, length: 10, runLength: 1),
+                       PMTiles.Entry(tileID: 1, offset: 10, length: 5, runLength: 3),
+                       PMTiles.Entry(tileID: 300, offset: 0, length: 10, runLength: 1)]
+        // count 3; delta ids 0, 1, 299 (varint ab 02); run lengths 1 3 1; lengths 10 5 10;
+        // offsets 0+1, 0 (contiguous), 0+1.
+        XCTAssertEqual(PMTiles.serializeDirectory(entries), [3, 0, 1, 0xAB, 0x02, 1, 3, 1, 10, 5, 10, 1, 0, 1])
+        var h = PMTiles.Header()
+        h.minLon = 7.4; h.maxLat = -1
+        let b = h.bytes
+        XCTAssertEqual(b.count, 127)
+        XCTAssertEqual(Array(b[0..<8]), Array("PMTiles".utf8) + [3])
+        XCTAssertEqual(Array(b[102..<106]), [0x80, 0x26, 0x69, 0x04]) // 74,000,000 little-endian
+        XCTAssertEqual(Array(b[114..<118]), [0x80, 0x69, 0x67, 0xFF]) // -10,000,000
+    }
+
+    func testMapLibreDefinitionNumbersAlwaysHaveAFraction() {
+        XCTAssertEqual(MapLibreOffline.number(14), "14.0")
+        XCTAssertEqual(MapLibreOffline.number(-0.5), "-0.5")
+        XCTAssertEqual(MapLibreOffline.number(7.4246), "7.4246")
+        let shape = RegionShape(polygons: [[[[0, 0], [1, 0], [1, 1], [0, 0]]]])
+        let r = RegionRequest(id: "g", source: .style("http://h/s.json"), bounds: shape.bounds, minZoom: 2, maxZoom: 3,
+                              pixelRatio: 2, includeIdeographs: true, shape: shape)
+        XCTAssertEqual(MapLibreOffline.definition(styleURL: "http://h/s.json", request: r),
+                       #"{"style_url":"http://h/s.json","geometry":{"type":"MultiPolygon","coordinates":[[[[0.0,0.0],[1.0,0.0],[1.0,1.0],[0.0,0.0]]]]},"min_zoom":2.0,"max_zoom":3.0,"pixel_ratio":2.0,"include_ideographs":true}"#)
+        XCTAssertEqual(MapLibreOffline.tilePixelRatio(template: "http://h/{z}/{x}/{y}{ratio}.png", pixelRatio: 1.25), 2)
+        XCTAssertEqual(MapLibreOffline.tilePixelRatio(template: "http://h/{z}/{x}/{y}.png", pixelRatio: 2), 1)
+        XCTAssertEqual(Planner.ratioToken(1.25), "@2x")
+        XCTAssertEqual(Planner.ratioToken(1), "")
+    }
+
+    func testExportsFieldIsValidated() throws {
+        func req(_ exports: String) -> String {
+            #"{"id":"a","style":"http://h/s.json","bounds":[0,0,1,1],"minZoom":0,"maxZoom":1,"exports":"# + exports + "}"
+        }
+        let ok = try RequestValidator.validate(Data(req(#"[{"format":"pmtiles","source":"v"},{"format":"site","baseURL":"https://m/x/"}]"#).utf8), fileName: "a.json")
+        XCTAssertEqual(ok.exports, [ExportSpec(format: .pmtiles, source: "v"), ExportSpec(format: .site, baseURL: "https://m/x/")])
+        for (bad, words) in [(#"[{"format":"zip"}]"#, "exports[0].format"), (#"{"format":"site"}"#, "must be an array"),
+                             (#"[{"format":"site","extra":1}]"#, "unknown field 'extra'"), (#"[{"format":"mbtiles","source":"../x"}]"#, "exports[0].source"),
+                             (#"[{"format":"site"},{"format":"site"}]"#, "named twice")] {
+            XCTAssertThrowsError(try RequestValidator.validate(Data(req(bad).utf8), fileName: "a.json")) { e in
+                XCTAssertTrue(((e as? RegionError)?.message ?? "").contains(words), "\(bad): \(e)")
+            }
+        }
+        let tiles = #"{"id":"a","tiles":["http://h/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1,"exports":[{"format":"maplibre"}]}"#
+        XCTAssertThrowsError(try RequestValidator.validate(Data(tiles.utf8), fileName: "a.json"))
+    }
+}

@@ -370,6 +370,41 @@ final class ExportTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/exports"), [])
     }
 
+    /// A style with two sources (liberty: a vector TileJSON source and an inline raster one):
+    /// single-source formats need --source and name both; each source exports in its own format;
+    /// the MapLibre database and the site carry both.
+    func testStyleWithTwoSources() throws {
+        try fx.drop("li.json", ["style": nginx.baseURL + "/styles/liberty/style.local-template.json",
+                                "bounds": [9.4717, 47.0484, 9.6357, 47.2706], "minZoom": 0, "maxZoom": 8])
+        try fx.waitForState("li", "completed")
+        let (rc, msg) = try fx.cli(["export", "li", "--format", "pmtiles", "--output", fx.root.appendingPathComponent("x.pmtiles").path,
+                                    "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1)
+        XCTAssertTrue(msg.contains("2 tile sources (natural_earth_shaded_relief, openmaptiles): choose one with --source"), msg)
+        let ras = fx.root.appendingPathComponent("relief.mbtiles").path
+        let r = try export(["li", "--format", "mbtiles", "--source", "natural_earth_shaded_relief", "--output", ras])
+        let rasterTiles = fx.manifest("li").filter { $0.key.hasPrefix("natural_earth_shaded_relief/") && $0.sha != "-" }.count
+        XCTAssertEqual(r["tiles"] as? Int, rasterTiles)
+        XCTAssertEqual(try sqlite(ras, "SELECT value FROM metadata WHERE name = 'format'"), "png")
+        let vec = fx.root.appendingPathComponent("vec.mbtiles").path
+        _ = try export(["li", "--format", "mbtiles", "--source", "openmaptiles", "--output", vec])
+        XCTAssertEqual(try sqlite(vec, "SELECT value FROM metadata WHERE name = 'format'"), "pbf")
+        let db = fx.root.appendingPathComponent("li.db").path
+        _ = try export(["li", "--format", "maplibre", "--output", db])
+        XCTAssertEqual(try sqlite(db, "SELECT url_template FROM tiles GROUP BY url_template ORDER BY url_template"),
+                       "\(nginx.baseURL)/raster/osm_carto/{z}/{x}/{y}.png\n\(nginx.baseURL)/tiles/liechtenstein/{z}/{x}/{y}.pbf")
+        let site = fx.root.appendingPathComponent("li-site").path
+        _ = try export(["li", "--format", "site", "--output", site, "--base-url", "http://maps.test/li/"])
+        let style = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: site + "/style.json"))) as? [String: Any])
+        let sources = try XCTUnwrap(style["sources"] as? [String: [String: Any]])
+        XCTAssertEqual(sources["natural_earth_shaded_relief"]?["url"] as? String, "http://maps.test/li/sources/natural_earth_shaded_relief.json")
+        XCTAssertNil(sources["natural_earth_shaded_relief"]?["tiles"])
+        let tj = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: site + "/sources/natural_earth_shaded_relief.json"))) as? [String: Any])
+        XCTAssertEqual(tj["tiles"] as? [String], ["http://maps.test/li/tiles/natural_earth_shaded_relief/{z}/{x}/{y}.png"])
+        let pngs = (FileManager.default.enumerator(atPath: site + "/tiles/natural_earth_shaded_relief")?.allObjects as? [String] ?? []).filter { $0.hasSuffix(".png") }
+        XCTAssertEqual(pngs.count, rasterTiles)
+    }
+
     /// A request's `exports` are written by the daemon when the region completes, and reported
     /// in the status and in events.jsonl; a failing one does not un-complete the region.
     func testDaemonWritesTheExportsARequestNames() throws {
