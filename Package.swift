@@ -28,7 +28,7 @@ let package = Package(
                        providers: [.apt(["zlib1g-dev"])]),
         .target(name: "TileSpoolCore"),
         .target(name: "TileSpoolIO", dependencies: ["TileSpoolCore", "CCurl", "CCrypto", "CLinux"]),
-        .target(name: "TileSpoolExport", dependencies: ["TileSpoolCore", "TileSpoolIO", "CSQLite", "CZlib"]),
+        .target(name: "TileSpoolExport", dependencies: ["TileSpoolCore", "TileSpoolIO", "CLinux", "CSQLite", "CZlib"]),
         .target(name: "TileSpoolDaemon", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport"]),
         .executableTarget(name: "tilespool", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport", "TileSpoolDaemon"]),
         .testTarget(name: "TileSpoolTests",

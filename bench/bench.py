@@ -890,6 +890,10 @@ def phase_export(out, nginx, results):
         d = os.path.join(tree, str(z), str(x))
         os.makedirs(d, exist_ok=True)
         os.link(os.path.join(pyr, str(z), str(x), "%d.png" % y), os.path.join(d, "%d.png" % y))
+    # mb-util copies metadata.json into the MBTiles (pmtiles-convert needs its `format`).
+    with open(os.path.join(tree, "metadata.json"), "w") as f:
+        json.dump({"name": "bench", "format": "png", "minzoom": TP_MINZ, "maxzoom": TP_MAXZ,
+                   "bounds": ",".join(str(v) for v in TP_BOUNDS)}, f)
     res = {"tiles": expect, "formats": {}, "peers": {}}
     for fmt in ("mbtiles", "pmtiles", "maplibre_na", "site"):
         if fmt == "maplibre_na":

@@ -15,6 +15,8 @@
 
 static inline int tilespool_errno(void) { return errno; }
 static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
+// copy_file_range(2) from the current offsets of both fds: exports append temp files in the kernel.
+static inline ssize_t tilespool_copy_file_range(int in, int out, size_t len) { return copy_file_range(in, NULL, out, NULL, len, 0); }
 static inline int tilespool_open(const char *path, int flags, int mode) { return open(path, flags, (mode_t)mode); }
 static inline int tilespool_openat(int dirfd, const char *path, int flags, int mode) { return openat(dirfd, path, flags, (mode_t)mode); }
 

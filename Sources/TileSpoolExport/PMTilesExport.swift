@@ -110,8 +110,9 @@ enum PMTilesExport {
             var best = -1
             for (i, h) in heads.enumerated() { if let h, best < 0 || h.0 < heads[best]!.0 { best = i } }
             guard best >= 0 else { return nil }
-            defer { heads[best] = try? runs[best].next() }
-            return heads[best]
+            let pair = heads[best]
+            heads[best] = try runs[best].next()
+            return pair
         }
         var pending: PMTiles.Entry?
         var addressed: UInt64 = 0, entryCount: UInt64 = 0, contents: UInt64 = 0

@@ -116,10 +116,19 @@ public final class RegionPack: @unchecked Sendable {
         ((try jsonDocument(.style, "style"))?["sources"] as? [String: Any])?[name] as? [String: Any]
     }
 
-    /// What a tile source holds, from the style (`type: vector`) or else from its first stored tile.
+    /// What a tile source holds: from the style (`type: vector`), else from the template's file
+    /// extension (`.pbf`/`.mvt`, `.png`, `.jpg`/`.jpeg`, `.webp`), else from its first stored tile.
     func tileFormat(of set: TileSet) throws -> TileFormat {
         if let type = (try styleSource(set.source))?["type"] as? String {
             if type == "vector" { return .pbf }
+        }
+        let path = set.template.template.split(separator: "?").first.map(String.init) ?? ""
+        switch (path as NSString).pathExtension.lowercased() {
+        case "pbf", "mvt": return .pbf
+        case "png": return .png
+        case "jpg", "jpeg": return .jpg
+        case "webp": return .webp
+        default: break
         }
         var found: TileFormat?
         struct Stop: Error {}

@@ -201,7 +201,7 @@ enum SiteExport {
         # nginx: serves the TileSpool site export of region '\(id)'. Put this block inside a
         # `server { ... }` and reload nginx. The style is at \(location)style.json.
         location ^~ \(location) {
-            alias \(path)/;
+            alias "\(path.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))/";
             types {
                 application/json json;
                 application/x-protobuf pbf;
