@@ -155,6 +155,18 @@ final class OutputFile {
         buffer.removeAll(keepingCapacity: true)
     }
 
+    /// Writes `bytes` at `offset` (after the buffered bytes are flushed), leaving the end alone.
+    /// The corresponding C function is `pwrite`.
+    func write(_ bytes: [UInt8], at offset: UInt64) throws(ExportError) {
+        try flush()
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset) + off_t(done)) }
+            if n < 0 { if errno == EINTR { continue }; throw ExportError("cannot write \(path): \(SystemError("pwrite", path).errnoDescription)") }
+            done += n
+        }
+    }
+
     /// Appends the whole file at `other`: `copy_file_range(2)` (the kernel copies, or shares
     /// extents where the filesystem can), falling back to 1 MiB reads and writes.
     func append(fileAt other: String) throws(ExportError) {

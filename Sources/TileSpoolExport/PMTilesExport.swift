@@ -1,5 +1,6 @@
-// One tile source of a region as PMTiles v3 (protomaps/PMTiles `spec/v3/spec.md`): clustered (tile
-// data in TileId order), one copy of each distinct body, run lengths for consecutive identical
+// One tile source of a region as PMTiles v3 (protomaps/PMTiles `spec/v3/spec.md`): header and root
+// directory in the first 16 KiB, then tile data, metadata and leaf directories (the spec lets every
+// section but the header move; readers follow the header's offsets); clustered (tile data in TileId order), one copy of each distinct body, run lengths for consecutive identical
 // tiles, gzip directories and metadata, leaf directories when the root would not fit in 16 KiB.
 //
 // Memory stays flat in the number of tiles: (TileId, body) pairs are sorted in runs of 262,144 on
@@ -99,7 +100,13 @@ enum PMTilesExport {
 
         // 2. Merge in TileId order: write each body once, in the order first used (clustered), and
         //    collapse consecutive identical tiles into runs.
-        let data = try OutputFile(path: "\(work)/data")
+        // The archive itself: the first 16 KiB are kept for the header and root directory
+        // (written last, in place); tile data follows at once, so ~all bytes are written once;
+        // then the metadata and the leaf directories (sections may be in any order, spec 2).
+        let out = try OutputFile(path: path)
+        try out.write([UInt8](repeating: 0, count: PMTiles.rootLimit))
+        let dataStart = out.written
+        let data = out
         let entries = try Records(path: "\(work)/entries", write: true)
         var offsets = [UInt64](repeating: UInt64.max, count: bodies.count)
         var lengths = [UInt32](repeating: 0, count: bodies.count)
@@ -135,7 +142,7 @@ enum PMTilesExport {
             if offsets[body] == UInt64.max {
                 let bytes = try MBTilesExport.tileBytes(pack, bodies[body], key: "\(set.source) body \(bodies[body])", format: format)
                 guard !bytes.isEmpty else { continue } // a 0-byte body cannot be addressed (spec: lengths are nonzero)
-                offsets[body] = data.written
+                offsets[body] = data.written - dataStart
                 lengths[body] = UInt32(bytes.count)
                 try data.write(bytes)
                 contents += 1
@@ -193,16 +200,16 @@ enum PMTilesExport {
             }
         }
 
-        // 4. The archive: header, root, metadata, leaves, tile data.
+        // 4. Metadata and leaves after the tile data; then header and root in the first 16 KiB.
         var h = PMTiles.Header()
         h.rootOffset = 127
+        h.dataOffset = dataStart
+        h.dataLength = out.written - dataStart
         h.rootLength = UInt64(root.count)
-        h.metadataOffset = h.rootOffset + h.rootLength
+        h.metadataOffset = out.written
         h.metadataLength = UInt64(metadata.count)
         h.leafOffset = h.metadataOffset + h.metadataLength
         h.leafLength = leaves?.written ?? 0
-        h.dataOffset = h.leafOffset + h.leafLength
-        h.dataLength = data.written
         h.addressedTiles = addressed
         h.tileEntries = entryCount
         h.tileContents = contents
@@ -218,13 +225,10 @@ enum PMTilesExport {
         let (cx, cy) = MBTilesExport.center(b)
         h.centerLon = cx; h.centerLat = cy
         h.centerZoom = UInt8((Int(h.minZoom) + Int(h.maxZoom)) / 2)
-        let out = try OutputFile(path: path)
-        try out.write(h.bytes)
-        try out.write(root)
         try out.write(metadata)
         if let leaves { try out.append(fileAt: leaves.path) }
-        try out.append(fileAt: data.path)
         try out.flush()
+        try out.write(h.bytes + root, at: 0)
         progress?(written, total)
         return ExportResult(format: .pmtiles, source: set.source, path: path, bytes: Int(out.written), tiles: Int(addressed), sha256: nil)
     }
