@@ -1,0 +1,191 @@
+// The watch-folder intake: files in requests/ and control/ become accepted regions and user
+// actions. Inotify events are hints; periodic rescans find what they miss. A refused file goes
+// to rejected/ beside a reason; a valid request becomes a queued region; a control file becomes
+// an action applied through the state machine.
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+extension Daemon {
+    /// A regular file found by a rescan (not announced by an inotify event) is read only when no
+    /// writer holds it open (a read lease says so); where leases are not available, only once it
+    /// has been left unmodified this many seconds.
+    static let settleTime = 3.0
+
+    /// Seconds between periodic rescans (events are hints: a missed one, a hard link, a recreated
+    /// folder are all found this way).
+    static let rescanInterval = 5.0
+
+    /// Handles every file in `folder`, oldest first (so arrival order follows the files' age),
+    /// leaving regular files modified in the last `settleTime` seconds for their close event or
+    /// the next rescan.
+    func rescan(_ folder: String) {
+        let now = Date().timeIntervalSince1970
+        let names = Files.list(folder).filter { !$0.hasPrefix(".") }
+        let dated = names.compactMap { name -> (String, Int)? in
+            var st = stat()
+            guard lstat(folder + "/" + name, &st) == 0 else { return nil }
+            let mtime = Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec)
+            if (st.st_mode & S_IFMT) == S_IFREG {
+                switch Files.isOpenForWriting(folder + "/" + name) {
+                case true?: return nil
+                case false?: break
+                case nil: if now - Double(mtime) / 1e9 < Daemon.settleTime { return nil }
+                }
+            }
+            return (name, mtime)
+        }
+        for (name, _) in dated.sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) { handleFile(folder: folder, name: name) }
+    }
+
+    func handleFile(folder: String, name: String) {
+        if name.hasPrefix(".") { return }
+        let path = folder + "/" + name
+        guard Files.entryType(path) != .missing else { return }
+        if folder == layout.requests { handleRequest(path: path, name: name) } else { handleControl(path: path, name: name) }
+    }
+
+    /// Moves a refused file to `rejected/` and writes `rejected/<name>.error`.
+    func reject(path: String, name: String, reason: String) {
+        Log.error("rejected \(name): \(reason)")
+        let stored = SpoolLayout.rejectedName(name)
+        let dest = layout.rejected + "/" + stored
+        Files.remove(dest)
+        if (try? Files.rename(path, dest)) == nil { Files.remove(path) }
+        let note = stored == name ? "" : "(the file was named \(name.debugDescription))\n"
+        try? Files.writeAtomically(Data((reason + "\n" + note).utf8), to: dest + ".error")
+    }
+
+    func handleRequest(path: String, name: String) {
+        guard name.hasSuffix(".json") else { return }
+        var raw: Data?
+        var request: RegionRequest
+        var tilesPlan: ResourcePlan?
+        do {
+            guard Files.entryType(path) == .regular else {
+                throw RegionError(code: .invalidRequest, message: "the request is not a regular file (symlinks, FIFOs and folders are refused)")
+            }
+            let data: Data
+            do { data = try Files.readRegularFile(path, limit: RequestValidator.maxFileSize) } catch {
+                throw RegionError(code: .invalidRequest, message: error.errno == EFBIG
+                    ? "the request file is larger than \(RequestValidator.maxFileSize) bytes"
+                    : "cannot read the request: \(error.errnoDescription)")
+            }
+            raw = data
+            request = try RequestValidator.validate(data, fileName: name)
+            // A tiles request's plan is known now: one over the limit is refused like any bad request.
+            if case .tiles(let templates) = request.source {
+                let plan = Planner.plan(request: request, templates: templates)
+                if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
+                    throw e
+                }
+                tilesPlan = plan
+            }
+        } catch let e as RegionError {
+            // A region of that id exists: a bad request must not touch it (its status stays).
+            guard let id = RequestValidator.statusID(raw, fileName: name), regions[id] == nil else {
+                reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+                return
+            }
+            let st = RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: NSNull())
+            try? status.write(st)
+            status.event(id: id, state: RegionState.failed.rawValue, error: e)
+            reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+            return
+        } catch {
+            reject(path: path, name: name, reason: "\(error)")
+            return
+        }
+        if let existing = regions[request.id], !existing.state.isTerminal {
+            reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' is \(existing.state.rawValue); cancel or delete it first")
+            return
+        }
+        accept(request, plan: tilesPlan, path: path, name: name)
+    }
+
+    /// Makes a region of a valid request: its files in the store, state `queued`. `plan` is the
+    /// exact plan of a `tiles` request (nil for a style, planned once its TileJSON is in).
+    func accept(_ request: RegionRequest, plan: ResourcePlan?, path: String, name: String) {
+        let files = RegionFiles(dir: store.regionDir(request.id))
+        if let old = regions[request.id] { stopDownload(old) }
+        arrivals += 1
+        let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
+        do {
+            files.resetDownload()
+            try files.create(request: request)
+            if let plan { try files.savePlan(plan) }
+        } catch {
+            // No region without its files: the request is refused like a bad one (drop it again
+            // once the store can be written), and nothing half made stays in the store.
+            let e = RegionError(code: .storageError, message: "cannot write the region's files: \(error)")
+            if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
+            Files.removeTree(files.dir)
+            try? status.write(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
+                                           request: request.redactedJSONObject, context: request.context))
+            status.event(id: request.id, state: RegionState.failed.rawValue, error: e)
+            reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+            return
+        }
+        regions[r.id] = r
+        if let plan {
+            r.progress.resourcesExpected = plan.count
+            r.progress.tilesExpected = plan.tileCount
+            r.progress.resourcesExpectedIsPrecise = true
+        }
+        Files.remove(path)
+        Log.info("\(r.id): accepted \(name)")
+        setState(r, .queued)
+    }
+
+    func handleControl(path: String, name: String) {
+        guard let dot = name.lastIndex(of: ".") else {
+            reject(path: path, name: name, reason: "a control file is named <id>.<action> (pause, resume, cancel, delete)")
+            return
+        }
+        let id = String(name[..<dot])
+        guard let action = RegionAction(rawValue: String(name[name.index(after: dot)...])) else {
+            reject(path: path, name: name, reason: "unknown action '\(name[name.index(after: dot)...])'; use pause, resume, cancel or delete")
+            return
+        }
+        guard Files.entryType(path) == .regular else {
+            reject(path: path, name: name, reason: "the control file is not a regular file")
+            return
+        }
+        guard let r = regions[id] else {
+            if action == .delete, status.read(id: id) != nil || Files.entryType(store.regionDir(id)) == .directory {
+                Files.remove(path)
+                Files.removeTree(store.regionDir(id))
+                status.remove(id: id)
+                status.event(id: id, state: "deleted", error: nil, extra: ["action": "delete"])
+                Log.info("\(id): deleted (status only)")
+                return
+            }
+            reject(path: path, name: name, reason: "no region with id '\(id)'")
+            return
+        }
+        Files.remove(path)
+        apply(action, to: r)
+    }
+
+    /// Applies a user action through the state machine.
+    func apply(_ action: RegionAction, to r: Region) {
+        switch RegionStateMachine.apply(action, to: r.state) {
+        case .ignored(let why):
+            Log.info("\(r.id): \(action.rawValue) ignored: \(why)")
+            status.event(id: r.id, state: r.state.rawValue, error: r.error, extra: ["action": action.rawValue, "ignored": why])
+        case .delete:
+            stopDownload(r, commitPending: false)
+            regions.removeValue(forKey: r.id)
+            live.removeValue(forKey: r.id)
+            Files.removeTree(r.files.dir)
+            status.remove(id: r.id)
+            status.event(id: r.id, state: "deleted", error: nil, extra: ["action": "delete"])
+            Log.info("\(r.id): deleted")
+        case .to(let next):
+            stopDownload(r)
+            if next == .queued { r.error = nil; r.probeURL = nil }
+            setState(r, next, note: action.rawValue)
+        }
+    }
+}

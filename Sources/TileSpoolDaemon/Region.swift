@@ -1,0 +1,105 @@
+// What the daemon knows of each region: its request, state and progress (`Region`), and while it
+// downloads, what is fetched, in flight, waiting for a retry or waiting to be committed
+// (`Download`).
+import Foundation
+import TileSpoolCore
+import TileSpoolIO
+
+/// A fixed-size bit set over plan indices: which resources are in the manifest.
+struct Bitmap {
+    private var words: [UInt64]
+    init(count: Int) { words = [UInt64](repeating: 0, count: (count + 63) / 64) }
+    subscript(i: Int) -> Bool {
+        get { words[i >> 6] & (1 << UInt64(i & 63)) != 0 }
+        set { if newValue { words[i >> 6] |= 1 << UInt64(i & 63) } else { words[i >> 6] &= ~(1 << UInt64(i & 63)) } }
+    }
+}
+
+/// What one transfer fetches for a region: a plan index, or a document needed before the plan.
+enum WorkItem: Hashable {
+    /// Plan index (the plan exists).
+    case index(Int)
+    /// The style document (before the plan).
+    case style
+    /// A source's TileJSON (before the plan).
+    case tileJSON(String)
+}
+
+/// A transfer under way: the item and what `Daemon.describe` said of it, worked out once when it
+/// is issued (a plan look-up and a URL per tile, not one per step).
+struct Fetch {
+    let item: WorkItem
+    let url: String
+    let kind: ResourceKind
+    let key: String
+}
+
+/// A region the daemon knows: its request, state, progress and, while downloading, its executor.
+final class Region {
+    let id: String
+    var request: RegionRequest
+    var state: RegionState
+    var progress = RegionProgress()
+    var error: RegionError?
+    let files: RegionFiles
+    /// Arrival order (for the queue).
+    var arrival: Int
+    var download: Download?
+    /// Status needs rewriting; when it was last written (monotonic seconds).
+    var statusDirty = false
+    var lastStatusWrite = 0.0
+    /// While `pausedNetwork`: the URL to probe, when, and the current probe gap.
+    var probeURL: String?
+    var nextProbe = 0.0
+    var probeGap = 1.0
+    var probing = false
+    /// The `exports` entries of the status (see `RegionStatus.exports`); nil when none were asked.
+    var exports: [[String: Any]]?
+    /// Which run of `Daemon.startExports` the entries of `exports` belong to.
+    var exportGeneration = 0
+
+    init(id: String, request: RegionRequest, state: RegionState, files: RegionFiles, arrival: Int) {
+        self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival
+    }
+}
+
+/// The state of a region's download while it is `downloading`.
+final class Download {
+    var plan: ResourcePlan?
+    var done = Bitmap(count: 0)
+    /// Next plan index to consider.
+    var cursor = 0
+    /// Transfers under way: tag -> item.
+    var inFlight: [Int: Fetch] = [:]
+    var nonTileInFlight = 0
+    /// Items waiting to be retried: (due time, item).
+    var retries: [(due: Double, item: WorkItem)] = []
+    var attempts: [WorkItem: Int] = [:]
+    /// Objects written to the store, waiting for the next sync to enter the manifest.
+    var pending: [(item: WorkItem, line: ManifestLine)] = []
+    /// Lines of `pending` not yet appended to the journal (written once per loop iteration).
+    var journalBuffer: [ManifestLine] = []
+    /// No new request before this time (a server's Retry-After).
+    var holdUntil = 0.0
+    /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.
+    var rowCache: (set: Int, z: Int, y: Int, columns: [ClosedRange<Int>])?
+    /// The shape's rings projected at the zoom of `rowCache` (projected once per zoom).
+    var ringCache: (set: Int, z: Int, rings: [[(Double, Double)]])?
+
+    /// False for a tile index that a GeoJSON shape leaves out of its rectangle.
+    func isPlanned(_ i: Int, _ plan: ResourcePlan) -> Bool {
+        guard i >= plan.resources.count, plan.tileSets.contains(where: { $0.shape != nil }),
+              case .tile(let s, let t) = plan.item(at: i), let shape = plan.tileSets[s].shape else { return true }
+        if let c = rowCache, c.set == s, c.z == t.z, c.y == t.y { return c.columns.contains { $0.contains(t.x) } }
+        if ringCache?.set != s || ringCache?.z != t.z { ringCache = (s, t.z, shape.projected(z: t.z)) }
+        let columns = shape.columns(z: t.z, y: t.y, rings: ringCache!.rings)
+        rowCache = (s, t.z, t.y, columns)
+        return columns.contains { $0.contains(t.x) }
+    }
+
+    /// Before the plan: the style and the TileJSON documents fetched so far.
+    var style: StyleDocument?
+    var styleURL = ""
+    var tileJSONs: [String: TileJSON] = [:]
+    var needed: [WorkItem] = []
+}

@@ -1,0 +1,322 @@
+// A region's download: resuming from the plan and manifest, planning once the style and every
+// TileJSON are known, what to fetch next, and what each HTTP result does (store, retry, pause
+// for the network, fail). "What happens to a 304" and every other answer is in `handle`.
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+extension Daemon {
+    /// Starts (or resumes) a queued region: reads its plan and manifest back, so nothing already
+    /// recorded is fetched again and progress starts from the stored counts.
+    func start(_ r: Region) {
+        let d = Download()
+        r.download = d
+        r.error = nil
+        if case .style(let url) = r.request.source { d.styleURL = url }
+        var lines: [ManifestLine] = []
+        var journalError: Error?
+        var savedPlan = r.files.loadPlan()
+        if savedPlan == nil, case .tiles(let templates) = r.request.source {
+            // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
+            let plan = Planner.plan(request: r.request, templates: templates)
+            try? r.files.savePlan(plan)
+            savedPlan = plan
+        }
+        if let plan = savedPlan {
+            d.plan = plan
+            d.done = Bitmap(count: plan.indexSpace)
+            var p = RegionProgress()
+            p.resourcesExpected = plan.count
+            p.tilesExpected = plan.tileCount
+            p.resourcesExpectedIsPrecise = true
+            r.files.readManifest(cutPartialLine: true) { line in
+                guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+                d.done[i] = true
+                count(line, into: &p)
+            }
+            r.progress = p
+            journalError = recoverJournal(r, d, plan)
+        } else {
+            r.files.readManifest(cutPartialLine: true) { lines.append($0) }
+            var p = RegionProgress()
+            // Each document once (a style fetched again after a crash has two lines): the recount
+            // once the plan exists must not come out lower.
+            var seen = Set<String>()
+            for l in lines where (l.kind == .style || l.kind == .source) && seen.insert("\(l.kind.rawValue)\t\(l.key)").inserted {
+                count(l, into: &p)
+            }
+            p.resourcesExpected = max(p.resourcesExpected, 1) // at least the style
+            r.progress = p
+        }
+        switch RegionStateMachine.apply(.start, to: r.state) {
+        case .to(let next): setState(r, next)
+        default: return
+        }
+        if let journalError { storageFailed(r, journalError, commitPending: false); return }
+        if d.plan == nil { resumePrePlan(r, d, lines: lines) }
+        if let plan = d.plan, r.state == .downloading {
+            if let e = tileLimitError(r, plan) { fail(r, e); return }
+            finishIfDone(r, d)
+        }
+    }
+
+    /// Before the plan exists: works out which of the style and TileJSON documents are still
+    /// needed, using the copies already in the store.
+    func resumePrePlan(_ r: Region, _ d: Download, lines: [ManifestLine]) {
+        for l in lines {
+            guard let sha = l.sha256, let data = try? store.read(sha) else { continue }
+            if l.kind == .style, d.style == nil {
+                d.style = try? StyleDocument(data: data, baseURL: d.styleURL)
+            }
+        }
+        guard let style = d.style else { d.needed = [.style]; r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1); return }
+        let urls = Planner.tileJSONURLs(style)
+        for l in lines where l.kind == .source {
+            guard let sha = l.sha256, let data = try? store.read(sha),
+                  let u = urls.first(where: { $0.source == l.key }) else { continue }
+            d.tileJSONs[l.key] = try? TileJSON(data: data, baseURL: u.url)
+        }
+        d.needed = urls.filter { d.tileJSONs[$0.source] == nil }.map { .tileJSON($0.source) }
+        r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1 + urls.count)
+        if d.needed.isEmpty { makePlan(r, d) }
+    }
+
+    /// Builds and saves the exact plan once the style and every TileJSON are known.
+    func makePlan(_ r: Region, _ d: Download) {
+        guard let style = d.style else { return }
+        let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
+        if let e = tileLimitError(r, plan) {
+            // Known only now for a style: the request is refused like a bad file, as a copy of the
+            // accepted request in rejected/ (the region stays, so a resume can retry it).
+            if let data = try? Files.readRegularFile(r.files.requestPath, limit: RequestValidator.maxFileSize) {
+                try? Files.writeAtomically(data, to: "\(layout.rejected)/\(r.id).json")
+                try? Files.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(layout.rejected)/\(r.id).json.error")
+            }
+            fail(r, e)
+            return
+        }
+        do { try r.files.savePlan(plan) } catch { storageFailed(r, error); return }
+        d.plan = plan
+        d.done = Bitmap(count: plan.indexSpace)
+        var p = RegionProgress()
+        r.files.readManifest(cutPartialLine: true) { line in
+            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+            d.done[i] = true
+            count(line, into: &p)
+        }
+        p.resourcesExpected = plan.count
+        p.tilesExpected = plan.tileCount
+        p.resourcesExpectedIsPrecise = true
+        r.progress = p
+        r.statusDirty = true
+        Log.info("\(r.id): planned \(plan.count) resources (\(plan.tileCount) tiles)")
+        finishIfDone(r, d)
+    }
+
+    /// The error when `plan` has more tiles than the region's `maxTiles` or the daemon's
+    /// `--max-tiles` allow (naming the limit that applies), or nil. A `tiles` request over the
+    /// limit is refused on arrival (`handleRequest`); a style's plan is known only in `makePlan`,
+    /// and a region resumed after `--max-tiles` was lowered is checked again in `start`.
+    func tileLimitError(_ r: Region, _ plan: ResourcePlan) -> RegionError? {
+        RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
+    }
+
+    /// Issues requests for a downloading region up to its limit.
+    func fill(_ r: Region, _ d: Download, now: Double) {
+        guard now >= d.holdUntil else { return }
+        // Retries that are due.
+        if !d.retries.isEmpty {
+            var keep: [(due: Double, item: WorkItem)] = []
+            for x in d.retries {
+                if x.due <= now && d.inFlight.count < options.maxRequestsPerRegion { issue(r, d, x.item) } else { keep.append(x) }
+            }
+            d.retries = keep
+        }
+        guard let plan = d.plan else {
+            while d.inFlight.count < options.maxRequestsPerRegion, let item = d.needed.first {
+                d.needed.removeFirst()
+                issue(r, d, item)
+            }
+            return
+        }
+        while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.indexSpace {
+            let i = d.cursor
+            if d.done[i] || !d.isPlanned(i, plan) { d.cursor += 1; continue }
+            // Phases run in order: no tile before every other resource is finished.
+            if i >= plan.resources.count && (d.nonTileInFlight > 0 || d.retries.contains(where: { if case .index(let j) = $0.item { return j < plan.resources.count }; return false })) {
+                break
+            }
+            d.cursor += 1
+            issue(r, d, .index(i))
+        }
+    }
+
+    /// What a work item fetches and how the manifest names it, from one look-up in the plan.
+    func describe(_ item: WorkItem, _ d: Download) -> (url: String, kind: ResourceKind, key: String) {
+        switch item {
+        case .style: return (d.styleURL, .style, "style")
+        case .tileJSON(let name):
+            return (d.style?.sources.first { $0.name == name }?.tileJSONURL ?? "", .source, ManifestLine.sanitizeKey(name))
+        case .index(let i):
+            switch d.plan!.item(at: i) {
+            case .resource(let res): return (res.url, res.kind, res.key)
+            case .tile(let s, let t):
+                let set = d.plan!.tileSets[s]
+                return (set.template.url(for: t), .tile, ManifestLine.tileKey(source: set.source, t))
+            }
+        }
+    }
+
+    func issue(_ r: Region, _ d: Download, _ item: WorkItem) {
+        let tag = nextTag; nextTag += 1
+        let (url, kind, key) = describe(item, d)
+        d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key)
+        if kind != .tile { d.nonTileInFlight += 1 }
+        transfers[tag] = (r.id, item)
+        http.start(url: url, tag: tag)
+    }
+
+    /// Stops a region's transfers; by default objects already written enter the manifest first.
+    func stopDownload(_ r: Region, commitPending: Bool = true) {
+        if r.probing {
+            for (tag, v) in transfers where v.0 == r.id && v.1 == nil { http.cancel(tag: tag); transfers.removeValue(forKey: tag) }
+            r.probing = false
+        }
+        guard let d = r.download else { return }
+        for tag in d.inFlight.keys { http.cancel(tag: tag); transfers.removeValue(forKey: tag) }
+        d.inFlight.removeAll()
+        if commitPending { commit() } else { pendingCount -= d.pending.count; d.pending.removeAll() }
+        r.download = nil
+        r.files.closeManifest()
+    }
+
+    func handle(_ res: TransferResult) {
+        guard let (id, item) = transfers.removeValue(forKey: res.tag), let r = regions[id] else { return }
+        guard let item else { probeAnswered(r, res); return }
+        guard let d = r.download, let fetch = d.inFlight.removeValue(forKey: res.tag) else { return }
+        let (url, kind, key) = (fetch.url, fetch.kind, fetch.key)
+        if kind != .tile { d.nonTileInFlight -= 1 }
+
+        if let f = res.failure {
+            switch f {
+            case .refused(let why):
+                fail(r, RegionError(code: .httpError, message: "\(why) (\(Redaction.redact(url)))", url: url))
+            case .network(let why):
+                retry(r, d, item, after: nil, exhausted: {
+                    self.networkLost(r, url: url, why: why)
+                })
+            case .badResponse(let why):
+                Log.error("\(r.id): \(Redaction.redact(url)): \(why)")
+                retry(r, d, item, after: nil, exhausted: {
+                    self.fail(r, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
+                })
+            }
+            return
+        }
+        let s = res.status
+        if s == 429 || s >= 500 {
+            if let ra = res.retryAfter { d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, 300)) }
+            retry(r, d, item, after: res.retryAfter, exhausted: {
+                self.fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+            })
+            return
+        }
+        let empty = kind == .tile && (s == 204 || s == 404)
+        let missing = kind.missingIsAllowed && s == 404
+        if !(200...299).contains(s) && !empty && !missing {
+            fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+            return
+        }
+        d.attempts.removeValue(forKey: item)
+        var sha: String?
+        if !empty && !missing {
+            do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
+        }
+        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url)
+
+        switch item {
+        case .style:
+            do { d.style = try StyleDocument(data: res.body, baseURL: url) } catch { fail(r, error); return }
+            d.needed = Planner.tileJSONURLs(d.style!).map { .tileJSON($0.source) }
+            commitNow(r, d, item, line)
+            guard r.download === d else { return } // the commit failed the region
+            r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1 + d.needed.count)
+            if d.needed.isEmpty { makePlan(r, d) }
+        case .tileJSON(let name):
+            do { d.tileJSONs[name] = try TileJSON(data: res.body, baseURL: url) } catch { fail(r, error); return }
+            commitNow(r, d, item, line)
+            guard r.download === d else { return }
+            if d.inFlight.isEmpty && d.needed.isEmpty && d.retries.isEmpty { makePlan(r, d) }
+        case .index:
+            d.pending.append((item, line))
+            d.journalBuffer.append(line)
+            pendingCount += 1
+        }
+    }
+
+    /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
+    /// calls `exhausted` when the attempts are used up.
+    func retry(_ r: Region, _ d: Download, _ item: WorkItem, after: Double?, exhausted: () -> Void) {
+        let n = (d.attempts[item] ?? 0) + 1
+        d.attempts[item] = n
+        if n > options.maxRetries { exhausted(); return }
+        let backoff = min(options.retryDelay * pow(2, Double(n - 1)), options.maxRetryDelay)
+        let delay = max(after.map { min($0, 300) } ?? 0, backoff * Double.random(in: 0.75...1.0))
+        d.retries.append((Daemon.now() + delay, item))
+    }
+
+    func networkLost(_ r: Region, url: String, why: String) {
+        stopDownload(r)
+        r.error = RegionError(code: .networkError, message: "\(why) (\(Redaction.redact(url)))", url: url)
+        r.probeURL = url
+        r.probeGap = max(0.5, min(options.retryDelay, options.maxProbeInterval))
+        r.nextProbe = Daemon.now() + r.probeGap
+        switch RegionStateMachine.apply(.networkLost, to: r.state) {
+        case .to(let next): setState(r, next)
+        default: break
+        }
+    }
+
+    func probeAnswered(_ r: Region, _ res: TransferResult) {
+        r.probing = false
+        guard r.state == .pausedNetwork else { return }
+        if case .network = res.failure {
+            r.probeGap = max(0.5, min(r.probeGap * 2, options.maxProbeInterval))
+            r.nextProbe = Daemon.now() + r.probeGap
+            return
+        }
+        r.error = nil
+        r.probeURL = nil
+        switch RegionStateMachine.apply(.networkBack, to: r.state) {
+        case .to(let next): setState(r, next, note: "server answers again")
+        default: break
+        }
+    }
+
+    /// A write to the store or the region's files failed: ENOSPC, EDQUOT, EROFS, EIO and EFBIG make
+    /// the region `failedStorage` (resume once space is freed); any other error makes it `failed`
+    /// with code `storageError`. Objects already written enter the manifest first when
+    /// `commitPending` (not when the sync itself failed).
+    func storageFailed(_ r: Region, _ error: Error, commitPending: Bool = true) {
+        guard r.state == .downloading else { return }
+        let sys = error as? SystemError
+        stopDownload(r, commitPending: commitPending)
+        r.error = RegionError(code: .storageError, message: sys?.description ?? "\(error)")
+        switch RegionStateMachine.apply(sys?.isStorageFailure == true ? .storageFailed : .fail, to: r.state) {
+        case .to(let next): setState(r, next)
+        default: break
+        }
+    }
+
+    func finishIfDone(_ r: Region, _ d: Download) {
+        guard let plan = d.plan, r.state == .downloading, d.inFlight.isEmpty, d.pending.isEmpty, d.retries.isEmpty else { return }
+        guard r.progress.resourcesCompleted >= plan.count else { return }
+        r.download = nil
+        r.files.closeManifest()
+        if case .to(let next) = RegionStateMachine.apply(.finish, to: r.state) {
+            setState(r, next)
+            if next == .completed && !r.request.exports.isEmpty { startExports(r) }
+        }
+    }
+}

@@ -1,0 +1,52 @@
+// The scheduler: which regions hold a download slot (at most --max-active-regions, in arrival
+// order), and which regions the event loop looks at (`live`). Probes of pausedNetwork regions
+// are started here too, when due.
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+extension Daemon {
+    func schedule() {
+        let now = Daemon.now()
+        var active = live.values.filter { $0.state == .downloading }.count
+        if active < options.maxActiveRegions {
+            for r in live.values.filter({ $0.state == .queued }).sorted(by: { $0.arrival < $1.arrival }) {
+                guard active < options.maxActiveRegions else { break }
+                start(r)
+                if r.state == .downloading { active += 1 }
+            }
+        }
+        for r in Array(live.values) {
+            if r.state == .downloading, let d = r.download { fill(r, d, now: now) }
+            if r.state == .pausedNetwork, !r.probing, let url = r.probeURL, now >= r.nextProbe {
+                r.probing = true
+                let tag = nextTag; nextTag += 1
+                transfers[tag] = (r.id, nil)
+                http.start(url: url, tag: tag)
+            }
+        }
+    }
+
+    /// Keeps `live` in step with a region's state (call after any state change or removal).
+    func updateLive(_ r: Region) {
+        let isLive = regions[r.id] === r && (r.state == .queued || r.state == .downloading || r.state == .pausedNetwork
+            || r.statusDirty || r.download != nil)
+        if isLive { live[r.id] = r } else { live.removeValue(forKey: r.id) }
+    }
+
+    func nextTimeout() -> Double {
+        let now = Daemon.now()
+        var t = 1.0
+        if pendingCount > 0 { t = min(t, max(0, lastSync + options.syncInterval - now)) }
+        for r in live.values {
+            if let d = r.download {
+                for x in d.retries { t = min(t, max(0, x.due - now)) }
+                if d.holdUntil > now { t = min(t, d.holdUntil - now) }
+            }
+            if r.state == .pausedNetwork && !r.probing { t = min(t, max(0, r.nextProbe - now)) }
+            if r.statusDirty { t = min(t, max(0, r.lastStatusWrite + options.statusInterval - now)) }
+        }
+        return t
+    }
+}
