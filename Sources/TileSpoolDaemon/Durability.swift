@@ -13,7 +13,7 @@ extension Daemon {
     func writeJournals() {
         for r in Array(live.values) {
             guard let d = r.download, !d.journalBuffer.isEmpty else { continue }
-            do { try r.files.appendToJournal(d.journalBuffer) } catch { storageFailed(r, error); continue }
+            do { try d.files.appendToJournal(d.journalBuffer) } catch { storageFailed(r, error); continue }
             d.journalBuffer.removeAll(keepingCapacity: true)
         }
     }
@@ -58,10 +58,10 @@ extension Daemon {
             let batch = d.pending
             d.pending.removeAll(keepingCapacity: true)
             d.journalBuffer.removeAll(keepingCapacity: true)
-            do { try r.files.appendToManifest(batch.map(\.line)) } catch {
+            do { try d.files.appendToManifest(batch.map(\.line)) } catch {
                 storageFailed(r, error); continue
             }
-            r.files.clearJournal()
+            d.files.clearJournal()
             for (item, line) in batch {
                 if case .index(let i) = item { d.done[i] = true }
                 count(line, into: &r.progress)
@@ -78,7 +78,7 @@ extension Daemon {
     func recoverJournal(_ r: Region, _ d: Download, _ plan: ResourcePlan) -> Error? {
         var recovered: [(Int, ManifestLine)] = []
         var seen = Set<Int>()
-        r.files.readJournal(cutPartialLine: true) { line in
+        d.files.readJournal(cutPartialLine: true) { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i], !seen.contains(i) else { return }
             if let sha = line.sha256, SHA256.hex(file: store.objectPath(sha)) != sha { return }
             seen.insert(i)
@@ -87,7 +87,7 @@ extension Daemon {
         if !recovered.isEmpty {
             do {
                 try store.sync()
-                try r.files.appendToManifest(recovered.map(\.1))
+                try d.files.appendToManifest(recovered.map(\.1))
             } catch {
                 Log.error("\(r.id): cannot recover the journal: \(error)")
                 return error
@@ -95,7 +95,7 @@ extension Daemon {
             for (i, l) in recovered { d.done[i] = true; count(l, into: &r.progress) }
             Log.info("\(r.id): recovered \(recovered.count) resources from the journal")
         }
-        r.files.clearJournal()
+        d.files.clearJournal()
         return nil
     }
 

@@ -65,6 +65,10 @@ final class Region {
 
 /// The state of a region's download while it is `downloading`.
 final class Download {
+    /// Where this download's plan, manifest and journal are: the region's own files (a download or
+    /// resume).
+    let files: RegionFiles
+    init(files: RegionFiles) { self.files = files }
     var plan: ResourcePlan?
     var done = Bitmap(count: 0)
     /// Next plan index to consider.

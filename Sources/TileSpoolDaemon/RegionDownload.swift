@@ -10,17 +10,17 @@ extension Daemon {
     /// Starts (or resumes) a queued region: reads its plan and manifest back, so nothing already
     /// recorded is fetched again and progress starts from the stored counts.
     func start(_ r: Region) {
-        let d = Download()
+        let d = Download(files: r.files)
         r.download = d
         r.error = nil
         if case .style(let url) = r.request.source { d.styleURL = url }
         var lines: [ManifestLine] = []
         var journalError: Error?
-        var savedPlan = r.files.loadPlan()
+        var savedPlan = d.files.loadPlan()
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
             let plan = Planner.plan(request: r.request, templates: templates)
-            try? r.files.savePlan(plan)
+            try? d.files.savePlan(plan)
             savedPlan = plan
         }
         if let plan = savedPlan {
@@ -30,7 +30,7 @@ extension Daemon {
             p.resourcesExpected = plan.count
             p.tilesExpected = plan.tileCount
             p.resourcesExpectedIsPrecise = true
-            r.files.readManifest(cutPartialLine: true) { line in
+            d.files.readManifest(cutPartialLine: true) { line in
                 guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
                 d.done[i] = true
                 count(line, into: &p)
@@ -38,7 +38,7 @@ extension Daemon {
             r.progress = p
             journalError = recoverJournal(r, d, plan)
         } else {
-            r.files.readManifest(cutPartialLine: true) { lines.append($0) }
+            d.files.readManifest(cutPartialLine: true) { lines.append($0) }
             var p = RegionProgress()
             // Each document once (a style fetched again after a crash has two lines): the recount
             // once the plan exists must not come out lower.
@@ -96,11 +96,11 @@ extension Daemon {
             fail(r, e)
             return
         }
-        do { try r.files.savePlan(plan) } catch { storageFailed(r, error); return }
+        do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
         d.done = Bitmap(count: plan.indexSpace)
         var p = RegionProgress()
-        r.files.readManifest(cutPartialLine: true) { line in
+        d.files.readManifest(cutPartialLine: true) { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
             d.done[i] = true
             count(line, into: &p)
@@ -188,7 +188,7 @@ extension Daemon {
         d.inFlight.removeAll()
         if commitPending { commit() } else { pendingCount -= d.pending.count; d.pending.removeAll() }
         r.download = nil
-        r.files.closeManifest()
+        d.files.closeManifest()
     }
 
     func handle(_ res: TransferResult) {
@@ -313,7 +313,7 @@ extension Daemon {
         guard let plan = d.plan, r.state == .downloading, d.inFlight.isEmpty, d.pending.isEmpty, d.retries.isEmpty else { return }
         guard r.progress.resourcesCompleted >= plan.count else { return }
         r.download = nil
-        r.files.closeManifest()
+        d.files.closeManifest()
         if case .to(let next) = RegionStateMachine.apply(.finish, to: r.state) {
             setState(r, next)
             if next == .completed && !r.request.exports.isEmpty { startExports(r) }
