@@ -936,6 +936,105 @@ def phase_export(out, nginx, results):
 # ---------------------------------------------------------------------------------------------
 # Phase 4: pick-up latency
 
+def refresh_events(spool, rid, what):
+    """How many `refresh` events `what` (started, finished, failed) events.jsonl has for rid."""
+    n = 0
+    try:
+        with open(os.path.join(spool, "events.jsonl")) as f:
+            for line in f:
+                o = json.loads(line)
+                n += o.get("id") == rid and o.get("refresh") == what
+    except FileNotFoundError:
+        pass
+    return n
+
+
+def write_curl_refresh_config(path, base, rs):
+    """curl's way to refresh the same tree: one group per URL (`next`) so that each has its own
+    `time-cond` (If-Modified-Since the file's mtime); a 304 leaves the file alone."""
+    with open(path, "w") as f:
+        for z, x, y in tiles_of(rs):
+            f.write('url = "%s/%d/%d/%d.png"\noutput = "%d/%d/%d.png"\ntime-cond = "%d/%d/%d.png"\nnext\n' % (base, z, x, y, z, x, y, z, x, y))
+
+
+def phase_refresh(out, nginx, results):
+    """Issue 9: refresh of an unchanged region (every answer 304) beside its full download, and
+    beside curl --parallel with -z (If-Modified-Since per file) on the same URLs, same run."""
+    pyr, stamp = ensure_pyramid()
+    rs = rects(TP_BOUNDS, TP_MINZ, TP_MAXZ)
+    expect = sum(rect_count(r) for r in rs.values())
+    base = nginx.base + "/log"
+    run_dir = os.path.join(out, "refresh")
+    os.makedirs(run_dir)
+    spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
+    cfg = os.path.join(run_dir, "curl.cfg")
+    write_curl_config(cfg, base, rs)
+    cfg_cond = os.path.join(run_dir, "curl-refresh.cfg")
+    write_curl_refresh_config(cfg_cond, base, rs)
+    curl_dir = os.path.join(run_dir, "curl")
+    runs = {"TileSpool download": [], "TileSpool refresh": [], "curl download": [], "curl -z refresh": []}
+
+    def statuses():
+        return [e[1] for e in nginx.log_entries() if len(e) >= 2]
+
+    d = Daemon(spool, store, tilespool_args())
+    try:
+        nginx.clear_log()
+        u0, s0 = d.cpu()
+        t0 = drop(spool, "bench", {"tiles": [base + "/{z}/{x}/{y}.png"], "bounds": TP_BOUNDS, "minZoom": TP_MINZ, "maxZoom": TP_MAXZ})
+        t1 = wait_state(spool, "bench", "completed")
+        u1, s1 = d.cpu()
+        runs["TileSpool download"].append({"wall": t1 - t0, "cpu": (u1 - u0) + (s1 - s0), "tiles_s": expect / (t1 - t0)})
+        st = statuses()
+        if st.count("200") != expect:
+            raise BenchError("refresh phase: the download saw %d 200s, expected %d" % (st.count("200"), expect))
+        log("refresh: TileSpool download %.2f s (%.0f tiles/s)" % (t1 - t0, expect / (t1 - t0)))
+        for i in range(RUNS):
+            # TileSpool: drop the control file, wait for the refresh's finished event.
+            nginx.clear_log()
+            u0, s0 = d.cpu()
+            t0 = time.perf_counter()
+            ctl = os.path.join(spool, "control")
+            with open(os.path.join(ctl, ".bench.refresh"), "w"):
+                pass
+            os.rename(os.path.join(ctl, ".bench.refresh"), os.path.join(ctl, "bench.refresh"))
+            deadline = time.time() + 600
+            while refresh_events(spool, "bench", "finished") < i + 1:
+                if refresh_events(spool, "bench", "failed"):
+                    raise BenchError("the refresh failed; see %s" % d.log_path)
+                if time.time() > deadline:
+                    raise BenchError("the refresh did not finish in 600 s")
+                time.sleep(0.002)
+            t1 = time.perf_counter()
+            u1, s1 = d.cpu()
+            st = statuses()
+            if st.count("304") != expect or len(st) != expect:
+                raise BenchError("TileSpool refresh: nginx saw %d requests, %d 304s; expected %d 304s" % (len(st), st.count("304"), expect))
+            r = {"wall": t1 - t0, "cpu": (u1 - u0) + (s1 - s0), "tiles_s": expect / (t1 - t0)}
+            runs["TileSpool refresh"].append(r)
+            log("run %d TileSpool refresh  wall %.2f s  %6.0f tiles/s  cpu %.2f s (all %d answers 304)" % (i + 1, r["wall"], r["tiles_s"], r["cpu"], expect))
+            # curl: the first run downloads the tree, then each run refreshes it with -z.
+            if i == 0:
+                nginx.clear_log()
+                r = run_curl(curl_dir, cfg, expect)
+                r["tiles_s"] = expect / r["wall"]
+                runs["curl download"].append(r)
+            nginx.clear_log()
+            r = run_measured(["curl", "--parallel", "--parallel-max", str(N), "--parallel-immediate", "--silent", "-K", cfg_cond],
+                             cwd=curl_dir, out_path=curl_dir + "-refresh.log")
+            st = statuses()
+            if st.count("304") != expect:
+                raise BenchError("curl -z refresh: nginx saw %d requests, %d 304s; expected %d" % (len(st), st.count("304"), expect))
+            r["tiles_s"] = expect / r["wall"]
+            runs["curl -z refresh"].append(r)
+            log("run %d curl -z refresh    wall %.2f s  %6.0f tiles/s  cpu %.2f s" % (i + 1, r["wall"], r["tiles_s"], r["cpu"]))
+    finally:
+        rc = d.stop()
+    if rc != 0:
+        raise BenchError("the daemon exited with %s; see %s" % (rc, d.log_path))
+    results["refresh"] = {"tiles": expect, "runs": {k: [strip(r) for r in v] for k, v in runs.items()}}
+
+
 def pickup_series(spool, req, prefix, count):
     """Drops `count` one-tile requests one at a time, 10 ms apart; returns latencies (s) from just
     before each rename to its status/<id>.state existing, and the states first seen."""
@@ -1186,6 +1285,22 @@ def report(results, mach):
             L.append("Daemon RSS during the 1M-tile run (s after the drop: MiB): %s." % ", ".join(
                 "%.0f: %.1f" % (t, kb / 1024) for t, kb in tl[::step]))
             L.append("")
+    rf = results.get("refresh")
+    if rf:
+        L.append("### Refresh of an unchanged region: %s tiles, every answer 304, %d runs, medians" % (f"{rf['tiles']:,}", RUNS))
+        L.append("")
+        L.append("| | wall s | tiles/s | CPU s |")
+        L.append("|---|---|---|---|")
+        for name, rr in rf["runs"].items():
+            if rr:
+                L.append("| %s | %.2f | %s | %.2f |" % (name, med([r["wall"] for r in rr]), f"{med([r['tiles_s'] for r in rr]):,.0f}", med([r["cpu"] for r in rr])))
+        tr, cr = rf["runs"]["TileSpool refresh"], rf["runs"]["curl -z refresh"]
+        if tr and cr:
+            L.append("")
+            L.append("TileSpool refresh / curl -z refresh: %.2f (tiles/s, medians); TileSpool refresh / its own download: %.2f." % (
+                med([r["tiles_s"] for r in tr]) / med([r["tiles_s"] for r in cr]),
+                med([r["tiles_s"] for r in tr]) / rf["runs"]["TileSpool download"][0]["tiles_s"]))
+        L.append("")
     ex = results.get("export")
     if ex:
         L.append("### Export: the %s-tile throughput pyramid, %d runs each, medians" % (f"{ex['tiles']:,}", RUNS))
@@ -1234,9 +1349,9 @@ def main(argv):
         RUNS = doc.get("runs", RUNS)
         print(report(doc["results"], doc["machine"]))
         return
-    phases = argv or ["throughput", "real", "scale", "export", "pickup"]
+    phases = argv or ["throughput", "real", "scale", "export", "refresh", "pickup"]
     for p in phases:
-        if p not in ("throughput", "real", "scale", "export", "pickup", "profile"):
+        if p not in ("throughput", "real", "scale", "export", "refresh", "pickup", "profile"):
             raise SystemExit("unknown phase %s" % p)
     if not os.access(BIN, os.X_OK):
         raise SystemExit("no tilespool binary at %s (set TILESPOOL_BIN or run bench/run.sh)" % BIN)
@@ -1254,7 +1369,7 @@ def main(argv):
     if not on_tmpfs:
         wait_for_quiet_fs()
     mach = machine()
-    pyr, _ = ensure_pyramid() if ("throughput" in phases or "profile" in phases or "export" in phases) else (os.path.join(DATA, "pyramid"), None)
+    pyr, _ = ensure_pyramid() if ("throughput" in phases or "profile" in phases or "export" in phases or "refresh" in phases) else (os.path.join(DATA, "pyramid"), None)
     os.makedirs(pyr, exist_ok=True)
     nginx = Nginx(out, pyr)
     global NGINX_PID

@@ -13,6 +13,9 @@ public enum RegionState: String, Sendable, Codable, CaseIterable {
 /// What a user asks for with `spool/control/<id>.<action>` or `tilespool <action> ID`.
 public enum RegionAction: String, Sendable, CaseIterable {
     case pause, resume, cancel, delete
+    /// Re-check every resource of a completed region with conditional requests; the pack in use
+    /// stays as it is until the refreshed one replaces it (docs/refresh.md).
+    case refresh
 }
 
 /// Things that happen to a region while the daemon works on it.
@@ -43,10 +46,24 @@ public enum Transition: Sendable, Equatable {
 
 /// The region state machine: pure functions from (state, action or event) to a transition.
 /// The table is documented in docs/contract.md ("States and actions").
+///
+/// `refreshing` is true while a completed region is being refreshed (it is then `queued`,
+/// `downloading` or `pausedUser` with its previous pack intact). A refresh never loses that pack:
+/// whatever would fail, cancel or pause a download for the network instead ends the refresh, and
+/// the region is `completed` again (the daemon reports the error and discards the refresh's files).
 public enum RegionStateMachine {
     /// The transition a user action causes.
-    public static func apply(_ action: RegionAction, to state: RegionState) -> Transition {
+    public static func apply(_ action: RegionAction, to state: RegionState, refreshing: Bool = false) -> Transition {
+        if refreshing {
+            switch (action, state) {
+            case (.cancel, .queued), (.cancel, .downloading), (.cancel, .pausedUser): return .to(.completed)
+            case (.refresh, _): return .ignored("a refresh of this region is already under way")
+            default: break
+            }
+        }
         switch (action, state) {
+        case (.refresh, .completed): return .to(.queued)
+        case (.refresh, _): return .ignored("refresh applies to completed regions, not \(state.rawValue)")
         case (.delete, _): return .delete
         case (.pause, .queued), (.pause, .downloading): return .to(.pausedUser)
         case (.pause, _): return .ignored("pause applies to queued or downloading regions, not \(state.rawValue)")
@@ -59,7 +76,14 @@ public enum RegionStateMachine {
     }
 
     /// The transition an event from the downloader causes.
-    public static func apply(_ event: RegionEvent, to state: RegionState) -> Transition {
+    public static func apply(_ event: RegionEvent, to state: RegionState, refreshing: Bool = false) -> Transition {
+        if refreshing {
+            switch (event, state) {
+            case (.networkLost, .downloading), (.storageFailed, .downloading), (.fail, .downloading), (.fail, .queued):
+                return .to(.completed)
+            default: break
+            }
+        }
         switch (event, state) {
         case (.start, .queued): return .to(.downloading)
         case (.finish, .downloading): return .to(.completed)
@@ -87,14 +111,31 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     public var tileBytesCompleted = 0
     /// Sprites and glyph ranges the server answered 404 (recorded, not fatal).
     public var resourcesMissing = 0
+    /// During and after a refresh (docs/refresh.md): resources asked about again and answered,
+    /// and of those, the ones with a new body and the ones unchanged (304, or the same bytes).
+    /// Resources kept unasked because of `--max-age` count as completed but not checked.
+    public var resourcesChecked = 0
+    public var resourcesChanged = 0
+    public var resourcesUnchanged = 0
     public init() {}
+
+    /// Counts one refreshed resource in `resourcesChecked`, `resourcesChanged`, `resourcesUnchanged`.
+    public mutating func tally(_ outcome: RefreshOutcome) {
+        switch outcome {
+        case .kept: break
+        case .unchanged: resourcesChecked += 1; resourcesUnchanged += 1
+        case .changed: resourcesChecked += 1; resourcesChanged += 1
+        }
+    }
 
     /// The JSON object written as `progress`.
     public var jsonObject: [String: Any] {
         ["resourcesCompleted": resourcesCompleted, "resourcesExpected": resourcesExpected,
          "resourcesExpectedIsPrecise": resourcesExpectedIsPrecise, "bytesCompleted": bytesCompleted,
          "tilesCompleted": tilesCompleted, "tilesExpected": tilesExpected,
-         "tileBytesCompleted": tileBytesCompleted, "resourcesMissing": resourcesMissing]
+         "tileBytesCompleted": tileBytesCompleted, "resourcesMissing": resourcesMissing,
+         "resourcesChecked": resourcesChecked, "resourcesChanged": resourcesChanged,
+         "resourcesUnchanged": resourcesUnchanged]
     }
 
     /// Reads back a `progress` object (missing fields are 0).
@@ -106,5 +147,7 @@ public struct RegionProgress: Sendable, Equatable, Codable {
         bytesCompleted = i("bytesCompleted"); tilesCompleted = i("tilesCompleted")
         tilesExpected = i("tilesExpected"); tileBytesCompleted = i("tileBytesCompleted")
         resourcesMissing = i("resourcesMissing")
+        resourcesChecked = i("resourcesChecked"); resourcesChanged = i("resourcesChanged")
+        resourcesUnchanged = i("resourcesUnchanged")
     }
 }

@@ -87,6 +87,9 @@ public struct RegionRequest: Sendable, Equatable {
     public var contextJSON: Data?
     /// Exports the daemon writes to `<spool>/exports/` when the region completes (`exports`).
     public var exports: [ExportSpec] = []
+    /// Seconds after which a completed region is refreshed by itself (`refreshAfter`); nil: only
+    /// the daemon's `--refresh-interval`, or a user's `refresh`.
+    public var refreshAfter: Int?
 
     public init(id: String, source: MapSource, bounds: GeoBounds, minZoom: Int, maxZoom: Int,
                 pixelRatio: Double = 1, includeIdeographs: Bool = false, maxTiles: Int? = nil,
@@ -94,6 +97,19 @@ public struct RegionRequest: Sendable, Equatable {
         self.id = id; self.source = source; self.bounds = bounds; self.shape = shape; self.minZoom = minZoom
         self.maxZoom = maxZoom; self.pixelRatio = pixelRatio; self.includeIdeographs = includeIdeographs
         self.maxTiles = maxTiles; self.contextJSON = contextJSON
+    }
+
+    /// True when `other` downloads exactly what this request downloads: every field equal except
+    /// `context`, `exports` and `refreshAfter`, which change what is reported or done afterwards,
+    /// not what is fetched. A re-dropped request for which this holds refreshes the region
+    /// instead of downloading it again (docs/refresh.md).
+    public func downloadsTheSame(as other: RegionRequest) -> Bool {
+        func fetched(_ r: RegionRequest) -> NSDictionary {
+            var o = r.jsonObject
+            for k in ["context", "exports", "refreshAfter"] { o.removeValue(forKey: k) }
+            return o as NSDictionary
+        }
+        return fetched(self).isEqual(fetched(other))
     }
 
     /// The `context` value as a JSON object for embedding (NSNull when absent).
@@ -118,6 +134,7 @@ public struct RegionRequest: Sendable, Equatable {
         case .tiles(let templates): o["tiles"] = templates
         }
         if !exports.isEmpty { o["exports"] = exports.map(\.jsonObject) }
+        if let refreshAfter { o["refreshAfter"] = refreshAfter }
         if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
@@ -145,7 +162,7 @@ public enum RequestValidator {
     public static let maxZoomLevel = 24
 
     static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
-                                           "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports"]
+                                           "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter"]
 
     /// True when `id` matches `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` (so it is also a safe file name).
     public static func isValidID(_ id: String) -> Bool {
@@ -316,10 +333,16 @@ public enum RequestValidator {
                 throw bad("exports: the maplibre format needs a style request (a MapLibre region names a style URL)")
             }
         }
+        var refreshAfter: Int?
+        if let v = o["refreshAfter"], !(v is NSNull) {
+            guard let n = JSONKind.integer(v), n >= 60 else { throw bad("refreshAfter: must be an integer number of seconds, at least 60") }
+            refreshAfter = n
+        }
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                                     pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
                                     maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
         request.exports = exports
+        request.refreshAfter = refreshAfter
         return request
     }
 

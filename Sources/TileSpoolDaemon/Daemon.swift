@@ -31,6 +31,10 @@ public struct DaemonOptions: Sendable {
     public var syncBatch = 4096
     /// Status files of a downloading region are rewritten at most this often.
     public var statusInterval = 1.0
+    /// Completed regions are refreshed by themselves this many seconds after their manifest was
+    /// last written (download or refresh), checking resources at least that old; nil: never. A
+    /// request's `refreshAfter` wins over it.
+    public var refreshInterval: Double?
     public var http = HTTPOptions()
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
 }
@@ -130,6 +134,7 @@ public final class Daemon {
             arrivals += 1
             r.arrival = arrivals
             regions[r.id] = r
+            recoverRefresh(r)
             if r.state.resumesOnRestart || r.state == .pausedNetwork {
                 if r.state != .queued { setState(r, .queued, note: "daemon restarted") } else { writeStatus(r) }
             }
@@ -138,6 +143,33 @@ public final class Daemon {
                 && (r.exports == nil || r.exports!.contains { $0["state"] as? String == "writing" }) {
                 startExports(r)
             }
+        }
+    }
+
+    /// At start: a refresh whose swap was cut short is finished (roll forward); one under way is
+    /// resumed (`refreshing` again, queued if the status still said completed); refresh files of a
+    /// region in any other state are dropped. The store's `refresh/` folder is the truth, not the status.
+    func recoverRefresh(_ r: Region) {
+        do {
+            if try r.files.finishInterruptedRefreshCommit() {
+                r.progress = packProgress(r)
+                r.refreshing = false
+                setState(r, .completed, note: "daemon restarted", extra: ["refresh": "finished"])
+                return
+            }
+        } catch {
+            Log.error("\(r.id): cannot finish the refresh's swap: \(error)")
+            return
+        }
+        guard r.files.refreshUnderWay() != nil else { return }
+        switch r.state {
+        case .queued, .downloading, .pausedUser:
+            r.refreshing = true
+        case .completed:
+            r.refreshing = true
+            setState(r, .queued, note: "daemon restarted", extra: ["refresh": "started"])
+        default:
+            r.files.abandonRefresh()
         }
     }
 
@@ -171,6 +203,7 @@ public final class Daemon {
                 watcher.ensureWatches()   // and is watched again
                 rescan(layout.requests)
                 rescan(layout.control)
+                scheduleRefreshes()
             }
         }
         shutdown()
@@ -187,10 +220,12 @@ public final class Daemon {
     }
 
     /// Changes a region's state, writes its status at once, and appends to events.jsonl.
-    func setState(_ r: Region, _ next: RegionState, note: String? = nil) {
+    func setState(_ r: Region, _ next: RegionState, note: String? = nil, extra: [String: Any] = [:]) {
         r.state = next
         // The event first: whoever sees the new state in the status file finds its event too.
-        status.event(id: r.id, state: next.rawValue, error: r.error, extra: note.map { ["note": $0] } ?? [:])
+        var fields = extra
+        if let note { fields["note"] = note }
+        status.event(id: r.id, state: next.rawValue, error: r.error, extra: fields)
         writeStatus(r)
         Log.info("\(r.id): \(next.rawValue)" + (r.error.map { " (\($0.code.rawValue): \($0.message))" } ?? ""))
     }
@@ -199,6 +234,7 @@ public final class Daemon {
         var st = RegionStatus(id: r.id, state: r.state, progress: r.progress, error: r.error,
                               request: r.request.redactedJSONObject, context: r.request.context)
         st.exports = r.exports
+        st.refreshing = r.refreshing
         do { try status.write(st) } catch { Log.error("\(r.id): cannot write status: \(error)") }
         r.statusDirty = false
         r.lastStatusWrite = Daemon.now()
@@ -206,9 +242,10 @@ public final class Daemon {
     }
 
     func fail(_ r: Region, _ e: RegionError) {
-        guard case .to(let next) = RegionStateMachine.apply(.fail, to: r.state) else { return }
+        guard case .to(let next) = RegionStateMachine.apply(.fail, to: r.state, refreshing: r.refreshing) else { return }
         stopDownload(r)
         r.error = e
+        if r.refreshing && next == .completed { abandonRefresh(r, "failed"); return }
         setState(r, next)
     }
 }

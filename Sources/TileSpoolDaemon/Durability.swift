@@ -64,7 +64,7 @@ extension Daemon {
             d.files.clearJournal()
             for (item, line) in batch {
                 if case .index(let i) = item { d.done[i] = true }
-                count(line, into: &r.progress)
+                count(line, d, into: &r.progress)
             }
             r.statusDirty = true
             finishIfDone(r, d)
@@ -92,14 +92,15 @@ extension Daemon {
                 Log.error("\(r.id): cannot recover the journal: \(error)")
                 return error
             }
-            for (i, l) in recovered { d.done[i] = true; count(l, into: &r.progress) }
+            for (i, l) in recovered { d.done[i] = true; count(l, d, into: &r.progress) }
             Log.info("\(r.id): recovered \(recovered.count) resources from the journal")
         }
         d.files.clearJournal()
         return nil
     }
 
-    func count(_ line: ManifestLine, into p: inout RegionProgress) {
+    func count(_ line: ManifestLine, _ d: Download?, into p: inout RegionProgress) {
+        if let d, d.previous != nil { p.tally(Refresh.outcome(previous: d.previousLine(line.kind, line.key), current: line)) }
         p.resourcesCompleted += 1
         p.bytesCompleted += line.bytes
         if line.kind == .tile { p.tilesCompleted += 1; p.tileBytesCompleted += line.bytes }

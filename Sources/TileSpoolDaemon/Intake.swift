@@ -97,6 +97,21 @@ extension Daemon {
             reject(path: path, name: name, reason: "\(error)")
             return
         }
+        if let existing = regions[request.id], existing.state == .completed, !existing.refreshing,
+           existing.request.downloadsTheSame(as: request) {
+            // The same download again: a refresh (conditional requests), not a second full download.
+            if !NSDictionary(dictionary: existing.request.jsonObject).isEqual(to: request.jsonObject) {
+                do { try existing.files.create(request: request) } catch {
+                    reject(path: path, name: name, reason: "storageError: cannot write the region's request: \(error)")
+                    return
+                }
+                existing.request = request
+            }
+            Files.remove(path)
+            Log.info("\(request.id): \(name) asks for what the region has: refreshing it")
+            apply(.refresh, to: existing)
+            return
+        }
         if let existing = regions[request.id], !existing.state.isTerminal {
             reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' is \(existing.state.rawValue); cancel or delete it first")
             return
@@ -140,12 +155,12 @@ extension Daemon {
 
     func handleControl(path: String, name: String) {
         guard let dot = name.lastIndex(of: ".") else {
-            reject(path: path, name: name, reason: "a control file is named <id>.<action> (pause, resume, cancel, delete)")
+            reject(path: path, name: name, reason: "a control file is named <id>.<action> (pause, resume, cancel, delete, refresh)")
             return
         }
         let id = String(name[..<dot])
         guard let action = RegionAction(rawValue: String(name[name.index(after: dot)...])) else {
-            reject(path: path, name: name, reason: "unknown action '\(name[name.index(after: dot)...])'; use pause, resume, cancel or delete")
+            reject(path: path, name: name, reason: "unknown action '\(name[name.index(after: dot)...])'; use pause, resume, cancel, delete or refresh")
             return
         }
         guard Files.entryType(path) == .regular else {
@@ -164,13 +179,35 @@ extension Daemon {
             reject(path: path, name: name, reason: "no region with id '\(id)'")
             return
         }
+        var maxAge: Double?
+        if action == .refresh {
+            switch Daemon.refreshMaxAge(path) {
+            case .success(let m): maxAge = m
+            case .failure(let e):
+                reject(path: path, name: name, reason: e.message)
+                return
+            }
+        }
         Files.remove(path)
-        apply(action, to: r)
+        apply(action, to: r, maxAge: maxAge)
+    }
+
+    /// The `maxAge` a refresh control file asks for: empty content (all resources), or a JSON
+    /// object `{"maxAge": SECONDS}` (a number >= 0, or null), as `tilespool refresh --max-age` writes.
+    static func refreshMaxAge(_ path: String) -> Result<Double?, RegionError> {
+        let bad = RegionError(code: .invalidRequest, message: "a refresh control file is empty or holds {\"maxAge\": SECONDS} (a number >= 0)")
+        guard let data = try? Files.readRegularFile(path, limit: 4096) else { return .failure(bad) }
+        if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return .success(nil) }
+        guard let o = (try? JSONKind.parse(data)) as? [String: Any], Set(o.keys).isSubset(of: ["maxAge"]) else { return .failure(bad) }
+        guard let v = o["maxAge"], !(v is NSNull) else { return .success(nil) }
+        guard let n = JSONKind.number(v), n >= 0, n.isFinite else { return .failure(bad) }
+        return .success(n)
     }
 
     /// Applies a user action through the state machine.
-    func apply(_ action: RegionAction, to r: Region) {
-        switch RegionStateMachine.apply(action, to: r.state) {
+    /// `maxAge` (seconds) goes with a `refresh`: only resources fetched that long ago are checked.
+    func apply(_ action: RegionAction, to r: Region, maxAge: Double? = nil) {
+        switch RegionStateMachine.apply(action, to: r.state, refreshing: r.refreshing) {
         case .ignored(let why):
             Log.info("\(r.id): \(action.rawValue) ignored: \(why)")
             status.event(id: r.id, state: r.state.rawValue, error: r.error, extra: ["action": action.rawValue, "ignored": why])
@@ -182,6 +219,11 @@ extension Daemon {
             status.remove(id: r.id)
             status.event(id: r.id, state: "deleted", error: nil, extra: ["action": "delete"])
             Log.info("\(r.id): deleted")
+        case .to where action == .refresh:
+            beginRefresh(r, maxAge: maxAge, note: action.rawValue)
+        case .to(let next) where r.refreshing && next == .completed:
+            r.error = nil
+            abandonRefresh(r, "cancelled")
         case .to(let next):
             stopDownload(r)
             if next == .queued { r.error = nil; r.probeURL = nil }

@@ -57,6 +57,11 @@ final class Region {
     var exports: [[String: Any]]?
     /// Which run of `Daemon.startExports` the entries of `exports` belong to.
     var exportGeneration = 0
+    /// A refresh is under way (its files are in `files.refreshDir`); the pack in use is untouched.
+    var refreshing = false
+    /// When a refresh was last started (monotonic seconds), so that a scheduled refresh that failed
+    /// is not started again before its interval has passed once more.
+    var lastRefreshStart: Double?
 
     init(id: String, request: RegionRequest, state: RegionState, files: RegionFiles, arrival: Int) {
         self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival
@@ -69,6 +74,12 @@ final class Download {
     /// resume).
     let files: RegionFiles
     init(files: RegionFiles) { self.files = files }
+    /// For a refresh: the pack's manifest lines by `kind<TAB>key` (what each resource was, and its
+    /// validators), and the refresh's `maxAge` in seconds (nil: check everything). Nil for a download.
+    var previous: [String: ManifestLine]?
+    var maxAge: Double?
+    /// The pack's line for a resource, during a refresh.
+    func previousLine(_ kind: ResourceKind, _ key: String) -> ManifestLine? { previous?["\(kind.rawValue)\t\(key)"] }
     var plan: ResourcePlan?
     var done = Bitmap(count: 0)
     /// Next plan index to consider.

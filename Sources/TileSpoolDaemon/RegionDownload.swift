@@ -8,9 +8,16 @@ import TileSpoolIO
 
 extension Daemon {
     /// Starts (or resumes) a queued region: reads its plan and manifest back, so nothing already
-    /// recorded is fetched again and progress starts from the stored counts.
+    /// recorded is fetched again and progress starts from the stored counts. A refresh works the
+    /// same way on the files in `refresh/`, with the pack's manifest lines as `previous`.
     func start(_ r: Region) {
-        let d = Download(files: r.files)
+        let d = Download(files: r.refreshing ? r.files.refreshFiles : r.files)
+        if r.refreshing {
+            var previous: [String: ManifestLine] = [:]
+            r.files.readManifest { previous["\($0.kind.rawValue)\t\($0.key)"] = $0 }
+            d.previous = previous
+            d.maxAge = r.files.refreshUnderWay() ?? nil
+        }
         r.download = d
         r.error = nil
         if case .style(let url) = r.request.source { d.styleURL = url }
@@ -33,7 +40,7 @@ extension Daemon {
             d.files.readManifest(cutPartialLine: true) { line in
                 guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
                 d.done[i] = true
-                count(line, into: &p)
+                count(line, d, into: &p)
             }
             r.progress = p
             journalError = recoverJournal(r, d, plan)
@@ -44,12 +51,12 @@ extension Daemon {
             // once the plan exists must not come out lower.
             var seen = Set<String>()
             for l in lines where (l.kind == .style || l.kind == .source) && seen.insert("\(l.kind.rawValue)\t\(l.key)").inserted {
-                count(l, into: &p)
+                count(l, d, into: &p)
             }
             p.resourcesExpected = max(p.resourcesExpected, 1) // at least the style
             r.progress = p
         }
-        switch RegionStateMachine.apply(.start, to: r.state) {
+        switch RegionStateMachine.apply(.start, to: r.state, refreshing: r.refreshing) {
         case .to(let next): setState(r, next)
         default: return
         }
@@ -103,7 +110,7 @@ extension Daemon {
         d.files.readManifest(cutPartialLine: true) { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
             d.done[i] = true
-            count(line, into: &p)
+            count(line, d, into: &p)
         }
         p.resourcesExpected = plan.count
         p.tilesExpected = plan.tileCount
@@ -136,6 +143,7 @@ extension Daemon {
         guard let plan = d.plan else {
             while d.inFlight.count < options.maxRequestsPerRegion, let item = d.needed.first {
                 d.needed.removeFirst()
+                if keepIfFresh(r, d, item) { guard r.download === d else { return }; continue }
                 issue(r, d, item)
             }
             return
@@ -143,6 +151,7 @@ extension Daemon {
         while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.indexSpace {
             let i = d.cursor
             if d.done[i] || !d.isPlanned(i, plan) { d.cursor += 1; continue }
+            if d.maxAge != nil && keepIfFresh(r, d, .index(i)) { d.cursor += 1; continue }
             // Phases run in order: no tile before every other resource is finished.
             if i >= plan.resources.count && (d.nonTileInFlight > 0 || d.retries.contains(where: { if case .index(let j) = $0.item { return j < plan.resources.count }; return false })) {
                 break
@@ -168,13 +177,34 @@ extension Daemon {
         }
     }
 
+    /// During a refresh with `maxAge`: records the pack's line for `item` again without asking the
+    /// server when it is younger than `maxAge` (`Refresh.isDue`). True when it did.
+    func keepIfFresh(_ r: Region, _ d: Download, _ item: WorkItem) -> Bool {
+        guard d.maxAge != nil else { return false }
+        let (url, kind, key) = describe(item, d)
+        guard let prev = d.previousLine(kind, key), !Refresh.isDue(prev, maxAge: d.maxAge, now: Int64(Date().timeIntervalSince1970)) else { return false }
+        if case .index = item {
+            d.pending.append((item, prev))
+            d.journalBuffer.append(prev)
+            pendingCount += 1
+        } else {
+            // A style or TileJSON document: parsed from the stored copy, as after a 304.
+            guard let sha = prev.sha256, let body = try? store.read(sha) else { return false }
+            received(r, d, item, prev, url: url, body: body)
+        }
+        return true
+    }
+
+    /// Starts the transfer of `item`: a conditional GET during a refresh when the pack's line has
+    /// validators.
     func issue(_ r: Region, _ d: Download, _ item: WorkItem) {
         let tag = nextTag; nextTag += 1
         let (url, kind, key) = describe(item, d)
         d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key)
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
-        http.start(url: url, tag: tag)
+        let validators = d.previousLine(kind, key)?.freshness
+        http.start(url: url, tag: tag, validators: validators?.hasValidator == true ? validators : nil)
     }
 
     /// Stops a region's transfers; by default objects already written enter the manifest first.
@@ -215,6 +245,25 @@ extension Daemon {
             return
         }
         let s = res.status
+        if res.notModified {
+            // 304 Not Modified: the pack's object is current; only its validators and fetch time change.
+            guard let prev = d.previousLine(kind, key) else {
+                fail(r, RegionError(code: .httpError, message: "HTTP \(s) Not Modified to a request that was not conditional, from \(Redaction.redact(url))", url: url, httpStatus: s))
+                return
+            }
+            d.attempts.removeValue(forKey: item)
+            let line = Refresh.revalidated(prev, url: url, response: res.freshness)
+            if case .index = item {
+                d.pending.append((item, line)); d.journalBuffer.append(line); pendingCount += 1
+                return
+            }
+            guard let sha = prev.sha256, let body = try? store.read(sha) else {
+                fail(r, RegionError(code: .storeDamaged, message: "the stored copy of \(Redaction.redact(url)) is missing: run tilespool verify", url: url))
+                return
+            }
+            received(r, d, item, line, url: url, body: body)
+            return
+        }
         if s == 429 || s >= 500 {
             if let ra = res.retryAfter { d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, 300)) }
             retry(r, d, item, after: res.retryAfter, exhausted: {
@@ -233,25 +282,36 @@ extension Daemon {
         if !empty && !missing {
             do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
         }
-        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url)
+        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url,
+                                freshness: res.freshness)
+        if case .index = item {
+            d.pending.append((item, line))
+            d.journalBuffer.append(line)
+            pendingCount += 1
+            return
+        }
+        received(r, d, item, line, url: url, body: res.body)
+    }
 
+    /// A style or TileJSON document arrived (or was found current in the store during a refresh):
+    /// parsed, recorded at once, and the plan made once every document is in.
+    /// `url` is the URL asked (credentials kept: relative URLs in the document resolve against it).
+    func received(_ r: Region, _ d: Download, _ item: WorkItem, _ line: ManifestLine, url: String, body: Data) {
         switch item {
         case .style:
-            do { d.style = try StyleDocument(data: res.body, baseURL: url) } catch { fail(r, error); return }
+            do { d.style = try StyleDocument(data: body, baseURL: url) } catch { fail(r, error); return }
             d.needed = Planner.tileJSONURLs(d.style!).map { .tileJSON($0.source) }
             commitNow(r, d, item, line)
             guard r.download === d else { return } // the commit failed the region
             r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1 + d.needed.count)
             if d.needed.isEmpty { makePlan(r, d) }
         case .tileJSON(let name):
-            do { d.tileJSONs[name] = try TileJSON(data: res.body, baseURL: url) } catch { fail(r, error); return }
+            do { d.tileJSONs[name] = try TileJSON(data: body, baseURL: url) } catch { fail(r, error); return }
             commitNow(r, d, item, line)
             guard r.download === d else { return }
             if d.inFlight.isEmpty && d.needed.isEmpty && d.retries.isEmpty { makePlan(r, d) }
         case .index:
-            d.pending.append((item, line))
-            d.journalBuffer.append(line)
-            pendingCount += 1
+            break
         }
     }
 
@@ -269,13 +329,12 @@ extension Daemon {
     func networkLost(_ r: Region, url: String, why: String) {
         stopDownload(r)
         r.error = RegionError(code: .networkError, message: "\(why) (\(Redaction.redact(url)))", url: url)
+        guard case .to(let next) = RegionStateMachine.apply(.networkLost, to: r.state, refreshing: r.refreshing) else { return }
+        if r.refreshing && next == .completed { abandonRefresh(r, "failed"); return }
         r.probeURL = url
         r.probeGap = max(0.5, min(options.retryDelay, options.maxProbeInterval))
         r.nextProbe = Daemon.now() + r.probeGap
-        switch RegionStateMachine.apply(.networkLost, to: r.state) {
-        case .to(let next): setState(r, next)
-        default: break
-        }
+        setState(r, next)
     }
 
     func probeAnswered(_ r: Region, _ res: TransferResult) {
@@ -303,7 +362,8 @@ extension Daemon {
         let sys = error as? SystemError
         stopDownload(r, commitPending: commitPending)
         r.error = RegionError(code: .storageError, message: sys?.description ?? "\(error)")
-        switch RegionStateMachine.apply(sys?.isStorageFailure == true ? .storageFailed : .fail, to: r.state) {
+        switch RegionStateMachine.apply(sys?.isStorageFailure == true ? .storageFailed : .fail, to: r.state, refreshing: r.refreshing) {
+        case .to(let next) where r.refreshing && next == .completed: abandonRefresh(r, "failed")
         case .to(let next): setState(r, next)
         default: break
         }
@@ -314,9 +374,74 @@ extension Daemon {
         guard r.progress.resourcesCompleted >= plan.count else { return }
         r.download = nil
         d.files.closeManifest()
-        if case .to(let next) = RegionStateMachine.apply(.finish, to: r.state) {
-            setState(r, next)
-            if next == .completed && !r.request.exports.isEmpty { startExports(r) }
+        guard case .to(let next) = RegionStateMachine.apply(.finish, to: r.state, refreshing: r.refreshing) else { return }
+        if r.refreshing { finishRefresh(r, d); return }
+        setState(r, next)
+        if next == .completed && !r.request.exports.isEmpty { startExports(r) }
+    }
+
+    // MARK: - Refresh
+
+    /// Starts a refresh of a completed region: `refresh/` is made, and the region is queued with
+    /// `refreshing` set; `start` then downloads into `refresh/` with conditional requests.
+    /// - Parameter maxAge: seconds (only resources fetched at least that long ago are checked), or nil.
+    func beginRefresh(_ r: Region, maxAge: Double?, note: String) {
+        do { try r.files.beginRefresh(maxAge: maxAge) } catch {
+            Log.error("\(r.id): cannot start a refresh: \(error)")
+            r.error = RegionError(code: .storageError, message: "cannot start a refresh: \(error)")
+            setState(r, .completed, note: note, extra: ["refresh": "failed"])
+            return
         }
+        r.refreshing = true
+        r.error = nil
+        r.lastRefreshStart = Daemon.now()
+        var extra: [String: Any] = ["refresh": "started"]
+        if let maxAge { extra["maxAge"] = maxAge }
+        setState(r, .queued, note: note, extra: extra)
+    }
+
+    /// The refresh's manifest is complete: it replaces the pack's in one rename, the region is
+    /// `completed` again, and the request's exports are written again when anything changed.
+    func finishRefresh(_ r: Region, _ d: Download) {
+        do { try r.files.commitRefresh() } catch {
+            r.error = RegionError(code: .storageError, message: "cannot swap the refreshed manifest in: \(error)")
+            abandonRefresh(r, "failed")
+            return
+        }
+        r.refreshing = false
+        let p = r.progress
+        // Resources that left the plan change the pack too.
+        let changed = p.resourcesChanged > 0 || p.resourcesCompleted != (d.previous?.count ?? 0)
+        setState(r, .completed, note: "refresh finished",
+                 extra: ["refresh": "finished", "resourcesChecked": p.resourcesChecked,
+                         "resourcesChanged": p.resourcesChanged, "resourcesUnchanged": p.resourcesUnchanged])
+        if changed && !r.request.exports.isEmpty { startExports(r) }
+    }
+
+    /// Ends a refresh that will not complete (failed or cancelled): its files are dropped, the
+    /// pack's progress is read back, and the region is `completed` again with `r.error` (nil for a
+    /// cancel) in its status. The pack in use was never touched.
+    func abandonRefresh(_ r: Region, _ why: String) {
+        stopDownload(r, commitPending: false)
+        r.files.abandonRefresh()
+        r.refreshing = false
+        r.progress = packProgress(r)
+        setState(r, .completed, note: "refresh \(why)", extra: ["refresh": why])
+    }
+
+    /// The progress of the region's pack as recorded (plan and manifest), for a completed region.
+    func packProgress(_ r: Region) -> RegionProgress {
+        guard let plan = r.files.loadPlan() else { return r.progress }
+        var p = RegionProgress()
+        p.resourcesExpected = plan.count
+        p.tilesExpected = plan.tileCount
+        p.resourcesExpectedIsPrecise = true
+        var done = Bitmap(count: plan.indexSpace)
+        r.files.readManifest { line in
+            guard let i = plan.index(kind: line.kind, key: line.key), !done[i] else { return }
+            done[i] = true
+            count(line, nil, into: &p)
+        }
+        return p
     }
 }

@@ -50,3 +50,21 @@ extension Daemon {
         return t
     }
 }
+
+extension Daemon {
+    /// Starts the refreshes that are due (called at each periodic rescan, every few seconds): a
+    /// completed region whose `refreshAfter` (else `--refresh-interval`) has passed since its
+    /// manifest was last written, and since its last refresh started, is refreshed with that
+    /// interval as `maxAge`. Cron users can drop `<id>.refresh` instead (docs/refresh.md).
+    func scheduleRefreshes() {
+        let now = Date().timeIntervalSince1970
+        for r in regions.values where r.state == .completed && !r.refreshing {
+            guard let interval = r.request.refreshAfter.map(Double.init) ?? options.refreshInterval else { continue }
+            var st = stat()
+            guard stat(r.files.manifestPath, &st) == 0, now - Double(st.st_mtim.tv_sec) >= interval else { continue }
+            if let last = r.lastRefreshStart, Daemon.now() - last < interval { continue }
+            Log.info("\(r.id): refresh due (every \(Int(interval)) s)")
+            apply(.refresh, to: r, maxAge: interval)
+        }
+    }
+}

@@ -94,7 +94,7 @@ enum MapLibreExport {
             }
             let res = try db.prepare("""
                 INSERT INTO resources (url, kind, expires, modified, etag, data, compressed, accessed, must_revalidate)
-                VALUES (?, ?, ?, ?, NULL, ?, ?, ?, 0)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)
                 ON CONFLICT (url) DO UPDATE SET data = excluded.data, compressed = excluded.compressed
                 RETURNING id
                 """)
@@ -109,10 +109,12 @@ enum MapLibreExport {
                 res.bind(1, r.url)
                 res.bind(2, MapLibreOffline.kind(of: r, imageSources: imageSources))
                 res.bind(3, MapLibreOffline.farFutureExpires)
-                res.bind(4, modified)
-                res.bind(5, blob: data)
-                res.bind(6, compressed)
-                res.bind(7, now)
+                // When this resource was fetched (or last revalidated) and its ETag, where known.
+                res.bind(4, line.freshness.fetched.map { Int64($0) } ?? modified)
+                res.bind(5, line.freshness.etag)
+                res.bind(6, blob: data)
+                res.bind(7, compressed)
+                res.bind(8, now)
                 guard try res.step() else { throw SQLiteError(message: "no id returned for \(Redaction.redact(r.url))") }
                 let id = res.int64(0)
                 res.reset()
@@ -122,7 +124,7 @@ enum MapLibreExport {
 
             let tile = try db.prepare("""
                 INSERT INTO tiles (url_template, pixel_ratio, z, x, y, expires, modified, etag, data, compressed, accessed, must_revalidate)
-                VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 0)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
                 ON CONFLICT (url_template, pixel_ratio, z, x, y) DO UPDATE SET data = excluded.data, compressed = excluded.compressed
                 RETURNING id
                 """)
@@ -139,8 +141,9 @@ enum MapLibreExport {
                     if let sha = line.sha256 { (data, compressed) = try blob(try pack.decodedBody(sha, for: line.key)) }
                     tile.bind(1, template); tile.bind(2, ratio)
                         tile.bind(3, t.z); tile.bind(4, t.x); tile.bind(5, MapLibreOffline.tileRowY(t, tms: tms))
-                        tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, modified)
-                        tile.bind(8, blob: data); tile.bind(9, compressed); tile.bind(10, now)
+                        tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, line.freshness.fetched.map { Int64($0) } ?? modified)
+                        tile.bind(8, line.freshness.etag)
+                        tile.bind(9, blob: data); tile.bind(10, compressed); tile.bind(11, now)
                         guard try tile.step() else { throw SQLiteError(message: "no id returned for tile \(t)") }
                         let id = tile.int64(0)
                         tile.reset()

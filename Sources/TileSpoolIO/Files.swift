@@ -195,6 +195,14 @@ public enum Files {
         }
     }
 
+    /// Makes the entries of directory `path` (renames, new and removed names) durable. The
+    /// corresponding C function is `fsync` on the directory.
+    public static func syncDirectory(_ path: String) throws(SystemError) {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        defer { Glibc.close(fd) }
+        try fsync(fd, path: path)
+    }
+
     /// Flushes every file of the filesystem holding `path` to disk. The corresponding C function is `syncfs`.
     public static func syncFilesystem(_ path: String) throws(SystemError) {
         let fd = try open(path, O_RDONLY | O_DIRECTORY)

@@ -44,6 +44,12 @@ public struct TransferResult: Sendable {
     /// Seconds the server asked to wait (`Retry-After`, in seconds or as an HTTP date), if any.
     public var retryAfter: Double?
     public var failure: TransferFailure?
+    /// The response's validators and expiry (`ETag`, `Last-Modified`, `Cache-Control: max-age`,
+    /// `Expires`), with `fetched` = when it was received.
+    public var freshness = Freshness()
+    /// True when the server answered a conditional request with 304 Not Modified (or libcurl found
+    /// the `If-Modified-Since` condition unmet and skipped the body): the stored copy is current.
+    public var notModified = false
 }
 
 /// One transfer's receive state, reached from libcurl's write callback through `CURLOPT_WRITEDATA`.
@@ -52,6 +58,8 @@ final class Transfer {
     var body = Data()
     var limit = 0
     var tooLarge = false
+    /// The conditional-request header list of the transfer under way (freed when it ends).
+    var headers: UnsafeMutablePointer<curl_slist>?
     let easy: UnsafeMutableRawPointer
     init(easy: UnsafeMutableRawPointer) { self.easy = easy }
 }
@@ -118,14 +126,26 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     /// Starts a GET of `url`. `tag` identifies the transfer in `collect`'s results and must be unique
-    /// among transfers under way.
-    public func start(url: String, tag: Int) {
+    /// among transfers under way. With `validators`, the GET is conditional (RFC 9110 section 13.1):
+    /// `If-None-Match` with the ETag, `If-Modified-Since` with the Last-Modified time
+    /// (`CURLOPT_TIMECONDITION`); a 304 comes back with `notModified` set and an empty body.
+    public func start(url: String, tag: Int, validators: Freshness? = nil) {
         let t = makeTransfer()
         t.tag = tag
         t.body = Data()
         t.limit = options.maxObjectSize
         t.tooLarge = false
         tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
+        if let etag = validators?.etag, !etag.contains(where: { $0 == "\r" || $0 == "\n" }) {
+            t.headers = curl_slist_append(nil, "If-None-Match: \(etag)")
+        }
+        tilespool_easy_setopt_slist(t.easy, CURLOPT_HTTPHEADER, t.headers)
+        if let lm = validators?.lastModified {
+            tilespool_easy_setopt_long(t.easy, CURLOPT_TIMECONDITION, Int(CURL_TIMECOND_IFMODSINCE.rawValue))
+            tilespool_easy_setopt_off(t.easy, CURLOPT_TIMEVALUE_LARGE, curl_off_t(lm))
+        } else {
+            tilespool_easy_setopt_long(t.easy, CURLOPT_TIMECONDITION, Int(CURL_TIMECOND_NONE.rawValue))
+        }
         active[tag] = t
         byEasy[t.easy] = t
         curl_multi_add_handle(multi, t.easy)
@@ -136,7 +156,13 @@ public final class HTTPClient: @unchecked Sendable {
         guard let t = active.removeValue(forKey: tag) else { return }
         byEasy.removeValue(forKey: t.easy)
         curl_multi_remove_handle(multi, t.easy)
+        recycle(t)
+    }
+
+    /// Returns a finished or cancelled transfer to the idle pool.
+    private func recycle(_ t: Transfer) {
         t.body = Data()
+        if let h = t.headers { curl_slist_free_all(h); t.headers = nil }
         idle.append(t)
     }
 
@@ -164,8 +190,7 @@ public final class HTTPClient: @unchecked Sendable {
             active.removeValue(forKey: t.tag)
             curl_multi_remove_handle(multi, easy)
             results.append(result(of: t, code: code))
-            t.body = Data()
-            idle.append(t)
+            recycle(t)
         }
         return results
     }
@@ -177,7 +202,14 @@ public final class HTTPClient: @unchecked Sendable {
         tilespool_easy_getinfo_off(t.easy, CURLINFO_RETRY_AFTER, &retry)
         var r = TransferResult(tag: t.tag, status: status, body: t.body,
                                retryAfter: retry > 0 ? Double(retry) : nil, failure: nil)
-        if code == CURLE_OK { return r }
+        if code == CURLE_OK {
+            r.freshness = freshness(t.easy)
+            var unmet = 0
+            tilespool_easy_getinfo_long(t.easy, CURLINFO_CONDITION_UNMET, &unmet)
+            r.notModified = status == 304 || unmet != 0
+            if r.notModified { r.body = Data() }
+            return r
+        }
         let text = String(cString: curl_easy_strerror(code))
         switch code {
         case CURLE_WRITE_ERROR where t.tooLarge, CURLE_FILESIZE_EXCEEDED:
@@ -195,6 +227,42 @@ public final class HTTPClient: @unchecked Sendable {
 }
 
 extension HTTPClient {
+    /// The last response's header `name` (after redirects), or nil. The corresponding C function is
+    /// `curl_easy_header` (libcurl's header API, 7.84 and later).
+    private func header(_ easy: UnsafeMutableRawPointer, _ name: String) -> String? {
+        var h: UnsafeMutablePointer<curl_header>?
+        guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK, let v = h?.pointee.value else { return nil }
+        return String(cString: v)
+    }
+
+    /// Validators and expiry of the last response: `ETag`; `Last-Modified` and `Expires` parsed as
+    /// HTTP dates (`curl_getdate`); `Cache-Control` `max-age=N` (wins over `Expires`, RFC 9111
+    /// section 5.3), `no-cache` or `no-store` (expired at once).
+    func freshness(_ easy: UnsafeMutableRawPointer) -> Freshness {
+        let time = Date().timeIntervalSince1970
+        let now = Int64(time)
+        var f = Freshness(fetched: ManifestLine.roundedToMilliseconds(time))
+        f.etag = header(easy, "ETag").flatMap { $0.isEmpty ? nil : $0 }
+        if let lm = header(easy, "Last-Modified") {
+            let t = curl_getdate(lm, nil)
+            if t >= 0 { f.lastModified = Int64(t) }
+        }
+        if let cc = header(easy, "Cache-Control")?.lowercased() {
+            for directive in cc.split(separator: ",") {
+                let d = directive.trimmingCharacters(in: .whitespaces)
+                if d == "no-cache" || d == "no-store" { f.expires = now; break }
+                if d.hasPrefix("max-age="), let n = Int64(d.dropFirst(8).trimmingCharacters(in: CharacterSet(charactersIn: "\""))) {
+                    f.expires = now + max(0, n)
+                }
+            }
+        }
+        if f.expires == nil, let ex = header(easy, "Expires") {
+            let t = curl_getdate(ex, nil)
+            f.expires = t >= 0 ? Int64(t) : now // an invalid date means already expired (RFC 9111 section 5.3)
+        }
+        return f
+    }
+
     /// Fetches `urls` concurrently and waits for all of them (for small jobs such as `tilespool
     /// plan`; the daemon drives transfers from its event loop instead). Results are in `urls` order.
     public func fetchAll(_ urls: [String]) -> [TransferResult] {

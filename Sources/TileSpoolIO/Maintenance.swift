@@ -32,13 +32,18 @@ public struct VerifyReport: Sendable {
 /// an object it re-uses (`ObjectStore.put`), and a candidate is first renamed into `tmp/` and its
 /// mtime checked again before it is unlinked (restored if the daemon touched it meanwhile).
 public enum StoreMaintenance {
-    /// Every object name referenced by any region's manifest or journal.
+    /// Every object name referenced by any region's manifest or journal, and by those of a
+    /// refresh under way (`regions/<id>/refresh/`), so both the pack in use and the one being made
+    /// are kept. The refresh's files are read first: a refresh that swaps its manifest in meanwhile
+    /// is then read in full either way.
     static func referenced(_ store: ObjectStore) -> Set<String> {
         var refs = Set<String>()
         for id in Files.list(store.regionsDir) {
-            let files = RegionFiles(dir: store.regionDir(id))
-            files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }
-            files.readJournal { line in if let s = line.sha256 { refs.insert(s) } }
+            let region = RegionFiles(dir: store.regionDir(id))
+            for files in [region.refreshFiles, region] {
+                files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }
+                files.readJournal { line in if let s = line.sha256 { refs.insert(s) } }
+            }
         }
         return refs
     }

@@ -9,7 +9,10 @@ import TileSpoolCore
 ///   objects they name are durable;
 /// - `journal.tsv`: the same lines for objects written since the last sync, appended at once and
 ///   never synced. After `kill -9` the page cache still holds them, so a restart promotes the ones
-///   whose objects hash to their names instead of fetching them again (docs/durability.md).
+///   whose objects hash to their names instead of fetching them again (docs/durability.md);
+/// - `refresh/`: while a refresh is under way, its own `plan.json`, `manifest.tsv` and
+///   `journal.tsv` (the same formats) and `refresh.json` (`{"maxAge": seconds or null}`); the files
+///   above stay untouched until `commitRefresh` swaps the new manifest in (docs/refresh.md).
 public final class RegionFiles: @unchecked Sendable {
     public let dir: String
     public var requestPath: String { dir + "/request.json" }
@@ -21,6 +24,74 @@ public final class RegionFiles: @unchecked Sendable {
 
     public init(dir: String) { self.dir = dir }
     deinit { closeManifest() }
+
+    // MARK: - Refresh
+
+    /// The folder of a refresh under way, `<dir>/refresh`.
+    public var refreshDir: String { dir + "/refresh" }
+    /// The files a refresh writes (plan, manifest, journal), in `refreshDir`.
+    public private(set) lazy var refreshFiles = RegionFiles(dir: refreshDir)
+    private var refreshInfoPath: String { refreshDir + "/refresh.json" }
+    /// Written once the refreshed manifest is complete, before the swap: the swap is then finished
+    /// by the next start whatever happens (roll forward).
+    private var refreshCommitPath: String { refreshDir + "/commit" }
+
+    /// Starts a refresh: a fresh `refresh/` folder with `refresh.json` (fsynced).
+    /// - Parameter maxAge: seconds; only resources fetched that long ago or longer are checked (nil: all).
+    /// - Throws: `SystemError` when the folder or file cannot be written.
+    public func beginRefresh(maxAge: Double?) throws(SystemError) {
+        refreshFiles.closeManifest()
+        Files.removeTree(refreshDir)
+        try Files.makeDirectories(refreshDir)
+        let info: [String: Any] = ["maxAge": maxAge.map { $0 as Any } ?? NSNull()]
+        try Files.writeAtomically(JSONKind.serialize(info), to: refreshInfoPath, sync: true)
+        try Files.syncDirectory(dir)
+    }
+
+    /// The refresh under way: nil when there is none, else its `maxAge` in seconds (itself nil when
+    /// every resource is checked).
+    public func refreshUnderWay() -> Double?? {
+        guard let data = try? Files.readRegularFile(refreshInfoPath, limit: 4096) else { return nil }
+        let o = (try? JSONKind.parse(data)) as? [String: Any]
+        return .some((o?["maxAge"]).flatMap { $0 is NSNull ? nil : JSONKind.number($0) })
+    }
+
+    /// Replaces the region's manifest (and its plan, when the refresh planned differently) by the
+    /// refresh's, then removes `refresh/`. The manifest is swapped in one `rename`; a crash during
+    /// the swap is finished by `finishInterruptedRefreshCommit` at the next start.
+    /// - Throws: `SystemError` when a file cannot be synced or renamed (the old pack then stays).
+    public func commitRefresh() throws(SystemError) {
+        refreshFiles.closeManifest()
+        closeManifest()
+        try Files.writeAtomically(Data(), to: refreshCommitPath, sync: true)
+        try Files.syncDirectory(refreshDir)
+        try finishCommit()
+    }
+
+    /// True when a refresh's swap was cut short (its commit mark exists): the swap is finished.
+    /// - Throws: `SystemError` when a rename fails.
+    public func finishInterruptedRefreshCommit() throws(SystemError) -> Bool {
+        guard Files.entryType(refreshCommitPath) == .regular else { return false }
+        try finishCommit()
+        return true
+    }
+
+    private func finishCommit() throws(SystemError) {
+        let newPlan = refreshFiles.planPath
+        if Files.entryType(newPlan) == .regular {
+            let same = (try? Files.readRegularFile(newPlan, limit: 64 << 20)) == (try? Files.readRegularFile(planPath, limit: 64 << 20))
+            if !same { try Files.rename(newPlan, planPath) }
+        }
+        if Files.entryType(refreshFiles.manifestPath) == .regular { try Files.rename(refreshFiles.manifestPath, manifestPath) }
+        try Files.syncDirectory(dir)
+        Files.removeTree(refreshDir)
+    }
+
+    /// Drops a refresh under way and its files; the region's own files are left as they were.
+    public func abandonRefresh() {
+        refreshFiles.closeManifest()
+        Files.removeTree(refreshDir)
+    }
 
     /// Creates the folder and writes the request (fsynced).
     public func create(request: RegionRequest) throws(SystemError) {
@@ -135,8 +206,9 @@ public final class RegionFiles: @unchecked Sendable {
         if journalFD >= 0 { close(journalFD); journalFD = -1 }
     }
 
-    /// Removes the manifest and plan (a fresh download of the same id).
+    /// Removes the manifest and plan (a fresh download of the same id), and any refresh under way.
     public func resetDownload() {
+        abandonRefresh()
         closeManifest()
         Files.remove(manifestPath)
         Files.remove(journalPath)

@@ -64,6 +64,9 @@ public struct RegionStatus: @unchecked Sendable {
     /// "source"?, "state": "writing"|"written"|"failed", "path", "bytes", "tiles", "sha256",
     /// "error"?}`; nil when the request names none.
     public var exports: [[String: Any]]?
+    /// True while a refresh of the region is under way (docs/refresh.md): the region is `queued`,
+    /// `downloading` or `pausedUser`, and its previous pack stays usable until the refresh completes.
+    public var refreshing = false
 
     public init(id: String, state: RegionState, progress: RegionProgress, error: RegionError?, request: [String: Any]?, context: Any, updatedAt: Date = Date()) {
         self.id = id; self.state = state; self.progress = progress; self.error = error
@@ -74,7 +77,7 @@ public struct RegionStatus: @unchecked Sendable {
     public var jsonObject: [String: Any] {
         ["id": id, "state": state.rawValue, "progress": progress.jsonObject,
          "error": error?.jsonObject ?? NSNull(), "request": request ?? NSNull(), "context": context,
-         "updatedAt": Timestamp.iso8601(updatedAt)].merging(exports.map { ["exports": $0] } ?? [:]) { a, _ in a }
+         "updatedAt": Timestamp.iso8601(updatedAt), "refreshing": refreshing].merging(exports.map { ["exports": $0] } ?? [:]) { a, _ in a }
     }
 
     /// Reads a status written by `jsonObject`; nil when it is not one.
@@ -85,6 +88,7 @@ public struct RegionStatus: @unchecked Sendable {
                   request: o["request"] as? [String: Any], context: o["context"] ?? NSNull(),
                   updatedAt: (o["updatedAt"] as? String).flatMap(Timestamp.parse) ?? Date(timeIntervalSince1970: 0))
         exports = o["exports"] as? [[String: Any]]
+        refreshing = o["refreshing"] as? Bool ?? false
     }
 }
 

@@ -100,6 +100,7 @@ commands:
   resume ID                resume a paused, failed or cancelled region
   cancel ID                cancel a region (its data stays until delete)
   delete ID                stop a region and remove its status and manifest
+  refresh ID [--max-age S] re-check a completed region with conditional requests
   gc                       remove objects no region references (safe beside a running daemon)
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
@@ -135,6 +136,9 @@ options:
   --connect-timeout SECONDS       time allowed to connect (default 10)
   --low-speed-time SECONDS        abort a transfer below 1 byte/s for this long (default 30)
   --sync-interval SECONDS         how often downloaded objects are synced and recorded (default 1)
+  --refresh-interval SECONDS      refresh every completed region this long after its last
+                                  download or refresh, checking resources at least that old
+                                  (default: never; a request's refreshAfter wins)
 """
 
 /// Runs the command line; returns the exit status.
@@ -148,7 +152,7 @@ func runCLI(_ argv: [String]) -> Int32 {
         case "--version", "version": out("tilespool \(TileSpoolVersion.string)"); return 0
         case "run": return try commandRun(args)
         case "status": return try commandStatus(args)
-        case "pause", "resume", "cancel", "delete": return try commandControl(command, args)
+        case "pause", "resume", "cancel", "delete", "refresh": return try commandControl(command, args)
         case "gc": return try commandGC(args)
         case "verify": return try commandVerify(args)
         case "plan": return try commandPlan(args)
@@ -156,7 +160,7 @@ func runCLI(_ argv: [String]) -> Int32 {
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let e as UsageError {
-        let known = ["run", "status", "pause", "resume", "cancel", "delete", "gc", "verify", "plan", "export"].contains(command)
+        let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "verify", "plan", "export"].contains(command)
         err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
     } catch {
@@ -169,7 +173,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     let valued: Set<String> = commonValued.union(["--max-active-regions", "--max-requests-per-region", "--max-connections",
                                                  "--max-connections-per-host", "--max-tiles", "--max-object-size", "--max-retries",
                                                  "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time",
-                                                 "--sync-interval"])
+                                                 "--sync-interval", "--refresh-interval"])
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
@@ -187,6 +191,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout)
     o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime)).rounded(.up))
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
+    if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0) }
     let daemon: Daemon
     do { daemon = try Daemon(options: o) } catch let e as SystemError where e.operation == "flock" {
         err("tilespool: another daemon is already running on this spool or store (lock \(e.path) is held)")

@@ -204,7 +204,7 @@ final class StateMachineTests: XCTestCase {
             .failedStorage: [.resume: .to(.queued), .cancel: .to(.cancelled)],
             .failed: [.resume: .to(.queued)],
             .cancelled: [.resume: .to(.queued)],
-            .completed: [:],
+            .completed: [.refresh: .to(.queued)],
         ]
         for state in RegionState.allCases {
             for action in RegionAction.allCases {
@@ -217,6 +217,25 @@ final class StateMachineTests: XCTestCase {
                 }
             }
         }
+    }
+
+    /// While a refresh is under way, nothing loses the pack: failures, a cancel and a network loss
+    /// all lead back to completed; pause and resume work as for a download.
+    func testRefreshingRegion() {
+        let m = RegionStateMachine.self
+        XCTAssertEqual(m.apply(.cancel, to: .downloading, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.cancel, to: .queued, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.cancel, to: .pausedUser, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.pause, to: .downloading, refreshing: true), .to(.pausedUser))
+        XCTAssertEqual(m.apply(.resume, to: .pausedUser, refreshing: true), .to(.queued))
+        XCTAssertEqual(m.apply(.delete, to: .downloading, refreshing: true), .delete)
+        if case .ignored = m.apply(.refresh, to: .downloading, refreshing: true) {} else { XCTFail("a second refresh must be ignored") }
+        XCTAssertEqual(m.apply(.fail, to: .downloading, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.fail, to: .queued, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.storageFailed, to: .downloading, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.networkLost, to: .downloading, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.finish, to: .downloading, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.start, to: .queued, refreshing: true), .to(.downloading))
     }
 
     func testEvents() {
@@ -235,10 +254,19 @@ final class ManifestAndRedactionTests: XCTestCase {
     func testManifestLineRoundTrip() {
         let sha = String(repeating: "ab", count: 32)
         let l = ManifestLine(kind: .glyphs, sha256: sha, bytes: 123, key: "Noto Sans/0-255", url: "http://h/a?key=SECRET")
-        XCTAssertEqual(l.text, "glyphs\t\(sha)\t123\tNoto Sans/0-255\thttp://h/a?key=REDACTED\n")
+        XCTAssertEqual(l.text, "glyphs\t\(sha)\t123\tNoto Sans/0-255\thttp://h/a?key=REDACTED\t-\t-\t-\t-\n")
         XCTAssertEqual(ManifestLine(Substring(l.text.dropLast()))?.sha256, sha)
         XCTAssertNil(ManifestLine("tile\tnothex\t1\tk\tu"))
         XCTAssertEqual(ManifestLine("tile\t-\t0\ts/1/2/3\tu")?.sha256, nil)
+        // Nine columns: the response's ETag, Last-Modified, expiry and fetch time round-trip.
+        let fresh = Freshness(etag: "\"5f1e-2a\"", lastModified: 1_700_000_000, expires: nil, fetched: 1_800_000_000.042)
+        let v2 = ManifestLine(kind: .tile, sha256: sha, bytes: 9, key: "s/1/0/0", url: "http://h/1/0/0", freshness: fresh)
+        XCTAssertEqual(v2.text, "tile\t\(sha)\t9\ts/1/0/0\thttp://h/1/0/0\t\"5f1e-2a\"\t1700000000\t-\t1800000000.042\n")
+        XCTAssertEqual(ManifestLine(Substring(v2.text.dropLast())), v2)
+        // A five-column line (a manifest written before validators were kept) has no freshness.
+        XCTAssertEqual(ManifestLine("tile\t-\t0\ts/1/2/3\tu")?.freshness, Freshness())
+        XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\tx\t-\t-"), "a time that is not a number")
+        XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\t-"), "seven columns")
         XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.0, "a/b")
         XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.1, TileID(z: 14, x: 8530, y: 5975))
     }
@@ -315,5 +343,57 @@ final class ExportEncodingTests: XCTestCase {
         }
         let tiles = #"{"id":"a","tiles":["http://h/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1,"exports":[{"format":"maplibre"}]}"#
         XCTAssertThrowsError(try RequestValidator.validate(Data(tiles.utf8), fileName: "a.json"))
+    }
+}
+
+final class RefreshRuleTests: XCTestCase {
+    let sha = String(repeating: "ab", count: 32)
+    func line(sha: String?, fetched: Int64?, expires: Int64? = nil) -> ManifestLine {
+        let fetched = fetched.map(Double.init)
+        return ManifestLine(kind: .tile, sha256: sha, bytes: 1, key: "s/1/0/0", url: "http://h/1/0/0",
+                     freshness: Freshness(etag: "\"e\"", lastModified: 100, expires: expires, fetched: fetched))
+    }
+
+    func testIsDue() {
+        let now: Int64 = 10_000
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 10), maxAge: nil, now: now), "without max-age everything is checked")
+        XCTAssertFalse(Refresh.isDue(line(sha: sha, fetched: now - 10), maxAge: 60, now: now))
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 60), maxAge: 60, now: now))
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 10, expires: now - 1), maxAge: 60, now: now), "expired by its own headers")
+        XCTAssertFalse(Refresh.isDue(line(sha: sha, fetched: now - 10, expires: now + 5), maxAge: 60, now: now))
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: nil), maxAge: 60, now: now), "unknown fetch time")
+    }
+
+    func testRevalidatedKeepsTheObjectAndTakesTheNewHeaders() {
+        let prev = line(sha: sha, fetched: 5)
+        let got = Refresh.revalidated(prev, url: "http://h/new", response: Freshness(etag: nil, lastModified: nil, expires: 900, fetched: 50.5))
+        XCTAssertEqual(got.sha256, sha)
+        XCTAssertEqual(got.url, "http://h/new")
+        XCTAssertEqual(got.freshness, Freshness(etag: "\"e\"", lastModified: 100, expires: 900, fetched: 50.5))
+    }
+
+    func testOutcome() {
+        let prev = line(sha: sha, fetched: 5)
+        XCTAssertEqual(Refresh.outcome(previous: prev, current: prev), .kept)
+        XCTAssertEqual(Refresh.outcome(previous: prev, current: line(sha: sha, fetched: 6)), .unchanged)
+        XCTAssertEqual(Refresh.outcome(previous: prev, current: line(sha: nil, fetched: 6)), .changed)
+        XCTAssertEqual(Refresh.outcome(previous: prev, current: line(sha: String(repeating: "cd", count: 32), fetched: 6)), .changed)
+        XCTAssertEqual(Refresh.outcome(previous: nil, current: prev), .changed)
+        var p = RegionProgress()
+        for o in [RefreshOutcome.kept, .unchanged, .unchanged, .changed] { p.tally(o) }
+        XCTAssertEqual([p.resourcesChecked, p.resourcesUnchanged, p.resourcesChanged], [3, 2, 1])
+    }
+
+    func testDownloadsTheSameIgnoresContextExportsAndRefreshAfter() throws {
+        func req(_ extra: [String: Any]) throws -> RegionRequest {
+            var o: [String: Any] = ["id": "a", "tiles": ["http://h/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 3]
+            for (k, v) in extra { o[k] = v }
+            return try RequestValidator.validate(JSONSerialization.data(withJSONObject: o), fileName: "a.json")
+        }
+        let base = try req([:])
+        XCTAssertTrue(base.downloadsTheSame(as: try req(["context": ["x": 1], "refreshAfter": 3600, "exports": [["format": "pmtiles"]]])))
+        XCTAssertFalse(base.downloadsTheSame(as: try req(["maxZoom": 4])))
+        XCTAssertFalse(base.downloadsTheSame(as: try req(["tiles": ["http://other/{z}/{x}/{y}.png"]])))
+        XCTAssertThrowsError(try req(["refreshAfter": 5]))
     }
 }

@@ -123,6 +123,31 @@ final class NginxServer: @unchecked Sendable {
         }
     }
 
+    /// One request with the conditional headers it carried (empty when absent).
+    struct ConditionalEntry: Sendable, Equatable {
+        let status: Int
+        let ifNoneMatch: String
+        let ifModifiedSince: String
+        /// The request URI as sent (percent-encoded, with its query).
+        let uri: String
+        /// True when the request carried `If-None-Match` or `If-Modified-Since`.
+        var isConditional: Bool { !ifNoneMatch.isEmpty || !ifModifiedSince.isEmpty }
+    }
+
+    /// Every request logged so far with its `If-None-Match` and `If-Modified-Since` headers, oldest
+    /// first (nginx logs an absent header as `-`, given here as "").
+    func conditionalLog() -> [ConditionalEntry] {
+        guard let data = try? Data(contentsOf: directory.appendingPathComponent("conditional.log")) else { return [] }
+        var lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+        lines.removeLast()
+        return lines.compactMap { line in
+            let f = line.split(separator: "\t", maxSplits: 3, omittingEmptySubsequences: false).map(String.init)
+            guard f.count == 4, let status = Int(f[0]) else { return nil }
+            return ConditionalEntry(status: status, ifNoneMatch: f[1] == "-" ? "" : f[1],
+                                    ifModifiedSince: f[2] == "-" ? "" : f[2], uri: f[3])
+        }
+    }
+
     /// Total body bytes sent, over every logged request.
     func bytesSent() -> Int { accessLog().reduce(0) { $0 + $1.bytes } }
 
@@ -244,6 +269,8 @@ final class NginxServer: @unchecked Sendable {
                 default_type application/octet-stream;
                 log_format tilespool '$request_uri $status $body_bytes_sent';
                 access_log "\(dir)/access.log" tilespool;
+                log_format conditional '$status\t$http_if_none_match\t$http_if_modified_since\t$request_uri';
+                access_log "\(dir)/conditional.log" conditional;
                 client_body_temp_path "\(dir)/client_body_temp";
                 proxy_temp_path "\(dir)/proxy_temp";
                 fastcgi_temp_path "\(dir)/fastcgi_temp";

@@ -1,0 +1,288 @@
+import Foundation
+import XCTest
+
+/// Issue 9: refresh a completed region with conditional requests, swapped in atomically. nginx
+/// serves a copy of the real bright/Monaco data (JSON with the base URL filled in, so that nginx
+/// sends ETag and Last-Modified for every file, as for any static file); the tests change files in
+/// the copy and read nginx's log of conditional headers as the witness.
+final class RefreshTests: XCTestCase {
+    var mapdata: URL!
+    var served: URL!
+    var nginx: NginxServer!
+    var fx: SpoolFixture!
+    let monacoBounds = [7.409205, 43.72335, 7.448637, 43.75169]
+    /// Resources of bright over Monaco z0-14: 1 style, 1 TileJSON, 4 sprite files, 390 glyph ranges, 23 tiles.
+    let resources = 419
+
+    override func setUpWithError() throws {
+        mapdata = try MapData.require()
+        served = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-served-\(UUID().uuidString)")
+        let fm = FileManager.default
+        for dir in ["styles/bright", "tiles", "sprites", "fonts"] {
+            try fm.createDirectory(at: served.appendingPathComponent(dir), withIntermediateDirectories: true)
+        }
+        try fm.copyItem(at: mapdata.appendingPathComponent("tiles/monaco"), to: served.appendingPathComponent("tiles/monaco"))
+        try fm.copyItem(at: mapdata.appendingPathComponent("sprites/osm-bright"), to: served.appendingPathComponent("sprites/osm-bright"))
+        for stack in try fm.contentsOfDirectory(atPath: mapdata.path + "/fonts") where stack.hasPrefix("KlokanTech") {
+            try fm.copyItem(at: mapdata.appendingPathComponent("fonts/" + stack), to: served.appendingPathComponent("fonts/" + stack))
+        }
+        // JSON without nginx's sub_filter (which drops ETag and Last-Modified); /tiles/monaco/14/
+        // answers 503 while the file FAIL exists in the served folder.
+        nginx = try NginxServer(root: served, extraLocations: """
+            location ~ \\.json$ { default_type application/json; }
+            location ~ ^/tiles/monaco/14/ {
+                if (-f $document_root/FAIL) { return 503; }
+                add_header Content-Encoding gzip;
+            }
+            """)
+        for (from, to) in [("styles/bright/style.local-template.json", "styles/bright/style.json"),
+                           ("tiles/monaco.tilejson.json", "tiles/monaco.tilejson.json")] {
+            let text = try String(contentsOf: mapdata.appendingPathComponent(from), encoding: .utf8)
+            try text.replacingOccurrences(of: "__BASE__", with: nginx.baseURL)
+                .write(to: served.appendingPathComponent(to), atomically: true, encoding: .utf8)
+        }
+        fx = try SpoolFixture()
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        nginx?.stop()
+        if let served { try? FileManager.default.removeItem(at: served) }
+    }
+
+    var request: [String: Any] {
+        ["id": "monaco", "style": nginx.baseURL + "/styles/bright/style.json", "bounds": monacoBounds,
+         "minZoom": 0, "maxZoom": 14]
+    }
+
+    /// Downloads the region and returns once it is completed and nginx has logged every request.
+    func completeMonaco() throws {
+        try fx.drop("monaco.json", request)
+        try fx.waitForState("monaco", "completed")
+        try waitUntil("nginx logged the download") { nginx.conditionalLog().count >= resources }
+    }
+
+    /// Waits for the `refresh` event `what` (started, finished, failed, cancelled) of monaco, the
+    /// `n`th of its kind.
+    func waitForRefresh(_ what: String, count n: Int = 1, timeout: TimeInterval = 60) throws {
+        try waitUntil("refresh \(what) (#\(n))", timeout: timeout) {
+            if let d = fx.daemon, !d.isRunning { XCTFail("daemon exited: \(fx.log().suffix(2000))"); return true }
+            return fx.events("monaco").filter { $0["refresh"] as? String == what }.count >= n
+        }
+    }
+
+    /// Replaces a served file's bytes and moves its modification time on, so nginx's ETag
+    /// (mtime-size) and Last-Modified both change.
+    func change(_ path: String, to bytes: Data) throws {
+        let url = served.appendingPathComponent(path)
+        try bytes.write(to: url)
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(100)], ofItemAtPath: url.path)
+    }
+
+    var manifestPath: String { fx.store + "/regions/monaco/manifest.tsv" }
+    func manifestBytes() -> Data { FileManager.default.contents(atPath: manifestPath) ?? Data() }
+
+    /// Requests nginx logged after the first `skip`.
+    func requests(after skip: Int) -> [NginxServer.ConditionalEntry] { Array(nginx.conditionalLog().dropFirst(skip)) }
+
+    func sha256(_ data: Data) -> String {
+        let tmp = NSTemporaryDirectory() + "/tilespool-sha-\(UUID().uuidString)"
+        XCTAssertTrue(FileManager.default.createFile(atPath: tmp, contents: data))
+        defer { try? FileManager.default.removeItem(atPath: tmp) }
+        return sha256sum([tmp])[tmp] ?? ""
+    }
+
+    /// Two files change on the server; a refresh asks about every resource once, conditionally
+    /// where a validator was recorded; exactly the two changed ones come back 200 and their new
+    /// objects are in the manifest.
+    func testRefreshFetchesOnlyWhatChanged() throws {
+        try fx.start()
+        try completeMonaco()
+        let before = nginx.conditionalLog().count
+        let tilePath = "tiles/monaco/14/8529/5973.pbf", glyphPath = "fonts/KlokanTech Noto Sans Bold/0-255.pbf"
+        let newTile = try Data(contentsOf: mapdata.appendingPathComponent("tiles/liechtenstein/14/8623/5744.pbf"))
+        let newGlyph = try Data(contentsOf: mapdata.appendingPathComponent("fonts/Roboto Regular/0-255.pbf"))
+        try change(tilePath, to: newTile)
+        try change(glyphPath, to: newGlyph)
+
+        let (code, text) = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+        XCTAssertEqual(code, 0, text)
+        try waitForRefresh("finished")
+        try waitUntil("nginx logged the refresh") { requests(after: before).count >= resources }
+
+        let log = requests(after: before)
+        XCTAssertEqual(log.count, resources, "one request per resource")
+        XCTAssertEqual(Set(log.map(\.uri)).count, resources, "no resource asked twice")
+        // Every resource that had validators is asked conditionally; only the 404 sea tile had none.
+        XCTAssertEqual(log.filter { !$0.isConditional }.map(\.uri), ["/tiles/monaco/14/8530/5975.pbf"])
+        XCTAssertTrue(log.filter(\.isConditional).allSatisfy { !$0.ifNoneMatch.isEmpty && !$0.ifModifiedSince.isEmpty })
+        XCTAssertEqual(Set(log.filter { $0.status == 200 }.map(\.uri)),
+                       ["/tiles/monaco/14/8529/5973.pbf", "/fonts/KlokanTech%20Noto%20Sans%20Bold/0-255.pbf"])
+        XCTAssertEqual(log.filter { $0.status == 304 }.count, resources - 3)
+
+        let lines = fx.manifest("monaco")
+        XCTAssertEqual(lines.count, resources)
+        XCTAssertEqual(lines.first { $0.key == "openmaptiles/14/8529/5973" }?.sha, sha256(gunzip(mapdata.path + "/tiles/liechtenstein/14/8623/5744.pbf")))
+        XCTAssertEqual(lines.first { $0.key == "KlokanTech Noto Sans Bold/0-255" }?.sha, sha256(newGlyph))
+        fx.assertStoreMatchesManifest("monaco")
+
+        let p = fx.progress("monaco")
+        XCTAssertEqual(p["resourcesChanged"], 2)
+        XCTAssertEqual(p["resourcesUnchanged"], resources - 2)
+        XCTAssertEqual(p["resourcesChecked"], resources)
+        XCTAssertEqual(p["resourcesCompleted"], resources)
+        XCTAssertEqual(fx.state("monaco"), "completed")
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, false)
+        let finished = try XCTUnwrap(fx.events("monaco").last { $0["refresh"] as? String == "finished" })
+        XCTAssertEqual(finished["resourcesChanged"] as? Int, 2)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/monaco/refresh"))
+        // While it ran, the region said so: downloading with refreshing true, then completed.
+        XCTAssertEqual(Array(fx.eventStates("monaco").suffix(3)), ["queued", "downloading", "completed"])
+    }
+
+    /// Nothing changed: every answer is 304, no object is written or touched, and the manifest
+    /// says the same except the fetch times. Dropping the same request again is a refresh too.
+    func testUnchangedRefreshWritesNothingAndRedropIsARefresh() throws {
+        try fx.start()
+        try completeMonaco()
+        func objectTimes() -> [String: Date] {
+            var out: [String: Date] = [:]
+            for sha in fx.objects() {
+                out[sha] = (try? FileManager.default.attributesOfItem(atPath: fx.objectPath(sha)))?[.modificationDate] as? Date
+            }
+            return out
+        }
+        /// Manifest lines without their last column (the fetch time), sorted.
+        func linesWithoutFetchTimes() -> [String] {
+            String(decoding: manifestBytes(), as: UTF8.self).split(separator: "\n")
+                .map { $0.split(separator: "\t", omittingEmptySubsequences: false).dropLast().joined(separator: "\t") }.sorted()
+        }
+        let objectsBefore = objectTimes(), linesBefore = linesWithoutFetchTimes()
+
+        for round in 1...2 {
+            let before = nginx.conditionalLog().count
+            if round == 1 {
+                _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+            } else {
+                // The same request dropped again (with another context): conditional requests only.
+                var again = request
+                again["context"] = ["round": 2]
+                try fx.drop("monaco.json", again)
+            }
+            try waitForRefresh("finished", count: round)
+            try waitUntil("nginx logged refresh \(round)") { requests(after: before).count >= resources }
+            let log = requests(after: before)
+            XCTAssertEqual(log.count, resources)
+            XCTAssertEqual(log.filter { $0.status == 304 }.count, resources - 1, "round \(round)")
+            XCTAssertEqual(log.filter { !$0.isConditional }.map(\.uri), ["/tiles/monaco/14/8530/5975.pbf"])
+            XCTAssertEqual(objectTimes(), objectsBefore, "round \(round): no object written or touched")
+            XCTAssertEqual(linesWithoutFetchTimes(), linesBefore, "round \(round)")
+            XCTAssertEqual(fx.progress("monaco")["resourcesChanged"], 0)
+            XCTAssertEqual(fx.progress("monaco")["resourcesUnchanged"], resources)
+        }
+        XCTAssertEqual((fx.status("monaco")?["context"] as? [String: Any])?["round"] as? Int, 2)
+        XCTAssertEqual(fx.state("monaco"), "completed")
+    }
+
+    /// The server fails part-way through a refresh (z14 answers 503 until the retries run out):
+    /// the region is completed again with the old manifest byte for byte and the error reported.
+    func testServerFailingMidRefreshLeavesTheOldPack() throws {
+        try fx.start(["--retry-delay", "0.05", "--max-retries", "2"])
+        try completeMonaco()
+        let old = manifestBytes()
+        try change("tiles/monaco/13/4264/2986.pbf", to: try Data(contentsOf: mapdata.appendingPathComponent("tiles/liechtenstein/14/8623/5748.pbf")))
+        XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
+        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+        try waitForRefresh("failed")
+        XCTAssertEqual(fx.state("monaco"), "completed")
+        XCTAssertEqual(manifestBytes(), old, "the old manifest is untouched")
+        XCTAssertEqual(fx.errorCode("monaco"), "httpError")
+        XCTAssertTrue(fx.errorMessage("monaco")?.contains("503") == true, fx.errorMessage("monaco") ?? "")
+        XCTAssertEqual(fx.progress("monaco")["resourcesCompleted"], resources)
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, false)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/monaco/refresh"))
+        fx.assertStoreMatchesManifest("monaco")
+    }
+
+    /// kill -9 while a refresh waits on z14: the old pack is intact, gc keeps the objects of both
+    /// manifests, and after a restart the refresh asks only for what it had not recorded, then
+    /// swaps the new manifest in.
+    func testKill9MidRefreshResumesAndGCKeepsBothManifests() throws {
+        try fx.start(["--retry-delay", "30"])
+        try completeMonaco()
+        let old = manifestBytes()
+        let z13 = "tiles/monaco/13/4264/2986.pbf"
+        guard FileManager.default.fileExists(atPath: served.path + "/" + z13) else { throw SupportError("no \(z13) in the data") }
+        try change(z13, to: try Data(contentsOf: mapdata.appendingPathComponent("tiles/liechtenstein/14/8623/5748.pbf")))
+        let newSha = sha256(gunzip(mapdata.path + "/tiles/liechtenstein/14/8623/5748.pbf"))
+        XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
+        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+        let refreshManifest = fx.store + "/regions/monaco/refresh/manifest.tsv"
+        // Everything but the six z14 tiles recorded in the refresh's own manifest.
+        try waitUntil("the refresh recorded all but z14") {
+            let text = (try? String(contentsOfFile: refreshManifest, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.count == resources - 6
+        }
+        XCTAssertEqual(fx.state("monaco"), "downloading")
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, true)
+        XCTAssertEqual(manifestBytes(), old)
+        fx.kill9()
+        XCTAssertEqual(manifestBytes(), old, "the old pack survives kill -9")
+
+        // gc with no grace period keeps the new object (only the refresh references it) and the old one.
+        let oldSha = try XCTUnwrap(fx.manifest("monaco").first { $0.key == "openmaptiles/13/4264/2986" }?.sha)
+        let (gcCode, gcOut) = try fx.cli(["gc", "--grace", "0", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(gcCode, 0, gcOut)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.objectPath(newSha)), "object of the refresh's manifest kept")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.objectPath(oldSha)), "object of the pack's manifest kept")
+
+        try FileManager.default.removeItem(atPath: served.path + "/FAIL")
+        let before = nginx.conditionalLog().count
+        try fx.start(["--retry-delay", "0.1"])
+        try waitForRefresh("finished")
+        try waitUntil("nginx logged the rest") { requests(after: before).count >= 6 }
+        XCTAssertEqual(Set(requests(after: before).map(\.uri)),
+                       Set(["8529/5973", "8529/5974", "8529/5975", "8530/5973", "8530/5974", "8530/5975"].map { "/tiles/monaco/14/\($0).pbf" }),
+                       "after the restart only the z14 tiles are asked for")
+        XCTAssertEqual(requests(after: before).count, 6)
+        XCTAssertEqual(fx.state("monaco"), "completed")
+        XCTAssertEqual(fx.manifest("monaco").first { $0.key == "openmaptiles/13/4264/2986" }?.sha, newSha)
+        XCTAssertEqual(fx.manifest("monaco").count, resources)
+        XCTAssertEqual(fx.progress("monaco")["resourcesChanged"], 1)
+        fx.assertStoreMatchesManifest("monaco")
+        let (verifyCode, verifyOut) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(verifyCode, 0, verifyOut)
+    }
+
+    /// `--max-age`: only resources fetched longer ago than that are asked about (the tiles here,
+    /// made two hours old in the manifest); the rest are kept as they are.
+    func testMaxAgeChecksOnlyOlderResources() throws {
+        try fx.start()
+        try completeMonaco()
+        XCTAssertEqual(fx.stop(), 0)
+        // Two hours older for every tile line (column 9 is the fetch time).
+        let twoHoursAgo = Int(Date().timeIntervalSince1970) - 7200
+        let text = String(decoding: manifestBytes(), as: UTF8.self).split(separator: "\n").map { line -> String in
+            guard line.hasPrefix("tile\t") else { return String(line) }
+            var f = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            f[8] = String(twoHoursAgo)
+            return f.joined(separator: "\t")
+        }.joined(separator: "\n") + "\n"
+        try text.write(toFile: manifestPath, atomically: true, encoding: .utf8)
+        try fx.start()
+        let before = nginx.conditionalLog().count
+        let (code, out) = try fx.cli(["refresh", "--max-age", "3600", "monaco", "--spool", fx.spool])
+        XCTAssertEqual(code, 0, out)
+        try waitForRefresh("finished")
+        try waitUntil("nginx logged the tiles") { requests(after: before).count >= 23 }
+        let log = requests(after: before)
+        XCTAssertEqual(log.count, 23, "only the 23 tiles, not the style, TileJSON, sprites or glyphs")
+        XCTAssertTrue(log.allSatisfy { $0.uri.hasPrefix("/tiles/monaco/") })
+        let p = fx.progress("monaco")
+        XCTAssertEqual(p["resourcesChecked"], 23)
+        XCTAssertEqual(p["resourcesCompleted"], resources)
+        XCTAssertEqual(fx.manifest("monaco").count, resources)
+        let started = try XCTUnwrap(fx.events("monaco").last { $0["refresh"] as? String == "started" })
+        XCTAssertEqual(started["maxAge"] as? Double, 3600)
+    }
+}
