@@ -633,9 +633,9 @@ def mapproxy_cmd(mp, seed, extra=()):
     return ["/usr/bin/python3", "/usr/bin/mapproxy-seed", "-f", mp, "-s", seed, "-c", str(N), "--seed", "ALL"] + list(extra)
 
 
-def write_curl_config(path, base, rs):
+def write_curl_config(path, base, rs, remote_time=False):
     with open(path, "w") as f:
-        f.write("create-dirs\n")
+        f.write("create-dirs\n" + ("remote-time\n" if remote_time else ""))
         for z, x, y in tiles_of(rs):
             f.write('url = "%s/%d/%d/%d.png"\noutput = "%d/%d/%d.png"\n' % (base, z, x, y, z, x, y))
 
@@ -951,10 +951,12 @@ def refresh_events(spool, rid, what):
 
 def write_curl_refresh_config(path, base, rs):
     """curl's way to refresh the same tree: one group per URL (`next`) so that each has its own
-    `time-cond` (If-Modified-Since the file's mtime); a 304 leaves the file alone."""
+    `time-cond` (If-Modified-Since the file's mtime, which `remote-time` set to the server's
+    Last-Modified at download: nginx answers 304 only to that exact time); a 304 leaves the file alone."""
     with open(path, "w") as f:
-        for z, x, y in tiles_of(rs):
-            f.write('url = "%s/%d/%d/%d.png"\noutput = "%d/%d/%d.png"\ntime-cond = "%d/%d/%d.png"\nnext\n' % (base, z, x, y, z, x, y, z, x, y))
+        for i, (z, x, y) in enumerate(tiles_of(rs)):
+            f.write('%surl = "%s/%d/%d/%d.png"\noutput = "%d/%d/%d.png"\ntime-cond = "%d/%d/%d.png"\n' % (
+                "next\n" if i else "", base, z, x, y, z, x, y, z, x, y))
 
 
 def phase_refresh(out, nginx, results):
@@ -968,7 +970,7 @@ def phase_refresh(out, nginx, results):
     os.makedirs(run_dir)
     spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
     cfg = os.path.join(run_dir, "curl.cfg")
-    write_curl_config(cfg, base, rs)
+    write_curl_config(cfg, base, rs, remote_time=True)
     cfg_cond = os.path.join(run_dir, "curl-refresh.cfg")
     write_curl_refresh_config(cfg_cond, base, rs)
     curl_dir = os.path.join(run_dir, "curl")
