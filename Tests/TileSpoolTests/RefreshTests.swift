@@ -52,7 +52,12 @@ final class RefreshTests: XCTestCase {
 
     var request: [String: Any] {
         ["id": "monaco", "style": nginx.baseURL + "/styles/bright/style.json", "bounds": monacoBounds,
-         "minZoom": 0, "maxZoom": 14]
+         "minZoom": 0, "maxZoom": 14, "exports": [["format": "mbtiles"]]]
+    }
+
+    /// The `export` events of monaco whose state is `written`.
+    func exportsWritten() -> [[String: Any]] {
+        fx.events("monaco").compactMap { $0["export"] as? [String: Any] }.filter { $0["state"] as? String == "written" }
     }
 
     /// Downloads the region and returns once it is completed and nginx has logged every request.
@@ -60,6 +65,7 @@ final class RefreshTests: XCTestCase {
         try fx.drop("monaco.json", request)
         try fx.waitForState("monaco", "completed")
         try waitUntil("nginx logged the download") { nginx.conditionalLog().count >= resources }
+        try waitUntil("the export is written") { exportsWritten().count == 1 }
     }
 
     /// Waits for the `refresh` event `what` (started, finished, failed, cancelled) of monaco, the
@@ -104,6 +110,7 @@ final class RefreshTests: XCTestCase {
         let newGlyph = try Data(contentsOf: mapdata.appendingPathComponent("fonts/Roboto Regular/0-255.pbf"))
         try change(tilePath, to: newTile)
         try change(glyphPath, to: newGlyph)
+        let exportBefore = try XCTUnwrap(exportsWritten().first?["sha256"] as? String)
 
         let (code, text) = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
         XCTAssertEqual(code, 0, text)
@@ -136,8 +143,12 @@ final class RefreshTests: XCTestCase {
         let finished = try XCTUnwrap(fx.events("monaco").last { $0["refresh"] as? String == "finished" })
         XCTAssertEqual(finished["resourcesChanged"] as? Int, 2)
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/monaco/refresh"))
+        // Something changed: the request's export is written again, with the new tile.
+        try waitUntil("the export is written again") { exportsWritten().count == 2 }
+        XCTAssertNotEqual(exportsWritten().last?["sha256"] as? String, exportBefore)
         // While it ran, the region said so: downloading with refreshing true, then completed.
-        XCTAssertEqual(Array(fx.eventStates("monaco").suffix(3)), ["queued", "downloading", "completed"])
+        let stateChanges = fx.events("monaco").filter { $0["export"] == nil }.compactMap { $0["state"] as? String }
+        XCTAssertEqual(Array(stateChanges.suffix(3)), ["queued", "downloading", "completed"])
     }
 
     /// Nothing changed: every answer is 304, no object is written or touched, and the manifest
@@ -181,6 +192,7 @@ final class RefreshTests: XCTestCase {
             XCTAssertEqual(fx.progress("monaco")["resourcesUnchanged"], resources)
         }
         XCTAssertEqual((fx.status("monaco")?["context"] as? [String: Any])?["round"] as? Int, 2)
+        XCTAssertEqual(exportsWritten().count, 1, "nothing changed: the export is not written again")
         XCTAssertEqual(fx.state("monaco"), "completed")
     }
 
@@ -284,5 +296,19 @@ final class RefreshTests: XCTestCase {
         XCTAssertEqual(fx.manifest("monaco").count, resources)
         let started = try XCTUnwrap(fx.events("monaco").last { $0["refresh"] as? String == "started" })
         XCTAssertEqual(started["maxAge"] as? Double, 3600)
+    }
+
+    /// `--refresh-interval`: a completed region is refreshed by itself once its manifest is that
+    /// old, with conditional requests.
+    func testRefreshIntervalRefreshesByItself() throws {
+        try fx.start(["--refresh-interval", "2"])
+        try completeMonaco()
+        let before = nginx.conditionalLog().count
+        try waitForRefresh("finished", timeout: 30)
+        let started = try XCTUnwrap(fx.events("monaco").first { $0["refresh"] as? String == "started" })
+        XCTAssertEqual(started["maxAge"] as? Double, 2)
+        try waitUntil("nginx logged the refresh") { requests(after: before).count >= resources }
+        XCTAssertEqual(Array(requests(after: before).prefix(resources)).filter { $0.status == 304 }.count, resources - 1)
+        XCTAssertEqual(fx.progress("monaco")["resourcesChecked"], resources)
     }
 }
