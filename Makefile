@@ -62,7 +62,7 @@ test: deps
 # The bench builds release in its own scratch path, so it never contends with .build.
 BENCH_SCRATCH ?= .build-bench
 # ../shared/mapdata served like a real tile server on 127.0.0.1:8080, to try TileSpool offline.
-serve-mapdata: deps
+serve-mapdata: deps-build
 	bash scripts/serve-mapdata.sh
 
 bench: deps

@@ -113,7 +113,9 @@ extension Daemon {
             return
         }
         if let existing = regions[request.id], !existing.state.isTerminal {
-            reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' is \(existing.state.rawValue); cancel or delete it first")
+            let what = existing.refreshing ? "\(existing.state.rawValue) (a refresh is under way: wait for it, or cancel it to keep the pack as it was)"
+                : "\(existing.state.rawValue); cancel or delete it first"
+            reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' is \(what)")
             return
         }
         accept(request, plan: tilesPlan, path: path, name: name)

@@ -62,6 +62,8 @@ final class Region {
     /// When a refresh was last started (monotonic seconds), so that a scheduled refresh that failed
     /// is not started again before its interval has passed once more.
     var lastRefreshStart: Double?
+    /// The progress of the pack when its refresh started, put back if the refresh does not complete.
+    var progressBeforeRefresh: RegionProgress?
 
     init(id: String, request: RegionRequest, state: RegionState, files: RegionFiles, arrival: Int) {
         self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival

@@ -395,6 +395,7 @@ extension Daemon {
         r.refreshing = true
         r.error = nil
         r.lastRefreshStart = Daemon.now()
+        r.progressBeforeRefresh = r.progress
         var extra: [String: Any] = ["refresh": "started"]
         if let maxAge { extra["maxAge"] = maxAge }
         setState(r, .queued, note: note, extra: extra)
@@ -409,6 +410,7 @@ extension Daemon {
             return
         }
         r.refreshing = false
+        r.progressBeforeRefresh = nil
         let p = r.progress
         // Resources that left the plan change the pack too.
         let changed = p.resourcesChanged > 0 || p.resourcesCompleted != (d.previous?.count ?? 0)
@@ -425,7 +427,9 @@ extension Daemon {
         stopDownload(r, commitPending: false)
         r.files.abandonRefresh()
         r.refreshing = false
-        r.progress = packProgress(r)
+        // The counts as they were (the last refresh's tallies included); after a restart, read back.
+        r.progress = r.progressBeforeRefresh ?? packProgress(r)
+        r.progressBeforeRefresh = nil
         setState(r, .completed, note: "refresh \(why)", extra: ["refresh": why])
     }
 

@@ -37,10 +37,11 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
         let width = 20
         let filled = min(width, Int(fraction * Double(width)))
         let bar = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"
-        var line = "\(st.id)  \(st.state.rawValue)  \(bar) \(String(format: "%5.1f%%", fraction * 100))"
+        var line = "\(st.id)  \(st.state.rawValue)\(st.refreshing ? " (refreshing)" : "")  \(bar) \(String(format: "%5.1f%%", fraction * 100))"
         line += "  resources \(p.resourcesCompleted)/\(p.resourcesExpected)\(p.resourcesExpectedIsPrecise ? "" : "+")"
         line += "  tiles \(p.tilesCompleted)/\(p.tilesExpected)  \(formatBytes(p.bytesCompleted))"
         if p.resourcesMissing > 0 { line += "  missing \(p.resourcesMissing)" }
+        if p.resourcesChecked > 0 { line += "  refresh: \(p.resourcesChanged) changed, \(p.resourcesUnchanged) unchanged" }
         if let e = st.error { line += "\n    error: \(e.code.rawValue): \(e.message)" }
         out(line)
     }

@@ -44,11 +44,12 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     guard RequestValidator.isValidID(id) else { throw CommandFailure("'\(id)' is not a valid region id") }
     let loc = Locations(a)
     try loc.requireStore()
-    // Only a completed region is exported: any other state may be a partial pack.
+    // Only a completed region is exported: any other state may be a partial pack. A region being
+    // refreshed has its previous pack complete and untouched until the swap (docs/refresh.md).
     if Files.entryType(loc.spool + "/status") == .directory {
         let writer = StatusWriter(layout: loc.layout)
         guard let st = writer.read(id: id) else { throw CommandFailure("no region '\(id)' in \(loc.spool)/status") }
-        guard st.state == .completed else {
+        guard st.state == .completed || st.refreshing else {
             throw CommandFailure("region '\(id)' is \(st.state.rawValue), not completed: only a completed region can be exported")
         }
     }

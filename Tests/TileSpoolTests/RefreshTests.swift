@@ -201,6 +201,11 @@ final class RefreshTests: XCTestCase {
     func testServerFailingMidRefreshLeavesTheOldPack() throws {
         try fx.start(["--retry-delay", "0.05", "--max-retries", "2"])
         try completeMonaco()
+        // A first refresh that completes: its counts are the pack's from then on.
+        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+        try waitForRefresh("finished")
+        let counted = fx.progress("monaco")
+        XCTAssertEqual(counted["resourcesChecked"], resources)
         let old = manifestBytes()
         try change("tiles/monaco/13/4264/2986.pbf", to: try Data(contentsOf: mapdata.appendingPathComponent("tiles/liechtenstein/14/8623/5748.pbf")))
         XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
@@ -210,7 +215,7 @@ final class RefreshTests: XCTestCase {
         XCTAssertEqual(manifestBytes(), old, "the old manifest is untouched")
         XCTAssertEqual(fx.errorCode("monaco"), "httpError")
         XCTAssertTrue(fx.errorMessage("monaco")?.contains("503") == true, fx.errorMessage("monaco") ?? "")
-        XCTAssertEqual(fx.progress("monaco")["resourcesCompleted"], resources)
+        XCTAssertEqual(fx.progress("monaco"), counted, "the pack's counts (and the last refresh's) are put back")
         XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, false)
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/monaco/refresh"))
         fx.assertStoreMatchesManifest("monaco")
@@ -240,6 +245,11 @@ final class RefreshTests: XCTestCase {
         XCTAssertEqual(manifestBytes(), old)
         fx.kill9()
         XCTAssertEqual(manifestBytes(), old, "the old pack survives kill -9")
+        // The pack in use can be exported while its refresh is under way.
+        let out = fx.root.appendingPathComponent("during.mbtiles").path
+        let (exportCode, exportOut) = try fx.cli(["export", "monaco", "--format", "mbtiles", "--output", out,
+                                                  "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(exportCode, 0, exportOut)
 
         // gc with no grace period keeps the new object (only the refresh references it) and the old one.
         let oldSha = try XCTUnwrap(fx.manifest("monaco").first { $0.key == "openmaptiles/13/4264/2986" }?.sha)
