@@ -19,6 +19,8 @@ DEB_PACKAGES := $(BUILD_PACKAGES) jq python3 mapproxy curl time valgrind \
     sqlite3 gdal-bin python3-venv python3-pip python3-selenium chromium chromium-driver xvfb imagemagick \
     qmlscene libqt5location5-plugin-mapboxgl qml-module-qtlocation qml-module-qtpositioning \
     qml-module-qtquick2 qml-module-qtquick-window2
+# A real S3 server for the object-store tests (Ceph RADOS Gateway), without the recommended extras.
+CEPH_PACKAGES := radosgw ceph-mon ceph-osd ceph-common
 # Readers nobody here wrote, from PyPI, for the export tests and bench: the pmtiles reader and
 # pmtiles-convert, mb-util, and the maplibre wheel (MapLibre GL JS). In a venv that also sees
 # Debian's python3-selenium.
@@ -41,6 +43,12 @@ deps deps-build:
 	if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then $(APT_GET) update; fi; \
 	$(APT_GET) install -y $$missing || { $(APT_GET) update && $(APT_GET) install -y $$missing; }
 	@if [ "$@" = deps-build ]; then exit 0; fi; \
+	missing=""; \
+	for p in $(CEPH_PACKAGES); do \
+	    dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then echo "deps: installing$$missing"; \
+	    $(APT_GET) install --no-install-recommends -y $$missing || { $(APT_GET) update && $(APT_GET) install --no-install-recommends -y $$missing; }; fi; \
 	if [ -x $(PY_VENV)/bin/pmtiles-convert ] && [ -x $(PY_VENV)/bin/mb-util ] && \
 	    $(PY_VENV)/bin/python -c 'import maplibre' 2>/dev/null; then echo "deps: python packages present ($(PY_PACKAGES))"; \
 	else echo "deps: installing python packages in $(PY_VENV): $(PY_PACKAGES)"; \

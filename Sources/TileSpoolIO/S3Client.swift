@@ -1,0 +1,302 @@
+// An S3 client over libcurl's easy interface, for the object-store backend of issue 12: SigV4
+// signing by libcurl itself (`CURLOPT_AWS_SIGV4`, libcurl 7.75+), the body's SHA-256 sent as
+// `x-amz-content-sha256` (libcurl 7.88 does not send it, and the server then checks every upload
+// against it), conditional PUT with `If-None-Match: *` (412 = the key exists: dedup across hosts
+// without a read first). Facts: ../shared/notes/s3-ceph.md; API: the Amazon S3 API reference
+// (PutObject, GetObject, HeadObject, ListObjectsV2). Synchronous; one client per thread.
+import CCurl
+import Foundation
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+import TileSpoolCore
+
+/// Where and how to reach an S3-compatible store. Credentials are never logged or written.
+public struct S3Config: Sendable {
+    /// The endpoint, e.g. `http://127.0.0.1:7480` or `https://s3.eu-west-1.amazonaws.com`; no trailing slash.
+    public var endpoint: String
+    public var bucket: String
+    /// Key prefix inside the bucket (no leading or trailing slash; may be empty).
+    public var prefix: String
+    /// The SigV4 region (`AWS_REGION`, default `us-east-1`).
+    public var region: String
+    public var accessKeyID: String
+    public var secretAccessKey: String
+    /// `AWS_SESSION_TOKEN`, sent as `x-amz-security-token`.
+    public var sessionToken: String?
+    /// Path-style URLs (`endpoint/bucket/key`) instead of virtual-hosted ones (`bucket.endpoint/key`).
+    public var pathStyle: Bool
+
+    public init(endpoint: String, bucket: String, prefix: String = "", region: String = "us-east-1",
+                accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil, pathStyle: Bool = true) {
+        self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
+        self.bucket = bucket
+        self.prefix = prefix.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+        self.region = region; self.accessKeyID = accessKeyID; self.secretAccessKey = secretAccessKey
+        self.sessionToken = sessionToken; self.pathStyle = pathStyle
+    }
+
+    /// Parses `s3://BUCKET[/PREFIX]` and takes the endpoint and credentials the way AWS tools do:
+    /// `endpoint` (else `AWS_ENDPOINT_URL`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`, `AWS_REGION` (default `us-east-1`).
+    /// - Throws: `S3Error` naming what is missing or malformed.
+    public static func from(url: String, endpoint: String?, environment: [String: String], pathStyle: Bool = true) throws(S3Error) -> S3Config {
+        guard url.hasPrefix("s3://") else { throw S3Error(message: "a store in S3 is named s3://BUCKET[/PREFIX], not \(url)") }
+        let rest = url.dropFirst(5)
+        let bucket = String(rest.prefix { $0 != "/" })
+        guard !bucket.isEmpty else { throw S3Error(message: "\(url): no bucket name") }
+        let prefix = String(rest.dropFirst(bucket.count))
+        guard let ep = endpoint ?? environment["AWS_ENDPOINT_URL"], ep.hasPrefix("http://") || ep.hasPrefix("https://") else {
+            throw S3Error(message: "no S3 endpoint: give --s3-endpoint URL or set AWS_ENDPOINT_URL (http:// or https://)")
+        }
+        guard let key = environment["AWS_ACCESS_KEY_ID"], !key.isEmpty,
+              let secret = environment["AWS_SECRET_ACCESS_KEY"], !secret.isEmpty else {
+            throw S3Error(message: "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        }
+        return S3Config(endpoint: ep, bucket: bucket, prefix: prefix, region: environment["AWS_REGION"] ?? "us-east-1",
+                        accessKeyID: key, secretAccessKey: secret, sessionToken: environment["AWS_SESSION_TOKEN"], pathStyle: pathStyle)
+    }
+}
+
+/// An S3 request that did not succeed: the HTTP status (0 when no answer came), the S3 error code
+/// from the XML body (`SignatureDoesNotMatch`, `NoSuchBucket`, `XAmzContentSHA256Mismatch`, ...)
+/// and a message for people. Never contains the secret.
+public struct S3Error: Error, Sendable, CustomStringConvertible {
+    public var status = 0
+    public var code = ""
+    public var message: String
+    public var description: String { status > 0 ? "S3 \(status) \(code): \(message)" : "S3: \(message)" }
+    /// True when retrying cannot help: the credentials, the bucket or the request are wrong.
+    public var isPermanent: Bool { status == 400 || status == 401 || status == 403 || status == 404 }
+}
+
+/// One object of a listing: its key (without the config's prefix), size in bytes and
+/// `LastModified` (seconds since 1970).
+public struct S3Object: Sendable, Equatable {
+    public var key: String
+    public var size: Int
+    public var lastModified: Double
+}
+
+/// What a conditional PUT did.
+public enum S3PutOutcome: Sendable, Equatable {
+    /// The object was written.
+    case created
+    /// The key already existed (412 to `If-None-Match: *`): nothing was written.
+    case alreadyExists
+}
+
+/// Synchronous S3 operations on one bucket and prefix. Not thread-safe: one client per thread.
+public final class S3Client: @unchecked Sendable {
+    public let config: S3Config
+    private let easy: UnsafeMutableRawPointer
+    /// Seconds allowed for one request (connect included).
+    public var timeout: Double = 30
+
+    public init(config: S3Config) {
+        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        self.config = config
+        easy = curl_easy_init()!
+    }
+    deinit { curl_easy_cleanup(easy) }
+
+    /// The URL of `key` (under the prefix), or of the bucket with a query when `key` is nil.
+    func url(_ key: String?, query: String = "") -> String {
+        var path = ""
+        if let key { path = "/" + S3Client.encodePath((config.prefix.isEmpty ? "" : config.prefix + "/") + key) }
+        if config.pathStyle { return "\(config.endpoint)/\(config.bucket)\(path.isEmpty ? "/" : path)\(query)" }
+        let scheme = config.endpoint.hasPrefix("https://") ? "https://" : "http://"
+        return scheme + config.bucket + "." + config.endpoint.dropFirst(scheme.count) + (path.isEmpty ? "/" : path) + query
+    }
+
+    /// Percent-encodes a key for the URL path (RFC 3986 unreserved and `/` kept), as SigV4's
+    /// canonical URI expects.
+    static func encodePath(_ s: String) -> String {
+        var out = ""
+        for b in s.utf8 {
+            switch b {
+            case 0x41...0x5A, 0x61...0x7A, 0x30...0x39, 0x2D, 0x2E, 0x5F, 0x7E, 0x2F: out.unicodeScalars.append(UnicodeScalar(b))
+            default: out += String(format: "%%%02X", b)
+            }
+        }
+        return out
+    }
+
+    /// Writes `body` under `key`. With `ifNoneMatch`, only when the key does not exist yet.
+    /// - Returns: `.created`, or `.alreadyExists` for a 412.
+    /// - Throws: `S3Error` for any other answer or no answer.
+    /// `declaredSHA256` replaces the body's own hash in `x-amz-content-sha256` (tests use it to send
+    /// a body that does not match, as one damaged in flight would).
+    @discardableResult
+    public func put(_ key: String, _ body: Data, ifNoneMatch: Bool = false, declaredSHA256: String? = nil) throws(S3Error) -> S3PutOutcome {
+        let r = try perform("PUT", url(key), body: body, headers: ifNoneMatch ? ["If-None-Match: *"] : [], contentSHA256: declaredSHA256)
+        if r.status == 412 && ifNoneMatch { return .alreadyExists }
+        guard (200...299).contains(r.status) else { throw S3Client.error(r) }
+        return .created
+    }
+
+    /// The object under `key`, or nil when there is none (404).
+    /// - Throws: `S3Error` for any other failure.
+    public func get(_ key: String) throws(S3Error) -> Data? {
+        let r = try perform("GET", url(key), body: nil, headers: [])
+        if r.status == 404 { return nil }
+        guard r.status == 200 else { throw S3Client.error(r) }
+        return r.body
+    }
+
+    /// Removes `key` (S3 answers 204 whether or not it existed).
+    /// - Throws: `S3Error` when the server refuses.
+    public func delete(_ key: String) throws(S3Error) {
+        let r = try perform("DELETE", url(key), body: nil, headers: [])
+        guard (200...299).contains(r.status) || r.status == 404 else { throw S3Client.error(r) }
+    }
+
+    /// Every object whose key starts with `prefix` (under the config's prefix), following
+    /// continuation tokens (ListObjectsV2, 1,000 keys a page).
+    /// - Throws: `S3Error` when a page is refused or cannot be parsed.
+    public func list(prefix: String) throws(S3Error) -> [S3Object] {
+        let full = (config.prefix.isEmpty ? "" : config.prefix + "/") + prefix
+        var objects: [S3Object] = []
+        var token: String?
+        repeat {
+            // Parameters in SigV4's canonical (sorted) order: libcurl 7.88 signs the query as given.
+            var q = "?"
+            if let token { q += "continuation-token=" + S3Client.encodeQuery(token) + "&" }
+            q += "list-type=2&prefix=" + S3Client.encodeQuery(full)
+            let r = try perform("GET", url(nil, query: q), body: nil, headers: [])
+            guard r.status == 200 else { throw S3Client.error(r) }
+            let page = ListingParser(data: r.body, strip: config.prefix.isEmpty ? "" : config.prefix + "/")
+            guard page.ok else { throw S3Error(status: r.status, message: "cannot parse the ListObjectsV2 answer") }
+            objects += page.objects
+            token = page.truncated ? page.nextToken : nil
+        } while token != nil
+        return objects
+    }
+
+    static func encodeQuery(_ s: String) -> String {
+        encodePath(s).replacingOccurrences(of: "/", with: "%2F")
+    }
+
+    private struct Response { var status: Int; var body: Data }
+
+    /// One signed request. The body's SHA-256 (or that of no body) goes in `x-amz-content-sha256`,
+    /// which libcurl then signs with the other `x-amz-*` headers.
+    private func perform(_ method: String, _ url: String, body: Data?, headers extra: [String], contentSHA256: String? = nil) throws(S3Error) -> Response {
+        curl_easy_reset(easy)
+        let sink = BodySink()
+        tilespool_easy_setopt_string(easy, CURLOPT_URL, url)
+        tilespool_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+        tilespool_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        tilespool_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        tilespool_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1)
+        tilespool_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(timeout * 1000))
+        tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(timeout, 10) * 1000))
+        tilespool_easy_setopt_string(easy, CURLOPT_AWS_SIGV4, "aws:amz:\(config.region):s3")
+        tilespool_easy_setopt_string(easy, CURLOPT_USERNAME, config.accessKeyID)
+        tilespool_easy_setopt_string(easy, CURLOPT_PASSWORD, config.secretAccessKey)
+        tilespool_easy_setopt_write_cb(easy, CURLOPT_WRITEFUNCTION, s3WriteBody)
+        tilespool_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, Unmanaged.passUnretained(sink).toOpaque())
+        if method == "HEAD" { tilespool_easy_setopt_long(easy, CURLOPT_NOBODY, 1) }
+        var list: UnsafeMutablePointer<curl_slist>?
+        defer { if let list { curl_slist_free_all(list) } }
+        let hash = contentSHA256 ?? SHA256.hex(body ?? Data())
+        // Every header given here is signed by libcurl, so none may be a removal (`Expect:`), which
+        // would be signed but not sent. (A PUT from memory sends no `Expect: 100-continue` below 1 MiB.)
+        for h in ["x-amz-content-sha256: \(hash)"] + (body == nil ? [] : ["Content-Type: application/octet-stream"]) + extra
+            + (config.sessionToken.map { ["x-amz-security-token: \($0)"] } ?? []) {
+            list = curl_slist_append(list, h)
+        }
+        tilespool_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list)
+        if let body {
+            tilespool_easy_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
+            body.withUnsafeBytes { raw in
+                _ = tilespool_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!))
+            }
+        }
+        let code = curl_easy_perform(easy)
+        guard code == CURLE_OK else {
+            throw S3Error(message: "\(String(cString: curl_easy_strerror(code))) (\(config.endpoint))")
+        }
+        var status = 0
+        tilespool_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        return Response(status: status, body: sink.data)
+    }
+
+    /// The error of a refused request: S3's `<Error><Code>` and `<Message>` when the body has them.
+    private static func error(_ r: Response) -> S3Error {
+        let p = ErrorParser(data: r.body)
+        return S3Error(status: r.status, code: p.code, message: p.message.isEmpty ? "HTTP \(r.status)" : p.message)
+    }
+}
+
+final class BodySink { var data = Data() }
+
+private func s3WriteBody(_ ptr: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb: Int, _ user: UnsafeMutableRawPointer?) -> Int {
+    guard let user, let ptr else { return 0 }
+    let sink = Unmanaged<BodySink>.fromOpaque(user).takeUnretainedValue()
+    sink.data.append(UnsafeRawPointer(ptr).assumingMemoryBound(to: UInt8.self), count: size * nmemb)
+    return size * nmemb
+}
+
+/// Reads S3's XML error document (`<Error><Code>..</Code><Message>..</Message></Error>`).
+private final class ErrorParser: NSObject, XMLParserDelegate {
+    var code = "", message = ""
+    private var text = ""
+    init(data: Data) {
+        super.init()
+        let p = XMLParser(data: data)
+        p.delegate = self
+        _ = p.parse()
+    }
+    func parser(_ parser: XMLParser, didStartElement e: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) { text = "" }
+    func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
+    func parser(_ parser: XMLParser, didEndElement e: String, namespaceURI: String?, qualifiedName: String?) {
+        if e == "Code" { code = text } else if e == "Message" { message = text }
+    }
+}
+
+/// Reads one ListObjectsV2 page (`<Contents><Key>, <Size>, <LastModified>`, `<IsTruncated>`,
+/// `<NextContinuationToken>`).
+private final class ListingParser: NSObject, XMLParserDelegate {
+    var objects: [S3Object] = []
+    var truncated = false
+    var nextToken: String?
+    var ok = false
+    private var text = ""
+    private var current: S3Object?
+    private let strip: String
+    init(data: Data, strip: String) {
+        self.strip = strip
+        super.init()
+        let p = XMLParser(data: data)
+        p.delegate = self
+        ok = p.parse()
+    }
+    func parser(_ parser: XMLParser, didStartElement e: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
+        text = ""
+        if e == "Contents" { current = S3Object(key: "", size: 0, lastModified: 0) }
+    }
+    func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
+    func parser(_ parser: XMLParser, didEndElement e: String, namespaceURI: String?, qualifiedName: String?) {
+        switch e {
+        case "Key": current?.key = text.hasPrefix(strip) ? String(text.dropFirst(strip.count)) : text
+        case "Size": current?.size = Int(text) ?? 0
+        case "LastModified": current?.lastModified = S3Time.parse(text) ?? 0
+        case "Contents": if let c = current { objects.append(c) }; current = nil
+        case "IsTruncated": truncated = text == "true"
+        case "NextContinuationToken": nextToken = text
+        default: break
+        }
+    }
+}
+
+/// ISO 8601 times as S3 writes them (`2026-12-02T06:00:00.000Z`).
+enum S3Time {
+    static func parse(_ s: String) -> Double? {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let d = f.date(from: s) { return d.timeIntervalSince1970 }
+        f.formatOptions = [.withInternetDateTime]
+        return f.date(from: s)?.timeIntervalSince1970
+    }
+}
