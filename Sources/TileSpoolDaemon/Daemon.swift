@@ -36,6 +36,18 @@ public struct DaemonOptions: Sendable {
     /// request's `refreshAfter` wins over it.
     public var refreshInterval: Double?
     public var http = HTTPOptions()
+    /// `--metrics-file`: the Prometheus text file written every `metricsInterval` seconds (nil: none).
+    public var metricsFile: String?
+    public var metricsInterval = 5.0
+    /// `--on-state-change`: an executable run on every state change (nil: none), killed after
+    /// `hookTimeout` seconds.
+    public var onStateChange: String?
+    public var hookTimeout = 30.0
+    /// `--max-store-bytes`: the store quota (nil: none).
+    public var maxStoreBytes: Int?
+    /// `--events-max-bytes` (0: never rotate) and `--events-keep`.
+    public var eventsMaxBytes = 64 << 20
+    public var eventsKeep = 5
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
 }
 
@@ -68,6 +80,8 @@ public final class Daemon {
     let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)
     let exportMailbox = ExportMailbox()
     var exportGeneration = 0
+    /// Metrics, hooks and background scans (Operations.swift).
+    let ops = Operations()
 
     /// Opens the spool and store, takes the spool lock, and loads the regions already known.
     /// - Throws: `SystemError` when the lock is held (EWOULDBLOCK) or a folder cannot be made.
@@ -84,7 +98,15 @@ public final class Daemon {
         signals = try SignalFD()
         try watcher.watch(layout.requests)
         try watcher.watch(layout.control)
+        status.eventsMaxBytes = options.eventsMaxBytes
+        status.eventsKeep = options.eventsKeep
+        store.maxBytes = options.maxStoreBytes
         cleanTemporaryFiles()
+        if options.maxStoreBytes != nil || options.metricsFile != nil {
+            // Once, before the first download, so the quota holds from the first object.
+            store.setUsage(ObjectStore.measure(root: store.root), addedAtStart: store.added)
+            ops.lastStoreMeasure = Daemon.now()
+        }
         loadRegions()
     }
 
@@ -111,7 +133,7 @@ public final class Daemon {
         for id in Files.list(store.regionsDir) where RequestValidator.isValidID(id) {
             let files = RegionFiles(dir: store.regionDir(id))
             guard let request = try? files.loadRequest() else {
-                Log.error("\(id): store/regions/\(id)/request.json is missing or invalid; region skipped (delete it to clean up)")
+                Log.error("store/regions/\(id)/request.json is missing or invalid; region skipped (delete it to clean up)", region: id)
                 if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
                     var failed = st
                     failed.state = .failed
@@ -128,6 +150,10 @@ public final class Daemon {
             r.progress = st?.progress ?? RegionProgress()
             r.error = st?.error
             r.exports = st?.exports
+            r.startedAt = st?.startedAt
+            r.completedAt = st?.completedAt
+            r.stateChangedAt = st?.stateChangedAt
+            r.uniqueBytes = st?.uniqueBytes
             loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0)))
         }
         for (r, _) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
@@ -158,7 +184,7 @@ public final class Daemon {
                 return
             }
         } catch {
-            Log.error("\(r.id): cannot finish the refresh's swap: \(error)")
+            Log.error("cannot finish the refresh's swap: \(error)", region: r.id)
             return
         }
         guard r.files.refreshUnderWay() != nil else { return }
@@ -196,7 +222,9 @@ public final class Daemon {
             if pendingCount >= options.syncBatch || (pendingCount > 0 && (now - lastSync >= options.syncInterval || aRegionHasNothingLeftToFetch())) {
                 commit()
             }
-            for r in live.values where r.statusDirty && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
+            for r in live.values where (r.statusDirty || r.state == .downloading && now - r.lastStatusWrite >= Daemon.rateRefresh)
+                && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
+            operationsTick(now: now)
             if now - lastRescan >= Daemon.rescanInterval {
                 lastRescan = now
                 try? layout.create()      // a removed folder comes back
@@ -217,17 +245,27 @@ public final class Daemon {
         }
         commit()
         for r in regions.values where r.statusDirty { writeStatus(r) }
+        if options.metricsFile != nil { writeMetrics(now: Daemon.now()) }
     }
 
     /// Changes a region's state, writes its status at once, and appends to events.jsonl.
     func setState(_ r: Region, _ next: RegionState, note: String? = nil, extra: [String: Any] = [:]) {
+        let previous = r.state
         r.state = next
+        r.stateChangedAt = Date()
+        if next == .downloading {
+            if r.startedAt == nil { r.startedAt = r.stateChangedAt }
+            r.rates.reset()
+        }
+        if next == .completed { r.completedAt = r.stateChangedAt }
         // The event first: whoever sees the new state in the status file finds its event too.
         var fields = extra
         if let note { fields["note"] = note }
         status.event(id: r.id, state: next.rawValue, error: r.error, extra: fields)
         writeStatus(r)
-        Log.info("\(r.id): \(next.rawValue)" + (r.error.map { " (\($0.code.rawValue): \($0.message))" } ?? ""))
+        Log.info("state change", region: r.id, state: next.rawValue,
+                 (note.map { [("note", $0)] } ?? []) + (r.error.map { [("code", $0.code.rawValue), ("error", $0.message)] } ?? []))
+        runHook(id: r.id, state: next.rawValue, previous: previous.rawValue)
     }
 
     func writeStatus(_ r: Region) {
@@ -235,7 +273,18 @@ public final class Daemon {
                               request: r.request.redactedJSONObject, context: r.request.context)
         st.exports = r.exports
         st.refreshing = r.refreshing
-        do { try status.write(st) } catch { Log.error("\(r.id): cannot write status: \(error)") }
+        st.startedAt = r.startedAt
+        st.completedAt = r.completedAt
+        st.stateChangedAt = r.stateChangedAt
+        st.uniqueBytes = r.uniqueBytes
+        if r.state == .downloading {
+            r.rates.add(time: Daemon.now(), progress: r.progress)
+            let rates = r.rates.rates
+            st.tilesPerSecond = rates?.tilesPerSecond
+            st.bytesPerSecond = rates?.bytesPerSecond
+            st.etaSeconds = RateWindow.eta(r.progress, rates)
+        }
+        do { try status.write(st) } catch { Log.error("cannot write status: \(error)", region: r.id) }
         r.statusDirty = false
         r.lastStatusWrite = Daemon.now()
         updateLive(r)

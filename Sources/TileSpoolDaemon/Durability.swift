@@ -53,6 +53,8 @@ extension Daemon {
             return
         }
         pendingCount = 0
+        ops.lastCommit = Date()
+        ops.committedSinceUnique = true
         for r in Array(live.values) {
             guard let d = r.download, !d.pending.isEmpty else { continue }
             let batch = d.pending
@@ -89,11 +91,11 @@ extension Daemon {
                 try store.sync()
                 try d.files.appendToManifest(recovered.map(\.1))
             } catch {
-                Log.error("\(r.id): cannot recover the journal: \(error)")
+                Log.error("cannot recover the journal: \(error)", region: r.id)
                 return error
             }
             for (i, l) in recovered { d.done[i] = true; count(l, d, into: &r.progress) }
-            Log.info("\(r.id): recovered \(recovered.count) resources from the journal")
+            Log.info("recovered \(recovered.count) resources from the journal", region: r.id)
         }
         d.files.clearJournal()
         return nil

@@ -69,9 +69,9 @@ extension Daemon {
             status.event(id: id, state: r.state.rawValue, error: nil, extra: ["export": entry])
             writeStatus(r)
             if failed {
-                Log.error("\(id): \(what): \((entry["error"] as? [String: Any])?["message"] ?? "")")
+                Log.error("\(what): \((entry["error"] as? [String: Any])?["message"] ?? "")", region: id, state: r.state.rawValue)
             } else {
-                Log.info("\(id): \(what) to \(entry["path"] ?? "") (\(entry["tiles"] ?? 0) tiles, \(entry["bytes"] ?? 0) bytes)")
+                Log.info("\(what) to \(entry["path"] ?? "") (\(entry["tiles"] ?? 0) tiles, \(entry["bytes"] ?? 0) bytes)", region: id, state: r.state.rawValue)
             }
         }
     }

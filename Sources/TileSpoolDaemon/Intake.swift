@@ -48,7 +48,7 @@ extension Daemon {
 
     /// Moves a refused file to `rejected/` and writes `rejected/<name>.error`.
     func reject(path: String, name: String, reason: String) {
-        Log.error("rejected \(name): \(reason)")
+        Log.error("rejected \(name): \(reason)", [("file", name)])
         let stored = SpoolLayout.rejectedName(name)
         let dest = layout.rejected + "/" + stored
         Files.remove(dest)
@@ -108,7 +108,7 @@ extension Daemon {
                 existing.request = request
             }
             Files.remove(path)
-            Log.info("\(request.id): \(name) asks for what the region has: refreshing it")
+            Log.info("\(name) asks for what the region has: refreshing it", region: request.id, [("file", name)])
             apply(.refresh, to: existing)
             return
         }
@@ -151,7 +151,7 @@ extension Daemon {
             r.progress.resourcesExpectedIsPrecise = true
         }
         Files.remove(path)
-        Log.info("\(r.id): accepted \(name)")
+        Log.info("accepted \(name)", region: r.id, [("file", name)])
         setState(r, .queued)
     }
 
@@ -175,7 +175,9 @@ extension Daemon {
                 Files.removeTree(store.regionDir(id))
                 status.remove(id: id)
                 status.event(id: id, state: "deleted", error: nil, extra: ["action": "delete"])
-                Log.info("\(id): deleted (status only)")
+                Log.info("deleted (status only)", region: id, state: "deleted")
+                runHook(id: id, state: "deleted", previous: nil)
+                ops.uniqueWanted = true
                 return
             }
             reject(path: path, name: name, reason: "no region with id '\(id)'")
@@ -211,7 +213,7 @@ extension Daemon {
     func apply(_ action: RegionAction, to r: Region, maxAge: Double? = nil) {
         switch RegionStateMachine.apply(action, to: r.state, refreshing: r.refreshing) {
         case .ignored(let why):
-            Log.info("\(r.id): \(action.rawValue) ignored: \(why)")
+            Log.info("\(action.rawValue) ignored: \(why)", region: r.id, state: r.state.rawValue, [("action", action.rawValue)])
             status.event(id: r.id, state: r.state.rawValue, error: r.error, extra: ["action": action.rawValue, "ignored": why])
         case .delete:
             stopDownload(r, commitPending: false)
@@ -220,7 +222,9 @@ extension Daemon {
             Files.removeTree(r.files.dir)
             status.remove(id: r.id)
             status.event(id: r.id, state: "deleted", error: nil, extra: ["action": "delete"])
-            Log.info("\(r.id): deleted")
+            Log.info("deleted", region: r.id, state: "deleted")
+            runHook(id: r.id, state: "deleted", previous: r.state.rawValue)
+            ops.uniqueWanted = true
         case .to where action == .refresh:
             beginRefresh(r, maxAge: maxAge, note: action.rawValue)
         case .to(let next) where r.refreshing && next == .completed:

@@ -64,6 +64,13 @@ final class Region {
     var lastRefreshStart: Double?
     /// The progress of the pack when its refresh started, put back if the refresh does not complete.
     var progressBeforeRefresh: RegionProgress?
+    /// Progress samples of the current download (rates and ETA in the status).
+    var rates = RateWindow()
+    /// See `RegionStatus.startedAt`, `completedAt`, `stateChangedAt`, `uniqueBytes`.
+    var startedAt: Date?
+    var completedAt: Date?
+    var stateChangedAt: Date?
+    var uniqueBytes: Int?
 
     init(id: String, request: RegionRequest, state: RegionState, files: RegionFiles, arrival: Int) {
         self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival

@@ -117,7 +117,7 @@ extension Daemon {
         p.resourcesExpectedIsPrecise = true
         r.progress = p
         r.statusDirty = true
-        Log.info("\(r.id): planned \(plan.count) resources (\(plan.tileCount) tiles)")
+        Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
         finishIfDone(r, d)
     }
 
@@ -222,6 +222,7 @@ extension Daemon {
     }
 
     func handle(_ res: TransferResult) {
+        countRequest(res)
         guard let (id, item) = transfers.removeValue(forKey: res.tag), let r = regions[id] else { return }
         guard let item else { probeAnswered(r, res); return }
         guard let d = r.download, let fetch = d.inFlight.removeValue(forKey: res.tag) else { return }
@@ -237,7 +238,7 @@ extension Daemon {
                     self.networkLost(r, url: url, why: why)
                 })
             case .badResponse(let why):
-                Log.error("\(r.id): \(Redaction.redact(url)): \(why)")
+                Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: url)
                 retry(r, d, item, after: nil, exhausted: {
                     self.fail(r, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
                 })
@@ -321,6 +322,7 @@ extension Daemon {
         let n = (d.attempts[item] ?? 0) + 1
         d.attempts[item] = n
         if n > options.maxRetries { exhausted(); return }
+        ops.retries += 1
         let backoff = min(options.retryDelay * pow(2, Double(n - 1)), options.maxRetryDelay)
         let delay = max(after.map { min($0, 300) } ?? 0, backoff * Double.random(in: 0.75...1.0))
         d.retries.append((Daemon.now() + delay, item))
@@ -362,6 +364,9 @@ extension Daemon {
         let sys = error as? SystemError
         stopDownload(r, commitPending: commitPending)
         r.error = RegionError(code: .storageError, message: sys?.description ?? "\(error)")
+        if let sys, sys.operation == "quota", let q = store.maxBytes {
+            r.error = RegionError(code: .storageError, message: "store quota reached: the next object would take the store past --max-store-bytes \(q) (the store holds \(store.usage?.bytes ?? 0) bytes); free space (delete regions, then gc) or raise the quota, then resume")
+        }
         switch RegionStateMachine.apply(sys?.isStorageFailure == true ? .storageFailed : .fail, to: r.state, refreshing: r.refreshing) {
         case .to(let next) where r.refreshing && next == .completed: abandonRefresh(r, "failed")
         case .to(let next): setState(r, next)
@@ -377,6 +382,7 @@ extension Daemon {
         guard case .to(let next) = RegionStateMachine.apply(.finish, to: r.state, refreshing: r.refreshing) else { return }
         if r.refreshing { finishRefresh(r, d); return }
         setState(r, next)
+        ops.uniqueWanted = true
         if next == .completed && !r.request.exports.isEmpty { startExports(r) }
     }
 
@@ -387,7 +393,7 @@ extension Daemon {
     /// - Parameter maxAge: seconds (only resources fetched at least that long ago are checked), or nil.
     func beginRefresh(_ r: Region, maxAge: Double?, note: String) {
         do { try r.files.beginRefresh(maxAge: maxAge) } catch {
-            Log.error("\(r.id): cannot start a refresh: \(error)")
+            Log.error("cannot start a refresh: \(error)", region: r.id)
             r.error = RegionError(code: .storageError, message: "cannot start a refresh: \(error)")
             setState(r, .completed, note: note, extra: ["refresh": "failed"])
             return

@@ -63,7 +63,7 @@ extension Daemon {
             var st = stat()
             guard stat(r.files.manifestPath, &st) == 0, now - Double(st.st_mtim.tv_sec) >= interval else { continue }
             if let last = r.lastRefreshStart, Daemon.now() - last < interval { continue }
-            Log.info("\(r.id): refresh due (every \(Int(interval)) s)")
+            Log.info("refresh due (every \(Int(interval)) s)", region: r.id, state: r.state.rawValue)
             apply(.refresh, to: r, maxAge: interval)
         }
     }

@@ -67,6 +67,20 @@ public struct RegionStatus: @unchecked Sendable {
     /// True while a refresh of the region is under way (docs/refresh.md): the region is `queued`,
     /// `downloading` or `pausedUser`, and its previous pack stays usable until the refresh completes.
     public var refreshing = false
+    /// While `downloading`: tiles and bytes per second over the last seconds (`RateWindow`), and
+    /// the seconds left at that rate; nil (JSON null) otherwise, and `etaSeconds` stays null until
+    /// it is meaningful (exact plan, a few seconds of samples, something moving).
+    public var tilesPerSecond: Double?
+    public var bytesPerSecond: Double?
+    public var etaSeconds: Double?
+    /// When the region first went `downloading` (kept across pauses and restarts), when it went
+    /// `completed`, and when it entered its current state (what `tilespool prune` ages by).
+    public var startedAt: Date?
+    public var completedAt: Date?
+    public var stateChangedAt: Date?
+    /// Bytes of the objects that only this region's manifest references (what deleting it and
+    /// running gc would free); nil until the daemon first worked it out.
+    public var uniqueBytes: Int?
 
     public init(id: String, state: RegionState, progress: RegionProgress, error: RegionError?, request: [String: Any]?, context: Any, updatedAt: Date = Date()) {
         self.id = id; self.state = state; self.progress = progress; self.error = error
@@ -75,9 +89,19 @@ public struct RegionStatus: @unchecked Sendable {
 
     /// The JSON object of `<id>.json`.
     public var jsonObject: [String: Any] {
-        ["id": id, "state": state.rawValue, "progress": progress.jsonObject,
-         "error": error?.jsonObject ?? NSNull(), "request": request ?? NSNull(), "context": context,
-         "updatedAt": Timestamp.iso8601(updatedAt), "refreshing": refreshing].merging(exports.map { ["exports": $0] } ?? [:]) { a, _ in a }
+        var o: [String: Any] = ["id": id, "state": state.rawValue, "progress": progress.jsonObject,
+                                "error": error?.jsonObject ?? NSNull(), "request": request ?? NSNull(), "context": context,
+                                "updatedAt": Timestamp.iso8601(updatedAt), "refreshing": refreshing]
+        let null = NSNull()
+        o["tilesPerSecond"] = tilesPerSecond.map { ($0 * 100).rounded() / 100 } ?? null
+        o["bytesPerSecond"] = bytesPerSecond.map { $0.rounded() } ?? null
+        o["etaSeconds"] = etaSeconds ?? null
+        o["startedAt"] = startedAt.map(Timestamp.iso8601) ?? null
+        o["completedAt"] = completedAt.map(Timestamp.iso8601) ?? null
+        o["stateChangedAt"] = stateChangedAt.map(Timestamp.iso8601) ?? null
+        o["uniqueBytes"] = uniqueBytes ?? null
+        if let exports { o["exports"] = exports }
+        return o
     }
 
     /// Reads a status written by `jsonObject`; nil when it is not one.
@@ -89,6 +113,13 @@ public struct RegionStatus: @unchecked Sendable {
                   updatedAt: (o["updatedAt"] as? String).flatMap(Timestamp.parse) ?? Date(timeIntervalSince1970: 0))
         exports = o["exports"] as? [[String: Any]]
         refreshing = o["refreshing"] as? Bool ?? false
+        tilesPerSecond = (o["tilesPerSecond"] as? NSNumber)?.doubleValue
+        bytesPerSecond = (o["bytesPerSecond"] as? NSNumber)?.doubleValue
+        etaSeconds = (o["etaSeconds"] as? NSNumber)?.doubleValue
+        startedAt = (o["startedAt"] as? String).flatMap(Timestamp.parse)
+        completedAt = (o["completedAt"] as? String).flatMap(Timestamp.parse)
+        stateChangedAt = (o["stateChangedAt"] as? String).flatMap(Timestamp.parse)
+        uniqueBytes = o["uniqueBytes"].flatMap(JSONKind.integer)
     }
 }
 
@@ -116,6 +147,12 @@ public enum Timestamp {
 /// atomically (temp file in `status/`, then rename); events are appended with one `write` each.
 public final class StatusWriter: @unchecked Sendable {
     public let layout: SpoolLayout
+    /// When appending an event would make `events.jsonl` larger than this many bytes, it is first
+    /// renamed to `events.jsonl.1` (`.1` to `.2`, ..., the oldest beyond `eventsKeep` removed), so
+    /// each file stays at or under the limit (a single longer line aside). 0: never rotate.
+    public var eventsMaxBytes = 0
+    /// Rotated files kept (`events.jsonl.1` ... `events.jsonl.N`); 0 keeps none.
+    public var eventsKeep = 5
     public init(layout: SpoolLayout) { self.layout = layout }
 
     /// Writes `<id>.json`, then `<id>.state`.
@@ -135,7 +172,17 @@ public final class StatusWriter: @unchecked Sendable {
         for (k, v) in extra { o[k] = v }
         var line = JSONKind.serialize(o)
         line.append(0x0A)
+        if eventsMaxBytes > 0, let size = Files.size(layout.events), size > 0, size + line.count > eventsMaxBytes { rotateEvents() }
         do { try Files.append(line, to: layout.events) } catch { Log.error("cannot append to \(layout.events): \(error)") }
+    }
+
+    /// `events.jsonl` -> `events.jsonl.1` -> ... -> `events.jsonl.<eventsKeep>` (renames; the
+    /// oldest is removed). Readers holding the old file open keep reading it.
+    func rotateEvents() {
+        let base = layout.events
+        Files.remove("\(base).\(max(eventsKeep, 1))")
+        if eventsKeep > 1 { for n in stride(from: eventsKeep - 1, through: 1, by: -1) { Glibc.rename("\(base).\(n)", "\(base).\(n + 1)") } }
+        if eventsKeep == 0 { Files.remove(base) } else { Glibc.rename(base, base + ".1") }
     }
 
     /// Removes `<id>.json` and `<id>.state`.
@@ -158,18 +205,52 @@ public final class StatusWriter: @unchecked Sendable {
     }
 }
 
-/// Log lines to standard error: `<time> tilespool: <message>`. URLs must be redacted by the caller.
+/// Log entries on standard error, one line each, for journald and log shippers (docs/operations.md):
+///
+///     time=2026-12-02T05:00:00Z level=info region=alps state=downloading msg="state change"
+///
+/// `--log-format logfmt` (the default) writes `key=value` pairs (`LogFmt`) in a stable order:
+/// `time`, `level` (`info`, `warning`, `error`), `region`, `state`, `msg`, then the entry's own
+/// fields, then `url`; `--log-format json` writes the same keys as one JSON object per line. URLs
+/// given as `url:` are redacted here (`Redaction.redact`); URLs inside `message` must be redacted
+/// by the caller. One `write(2)` per entry, so entries from other threads never interleave.
 public enum Log {
-    public static func info(_ message: String) { emit("", message) }
-    public static func error(_ message: String) { emit("error: ", message) }
-    private static func emit(_ level: String, _ message: String) {
-        // One entry, one line: control characters from file names or ids (a newline could forge
-        // an entry, a NUL would cut it) are written as escapes.
-        var text = ""
-        for u in message.unicodeScalars {
-            if u.value < 0x20 && u != "\t" || u.value == 0x7F { text += "\\u{\(String(u.value, radix: 16))}" } else { text.unicodeScalars.append(u) }
+    /// How entries are written.
+    public enum Format: String, Sendable, CaseIterable { case logfmt, json }
+    /// Set once at start-up (`tilespool run --log-format`), before any other thread logs.
+    nonisolated(unsafe) public static var format: Format = .logfmt
+
+    public static func info(_ message: String, region: String? = nil, state: String? = nil, url: String? = nil, _ fields: [(String, Any)] = []) {
+        emit("info", message, region: region, state: state, url: url, fields)
+    }
+    public static func warning(_ message: String, region: String? = nil, state: String? = nil, url: String? = nil, _ fields: [(String, Any)] = []) {
+        emit("warning", message, region: region, state: state, url: url, fields)
+    }
+    public static func error(_ message: String, region: String? = nil, state: String? = nil, url: String? = nil, _ fields: [(String, Any)] = []) {
+        emit("error", message, region: region, state: state, url: url, fields)
+    }
+
+    /// The entry's text with its newline (exposed for tests of the format).
+    public static func entry(level: String, _ message: String, region: String? = nil, state: String? = nil, url: String? = nil,
+                             _ fields: [(String, Any)] = [], time: Date = Date(), format: Format = Log.format) -> String {
+        var all: [(String, Any)] = [("time", Timestamp.iso8601(time)), ("level", level)]
+        if let region { all.append(("region", region)) }
+        if let state { all.append(("state", state)) }
+        all.append(("msg", message))
+        all += fields
+        if let url { all.append(("url", Redaction.redact(url))) }
+        switch format {
+        case .logfmt:
+            return LogFmt.line(all.map { ($0.0, "\($0.1)") }) + "\n"
+        case .json:
+            var o: [String: Any] = [:]
+            for (k, v) in all where o[k] == nil { o[k] = (v is Int || v is Double || v is Bool) ? v : "\(v)" }
+            return String(decoding: JSONKind.serialize(o), as: UTF8.self) + "\n"
         }
-        let line = "\(Timestamp.iso8601(Date())) tilespool: \(level)\(text)\n"
+    }
+
+    private static func emit(_ level: String, _ message: String, region: String?, state: String?, url: String?, _ fields: [(String, Any)]) {
+        let line = entry(level: level, message, region: region, state: state, url: url, fields)
         _ = line.withCString { write(2, $0, strlen($0)) }
     }
 }

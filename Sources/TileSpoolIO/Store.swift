@@ -65,6 +65,14 @@ public final class ObjectStore: @unchecked Sendable {
     public var regionsDir: String { root + "/regions" }
     private var tmpCounter = 0
     private var knownFolders = Set<String>()
+    /// Objects and bytes in `objects/` as far as this process knows: the last `measure` given to
+    /// `setUsage` plus what `put` added since; nil until `setUsage` is called.
+    public private(set) var usage: (objects: Int, bytes: Int)?
+    /// Objects and bytes `put` has written since this store was opened.
+    public private(set) var added: (objects: Int, bytes: Int) = (0, 0)
+    /// The store quota (`--max-store-bytes`): `put` refuses a new object that would take `usage`
+    /// past it. Only enforced once `usage` is known.
+    public var maxBytes: Int?
 
     /// Opens (creating when needed) the store at `root`.
     /// - Throws: `SystemError` when the folders cannot be made.
@@ -93,6 +101,9 @@ public final class ObjectStore: @unchecked Sendable {
         let final = objectPath(sha)
         // Present already: refresh its mtime so a concurrent `gc` sees it as young (docs/gc.md).
         if utimensat(AT_FDCWD, final, nil, 0) == 0 { return (sha, false) }
+        if let m = maxBytes, let u = usage, u.bytes + bytes.count > m {
+            throw SystemError("quota", objectsDir, errno: EDQUOT)
+        }
         let folder = "\(objectsDir)/\(sha.prefix(2))"
         if !knownFolders.contains(folder) {
             try Files.makeDirectories(folder)
@@ -108,7 +119,30 @@ public final class ObjectStore: @unchecked Sendable {
         }
         if Glibc.close(fd) != 0 { let e = SystemError("close", tmp); unlink(tmp); throw e }
         do throws(SystemError) { try Files.rename(tmp, final) } catch { unlink(tmp); throw error }
+        added.objects += 1; added.bytes += bytes.count
+        if let u = usage { usage = (u.objects + 1, u.bytes + bytes.count) }
         return (sha, true)
+    }
+
+    /// Sets `usage` from a `measure` that started when `added` was `addedAtStart`: what `put`
+    /// wrote since then is added on top (an object written during the scan may be counted twice
+    /// until the next measure: the usage errs on the high side, never under the quota).
+    public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {
+        usage = (measured.objects + added.objects - addedAtStart.objects, measured.bytes + added.bytes - addedAtStart.bytes)
+    }
+
+    /// Counts the object files under `<root>/objects/` and sums their sizes (`lstat` each; one
+    /// pass over the folder, safe on any thread).
+    public static func measure(root: String) -> (objects: Int, bytes: Int) {
+        var objects = 0, bytes = 0
+        let dir = root + "/objects"
+        for sub in Files.list(dir) {
+            for name in Files.list(dir + "/" + sub) {
+                guard let n = Files.size(dir + "/" + sub + "/" + name) else { continue }
+                objects += 1; bytes += n
+            }
+        }
+        return (objects, bytes)
     }
 
     /// Stores `data`; see `put(_:)` for the UnsafeRawBufferPointer form.

@@ -95,13 +95,15 @@ watch folder. Drop a request JSON into <spool>/requests/ and read <spool>/status
 
 commands:
   run                      run the daemon in the foreground on the spool
-  status [ID] [--json]     print every region (or one) with state, progress and error
+  status [ID] [--json]     print every region (or one) with state, progress, rate, ETA and error
+                           (--watch: redraw every second until no region is still moving)
   pause ID                 pause a queued or downloading region
   resume ID                resume a paused, failed or cancelled region
   cancel ID                cancel a region (its data stays until delete)
   delete ID                stop a region and remove its status and manifest
   refresh ID [--max-age S] re-check a completed region with conditional requests
   gc                       remove objects no region references (safe beside a running daemon)
+  prune                    delete finished regions older than a duration, and old rejected files
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
   export ID --format F     write a completed region as maplibre, mbtiles, pmtiles or a site
@@ -139,6 +141,19 @@ options:
   --refresh-interval SECONDS      refresh every completed region this long after its last
                                   download or refresh, checking resources at least that old
                                   (default: never; a request's refreshAfter wins)
+  --log-format logfmt|json        log entries as key=value pairs (default) or JSON objects, one per line
+  --metrics-file PATH             write Prometheus metrics to PATH (atomically) for node_exporter's
+                                  textfile collector
+  --metrics-interval SECONDS      how often the metrics file is written (default 5)
+  --on-state-change PATH          run the executable PATH (no shell) on every state change with
+                                  arguments ID STATE STATUS-PATH and TILESPOOL_* variables
+  --hook-timeout SECONDS          kill a hook still running after this long (default 30)
+  --max-store-bytes BYTES         store quota: a download that would pass it goes failedStorage
+  --events-max-bytes BYTES        rotate events.jsonl before it passes this size (default 67108864,
+                                  64 MiB; 0 never rotates)
+  --events-keep N                 rotated files kept, events.jsonl.1 ... events.jsonl.N (default 5)
+
+See docs/operations.md for metrics, hooks, systemd units and retention.
 """
 
 /// Runs the command line; returns the exit status.
@@ -154,13 +169,14 @@ func runCLI(_ argv: [String]) -> Int32 {
         case "status": return try commandStatus(args)
         case "pause", "resume", "cancel", "delete", "refresh": return try commandControl(command, args)
         case "gc": return try commandGC(args)
+        case "prune": return try commandPrune(args)
         case "verify": return try commandVerify(args)
         case "plan": return try commandPlan(args)
         case "export": return try commandExport(args)
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let e as UsageError {
-        let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "verify", "plan", "export"].contains(command)
+        let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "prune", "verify", "plan", "export"].contains(command)
         err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
     } catch {
@@ -173,7 +189,9 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     let valued: Set<String> = commonValued.union(["--max-active-regions", "--max-requests-per-region", "--max-connections",
                                                  "--max-connections-per-host", "--max-tiles", "--max-object-size", "--max-retries",
                                                  "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time",
-                                                 "--sync-interval", "--refresh-interval"])
+                                                 "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
+                                                 "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
+                                                 "--events-keep"])
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
@@ -192,6 +210,26 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime)).rounded(.up))
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
     if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0) }
+    if let f = a.options["--log-format"] {
+        guard let format = Log.Format(rawValue: f) else { throw UsageError("--log-format must be logfmt or json") }
+        Log.format = format
+    }
+    if let m = a.options["--metrics-file"] {
+        guard !m.isEmpty, Files.entryType((m as NSString).deletingLastPathComponent.isEmpty ? "." : (m as NSString).deletingLastPathComponent) == .directory else {
+            throw UsageError("--metrics-file: the folder of \(m) does not exist")
+        }
+        o.metricsFile = m
+    }
+    o.metricsInterval = max(0.1, try a.seconds("--metrics-interval", default: o.metricsInterval))
+    if let h = a.options["--on-state-change"] {
+        guard h.hasPrefix("/") || h.contains("/") else { throw UsageError("--on-state-change needs a path to an executable (no PATH search, no shell)") }
+        guard access(h, X_OK) == 0, Files.entryType(h) != .directory else { throw UsageError("--on-state-change: \(h) is not an executable file") }
+        o.onStateChange = h
+    }
+    o.hookTimeout = try a.seconds("--hook-timeout", default: o.hookTimeout)
+    if a.options["--max-store-bytes"] != nil { o.maxStoreBytes = try a.int("--max-store-bytes", default: 0, range: 1...Int.max) }
+    o.eventsMaxBytes = try a.int("--events-max-bytes", default: o.eventsMaxBytes)
+    o.eventsKeep = try a.int("--events-keep", default: o.eventsKeep, range: 0...1000)
     let daemon: Daemon
     do { daemon = try Daemon(options: o) } catch let e as SystemError where e.operation == "flock" {
         err("tilespool: another daemon is already running on this spool or store (lock \(e.path) is held)")

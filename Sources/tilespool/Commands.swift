@@ -4,33 +4,58 @@ import TileSpoolCore
 import TileSpoolIO
 
 let statusHelp = """
-usage: tilespool status [ID] [--json] [--spool DIR] [--store DIR]
+usage: tilespool status [ID] [--json] [--watch [--interval SECONDS]] [--spool DIR] [--store DIR]
 
 Prints every region (or one) from the status files: state, a progress bar, resource and tile
-counts, bytes and the error. --json prints the status objects as a JSON array (or one object).
+counts, bytes, and while downloading the rate (tiles/s, bytes/s over the last seconds) and the
+ETA; then the error. --json prints the status objects as a JSON array (or one object).
+--watch redraws the display (plain ANSI escapes) every --interval seconds (default 1) until no
+region is queued, downloading or pausedNetwork, then exits 0.
 Exit status 1 when ID has no status.
 """
 
+/// The states the daemon moves on from by itself: `status --watch` waits while any region is in one.
+let movingStates: Set<RegionState> = [.queued, .downloading, .pausedNetwork]
+
 func commandStatus(_ argv: [String]) throws -> Int32 {
-    let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued)
+    let a = try Arguments(argv, flags: commonFlags.union(["--json", "--watch"]), valued: commonValued.union(["--interval"]))
     if a.flags.contains("--help") { out(statusHelp); return 0 }
     guard a.positionals.count <= 1 else { throw UsageError("status takes at most one ID") }
+    if a.flags.contains("--json") && a.flags.contains("--watch") { throw UsageError("--watch and --json do not go together") }
+    let interval = max(0.1, try a.seconds("--interval", default: 1))
     try Locations(a).requireSpool()
     let writer = StatusWriter(layout: Locations(a).layout)
-    var list: [RegionStatus]
-    if let id = a.positionals.first {
-        guard RequestValidator.isValidID(id), let st = writer.read(id: id) else { err("tilespool: no region '\(id)'"); return 1 }
-        list = [st]
-    } else {
-        list = writer.readAll()
+    func load() -> [RegionStatus]? {
+        if let id = a.positionals.first {
+            guard RequestValidator.isValidID(id), let st = writer.read(id: id) else { return nil }
+            return [st]
+        }
+        return writer.readAll()
     }
+    if a.flags.contains("--watch") {
+        while true {
+            guard let list = load() else { err("tilespool: no region '\(a.positionals[0])'"); return 1 }
+            // Home, clear to the end of the screen, then the display.
+            FileHandle.standardOutput.write(Data(("\u{1B}[H\u{1B}[J" + statusText(list) + "\n").utf8))
+            if !list.contains(where: { movingStates.contains($0.state) }) { return 0 }
+            usleep(useconds_t(interval * 1_000_000))
+        }
+    }
+    guard let list = load() else { err("tilespool: no region '\(a.positionals[0])'"); return 1 }
     if a.flags.contains("--json") {
         let objects = list.map(\.jsonObject)
         let doc: Any = a.positionals.isEmpty ? objects : objects[0]
         out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
         return 0
     }
-    if list.isEmpty { out("no regions"); return 0 }
+    out(statusText(list))
+    return 0
+}
+
+/// The lines `tilespool status` prints for `list` (no trailing newline).
+func statusText(_ list: [RegionStatus]) -> String {
+    if list.isEmpty { return "no regions" }
+    var lines: [String] = []
     for st in list {
         let p = st.progress
         let fraction = p.resourcesExpected > 0 ? Double(p.resourcesCompleted) / Double(p.resourcesExpected) : 0
@@ -38,14 +63,29 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
         let filled = min(width, Int(fraction * Double(width)))
         let bar = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"
         var line = "\(st.id)  \(st.state.rawValue)\(st.refreshing ? " (refreshing)" : "")  \(bar) \(String(format: "%5.1f%%", fraction * 100))"
+        if st.state == .downloading {
+            line += "  " + (st.tilesPerSecond.map { String(format: "%.1f tiles/s", $0) } ?? "- tiles/s")
+            line += "  " + (st.bytesPerSecond.map { formatBytes(Int($0)) + "/s" } ?? "- B/s")
+            line += "  ETA " + (st.etaSeconds.map { formatDuration($0) } ?? "-")
+        }
         line += "  resources \(p.resourcesCompleted)/\(p.resourcesExpected)\(p.resourcesExpectedIsPrecise ? "" : "+")"
         line += "  tiles \(p.tilesCompleted)/\(p.tilesExpected)  \(formatBytes(p.bytesCompleted))"
+        if let u = st.uniqueBytes { line += " (\(formatBytes(u)) unique)" }
         if p.resourcesMissing > 0 { line += "  missing \(p.resourcesMissing)" }
         if p.resourcesChecked > 0 { line += "  refresh: \(p.resourcesChanged) changed, \(p.resourcesUnchanged) unchanged" }
         if let e = st.error { line += "\n    error: \(e.code.rawValue): \(e.message)" }
-        out(line)
+        lines.append(line)
     }
-    return 0
+    return lines.joined(separator: "\n")
+}
+
+/// `65` -> `1m05s`, `3700` -> `1h01m40s`, `12` -> `12s`.
+func formatDuration(_ seconds: Double) -> String {
+    let t = Int(seconds.rounded(.up))
+    let h = t / 3600, m = t / 60 % 60, s = t % 60
+    if h > 0 { return String(format: "%dh%02dm%02ds", h, m, s) }
+    if m > 0 { return String(format: "%dm%02ds", m, s) }
+    return "\(s)s"
 }
 
 func formatBytes(_ n: Int) -> String {

@@ -1,0 +1,107 @@
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolIO
+
+let pruneHelp = """
+usage: tilespool prune [--older-than DURATION] [--state LIST] [--rejected-older-than DURATION]
+                       [--dry-run] [--spool DIR] [--store DIR]
+
+Deletes finished regions, for cron or the tilespool-gc timer: every region whose state is in
+LIST (comma-separated; default completed,cancelled,failed; also failedStorage, pausedUser) and
+that entered that state at least DURATION ago (default 0: any age). DURATION is a number with
+s, m, h, d or w (e.g. 7d). When a daemon runs on the spool, prune drops control/<id>.delete for
+each (the daemon is the one writer); otherwise it deletes them itself, holding the daemon's lock.
+It also removes entries of rejected/ (and their .error) put there at least
+--rejected-older-than ago (default 7d). Objects are freed by a later `tilespool gc`.
+--dry-run prints what would be deleted and deletes nothing.
+"""
+
+func commandPrune(_ argv: [String]) throws -> Int32 {
+    let a = try Arguments(argv, flags: commonFlags.union(["--dry-run"]),
+                          valued: commonValued.union(["--older-than", "--state", "--rejected-older-than"]))
+    if a.flags.contains("--help") { out(pruneHelp); return 0 }
+    if !a.positionals.isEmpty { throw UsageError("prune takes no arguments") }
+    func duration(_ name: String, _ d: Double) throws -> Double {
+        guard let s = a.options[name] else { return d }
+        guard let v = DurationText.seconds(s) else { throw UsageError("\(name) must be a duration such as 90s, 15m, 12h, 7d or 2w") }
+        return v
+    }
+    let olderThan = try duration("--older-than", 0)
+    let rejectedOlderThan = try duration("--rejected-older-than", 7 * 86400)
+    let allowed: Set<RegionState> = [.completed, .cancelled, .failed, .failedStorage, .pausedUser]
+    var states: Set<RegionState> = [.completed, .cancelled, .failed]
+    if let list = a.options["--state"] {
+        states = []
+        for word in list.split(separator: ",", omittingEmptySubsequences: false) {
+            guard let st = RegionState(rawValue: String(word)), allowed.contains(st) else {
+                throw UsageError("--state: '\(word)' is not one of \(allowed.map(\.rawValue).sorted().joined(separator: ", "))")
+            }
+            states.insert(st)
+        }
+    }
+    let loc = Locations(a)
+    try loc.requireSpool()
+    let layout = loc.layout
+    let dryRun = a.flags.contains("--dry-run")
+    let writer = StatusWriter(layout: layout)
+    let now = Date()
+    let selected = writer.readAll().filter { st in
+        states.contains(st.state) && now.timeIntervalSince(st.stateChangedAt ?? st.updatedAt) >= olderThan
+    }.map(\.id)
+
+    // The daemon's lock tells whether a daemon runs; holding it keeps one from starting meanwhile.
+    var lock: SpoolLock?
+    var storeLock: SpoolLock?
+    if !dryRun {
+        lock = try takeLock(layout.lock)
+        if lock != nil, Files.entryType(loc.store + "/objects") == .directory {
+            storeLock = try takeLock(loc.store + "/daemon.lock")
+            if storeLock == nil {
+                throw CommandFailure("a daemon of another spool holds the store's lock (\(loc.store)/daemon.lock); prune from that spool")
+            }
+        }
+    }
+    if dryRun {
+        for id in selected { out("would delete \(id)") }
+    } else if lock == nil {
+        try Files.makeDirectories(layout.control)
+        for id in selected {
+            try Files.writeAtomically(Data(), to: "\(layout.control)/\(id).delete")
+            out("delete requested for \(id) (the daemon deletes it)")
+        }
+    } else {
+        for id in selected {
+            Files.removeTree(loc.store + "/regions/" + id)
+            writer.remove(id: id)
+            writer.event(id: id, state: "deleted", error: nil, extra: ["action": "delete", "note": "prune"])
+            out("deleted \(id)")
+        }
+    }
+    _ = storeLock
+    // rejected/: aged by the change time, which the rename into rejected/ sets (the mtime is the
+    // original file's).
+    var rejected = 0
+    for name in Files.list(layout.rejected) where !name.hasPrefix(".") {
+        let path = layout.rejected + "/" + name
+        var st = stat()
+        guard lstat(path, &st) == 0 else { continue }
+        let ctime = Double(st.st_ctim.tv_sec) + Double(st.st_ctim.tv_nsec) / 1e9
+        guard now.timeIntervalSince1970 - ctime >= rejectedOlderThan else { continue }
+        rejected += 1
+        if dryRun { out("would remove rejected/\(name)") } else if Files.entryType(path) == .directory { Files.removeTree(path) } else { Files.remove(path) }
+    }
+    out("prune: \(selected.count) regions \(dryRun ? "would be deleted" : lock == nil ? "sent to the daemon for deletion" : "deleted"), \(rejected) rejected entries \(dryRun ? "would be removed" : "removed")")
+    return 0
+}
+
+/// The lock at `path`, or nil when another process holds it.
+/// - Throws: `SystemError` for any other failure (the folder cannot be written, say).
+func takeLock(_ path: String) throws -> SpoolLock? {
+    let result: Result<SpoolLock, SystemError>
+    do { result = .success(try SpoolLock(path: path)) } catch { result = .failure(error) }
+    switch result {
+    case .success(let l): return l
+    case .failure(let e): if e.errno == EWOULDBLOCK { return nil }; throw e
+    }
+}
