@@ -12,11 +12,14 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <errno.h>
-#include <spawn.h>
 
 static inline int tilespool_errno(void) { return errno; }
 // posix_spawn_file_actions_addclosefrom_np(3) (glibc 2.34+): the child keeps no descriptor from `from` up.
-static inline int tilespool_spawn_closefrom(posix_spawn_file_actions_t *a, int from) { return posix_spawn_file_actions_addclosefrom_np(a, from); }
+// Declared here with a void * (spawn.h declares it only under _GNU_SOURCE, and including spawn.h in
+// this module would clash with the other modules' view of <sys/select.h>); `a` is a
+// posix_spawn_file_actions_t *.
+extern int posix_spawn_file_actions_addclosefrom_np(void *a, int from);
+static inline int tilespool_spawn_closefrom(void *a, int from) { return posix_spawn_file_actions_addclosefrom_np(a, from); }
 static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
 // copy_file_range(2) from the current offsets of both fds: exports append temp files in the kernel.
 static inline ssize_t tilespool_copy_file_range(int in, int out, size_t len) { return copy_file_range(in, NULL, out, NULL, len, 0); }

@@ -41,7 +41,7 @@ public enum Spawn {
             posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
             posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         }
-        tilespool_spawn_closefrom(&actions, 3)
+        withUnsafeMutablePointer(to: &actions) { _ = tilespool_spawn_closefrom(UnsafeMutableRawPointer($0), 3) }
         var attr = posix_spawnattr_t()
         posix_spawnattr_init(&attr)
         defer { posix_spawnattr_destroy(&attr) }

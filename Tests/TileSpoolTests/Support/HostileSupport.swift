@@ -38,15 +38,15 @@ extension SpoolFixture {
         try waitUntil("events.jsonl shows \(id) \(state)", timeout: timeout, file: file, line: line) { eventStates(id).last == state }
     }
 
-    /// Every line of the daemon's log is one entry, `<RFC 3339 time> tilespool: ...`: control
-    /// characters in file names or ids cannot cut an entry or forge one.
+    /// Every line of the daemon's log is one logfmt entry, `time=<RFC 3339> level=... msg=...`:
+    /// control characters in file names or ids cannot cut an entry or forge one.
     func assertLogLinesAreEntries(file: StaticString = #filePath, line: UInt = #line) {
         let digits = Set("0123456789")
         for l in log().split(separator: "\n", omittingEmptySubsequences: false).dropLast() {
-            let t = Array(l.prefix(20))
-            let ok = t.count == 20 && t.enumerated().allSatisfy { i, c in
+            let t = Array(l.dropFirst(5).prefix(20))
+            let ok = l.hasPrefix("time=") && t.count == 20 && t.enumerated().allSatisfy { i, c in
                 switch i { case 4, 7: c == "-"; case 10: c == "T"; case 13, 16: c == ":"; case 19: c == "Z"; default: digits.contains(c) }
-            } && l.dropFirst(20).hasPrefix(" tilespool: ")
+            } && l.dropFirst(25).hasPrefix(" level=") && l.contains(" msg=")
             XCTAssertTrue(ok, "not a log entry: \(l.debugDescription)", file: file, line: line)
         }
     }
