@@ -5,6 +5,8 @@
 #   make run       deps + build, then the daemon on ./spool
 #   make test      deps, then the XCTest suite (the last output line is XCTest's summary)
 #   make bench     deps, a release build in .build-bench, then bench/run.sh (docs/benchmarks.md)
+#   make install   release build, then the binary, systemd units and docs under $(DESTDIR)$(PREFIX)
+#                  (TILESPOOL_BIN=path installs that binary instead of building)
 #   make clean     remove .build and .build-bench
 # SWIFT_FLAGS passes options to every swift command, e.g. SWIFT_FLAGS="--scratch-path /tmp/b".
 
@@ -29,7 +31,7 @@ PY_PACKAGES := pmtiles mbutil maplibre
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_GET := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: deps deps-build build release run test bench clean serve-mapdata
+.PHONY: deps deps-build build release run test bench clean serve-mapdata install
 
 deps: PACKAGES = $(DEB_PACKAGES)
 deps-build: PACKAGES = $(BUILD_PACKAGES)
@@ -76,6 +78,27 @@ serve-mapdata: deps-build
 bench: deps
 	$(SWIFT) build -c release --scratch-path $(BENCH_SCRATCH)
 	TILESPOOL_BIN="$$($(SWIFT) build -c release --scratch-path $(BENCH_SCRATCH) --show-bin-path)/tilespool" bash bench/run.sh
+
+# make install PREFIX=/usr DESTDIR=/tmp/pkg: bin/tilespool, lib/systemd/system/tilespool{,-gc}.service
+# and tilespool-gc.timer (with the installed paths), share/doc/tilespool/*.md and tilespool.txt
+# (`tilespool --help` and `tilespool run --help`). See docs/operations.md.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR = $(PREFIX)/bin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR = $(PREFIX)/share/doc/tilespool
+TILESPOOL_BIN ?=
+install:
+	@bin="$(TILESPOOL_BIN)"; if [ -z "$$bin" ]; then $(SWIFT) build -c release $(SWIFT_FLAGS) && \
+	    bin="$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/tilespool"; fi; \
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(DOCDIR)" && \
+	install -m 0755 "$$bin" "$(DESTDIR)$(BINDIR)/tilespool" && \
+	for u in tilespool.service tilespool-gc.service tilespool-gc.timer; do \
+	    sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "dist/$$u" > "$(DESTDIR)$(UNITDIR)/$$u" && \
+	    chmod 0644 "$(DESTDIR)$(UNITDIR)/$$u"; done && \
+	install -m 0644 README.md docs/*.md "$(DESTDIR)$(DOCDIR)/" && \
+	{ "$$bin" --help; echo; "$$bin" run --help; } > "$(DESTDIR)$(DOCDIR)/tilespool.txt" && \
+	echo "installed $(DESTDIR)$(BINDIR)/tilespool, units in $(DESTDIR)$(UNITDIR), docs in $(DESTDIR)$(DOCDIR)"
 
 clean:
 	rm -rf .build .build-bench
