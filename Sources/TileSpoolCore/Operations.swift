@@ -6,7 +6,7 @@ import Foundation
 /// Download rates over a moving window of progress samples (monotonic seconds, counts).
 ///
 /// The daemon adds a sample each time it writes a downloading region's status (at most once a
-/// `--status-interval`, at least every few seconds). The rate is the difference between the newest
+/// second, at least every 5 seconds). The rate is the difference between the newest
 /// sample and the newest one at least `span` seconds older (or the oldest kept), divided by the
 /// time between them: a moving window, so a rate follows the last `span` seconds, not the average
 /// since the start, and the ETA does not sit at 99 % after a slow start.
