@@ -41,6 +41,11 @@ RUNS = int(os.environ.get("BENCH_RUNS") or (1 if QUICK else 3))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
+# BENCH_BASELINE_BIN: another tilespool binary timed in the same alternation ("TileSpool-baseline");
+# BENCH_NO_MAPPROXY=1 leaves mapproxy-seed out of the timed runs (both for A/B checks of a change).
+BASELINE_BIN = os.environ.get("BENCH_BASELINE_BIN")
+NO_MAPPROXY = os.environ.get("BENCH_NO_MAPPROXY") == "1"
+
 # Parallel requests for every downloader.
 N = 8
 # Throughput: z8-14 around Liechtenstein, 20,984 tiles (the pyramid always has z8-14; BENCH_QUICK
@@ -376,12 +381,12 @@ http {{
 # The TileSpool daemon
 
 class Daemon:
-    def __init__(self, spool, store, args=(), wrapper=(), ready_timeout=30.0):
+    def __init__(self, spool, store, args=(), wrapper=(), ready_timeout=30.0, binary=None):
         os.makedirs(spool, exist_ok=True)
         self.spool, self.store = spool, store
         self.log_path = os.path.join(os.path.dirname(spool), "daemon.log")
         self.log = open(self.log_path, "wb")
-        cmd = list(wrapper) + [BIN, "run", "--spool", spool, "--store", store] + list(args)
+        cmd = list(wrapper) + [binary or BIN, "run", "--spool", spool, "--store", store] + list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.pid = self.proc.pid
         deadline = time.monotonic() + ready_timeout
@@ -482,6 +487,22 @@ def count_files(root, suffix=""):
                 n += 1
                 size += os.lstat(os.path.join(dirpath, f)).st_size
     return n, size
+
+
+def disk_usage(root):
+    """Disk cost of a tree: bytes allocated (st_blocks * 512, directories included), payload bytes
+    (st_size of regular files), regular files, directories (each an inode)."""
+    blocks, size, files, dirs = 0, 0, 0, 0
+    for dirpath, dnames, fnames in os.walk(root):
+        st = os.lstat(dirpath)
+        blocks += st.st_blocks * 512
+        dirs += 1
+        for f in fnames:
+            st = os.lstat(os.path.join(dirpath, f))
+            blocks += st.st_blocks * 512
+            size += st.st_size
+            files += 1
+    return {"disk_bytes": blocks, "file_bytes": size, "files": files, "dirs": dirs}
 
 
 def tilespool_plan(request, workdir, name):
@@ -640,9 +661,9 @@ def write_curl_config(path, base, rs, remote_time=False):
             f.write('url = "%s/%d/%d/%d.png"\noutput = "%d/%d/%d.png"\n' % (base, z, x, y, z, x, y))
 
 
-def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), timeout=600.0, rss_timeline=False, objects=None):
+def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), timeout=600.0, rss_timeline=False, objects=None, binary=None):
     spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
-    d = Daemon(spool, store, args)
+    d = Daemon(spool, store, args, binary=binary)
     try:
         req = {"tiles": [base + "/{z}/{x}/{y}.png"], "bounds": bounds, "minZoom": minz, "maxZoom": maxz}
         os.sync()
@@ -675,7 +696,9 @@ def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), time
         raise BenchError("TileSpool manifest names %d objects, expected %d distinct bodies" % (m["objects"], objects))
     wall = t1 - t0
     other, ng = others_cpu(snap0, snap1, (u1 - u0) + (s1 - s0))
-    return {"wall": wall, "user": u1 - u0, "sys": s1 - s0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm,
+    disk = disk_usage(store)
+    disk["payload"] = m["bytes"]
+    return {"disk": disk, "wall": wall, "user": u1 - u0, "sys": s1 - s0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm,
             "other_cpu": other, "nginx_cpu": ng,
             "tree_kb": hwm, "manifest": m, "timeline": [(t - t0, kb) for t, kb in timeline], "epoch": (e0, e1)}
 
@@ -685,9 +708,11 @@ def run_curl(run_dir, cfg, expect):
     os.sync()
     r = run_measured(["curl", "--parallel", "--parallel-max", str(N), "--parallel-immediate", "--silent", "-K", cfg],
                      cwd=run_dir, out_path=run_dir + ".log")
-    n, _ = count_files(run_dir, ".png")
+    n, payload = count_files(run_dir, ".png")
     if n != expect:
         raise BenchError("curl wrote %d files, expected %d (%s)" % (n, expect, run_dir))
+    r["disk"] = disk_usage(run_dir)
+    r["disk"]["payload"] = payload
     return r
 
 
@@ -695,9 +720,11 @@ def run_mapproxy(run_dir, base, bounds, minz, maxz, expect):
     mp, seed = mapproxy_files(run_dir, base, bounds, minz, maxz)
     os.sync()
     r = run_measured(mapproxy_cmd(mp, seed, ["-q"]), cwd=run_dir, out_path=os.path.join(run_dir, "seed.log"), sample_tree=True)
-    n, _ = count_files(os.path.join(run_dir, "cache"), ".png")
+    n, payload = count_files(os.path.join(run_dir, "cache"), ".png")
     if n != expect:
         raise BenchError("mapproxy-seed wrote %d tiles, expected %d (%s)" % (n, expect, run_dir))
+    r["disk"] = disk_usage(os.path.join(run_dir, "cache"))
+    r["disk"]["payload"] = payload
     return r
 
 
@@ -732,7 +759,7 @@ def phase_throughput(out, nginx, results):
     checks = {}
     for name, fn in [("TileSpool", lambda d: run_tilespool_tiles(d, base + "/log", TP_BOUNDS, TP_MINZ, TP_MAXZ, expect, tilespool_args(), objects=expect)),
                      ("curl", lambda d: run_curl(d, cfg_log, expect)),
-                     ("mapproxy-seed", lambda d: run_mapproxy(d, base + "/log", TP_BOUNDS, TP_MINZ, TP_MAXZ, expect))]:
+                     ("mapproxy-seed", lambda d: run_mapproxy(d, base + "/log", TP_BOUNDS, TP_MINZ, TP_MAXZ, expect))][:2 if NO_MAPPROXY else 3]:
         nginx.clear_log()
         r = fn(os.path.join(out, "tp-check-" + name))
         entries = nginx.log_entries()
@@ -749,20 +776,27 @@ def phase_throughput(out, nginx, results):
             raise BenchError("%s check run: nginx saw %d distinct URIs, %d 200s; expected %d" % (name, len(set(uris)), len(ok), expect))
 
     runs = {"TileSpool": [], "curl": [], "mapproxy-seed": []}
+    if BASELINE_BIN:  # A/B of a change: a second TileSpool binary, in the same alternation
+        runs = {"TileSpool": [], "TileSpool-baseline": [], "curl": [], "mapproxy-seed": []}
+    if NO_MAPPROXY:
+        del runs["mapproxy-seed"]
     for i in range(RUNS):
         for name in runs:
             d = os.path.join(out, "tp-%s-%d" % (name, i))
-            if name == "TileSpool":
-                r = run_tilespool_tiles(d, base, TP_BOUNDS, TP_MINZ, TP_MAXZ, expect, tilespool_args(), objects=expect)
+            if name.startswith("TileSpool"):
+                r = run_tilespool_tiles(d, base, TP_BOUNDS, TP_MINZ, TP_MAXZ, expect, tilespool_args(), objects=expect,
+                                        binary=BASELINE_BIN if name == "TileSpool-baseline" else None)
             elif name == "curl":
                 r = run_curl(d, cfg, expect)
             else:
                 r = run_mapproxy(d, base, TP_BOUNDS, TP_MINZ, TP_MAXZ, expect)
             r["tiles_s"] = expect / r["wall"]
             runs[name].append(r)
-            log("run %d %-13s wall %.2f s  %6.0f tiles/s  cpu %.2f s (user %.2f sys %.2f)  rss %.1f MiB  tree %.1f MiB  nginx %.2f s  others %.2f s" % (
+            dk = r.get("disk")
+            log("run %d %-13s wall %.2f s  %6.0f tiles/s  cpu %.2f s (user %.2f sys %.2f)  rss %.1f MiB  tree %.1f MiB  nginx %.2f s  others %.2f s%s" % (
                 i + 1, name, r["wall"], r["tiles_s"], r["cpu"], r["user"], r["sys"], r["rss_kb"] / 1024, r["tree_kb"] / 1024,
-                r["nginx_cpu"], r["other_cpu"]))
+                r["nginx_cpu"], r["other_cpu"],
+                "  disk/payload %.2f  inodes/tile %.3f" % (dk["disk_bytes"] / dk["payload"], (dk["files"] + dk["dirs"]) / expect) if dk else ""))
     results["throughput"] = {"tiles": expect, "zooms": [TP_MINZ, TP_MAXZ], "bounds": TP_BOUNDS, "pyramid": stamp,
                              "checks": checks, "runs": {k: [strip(r) for r in v] for k, v in runs.items()}}
 
@@ -1223,16 +1257,44 @@ def report(results, mach):
             meds[name] = {"wall": w, "tiles_s": ts, "cpu": cpu, "rss": rss}
             rss_txt = "%.1f" % rss if name != "mapproxy-seed" else "%.1f largest process, %.0f tree" % (rss, tree)
             label = {"TileSpool": "TileSpool daemon (`--max-requests-per-region 8 --max-connections-per-host 8`), drop to `completed`",
+                     "TileSpool-baseline": "TileSpool, baseline binary (`BENCH_BASELINE_BIN`), same options",
                      "curl": "`curl --parallel --parallel-max 8 --parallel-immediate -K cfg` (one file per tile)",
                      "mapproxy-seed": "`mapproxy-seed -c 8` (file cache, one fetch per tile)"}[name]
             L.append("| %s | %.2f | %s | %.2f: %.2f + %.2f | %.0f | %s |" % (label, w, f"{ts:,.0f}", cpu, user, sys_, cpu / tp["tiles"] * 1e6, rss_txt))
         L.append("")
         L.append("(Each column is a median over the runs on its own, so CPU s is not always user + sys of one run.)")
         L.append("")
-        t, c, m = meds["TileSpool"], meds["curl"], meds["mapproxy-seed"]
-        L.append("Ratios of median tiles/s: TileSpool/curl = **%.2f** (target >= 0.8), TileSpool/mapproxy-seed = **%.1f** (target >= 5); "
-                 "curl/mapproxy-seed = %.1f." % (t["tiles_s"] / c["tiles_s"], t["tiles_s"] / m["tiles_s"], c["tiles_s"] / m["tiles_s"]))
+        t, c = meds["TileSpool"], meds["curl"]
+        # Spread: the ratio of each alternating pair (run i of both), lowest to highest.
+        pairs = sorted(a["tiles_s"] / b["tiles_s"] for a, b in zip(tp["runs"]["TileSpool"], tp["runs"]["curl"]))
+        spread = "pairs %s" % ", ".join("%.2f" % x for x in pairs)
+        if "mapproxy-seed" in meds:
+            m = meds["mapproxy-seed"]
+            L.append("Ratios of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; %s), TileSpool/mapproxy-seed = **%.1f** (target >= 5); "
+                     "curl/mapproxy-seed = %.1f." % (t["tiles_s"] / c["tiles_s"], spread, t["tiles_s"] / m["tiles_s"], c["tiles_s"] / m["tiles_s"]))
+        else:
+            L.append("Ratio of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; %s)." % (t["tiles_s"] / c["tiles_s"], spread))
+        if "TileSpool-baseline" in meds:
+            b = meds["TileSpool-baseline"]
+            pb = sorted(a["tiles_s"] / x["tiles_s"] for a, x in zip(tp["runs"]["TileSpool"], tp["runs"]["TileSpool-baseline"]))
+            L.append("")
+            L.append("TileSpool/baseline = **%.2f** (pairs %s); baseline/curl = %.2f." % (
+                t["tiles_s"] / b["tiles_s"], ", ".join("%.2f" % x for x in pb), b["tiles_s"] / c["tiles_s"]))
         L.append("")
+        if all(r.get("disk") for runs in tp["runs"].values() for r in runs):
+            L.append("Disk cost of what each downloader leaves (medians): allocated bytes (st_blocks x 512, folders included) "
+                     "per payload byte (the tiles' bodies), and inodes (files + folders) per tile. TileSpool: the whole "
+                     "store (objects, region files); curl and mapproxy-seed: their output tree.")
+            L.append("")
+            L.append("| downloader | payload MB | on disk MB | disk / payload | files | folders | inodes per tile |")
+            L.append("|---|---:|---:|---:|---:|---:|---:|")
+            for name, runs in tp["runs"].items():
+                dk = [r["disk"] for r in runs]
+                L.append("| %s | %.1f | %.1f | %.2f | %s | %s | %.3f |" % (
+                    name, med([d["payload"] for d in dk]) / 1e6, med([d["disk_bytes"] for d in dk]) / 1e6,
+                    med([d["disk_bytes"] / d["payload"] for d in dk]), f"{med([d['files'] for d in dk]):,.0f}",
+                    f"{med([d['dirs'] for d in dk]):,.0f}", med([(d["files"] + d["dirs"]) / tp["tiles"] for d in dk])))
+            L.append("")
         L.append("Every run, in order (wall s / tiles/s / CPU s / nginx CPU s / CPU s used by the rest of the machine "
                  "during the run, i.e. other processes: a measure of the noise):")
         L.append("")

@@ -1,5 +1,6 @@
 // Linux-only calls from glibc that the daemon's event loop needs: inotify(7) for the watch folder,
-// signalfd(2) so SIGINT/SIGTERM arrive as a readable fd, flock(2) for the spool lock, syncfs(2).
+// signalfd(2) so SIGINT/SIGTERM arrive as a readable fd, eventfd(2) for the durability writer's
+// wake-ups, flock(2) for the spool lock, syncfs(2).
 #ifndef TILESPOOL_CLINUX_SHIM_H
 #define TILESPOOL_CLINUX_SHIM_H
 #define _GNU_SOURCE 1
@@ -8,6 +9,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/eventfd.h>
 #include <signal.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -24,6 +26,9 @@ static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
 // copy_file_range(2) from the current offsets of both fds: exports append temp files in the kernel.
 static inline ssize_t tilespool_copy_file_range(int in, int out, size_t len) { return copy_file_range(in, NULL, out, NULL, len, 0); }
 static inline int tilespool_open(const char *path, int flags, int mode) { return open(path, flags, (mode_t)mode); }
+// O_TMPFILE and O_PATH need _GNU_SOURCE, which the Glibc module is not built with.
+static const int tilespool_O_TMPFILE = O_TMPFILE;
+static const int tilespool_O_PATH = O_PATH;
 static inline int tilespool_openat(int dirfd, const char *path, int flags, int mode) { return openat(dirfd, path, flags, (mode_t)mode); }
 
 /// Whether another process has `path` open for writing, asked by taking a read lease (fcntl(2)

@@ -82,6 +82,9 @@ public final class Daemon {
     var exportGeneration = 0
     /// Metrics, hooks and background scans (Operations.swift).
     let ops = Operations()
+    /// The durability writer thread (Durability.swift) and the batch it is working on, if any.
+    let writer: DurabilityWriter
+    var commitInFlight: CommitInFlight?
 
     /// Opens the spool and store, takes the spool lock, and loads the regions already known.
     /// - Throws: `SystemError` when the lock is held (EWOULDBLOCK) or a folder cannot be made.
@@ -96,6 +99,7 @@ public final class Daemon {
         http = HTTPClient(options: options.http)
         watcher = try FolderWatcher()
         signals = try SignalFD()
+        writer = try DurabilityWriter(store: store)
         try watcher.watch(layout.requests)
         try watcher.watch(layout.control)
         status.eventsMaxBytes = options.eventsMaxBytes
@@ -206,7 +210,7 @@ public final class Daemon {
         rescan(layout.control)
         while !stopping {
             schedule()
-            http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd])
+            http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd])
             if !signals.drain().isEmpty { stopping = true; break }
             for ev in watcher.drain() {
                 switch ev {
@@ -217,9 +221,11 @@ public final class Daemon {
             }
             for r in http.collect() { handle(r) }
             collectExports()
+            collectCommit()
             writeJournals()
             let now = Daemon.now()
-            if pendingCount >= options.syncBatch || (pendingCount > 0 && (now - lastSync >= options.syncInterval || aRegionHasNothingLeftToFetch())) {
+            if commitInFlight == nil && (pendingCount >= options.syncBatch
+                || (pendingCount > 0 && (now - lastSync >= options.syncInterval || aRegionHasNothingLeftToFetch()))) {
                 commit()
             }
             for r in live.values where (r.statusDirty || r.state == .downloading && now - r.lastStatusWrite >= Daemon.rateRefresh)
@@ -243,7 +249,8 @@ public final class Daemon {
             stopDownload(r)
             if r.state == .downloading { setState(r, .queued, note: "daemon stopped") }
         }
-        commit()
+        commitAndWait() // the writer is drained before the process exits
+        writer.stop()
         for r in regions.values where r.statusDirty { writeStatus(r) }
         if options.metricsFile != nil { writeMetrics(now: Daemon.now()) }
     }

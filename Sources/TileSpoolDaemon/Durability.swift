@@ -1,20 +1,136 @@
 // Durability: objects written to the store enter a region's manifest only after they are
-// durable. Each loop turn appends their lines to the journal (a kill -9 loses nothing); the
-// commit syncs the store, appends the lines to the manifest and only then counts them in the
-// progress. Restart promotes intact journal lines (docs/durability.md).
+// durable. Each loop turn appends their lines to the journal (a kill -9 loses nothing); a commit
+// hands the waiting lines to the writer thread, which syncs the store and appends them to the
+// manifests (fdatasync) while the loop keeps downloading; only when the writer reports back are
+// they counted in the progress. Restart promotes intact journal lines (docs/durability.md).
+import CLinux
 import Foundation
 import Glibc
 import TileSpoolCore
 import TileSpoolIO
 
+/// One batch of durability work for the writer thread: `syncfs` of the store, then, for each
+/// entry, its lines appended to its manifest and `fdatasync`ed. The writer fills in the errors.
+final class CommitJob: @unchecked Sendable {
+    struct Entry {
+        /// The manifest the lines go to: the download's `files` (`Download.files`).
+        let files: RegionFiles
+        /// The lines, rendered (`ManifestLine.text`), in order.
+        let text: [UInt8]
+        /// Set by the writer when the append or its fdatasync failed.
+        var error: SystemError?
+    }
+    var entries: [Entry]
+    /// Set by the writer when `ObjectStore.sync` failed; then no manifest was touched.
+    var syncError: SystemError?
+    init(entries: [Entry]) { self.entries = entries }
+}
+
+/// The writer thread: runs one `CommitJob` at a time, off the event loop, and posts it back as
+/// finished (a mailbox the loop empties, and an eventfd the loop polls, so it wakes at once).
+final class DurabilityWriter: @unchecked Sendable {
+    /// Readable when a job has finished (eventfd(2), non-blocking).
+    let fd: Int32
+    private let store: ObjectStore
+    private let cond = NSCondition()
+    private var queued: CommitJob?
+    private var finished: CommitJob?
+    private var stopping = false
+    private var exited = false
+
+    /// Starts the thread. - Throws: `SystemError` when no eventfd can be made.
+    init(store: ObjectStore) throws(SystemError) {
+        self.store = store
+        fd = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        if fd < 0 { throw SystemError("eventfd", "") }
+        let t = Thread { [self] in main() }
+        t.name = "tilespool.writer"
+        t.start()
+    }
+
+    /// Hands a job to the thread. At most one job is queued or running at a time.
+    func submit(_ job: CommitJob) {
+        cond.lock()
+        precondition(queued == nil && finished == nil, "one commit at a time")
+        queued = job
+        cond.broadcast()
+        cond.unlock()
+    }
+
+    /// The finished job, if any (does not block).
+    func takeFinished() -> CommitJob? {
+        var v: UInt64 = 0
+        _ = read(fd, &v, 8)
+        cond.lock(); defer { cond.unlock() }
+        let j = finished
+        finished = nil
+        return j
+    }
+
+    /// Waits until the job handed over last has finished and returns it.
+    func waitFinished() -> CommitJob {
+        cond.lock()
+        while finished == nil { cond.wait() }
+        let j = finished!
+        finished = nil
+        cond.unlock()
+        var v: UInt64 = 0
+        _ = read(fd, &v, 8)
+        return j
+    }
+
+    /// Ends the thread once the queued job (if any) has run; waits for it to exit.
+    func stop() {
+        cond.lock()
+        stopping = true
+        cond.broadcast()
+        while !exited { cond.wait() }
+        cond.unlock()
+    }
+
+    private func main() {
+        while true {
+            cond.lock()
+            while queued == nil && !stopping { cond.wait() }
+            guard let job = queued else { exited = true; cond.broadcast(); cond.unlock(); return }
+            queued = nil
+            cond.unlock()
+            run(job)
+            cond.lock()
+            finished = job
+            cond.broadcast()
+            cond.unlock()
+            var one: UInt64 = 1
+            _ = write(fd, &one, 8)
+        }
+    }
+
+    /// The durability steps, in this order: every object written before the job was handed over
+    /// is flushed (syncfs), and only then are lines naming them appended to a manifest.
+    private func run(_ job: CommitJob) {
+        do throws(SystemError) { try store.sync() } catch { job.syncError = error; return }
+        for k in job.entries.indices {
+            do throws(SystemError) { try job.entries[k].files.appendToManifest(text: job.entries[k].text) } catch {
+                job.entries[k].error = error
+            }
+        }
+    }
+}
+
+/// What the loop remembers of the batch at the writer: per entry, the region, its download and
+/// the items the lines record.
+struct CommitInFlight {
+    var owners: [(region: Region, download: Download, batch: [(item: WorkItem, line: ManifestLine)])]
+}
+
 extension Daemon {
     /// Appends the lines of objects written in this loop iteration to each region's journal, so
-    /// that a `kill -9` before the next sync loses no downloaded object.
+    /// that a `kill -9` before the next commit loses no downloaded object.
     func writeJournals() {
         for r in Array(live.values) {
-            guard let d = r.download, !d.journalBuffer.isEmpty else { continue }
-            do { try d.files.appendToJournal(d.journalBuffer) } catch { storageFailed(r, error); continue }
-            d.journalBuffer.removeAll(keepingCapacity: true)
+            guard let d = r.download, d.journaled < d.pendingText.count else { continue }
+            do { try d.files.appendToJournal(text: d.pendingText[d.journaled...]) } catch { storageFailed(r, error); continue }
+            d.journaled = d.pendingText.count
         }
     }
 
@@ -27,43 +143,84 @@ extension Daemon {
         }
     }
 
-    /// Makes one pre-plan document durable and records it at once.
-    func commitNow(_ r: Region, _ d: Download, _ item: WorkItem, _ line: ManifestLine) {
+    /// Records an object's line as waiting for the next commit (rendered once, for the journal
+    /// and the manifest).
+    func addPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine) {
         d.pending.append((item, line))
+        d.pendingText.append(contentsOf: line.text.utf8)
         pendingCount += 1
-        commit()
     }
 
-    /// The durability step: sync the store, then append the waiting lines to each region's
-    /// manifest, then count them in the progress. A crash before the manifest write loses only
-    /// work that was never reported.
+    /// Makes one pre-plan document durable and records it at once (waiting for the writer: the
+    /// plan is made from the manifest next).
+    func commitNow(_ r: Region, _ d: Download, _ item: WorkItem, _ line: ManifestLine) {
+        addPending(d, item, line)
+        commitAndWait()
+    }
+
+    /// The durability step, started: hands the waiting lines of every downloading region to the
+    /// writer thread (which syncs the store, then appends them to each download's manifest), unless
+    /// a batch is still there; `collectCommit` counts them in the progress when it is back. A crash
+    /// before the manifest write loses only work that was never reported.
     func commit() {
         lastSync = Daemon.now()
-        guard pendingCount > 0 else { return }
-        do { try store.sync() } catch {
-            // Nothing waiting can be recorded: drop it (the journal keeps it for a restart to check).
-            for r in Array(live.values) {
-                guard let d = r.download, !d.pending.isEmpty else { continue }
-                pendingCount -= d.pending.count
-                d.pending.removeAll()
-                d.journalBuffer.removeAll()
-                storageFailed(r, error, commitPending: false)
-            }
-            pendingCount = 0
-            return
+        guard pendingCount > 0, commitInFlight == nil else { return }
+        var entries: [CommitJob.Entry] = []
+        var inFlight = CommitInFlight(owners: [])
+        for r in live.values {
+            guard let d = r.download, !d.pending.isEmpty else { continue }
+            entries.append(CommitJob.Entry(files: d.files, text: d.pendingText))
+            inFlight.owners.append((r, d, d.pending))
+            d.committing = d.pending.count
+            d.pending = []
+            d.pendingText = []
+            d.journaled = 0 // the journal holds those lines; what is journaled from now on follows them
         }
         pendingCount = 0
-        ops.lastCommit = Date()
-        ops.committedSinceUnique = true
-        for r in Array(live.values) {
-            guard let d = r.download, !d.pending.isEmpty else { continue }
-            let batch = d.pending
-            d.pending.removeAll(keepingCapacity: true)
-            d.journalBuffer.removeAll(keepingCapacity: true)
-            do { try d.files.appendToManifest(batch.map(\.line)) } catch {
-                storageFailed(r, error); continue
+        guard !entries.isEmpty else { return }
+        commitInFlight = inFlight
+        writer.submit(CommitJob(entries: entries))
+    }
+
+    /// Applies the writer's result if it is back (the loop calls this every turn).
+    func collectCommit() {
+        guard commitInFlight != nil, let job = writer.takeFinished() else { return }
+        applyCommit(job)
+    }
+
+    /// Waits for the batch at the writer, if any, and applies its result. Called before anything
+    /// that stops a download or reads a manifest the writer may be appending to.
+    func finishCommit() {
+        guard commitInFlight != nil else { return }
+        applyCommit(writer.waitFinished())
+    }
+
+    /// Commits everything waiting and waits for it (stops, pre-plan documents, shutdown).
+    func commitAndWait() {
+        finishCommit()
+        commit()
+        finishCommit()
+    }
+
+    /// The writer is back: counts the recorded lines in each region's progress and empties the
+    /// journal of them; a failed sync or append makes the region failedStorage or failed
+    /// (`storageFailed`), its journal kept for the next start.
+    func applyCommit(_ job: CommitJob) {
+        guard let inFlight = commitInFlight else { return }
+        commitInFlight = nil
+        if job.syncError == nil {
+            ops.lastCommit = Date()
+            ops.committedSinceUnique = true
+        }
+        for (k, (r, d, batch)) in inFlight.owners.enumerated() {
+            d.committing = 0
+            guard r.download === d else { continue }
+            if let e = job.syncError ?? job.entries[k].error {
+                // Nothing of the batch is recorded (the journal keeps it for a restart to check).
+                storageFailed(r, e, commitPending: false)
+                continue
             }
-            d.files.clearJournal()
+            d.files.replaceJournal(with: d.pendingText[..<d.journaled])
             for (item, line) in batch {
                 if case .index(let i) = item { d.done[i] = true }
                 count(line, d, into: &r.progress)

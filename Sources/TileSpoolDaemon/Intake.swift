@@ -211,6 +211,7 @@ extension Daemon {
     /// Applies a user action through the state machine.
     /// `maxAge` (seconds) goes with a `refresh`: only resources fetched that long ago are checked.
     func apply(_ action: RegionAction, to r: Region, maxAge: Double? = nil) {
+        finishCommit() // the region's state after the batch at the writer, not before
         switch RegionStateMachine.apply(action, to: r.state, refreshing: r.refreshing) {
         case .ignored(let why):
             Log.info("\(action.rawValue) ignored: \(why)", region: r.id, state: r.state.rawValue, [("action", action.rawValue)])

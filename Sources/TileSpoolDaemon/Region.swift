@@ -99,10 +99,15 @@ final class Download {
     /// Items waiting to be retried: (due time, item).
     var retries: [(due: Double, item: WorkItem)] = []
     var attempts: [WorkItem: Int] = [:]
-    /// Objects written to the store, waiting for the next sync to enter the manifest.
+    /// Objects written to the store, waiting for the next commit to enter the manifest.
     var pending: [(item: WorkItem, line: ManifestLine)] = []
-    /// Lines of `pending` not yet appended to the journal (written once per loop iteration).
-    var journalBuffer: [ManifestLine] = []
+    /// The lines of `pending`, rendered once (`ManifestLine.text`), for the journal and the manifest.
+    var pendingText: [UInt8] = []
+    /// Bytes of `pendingText` already appended to the journal (the rest goes at the end of the
+    /// loop iteration).
+    var journaled = 0
+    /// Lines of this download in the batch at the writer thread (not yet in `pending`, not yet counted).
+    var committing = 0
     /// No new request before this time (a server's Retry-After).
     var holdUntil = 0.0
     /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.

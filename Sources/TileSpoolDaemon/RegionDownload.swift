@@ -184,9 +184,7 @@ extension Daemon {
         let (url, kind, key) = describe(item, d)
         guard let prev = d.previousLine(kind, key), !Refresh.isDue(prev, maxAge: d.maxAge, now: Int64(Date().timeIntervalSince1970)) else { return false }
         if case .index = item {
-            d.pending.append((item, prev))
-            d.journalBuffer.append(prev)
-            pendingCount += 1
+            addPending(d, item, prev)
         } else {
             // A style or TileJSON document: parsed from the stored copy, as after a 304.
             guard let sha = prev.sha256, let body = try? store.read(sha) else { return false }
@@ -209,6 +207,7 @@ extension Daemon {
 
     /// Stops a region's transfers; by default objects already written enter the manifest first.
     func stopDownload(_ r: Region, commitPending: Bool = true) {
+        finishCommit() // no batch at the writer still appends to this region's files
         if r.probing {
             for (tag, v) in transfers where v.0 == r.id && v.1 == nil { http.cancel(tag: tag); transfers.removeValue(forKey: tag) }
             r.probing = false
@@ -216,7 +215,14 @@ extension Daemon {
         guard let d = r.download else { return }
         for tag in d.inFlight.keys { http.cancel(tag: tag); transfers.removeValue(forKey: tag) }
         d.inFlight.removeAll()
-        if commitPending { commit() } else { pendingCount -= d.pending.count; d.pending.removeAll() }
+        if commitPending {
+            commitAndWait()
+        } else {
+            pendingCount -= d.pending.count
+            d.pending.removeAll()
+            d.pendingText.removeAll()
+            d.journaled = 0
+        }
         r.download = nil
         d.files.closeManifest()
     }
@@ -255,7 +261,7 @@ extension Daemon {
             d.attempts.removeValue(forKey: item)
             let line = Refresh.revalidated(prev, url: url, response: res.freshness)
             if case .index = item {
-                d.pending.append((item, line)); d.journalBuffer.append(line); pendingCount += 1
+                addPending(d, item, line)
                 return
             }
             guard let sha = prev.sha256, let body = try? store.read(sha) else {
@@ -286,9 +292,7 @@ extension Daemon {
         let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url,
                                 freshness: res.freshness)
         if case .index = item {
-            d.pending.append((item, line))
-            d.journalBuffer.append(line)
-            pendingCount += 1
+            addPending(d, item, line)
             return
         }
         received(r, d, item, line, url: url, body: res.body)
@@ -375,7 +379,7 @@ extension Daemon {
     }
 
     func finishIfDone(_ r: Region, _ d: Download) {
-        guard let plan = d.plan, r.state == .downloading, d.inFlight.isEmpty, d.pending.isEmpty, d.retries.isEmpty else { return }
+        guard let plan = d.plan, r.state == .downloading, d.inFlight.isEmpty, d.pending.isEmpty, d.committing == 0, d.retries.isEmpty else { return }
         guard r.progress.resourcesCompleted >= plan.count else { return }
         r.download = nil
         d.files.closeManifest()

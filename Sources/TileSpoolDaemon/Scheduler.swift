@@ -38,7 +38,8 @@ extension Daemon {
     func nextTimeout() -> Double {
         let now = Daemon.now()
         var t = 1.0
-        if pendingCount > 0 { t = min(t, max(0, lastSync + options.syncInterval - now)) }
+        // While a batch is at the writer, its eventfd wakes the loop.
+        if pendingCount > 0 && commitInFlight == nil { t = min(t, max(0, lastSync + options.syncInterval - now)) }
         for r in live.values {
             if let d = r.download {
                 for x in d.retries { t = min(t, max(0, x.due - now)) }

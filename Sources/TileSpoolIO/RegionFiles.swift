@@ -186,6 +186,62 @@ public final class RegionFiles: @unchecked Sendable {
         if fdatasync(manifestFD) != 0 { throw SystemError("fdatasync", manifestPath) }
     }
 
+    /// Appends already rendered lines (`ManifestLine.text`, in order) to the manifest and
+    /// fdatasyncs it; the form the daemon's writer thread uses (docs/durability.md). Call only after
+    /// the objects the lines name are durable (`ObjectStore.sync`), and from one thread at a time.
+    /// - Throws: `SystemError` from open, write or fdatasync.
+    public func appendToManifest(text bytes: [UInt8]) throws(SystemError) {
+        guard !bytes.isEmpty else { return }
+        if manifestFD < 0 {
+            let existed = Files.entryType(manifestPath) == .regular
+            manifestFD = try Files.open(manifestPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
+            if !existed {
+                try Files.writeAll(manifestFD, Data(ManifestLine.header.utf8), path: manifestPath)
+            }
+        }
+        let r: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
+            do throws(SystemError) { try Files.writeAll(manifestFD, raw, path: manifestPath); return .success(()) } catch { return .failure(error) }
+        }
+        try r.get()
+        if fdatasync(manifestFD) != 0 { throw SystemError("fdatasync", manifestPath) }
+    }
+
+    /// Appends already rendered lines to the journal without syncing (one `write`).
+    /// - Throws: `SystemError` from open or write.
+    public func appendToJournal(text bytes: ArraySlice<UInt8>) throws(SystemError) {
+        guard !bytes.isEmpty else { return }
+        if journalFD < 0 { journalFD = try Files.open(journalPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666) }
+        let r: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
+            do throws(SystemError) { try Files.writeAll(journalFD, raw, path: journalPath); return .success(()) } catch { return .failure(error) }
+        }
+        try r.get()
+    }
+
+    /// Replaces the journal's content by `bytes` (lines still waiting for a commit) once the lines
+    /// before them are in the manifest: empties it when `bytes` is empty, else writes
+    /// `journal.tsv.tmp` and renames it over `journal.tsv`, so a kill -9 at any moment leaves
+    /// either journal whole (lines of the old one already in the manifest are skipped at
+    /// recovery). Nothing is synced. When the new file cannot be written the old journal stays
+    /// (longer, still correct) and the error is logged.
+    public func replaceJournal(with bytes: ArraySlice<UInt8>) {
+        if bytes.isEmpty { clearJournal(); return }
+        let tmp = journalPath + ".tmp"
+        do throws(SystemError) {
+            let fd = try Files.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o666)
+            let r: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
+                do throws(SystemError) { try Files.writeAll(fd, raw, path: tmp); return .success(()) } catch { return .failure(error) }
+            }
+            if case .failure(let e) = r { close(fd); throw e }
+            if close(fd) != 0 { throw SystemError("close", tmp) }
+            try Files.rename(tmp, journalPath)
+        } catch {
+            unlink(tmp)
+            Log.error("cannot rewrite \(journalPath) (it keeps lines already in the manifest): \(error)")
+            return
+        }
+        if journalFD >= 0 { close(journalFD); journalFD = -1 } // it names the replaced file
+    }
+
     /// Appends lines to the journal without syncing (one `write`).
     public func appendToJournal(_ lines: [ManifestLine]) throws(SystemError) {
         guard !lines.isEmpty else { return }
@@ -212,6 +268,7 @@ public final class RegionFiles: @unchecked Sendable {
         closeManifest()
         Files.remove(manifestPath)
         Files.remove(journalPath)
+        Files.remove(journalPath + ".tmp")
         Files.remove(planPath)
     }
 }
