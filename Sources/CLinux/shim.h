@@ -26,9 +26,6 @@ static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
 // copy_file_range(2) from the current offsets of both fds: exports append temp files in the kernel.
 static inline ssize_t tilespool_copy_file_range(int in, int out, size_t len) { return copy_file_range(in, NULL, out, NULL, len, 0); }
 static inline int tilespool_open(const char *path, int flags, int mode) { return open(path, flags, (mode_t)mode); }
-// O_TMPFILE and O_PATH need _GNU_SOURCE, which the Glibc module is not built with.
-static const int tilespool_O_TMPFILE = O_TMPFILE;
-static const int tilespool_O_PATH = O_PATH;
 static inline int tilespool_openat(int dirfd, const char *path, int flags, int mode) { return openat(dirfd, path, flags, (mode_t)mode); }
 
 /// Whether another process has `path` open for writing, asked by taking a read lease (fcntl(2)
