@@ -13,7 +13,8 @@ Environment: TILESPOOL_BIN (the release binary; run.sh sets it), TILESPOOL_MAPDA
 ../shared/mapdata), BENCH_QUICK=1 (small sizes, one run each, for development), BENCH_RUNS=N,
 BENCH_KEEP=1 (keep the run folders), BENCH_WORKDIR (where the run folders go, default bench/out),
 BENCH_SETTLE (seconds, default 360: see wait_for_quiet_fs), BENCH_PROFILE_MAXZ (callgrind's max
-zoom, default 13). Python 3 standard library only. Results: docs/benchmarks.md.
+zoom, default 13), BENCH_BASELINE_BIN (a second tilespool binary in the throughput alternation),
+BENCH_NO_MAPPROXY=1 (throughput without mapproxy-seed). Python 3 standard library only. Results: docs/benchmarks.md.
 """
 import json
 import math

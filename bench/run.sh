@@ -12,7 +12,9 @@
 # Environment: TILESPOOL_BIN (skip the build and use this binary), BENCH_SCRATCH (scratch path
 # of the release build, default .build-bench), TILESPOOL_MAPDATA, BENCH_RUNS, BENCH_KEEP=1 (keep
 # the run folders), BENCH_WORKDIR (where the run folders go; a tmpfs path writes results-tmpfs.*),
-# BENCH_SETTLE (seconds to wait after a previous bench's cleanup, default 360; see bench.py).
+# BENCH_SETTLE (seconds to wait after a previous bench's cleanup, default 360; see bench.py),
+# BENCH_BASELINE_BIN (a second tilespool binary timed in the same alternation, for A/B checks),
+# BENCH_NO_MAPPROXY=1 (leave mapproxy-seed out of the throughput runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

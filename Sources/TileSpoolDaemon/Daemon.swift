@@ -1,5 +1,5 @@
-// The daemon's event loop: one thread polling libcurl's multi handle, the inotify fd and a
-// signalfd, and calling in turn the intake (Intake.swift), the scheduler (Scheduler.swift), each
+// The daemon's event loop: one thread polling libcurl's multi handle, the inotify fd, a
+// signalfd and the durability writer's eventfd, and calling in turn the intake (Intake.swift), the scheduler (Scheduler.swift), each
 // region's download (RegionDownload.swift), the durability step (Durability.swift) and the
 // exports (Exports.swift). It is also the one place that changes a region's state and writes
 // its status.
@@ -51,8 +51,8 @@ public struct DaemonOptions: Sendable {
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
 }
 
-/// The daemon: one thread, one event loop over libcurl's multi handle, the inotify fd and a
-/// signalfd. Plans are values from `TileSpoolCore`; this class executes them and is the only
+/// The daemon: one event loop over libcurl's multi handle, the inotify fd, a signalfd and the
+/// durability writer's eventfd (the writer thread runs the commits' syncs). Plans are values from `TileSpoolCore`; this class executes them and is the only
 /// place that changes a region's state (through `RegionStateMachine`).
 public final class Daemon {
     let options: DaemonOptions
