@@ -204,7 +204,8 @@ extension Daemon {
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
         let validators = d.previousLine(kind, key)?.freshness
-        http.start(url: url, tag: tag, validators: validators?.hasValidator == true ? validators : nil)
+        http.start(url: url, tag: tag, validators: validators?.hasValidator == true ? validators : nil,
+                   headers: r.request.headerList)
     }
 
     /// Stops a region's transfers; by default objects already written enter the manifest first.
@@ -272,10 +273,19 @@ extension Daemon {
             })
             return
         }
-        let empty = kind == .tile && (s == 204 || s == 404)
+        // A tile answered with one of the request's `emptyStatuses`, or a 2xx with no body: an empty tile.
+        let empty = kind == .tile && (r.request.emptyStatuses.contains(s) || ((200...299).contains(s) && res.body.isEmpty))
         let missing = kind.missingIsAllowed && s == 404
         if !(200...299).contains(s) && !empty && !missing {
             fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+            return
+        }
+        if kind == .tile && !empty, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
+            // Never stored: an HTML login page or a text error with 200 is not a tile.
+            Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
+            retry(r, d, item, after: nil, exhausted: {
+                self.fail(r, RegionError(code: .badResponse, message: "HTTP \(s) from \(Redaction.redact(url)): \(why)", url: url, httpStatus: s))
+            })
             return
         }
         d.attempts.removeValue(forKey: item)

@@ -152,6 +152,7 @@ options:
   --events-max-bytes BYTES        rotate events.jsonl before it passes this size (default 67108864,
                                   64 MiB; 0 never rotates)
   --events-keep N                 rotated files kept, events.jsonl.1 ... events.jsonl.N (default 5)
+  --user-agent TEXT               the User-Agent sent (default "TileSpool/VERSION (+PROJECT URL)")
 
 See docs/operations.md for metrics, hooks, systemd units and retention.
 """
@@ -191,7 +192,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
                                                  "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time",
                                                  "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
                                                  "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
-                                                 "--events-keep"])
+                                                 "--events-keep", "--user-agent"])
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
@@ -209,6 +210,12 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout)
     o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime)).rounded(.up))
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
+    if let ua = a.options["--user-agent"] {
+        guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw UsageError("--user-agent must be 1 to 512 printable characters")
+        }
+        o.http.userAgent = ua
+    }
     if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0) }
     if let f = a.options["--log-format"] {
         guard let format = Log.Format(rawValue: f) else { throw UsageError("--log-format must be logfmt or json") }

@@ -1,0 +1,112 @@
+import Foundation
+import XCTest
+
+/// Issue 10, "Real-world inputs and a polite client", against the fault-injecting server: bodies
+/// that are not tiles are never stored, empty statuses are the request's, and what the server's
+/// own request log shows about headers, throttling and retried tiles.
+final class RealWorldTests: FaultServerSpoolTestCase {
+    // MARK: - Bodies that are not tiles
+
+    /// An HTML login page, a text/plain error and a GIF where a PNG was asked, each with 200:
+    /// retried (the server's log counts 1 + --max-retries requests), never stored, and the region
+    /// fails `badResponse` naming the URL and what was received.
+    func testBodiesThatAreNotTilesAreNeverStored() throws {
+        try fx.start(["--max-retries", "1", "--retry-delay", "0.05"])
+        let cases: [(fault: String, mentions: String)] = [("html", "HTML"), ("text", "text/plain"), ("notpng", "PNG")]
+        for c in cases {
+            try fx.drop("nt-\(c.fault).json", server.tilesRequest(["/\(c.fault)/nt/{z}/{x}/{y}.png"]))
+        }
+        for c in cases {
+            let id = "nt-\(c.fault)", path = "/\(c.fault)/nt/0/0/0.png"
+            try fx.waitForState(id, "failed", timeout: 30)
+            XCTAssertEqual(fx.errorCode(id), "badResponse", id)
+            XCTAssertEqual(fx.errorObject(id)?["url"] as? String, server.url(path), id)
+            let message = fx.errorMessage(id) ?? ""
+            XCTAssertTrue(message.contains(c.mentions) && message.contains("received"), "\(id): \(message)")
+            XCTAssertEqual(server.hits(path), 2, "\(id): asked once and retried once")
+            XCTAssertEqual(fx.manifest(id).filter { $0.kind == "tile" }.count, 0, id)
+        }
+        XCTAssertEqual(fx.objects(), [], "nothing entered the store")
+    }
+
+    /// A 200 with an empty body is an empty tile (like 204); the real PNG beside it is stored.
+    func testEmptyBodyWith200IsAnEmptyTile() throws {
+        try fx.start()
+        try fx.drop("e200.json", server.tilesRequest(["/empty200/e2/{z}/{x}/{y}.png", "/ok/e2/{z}/{x}/{y}.png"]))
+        try fx.waitForState("e200", "completed", timeout: 30)
+        let lines = fx.manifest("e200")
+        XCTAssertEqual(lines.first { $0.url.contains("/empty200/") }?.sha, "-", "recorded as an empty tile")
+        XCTAssertEqual(lines.first { $0.url.contains("/ok/") }?.sha, sha256Hex(FaultServer.okBody("/ok/e2/0/0/0.png")))
+        XCTAssertEqual(fx.objects().count, 1)
+        XCTAssertEqual(server.hits("/empty200/e2/0/0/0.png"), 1)
+    }
+
+    /// `emptyStatuses: [400]`: a server answering 400 beyond its zooms gives empty tiles; a 404
+    /// (no longer in the list) then fails the region with `httpError`; the default keeps 404 empty.
+    func testEmptyStatusesPerRequest() throws {
+        try fx.start()
+        var r400 = server.tilesRequest(["/status/400/es/{z}/{x}/{y}.png"], maxZoom: 1)
+        r400["emptyStatuses"] = [400]
+        try fx.drop("es400.json", r400)
+        var r404 = server.tilesRequest(["/missing/es/{z}/{x}/{y}.png"])
+        r404["emptyStatuses"] = [400]
+        try fx.drop("es404.json", r404)
+        try fx.drop("esdefault.json", server.tilesRequest(["/missing/esd/{z}/{x}/{y}.png"]))
+        try fx.waitForState("es400", "completed", timeout: 30)
+        XCTAssertEqual(fx.manifest("es400").filter { $0.kind == "tile" }.map(\.sha), Array(repeating: "-", count: 5))
+        XCTAssertEqual(fx.progress("es400")["tilesCompleted"], 5)
+        XCTAssertEqual((fx.status("es400")?["request"] as? [String: Any])?["emptyStatuses"] as? [Int], [400])
+        try fx.waitForState("es404", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("es404"), "httpError")
+        XCTAssertEqual(fx.errorObject("es404")?["httpStatus"] as? Int, 404)
+        try fx.waitForState("esdefault", "completed", timeout: 30)
+    }
+}
+
+extension RealWorldTests {
+    // MARK: - A polite client
+
+    /// The default User-Agent names TileSpool, its version and the project URL (the server's
+    /// request log is the witness).
+    func testDefaultUserAgentNamesTileSpoolVersionAndURL() throws {
+        try fx.start()
+        try fx.drop("ua.json", server.tilesRequest(["/ok/ua/{z}/{x}/{y}.png"]))
+        try fx.waitForState("ua", "completed", timeout: 30)
+        let seen = server.requests().filter { $0.path == "/ok/ua/0/0/0.png" }
+        XCTAssertEqual(seen.count, 1)
+        let ua = seen.first?.headers["User-Agent"] ?? ""
+        XCTAssertTrue(ua.hasPrefix("TileSpool/0.1.0 ") && ua.contains("https://"), ua)
+    }
+
+    /// `--user-agent` and a request's `headers` (Referer, Authorization) are sent with every
+    /// request of the region, the style's documents included; the Authorization value never
+    /// appears in the status, events, the daemon's log or anything else in the spool.
+    func testUserAgentAndRequestHeadersAreSentAndRedacted() throws {
+        let secret = "Bearer s3cret-7f2a9c"
+        try server.register("hdr-style.json", json: """
+            {"version": 8, "sources": {"t": {"type": "raster", "tiles": ["__BASE__/ok/hdr/{z}/{x}/{y}.png"], "maxzoom": 1}},
+             "layers": [{"id": "t", "type": "raster", "source": "t"}]}
+            """)
+        try fx.start(["--user-agent", "AcmeMaps/2.1 (ops@example.org)"])
+        try fx.drop("hdr.json", ["style": server.url("/json/hdr-style.json"), "bounds": [-180, -85, 180, 85],
+                                 "minZoom": 0, "maxZoom": 1,
+                                 "headers": ["Referer": "https://maps.example.org/", "Authorization": secret]])
+        try fx.waitForState("hdr", "completed", timeout: 30)
+        let seen = server.requests()
+        XCTAssertEqual(seen.filter { $0.path.hasPrefix("/ok/hdr/") }.count, 5, "the 5 tiles of z0-1")
+        XCTAssertEqual(seen.filter { $0.path == "/json/hdr-style.json" }.count, 1)
+        for r in seen {
+            XCTAssertEqual(r.headers["User-Agent"], "AcmeMaps/2.1 (ops@example.org)", r.path)
+            XCTAssertEqual(r.headers["Referer"], "https://maps.example.org/", r.path)
+            XCTAssertEqual(r.headers["Authorization"], secret, r.path)
+        }
+        let headers = (fx.status("hdr")?["request"] as? [String: Any])?["headers"] as? [String: String]
+        XCTAssertEqual(headers, ["Referer": "REDACTED", "Authorization": "REDACTED"])
+        XCTAssertFalse(fx.log().contains("s3cret"), "the daemon's log")
+        let spool = FileManager.default.enumerator(atPath: fx.spool)!
+        while let name = spool.nextObject() as? String {
+            let data = FileManager.default.contents(atPath: "\(fx.spool)/\(name)") ?? Data()
+            XCTAssertNil(data.range(of: Data("s3cret".utf8)), "\(name) holds the credential")
+        }
+    }
+}
