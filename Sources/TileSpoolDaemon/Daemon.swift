@@ -284,6 +284,7 @@ public final class Daemon {
             st.bytesPerSecond = rates?.bytesPerSecond
             st.etaSeconds = RateWindow.eta(r.progress, rates)
         }
+        if let d = r.download, d.holdUntil > Daemon.now() { st.throttledUntil = Date(timeIntervalSinceNow: d.holdUntil - Daemon.now()) }
         do { try status.write(st) } catch { Log.error("cannot write status: \(error)", region: r.id) }
         r.statusDirty = false
         r.lastStatusWrite = Daemon.now()

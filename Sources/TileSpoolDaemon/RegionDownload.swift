@@ -132,6 +132,7 @@ extension Daemon {
     /// Issues requests for a downloading region up to its limit.
     func fill(_ r: Region, _ d: Download, now: Double) {
         guard now >= d.holdUntil else { return }
+        if d.holdUntil > 0 { d.holdUntil = 0; r.statusDirty = true } // `throttledUntil` leaves the status
         // Retries that are due.
         if !d.retries.isEmpty {
             var keep: [(due: Double, item: WorkItem)] = []
@@ -267,7 +268,10 @@ extension Daemon {
             return
         }
         if s == 429 || s >= 500 {
-            if let ra = res.retryAfter { d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, 300)) }
+            if let ra = res.retryAfter {
+                d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, Daemon.maxRetryAfter))
+                r.statusDirty = true // the status shows `throttledUntil`
+            }
             retry(r, d, item, after: res.retryAfter, exhausted: {
                 self.fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             })
@@ -326,6 +330,9 @@ extension Daemon {
         }
     }
 
+    /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it.
+    static let maxRetryAfter = 3600.0
+
     /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
     /// calls `exhausted` when the attempts are used up.
     func retry(_ r: Region, _ d: Download, _ item: WorkItem, after: Double?, exhausted: () -> Void) {
@@ -334,7 +341,7 @@ extension Daemon {
         if n > options.maxRetries { exhausted(); return }
         ops.retries += 1
         let backoff = min(options.retryDelay * pow(2, Double(n - 1)), options.maxRetryDelay)
-        let delay = max(after.map { min($0, 300) } ?? 0, backoff * Double.random(in: 0.75...1.0))
+        let delay = max(after.map { min($0, Daemon.maxRetryAfter) } ?? 0, backoff * Double.random(in: 0.75...1.0))
         d.retries.append((Daemon.now() + delay, item))
     }
 

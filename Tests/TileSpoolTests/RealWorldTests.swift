@@ -110,3 +110,37 @@ extension RealWorldTests {
         }
     }
 }
+
+extension RealWorldTests {
+    // MARK: - Retry-After beyond 300 s
+
+    /// The status's `throttledUntil` as seconds from now, or nil when absent.
+    func throttledFor(_ id: String) -> Double? {
+        guard let s = fx.status(id)?["throttledUntil"] as? String else { return nil }
+        let f = ISO8601DateFormatter()
+        return f.date(from: s).map { $0.timeIntervalSinceNow }
+    }
+
+    /// `Retry-After: 1000` is honoured whole (no longer cut to 300 s) and shown as `throttledUntil`;
+    /// `Retry-After: 7200` is cut to the 1 h cap. Meanwhile the server sees no second request
+    /// (its log, while another region on the same daemon completes), and a pause clears the field.
+    func testLongRetryAfterIsHonouredUpToOneHourAndShown() throws {
+        // A throttled region keeps its slot: three slots, so the third region can run.
+        try fx.start(["--max-retries", "3", "--retry-delay", "0.05", "--max-active-regions", "3"])
+        try fx.drop("ra1000.json", server.tilesRequest(["/retryafter/1000/1/ra/{z}/{x}/{y}.png"]))
+        try fx.drop("ra7200.json", server.tilesRequest(["/retryafter/7200/1/rb/{z}/{x}/{y}.png"]))
+        try waitUntil("both regions show throttledUntil", timeout: 20) { self.throttledFor("ra1000") != nil && self.throttledFor("ra7200") != nil }
+        let a = throttledFor("ra1000")!, b = throttledFor("ra7200")!
+        XCTAssertTrue((960...1001).contains(a), "Retry-After 1000 s: throttled for \(a) s")
+        XCTAssertTrue((3560...3601).contains(b), "Retry-After 7200 s, capped at 3600 s: throttled for \(b) s")
+        XCTAssertEqual(fx.state("ra1000"), "downloading")
+        // Time passes on the same daemon: another region is downloaded whole.
+        try fx.drop("rc.json", server.tilesRequest(["/ok/rc/{z}/{x}/{y}.png"], maxZoom: 2))
+        try fx.waitForState("rc", "completed", timeout: 30)
+        XCTAssertEqual(server.hits("/retryafter/1000/1/ra/0/0/0.png"), 1, "asked again before Retry-After")
+        XCTAssertEqual(server.hits("/retryafter/7200/1/rb/0/0/0.png"), 1, "asked again before the capped Retry-After")
+        try fx.control("ra1000", "pause")
+        try fx.waitForState("ra1000", "pausedUser", timeout: 10)
+        XCTAssertNil(fx.status("ra1000")?["throttledUntil"], "no download, no throttle")
+    }
+}
