@@ -22,6 +22,9 @@ public enum ErrorCode: String, Sendable, Codable {
     case storageError
     /// The region's files in the store are damaged (found by `verify --repair`).
     case storeDamaged
+    /// A URL's host publishes a tile usage policy that forbids bulk downloading
+    /// (`TileUsagePolicy`); the daemon's `--allow-host` lifts it.
+    case policyRefused
 }
 
 /// An error that ends up in a status file as `{"code", "message", "url"?, "httpStatus"?}`.

@@ -48,6 +48,8 @@ public struct DaemonOptions: Sendable {
     /// `--events-max-bytes` (0: never rotate) and `--events-keep`.
     public var eventsMaxBytes = 64 << 20
     public var eventsKeep = 5
+    /// Hosts (lower-case) exempt from `TileUsagePolicy` (`--allow-host`, repeatable).
+    public var allowedHosts: Set<String> = []
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
 }
 

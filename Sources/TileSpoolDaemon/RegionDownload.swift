@@ -93,7 +93,9 @@ extension Daemon {
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
-        if let e = tileLimitError(r, plan) {
+        // A style's tile servers are known only now: a listed one is refused before any tile is asked.
+        let policy = TileUsagePolicy.refusal(urls: plan.tileSets.map(\.template.template), allowedHosts: options.allowedHosts)
+        if let e = policy ?? tileLimitError(r, plan) {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
             if let data = try? Files.readRegularFile(r.files.requestPath, limit: RequestValidator.maxFileSize) {

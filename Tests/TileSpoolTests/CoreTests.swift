@@ -397,3 +397,28 @@ final class RefreshRuleTests: XCTestCase {
         XCTAssertThrowsError(try req(["refreshAfter": 5]))
     }
 }
+
+/// Issue 10: the tile usage policy list and the body check, as pure functions.
+final class RealWorldCoreTests: XCTestCase {
+    func testPolicyHostMatching() {
+        XCTAssertEqual(TileUsagePolicy.host(of: "https://u:p@A.Tile.OpenStreetMap.org.:8080/{z}/{x}/{y}.png?k=1"), "a.tile.openstreetmap.org")
+        XCTAssertEqual(TileUsagePolicy.host(of: "https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"), "a.tile.openstreetmap.org")
+        XCTAssertNotNil(TileUsagePolicy.refusal(urls: ["https://maps.wikimedia.org/osm-intl/{z}/{x}/{y}.png"], allowedHosts: []))
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tile.openstreetmap.org/{z}/{x}/{y}.png"], allowedHosts: ["tile.openstreetmap.org"]))
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tile.openstreetmap.org.example.com/{z}/{x}/{y}.png"], allowedHosts: []))
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tiles.example.org/tile.openstreetmap.org/{z}/{x}/{y}.png"], allowedHosts: []))
+    }
+
+    func testTileBodyCheck() {
+        let png = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 1, 2])
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.png?key=x", contentType: "image/png", body: png))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "image/png", body: Data([0xFF, 0xD8, 0xFF, 0])))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.jpg", contentType: nil, body: Data([0xFF, 0xD8, 0xFF, 0])))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.webp", contentType: nil, body: Data("RIFF0000WEBQ".utf8)))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.webp", contentType: nil, body: Data("RIFF0000WEBPVP8 ".utf8)))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "application/x-protobuf", body: Data("\u{FEFF}  <HTML><body>".utf8)))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "text/plain; charset=utf-8", body: Data("x".utf8)))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "application/x-protobuf", body: Data([0x1f, 0x8b, 8])))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "text/html", body: Data()), "empty is an empty tile")
+    }
+}

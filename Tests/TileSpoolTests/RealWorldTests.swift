@@ -144,3 +144,42 @@ extension RealWorldTests {
         XCTAssertNil(fx.status("ra1000")?["throttledUntil"], "no download, no throttle")
     }
 }
+
+extension RealWorldTests {
+    // MARK: - Tile usage policies
+
+    /// A `tiles` request for tile.openstreetmap.org (and an alias with user info, port and
+    /// upper case) is refused on arrival with `policyRefused` quoting the policy URL; a style
+    /// whose source points at c.tile.openstreetmap.org is refused once its plan is known, before
+    /// any tile is asked (the fault server served the style only).
+    func testBulkDownloadFromAPolicyHostIsRefused() throws {
+        try server.register("osm-style.json", json: """
+            {"version": 8, "sources": {"osm": {"type": "raster", "tiles": ["https://c.tile.openstreetmap.org/{z}/{x}/{y}.png"], "maxzoom": 19}},
+             "layers": [{"id": "osm", "type": "raster", "source": "osm"}]}
+            """)
+        try fx.start()
+        try fx.drop("osm.json", ["tiles": ["https://tile.openstreetmap.org/{z}/{x}/{y}.png"], "bounds": [7.4, 43.7, 7.5, 43.8], "minZoom": 0, "maxZoom": 2])
+        try fx.drop("osmb.json", ["tiles": ["https://user@B.Tile.OpenStreetMap.org:443/{z}/{x}/{y}.png"], "bounds": [7.4, 43.7, 7.5, 43.8], "minZoom": 0, "maxZoom": 2])
+        try fx.drop("osmstyle.json", ["style": server.url("/json/osm-style.json"), "bounds": [7.4, 43.7, 7.5, 43.8], "minZoom": 0, "maxZoom": 2])
+        for id in ["osm", "osmb", "osmstyle"] {
+            try fx.waitForState(id, "failed", timeout: 20)
+            XCTAssertEqual(fx.errorCode(id), "policyRefused", id)
+            let m = fx.errorMessage(id) ?? ""
+            XCTAssertTrue(m.contains("https://operations.osmfoundation.org/policies/tiles/") && m.contains("--allow-host"), m)
+        }
+        XCTAssertTrue(fx.errorMessage("osmb")?.contains("b.tile.openstreetmap.org") ?? false)
+        XCTAssertTrue(fx.inRejected("osm.json"))
+        XCTAssertEqual(fx.eventStates("osm"), ["failed"], "refused on arrival, never queued")
+        XCTAssertEqual(server.allHits(), ["/json/osm-style.json": 1], "the style only; no tile asked")
+    }
+
+    /// `--allow-host tile.openstreetmap.org` lifts the refusal: the request is accepted and tried
+    /// (offline here, so it ends `pausedNetwork` with `networkError`, not `policyRefused`).
+    func testAllowHostLiftsThePolicy() throws {
+        try fx.start(["--allow-host", "tile.openstreetmap.org", "--max-retries", "0", "--connect-timeout", "2"])
+        try fx.drop("osmok.json", ["tiles": ["https://tile.openstreetmap.org/{z}/{x}/{y}.png"], "bounds": [7.4, 43.7, 7.5, 43.8], "minZoom": 0, "maxZoom": 0])
+        try fx.waitForState("osmok", "pausedNetwork", timeout: 30)
+        XCTAssertEqual(fx.errorCode("osmok"), "networkError")
+        XCTAssertEqual(Array(fx.eventStates("osmok").prefix(2)), ["queued", "downloading"])
+    }
+}
