@@ -99,6 +99,10 @@ public struct RegionRequest: Sendable, Equatable {
     /// Extra request headers sent with every request of the region (`headers`), e.g. `Referer`,
     /// `Authorization`. Values are credentials: `redactedJSONObject` shows them as `REDACTED`.
     public var headers: [String: String] = [:]
+    /// Tiles that may fail (outlive their retries, or get a status that is not retried) before the
+    /// region fails (`maxFailedTiles`); each is recorded as failed and the region goes on. 0: the
+    /// first failed tile fails the region.
+    public var maxFailedTiles = 0
     /// `headers` as (name, value) pairs sorted by name, as sent.
     public var headerList: [(String, String)] { headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
     /// The default of `emptyStatuses`.
@@ -150,6 +154,7 @@ public struct RegionRequest: Sendable, Equatable {
         if let refreshAfter { o["refreshAfter"] = refreshAfter }
         if emptyStatuses != RegionRequest.defaultEmptyStatuses { o["emptyStatuses"] = emptyStatuses }
         if !headers.isEmpty { o["headers"] = headers }
+        if maxFailedTiles != 0 { o["maxFailedTiles"] = maxFailedTiles }
         if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
@@ -180,7 +185,7 @@ public enum RequestValidator {
 
     static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
                                            "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
-                                           "emptyStatuses", "headers"]
+                                           "emptyStatuses", "headers", "maxFailedTiles"]
 
     /// Header names a request's `headers` may not set: libcurl and the daemon set them
     /// (framing, conditional requests, content decoding). Lower-case.
@@ -391,6 +396,11 @@ public enum RequestValidator {
                 headers[name] = s
             }
         }
+        var maxFailedTiles = 0
+        if let v = o["maxFailedTiles"], !(v is NSNull) {
+            guard let n = JSONKind.integer(v), n >= 0 else { throw bad("maxFailedTiles: must be a non-negative integer") }
+            maxFailedTiles = n
+        }
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                                     pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
                                     maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
@@ -398,6 +408,7 @@ public enum RequestValidator {
         request.refreshAfter = refreshAfter
         request.emptyStatuses = emptyStatuses
         request.headers = headers
+        request.maxFailedTiles = maxFailedTiles
         return request
     }
 

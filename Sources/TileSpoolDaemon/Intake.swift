@@ -214,6 +214,11 @@ extension Daemon {
     /// Applies a user action through the state machine.
     /// `maxAge` (seconds) goes with a `refresh`: only resources fetched that long ago are checked.
     func apply(_ action: RegionAction, to r: Region, maxAge: Double? = nil) {
+        if action == .resume, r.state == .completed, !r.refreshing, r.progress.tilesFailed > 0 {
+            // A region completed with failed tiles (maxFailedTiles): a pass that asks exactly those again.
+            beginRefresh(r, maxAge: Refresh.onlyFailed, note: "resume: retrying \(r.progress.tilesFailed) failed tiles")
+            return
+        }
         switch RegionStateMachine.apply(action, to: r.state, refreshing: r.refreshing) {
         case .ignored(let why):
             Log.info("\(action.rawValue) ignored: \(why)", region: r.id, state: r.state.rawValue, [("action", action.rawValue)])

@@ -103,6 +103,8 @@ final class Download {
     var pending: [(item: WorkItem, line: ManifestLine)] = []
     /// Lines of `pending` not yet appended to the journal (written once per loop iteration).
     var journalBuffer: [ManifestLine] = []
+    /// Why each tile recorded as failed (`maxFailedTiles`) failed, by manifest key, for failed.tsv.
+    var failureReasons: [String: String] = [:]
     /// No new request before this time (a server's Retry-After).
     var holdUntil = 0.0
     /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.

@@ -244,7 +244,7 @@ extension Daemon {
             case .badResponse(let why):
                 Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: url)
                 retry(r, d, item, after: nil, exhausted: {
-                    self.fail(r, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
+                    self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
                 })
             }
             return
@@ -275,7 +275,7 @@ extension Daemon {
                 r.statusDirty = true // the status shows `throttledUntil`
             }
             retry(r, d, item, after: res.retryAfter, exhausted: {
-                self.fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+                self.failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             })
             return
         }
@@ -283,14 +283,14 @@ extension Daemon {
         let empty = kind == .tile && (r.request.emptyStatuses.contains(s) || ((200...299).contains(s) && res.body.isEmpty))
         let missing = kind.missingIsAllowed && s == 404
         if !(200...299).contains(s) && !empty && !missing {
-            fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+            failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             return
         }
         if kind == .tile && !empty, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
             // Never stored: an HTML login page or a text error with 200 is not a tile.
             Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
             retry(r, d, item, after: nil, exhausted: {
-                self.fail(r, RegionError(code: .badResponse, message: "HTTP \(s) from \(Redaction.redact(url)): \(why)", url: url, httpStatus: s))
+                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP \(s) from \(Redaction.redact(url)): \(why)", url: url, httpStatus: s))
             })
             return
         }
@@ -308,6 +308,51 @@ extension Daemon {
             return
         }
         received(r, d, item, line, url: url, body: res.body)
+    }
+
+    /// A tile's last attempt failed with `e`: within the request's `maxFailedTiles` the tile is
+    /// recorded as failed (manifest sha256 `!`, counted in `tilesFailed`) and the region goes on;
+    /// otherwise (not a tile, no budget, or the budget used up) the region fails with `e`, the
+    /// message then naming the budget, and `failed.tsv` lists the tiles that failed.
+    func failTile(_ r: Region, _ d: Download, _ item: WorkItem, _ fetch: Fetch, _ e: RegionError) {
+        let budget = r.request.maxFailedTiles
+        guard fetch.kind == .tile, case .index = item, budget > 0 else { fail(r, e); return }
+        let failedSoFar = r.progress.tilesFailed + d.pending.filter { $0.line.failed }.count
+        if failedSoFar >= budget {
+            var over = e
+            over.message += "; \(failedSoFar + 1) tiles failed, more than the request's maxFailedTiles (\(budget)); see failed.tsv"
+            let refreshing = r.refreshing
+            fail(r, over)
+            if !refreshing { writeFailedList(r, d) }
+            return
+        }
+        d.attempts.removeValue(forKey: item)
+        var line = ManifestLine(kind: .tile, sha256: nil, bytes: 0, key: fetch.key, url: fetch.url)
+        line.failed = true
+        d.failureReasons[fetch.key] = "\(e.code.rawValue): \(e.message)"
+        Log.error("\(r.id): tile \(fetch.key) failed (\(failedSoFar + 1) of at most \(budget)): \(e.message)")
+        d.pending.append((item, line))
+        d.journalBuffer.append(line)
+        pendingCount += 1
+    }
+
+    /// Writes `<store>/regions/<id>/failed.tsv` from the manifest `d` wrote: one line per tile
+    /// recorded as failed, `key <TAB> url <TAB> error` (URL redacted; error `code: message`, or
+    /// `-` when it failed before a daemon restart), after a `#` header; removed when none failed.
+    func writeFailedList(_ r: Region, _ d: Download) { writeFailedList(r, files: d.files, reasons: d.failureReasons) }
+
+    /// `writeFailedList` from the manifest in `files`, with the reasons known by key.
+    func writeFailedList(_ r: Region, files: RegionFiles, reasons: [String: String]) {
+        var text = ""
+        files.readManifest { l in
+            guard l.failed else { return }
+            text += "\(l.key)\t\(l.url)\t\(ManifestLine.sanitizeKey(reasons[l.key] ?? "-"))\n"
+        }
+        let path = r.files.dir + "/failed.tsv"
+        if text.isEmpty { Files.remove(path); return }
+        do { try Files.writeAtomically(Data(("# key\turl\terror\n" + text).utf8), to: path) } catch {
+            Log.error("\(r.id): cannot write failed.tsv: \(error)")
+        }
     }
 
     /// A style or TileJSON document arrived (or was found current in the store during a refresh):
@@ -400,6 +445,7 @@ extension Daemon {
         d.files.closeManifest()
         guard case .to(let next) = RegionStateMachine.apply(.finish, to: r.state, refreshing: r.refreshing) else { return }
         if r.refreshing { finishRefresh(r, d); return }
+        writeFailedList(r, d)
         setState(r, next)
         ops.uniqueWanted = true
         if next == .completed && !r.request.exports.isEmpty { startExports(r) }
@@ -436,6 +482,7 @@ extension Daemon {
         }
         r.refreshing = false
         r.progressBeforeRefresh = nil
+        writeFailedList(r, files: r.files, reasons: d.failureReasons)
         let p = r.progress
         // Resources that left the plan change the pack too.
         let changed = p.resourcesChanged > 0 || p.resourcesCompleted != (d.previous?.count ?? 0)

@@ -183,3 +183,67 @@ extension RealWorldTests {
         XCTAssertEqual(Array(fx.eventStates("osmok").prefix(2)), ["queued", "downloading"])
     }
 }
+
+extension RealWorldTests {
+    // MARK: - Failure budget
+
+    func failedList(_ id: String) -> [String] {
+        guard let text = try? String(contentsOfFile: "\(fx.store)/regions/\(id)/failed.tsv", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { String($0.split(separator: "\t")[0]) }
+    }
+
+    /// `maxFailedTiles: 5`: five tiles that outlive their retries are recorded as failed (sha256
+    /// `!`, `tilesFailed`, failed.tsv) and the region completes; verify and an MBTiles export take
+    /// them for empty tiles; `resume` then asks again exactly those five (the server's log: each
+    /// failing path 2 + 1 times, each good one once) and completes with none failed.
+    func testFailureBudgetRecordsFailedTilesAndResumeRetriesExactlyThose() throws {
+        try fx.start(["--max-retries", "1", "--retry-delay", "0.05", "--sync-interval", "0.05"])
+        var request = server.tilesRequest(["/ok/fb/{z}/{x}/{y}.png", "/flaky/2/fb/{z}/{x}/{y}.png"], maxZoom: 1)
+        request["maxFailedTiles"] = 5
+        try fx.drop("fb.json", request)
+        try fx.waitForState("fb", "completed", timeout: 30)
+        let good = FaultServer.worldPaths("/ok/fb/{z}/{x}/{y}.png", maxZoom: 1)
+        let flaky = FaultServer.worldPaths("/flaky/2/fb/{z}/{x}/{y}.png", maxZoom: 1)
+        XCTAssertEqual(fx.progress("fb")["tilesFailed"], 5)
+        XCTAssertEqual(fx.progress("fb")["tilesCompleted"], 10)
+        let failedLines = fx.manifest("fb").filter { $0.sha == "!" }
+        XCTAssertEqual(Set(failedLines.map(\.url)), Set(flaky.map(server.url)))
+        XCTAssertEqual(failedList("fb").count, 5)
+        XCTAssertEqual(Set(failedList("fb")), Set(failedLines.map(\.key)))
+        for p in flaky { XCTAssertEqual(server.hits(p), 2, "\(p): once and one retry") }
+        let (verifyCode, verifyOut) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(verifyCode, 0, verifyOut)
+        let mbtiles = fx.root.appendingPathComponent("fb.mbtiles").path
+        let (exportCode, exportOut) = try fx.cli(["export", "fb", "--format", "mbtiles", "--output", mbtiles, "--source", "tiles1", "--json", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(exportCode, 0, exportOut)
+        let exported = (try? JSONSerialization.jsonObject(with: Data(exportOut.utf8))) as? [String: Any]
+        XCTAssertEqual(exported?["tiles"] as? Int, 0, "failed tiles are exported like empty ones (none written): \(exportOut)")
+
+        try fx.control("fb", "resume")
+        try waitUntil("fb retried its failed tiles and completed", timeout: 30) {
+            self.fx.state("fb") == "completed" && self.fx.progress("fb")["tilesFailed"] == 0
+                && (self.fx.status("fb")?["refreshing"] as? Bool) == false
+        }
+        for p in flaky { XCTAssertEqual(server.hits(p), 3, "\(p): asked exactly once more by the resume") }
+        for p in good { XCTAssertEqual(server.hits(p), 1, "\(p): not asked again") }
+        XCTAssertEqual(fx.manifest("fb").filter { $0.sha == "!" }.count, 0)
+        XCTAssertEqual(Set(fx.manifest("fb").map(\.sha)), Set((good + flaky).map { sha256Hex(FaultServer.okBody($0)) }))
+        XCTAssertEqual(failedList("fb"), [], "failed.tsv is gone")
+        fx.assertStoreMatchesManifest("fb")
+    }
+
+    /// Over the budget the region fails, the message naming `maxFailedTiles`, and failed.tsv lists
+    /// the tiles recorded as failed before it.
+    func testFailureBudgetExceededFailsTheRegion() throws {
+        try fx.start(["--max-retries", "0", "--sync-interval", "0.05"])
+        var request = server.tilesRequest(["/error500/fx/{z}/{x}/{y}.png"], maxZoom: 1)
+        request["maxFailedTiles"] = 2
+        try fx.drop("fx.json", request)
+        try fx.waitForState("fx", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("fx"), "httpError")
+        XCTAssertTrue(fx.errorMessage("fx")?.contains("maxFailedTiles (2)") ?? false, fx.errorMessage("fx") ?? "")
+        XCTAssertEqual(failedList("fx").count, 2)
+        XCTAssertEqual(fx.manifest("fx").filter { $0.sha == "!" }.count, 2)
+        XCTAssertEqual(fx.progress("fx")["tilesFailed"], 2)
+    }
+}
