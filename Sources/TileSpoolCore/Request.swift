@@ -103,6 +103,9 @@ public struct RegionRequest: Sendable, Equatable {
     /// region fails (`maxFailedTiles`); each is recorded as failed and the region goes on. 0: the
     /// first failed tile fails the region.
     public var maxFailedTiles = 0
+    /// What `{s}` in a `tiles` template becomes (`subdomains`), spread by tile as Leaflet does;
+    /// default `["a", "b", "c"]`. Tiles are keyed by z/x/y, so a pack does not depend on it.
+    public var subdomains = TileURLTemplate.defaultSubdomains
     /// `headers` as (name, value) pairs sorted by name, as sent.
     public var headerList: [(String, String)] { headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
     /// The default of `emptyStatuses`.
@@ -155,6 +158,7 @@ public struct RegionRequest: Sendable, Equatable {
         if emptyStatuses != RegionRequest.defaultEmptyStatuses { o["emptyStatuses"] = emptyStatuses }
         if !headers.isEmpty { o["headers"] = headers }
         if maxFailedTiles != 0 { o["maxFailedTiles"] = maxFailedTiles }
+        if subdomains != TileURLTemplate.defaultSubdomains { o["subdomains"] = subdomains }
         if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
@@ -185,7 +189,7 @@ public enum RequestValidator {
 
     static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
                                            "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
-                                           "emptyStatuses", "headers", "maxFailedTiles"]
+                                           "emptyStatuses", "headers", "maxFailedTiles", "subdomains"]
 
     /// Header names a request's `headers` may not set: libcurl and the daemon set them
     /// (framing, conditional requests, content decoding). Lower-case.
@@ -401,6 +405,18 @@ public enum RequestValidator {
             guard let n = JSONKind.integer(v), n >= 0 else { throw bad("maxFailedTiles: must be a non-negative integer") }
             maxFailedTiles = n
         }
+        var subdomains = TileURLTemplate.defaultSubdomains
+        if let v = o["subdomains"], !(v is NSNull) {
+            guard let arr = v as? [Any], (1...26).contains(arr.count) else { throw bad("subdomains: must be an array of 1 to 26 strings, e.g. [\"a\", \"b\", \"c\"]") }
+            subdomains = []
+            let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.".utf8)
+            for (i, e) in arr.enumerated() {
+                guard let s = e as? String, (1...63).contains(s.utf8.count), s.utf8.allSatisfy(allowed.contains) else {
+                    throw bad("subdomains[\(i)]: must be 1 to 63 letters, digits, '-' or '.'")
+                }
+                subdomains.append(s)
+            }
+        }
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                                     pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
                                     maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
@@ -409,6 +425,7 @@ public enum RequestValidator {
         request.emptyStatuses = emptyStatuses
         request.headers = headers
         request.maxFailedTiles = maxFailedTiles
+        request.subdomains = subdomains
         return request
     }
 

@@ -422,3 +422,15 @@ final class RealWorldCoreTests: XCTestCase {
         XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "text/html", body: Data()), "empty is an empty tile")
     }
 }
+
+extension RealWorldCoreTests {
+    func testSubdomainTemplate() {
+        let t = TileURLTemplate("https://{s}.tiles.example.org/{z}/{x}/{y}.png", subdomains: ["a", "b", "c"])
+        XCTAssertEqual(t.url(for: TileID(z: 3, x: 1, y: 1)), "https://c.tiles.example.org/3/1/1.png")
+        XCTAssertEqual(t.url(for: TileID(z: 3, x: 4, y: 0)), "https://b.tiles.example.org/3/4/0.png")
+        XCTAssertNotNil(TileUsagePolicy.refusal(urls: ["https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"], allowedHosts: []))
+        // A plan saved before subdomains existed reads back with the default.
+        let old = Data(#"{"template": "https://{s}.x.org/{z}/{x}/{y}.png", "tms": false, "ratio": ""}"#.utf8)
+        XCTAssertEqual(try JSONDecoder().decode(TileURLTemplate.self, from: old).subdomains, ["a", "b", "c"])
+    }
+}

@@ -247,3 +247,53 @@ extension RealWorldTests {
         XCTAssertEqual(fx.progress("fx")["tilesFailed"], 2)
     }
 }
+
+extension RealWorldTests {
+    // MARK: - Region forms: {s} + subdomains, TileJSON bounds
+
+    /// `tilespool plan --json` of `request` (written to a file): its tile total.
+    func plannedTiles(_ request: [String: Any], name: String) throws -> Int? {
+        let path = fx.root.appendingPathComponent(name).path
+        try jsonData(request).write(to: URL(fileURLWithPath: path))
+        let (code, out) = try fx.cli(["plan", path, "--json"])
+        XCTAssertEqual(code, 0, out)
+        return ((try? JSONSerialization.jsonObject(with: Data(out.utf8))) as? [String: Any])?["tiles"] as? Int
+    }
+
+    /// `{s}` with `subdomains: ["s1", "s2"]`: tile (x, y) comes from `s[(x + y) % 2]` (Leaflet's
+    /// rule; the server's log shows which), the manifest keys tiles by z/x/y, and `tilespool plan`
+    /// counts what was downloaded.
+    func testSubdomainsSpreadRequestsAndKeysStayZXY() throws {
+        try fx.start()
+        var request = server.tilesRequest(["/ok/sd/{s}/{z}/{x}/{y}.png"], maxZoom: 2)
+        request["subdomains"] = ["s1", "s2"]
+        try fx.drop("sd.json", request)
+        try fx.waitForState("sd", "completed", timeout: 30)
+        var expected: Set<String> = []
+        for z in 0...2 { for x in 0..<(1 << z) { for y in 0..<(1 << z) { expected.insert("/ok/sd/\((x + y) % 2 == 0 ? "s1" : "s2")/\(z)/\(x)/\(y).png") } } }
+        XCTAssertEqual(Set(server.allHits().keys), expected)
+        XCTAssertTrue(server.allHits().values.allSatisfy { $0 == 1 })
+        let keys = Set(fx.manifest("sd").map(\.key))
+        XCTAssertTrue(keys.contains("tiles0/2/1/2") && keys.count == 21, "\(keys.sorted().prefix(5))")
+        XCTAssertEqual(try plannedTiles(request, name: "sd-plan.json"), 21)
+    }
+
+    /// A TileJSON whose `bounds` cover the north-east quarter: only the tiles inside are planned
+    /// and asked (6 of the world's 21 over z0-2), and `tilespool plan` agrees.
+    func testTileJSONBoundsLimitThePlannedTiles() throws {
+        try server.register("tb-tilejson.json", json: """
+            {"tilejson": "3.0.0", "tiles": ["__BASE__/ok/tb/{z}/{x}/{y}.pbf"], "bounds": [0.5, 0.5, 179, 80], "maxzoom": 2}
+            """)
+        try server.register("tb-style.json", json: """
+            {"version": 8, "sources": {"v": {"type": "vector", "url": "__BASE__/json/tb-tilejson.json"}}, "layers": []}
+            """)
+        try fx.start()
+        let request: [String: Any] = ["id": "tb", "style": server.url("/json/tb-style.json"), "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2]
+        try fx.drop("tb.json", request)
+        try fx.waitForState("tb", "completed", timeout: 30)
+        let asked = Set(server.allHits().keys.filter { $0.hasPrefix("/ok/tb/") })
+        XCTAssertEqual(asked, ["/ok/tb/0/0/0.pbf", "/ok/tb/1/1/0.pbf", "/ok/tb/2/2/0.pbf", "/ok/tb/2/3/0.pbf", "/ok/tb/2/2/1.pbf", "/ok/tb/2/3/1.pbf"])
+        XCTAssertEqual(fx.progress("tb")["tilesExpected"], 6)
+        XCTAssertEqual(try plannedTiles(request, name: "tb-plan.json"), 6)
+    }
+}
