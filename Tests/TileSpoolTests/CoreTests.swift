@@ -434,3 +434,20 @@ extension RealWorldCoreTests {
         XCTAssertEqual(try JSONDecoder().decode(TileURLTemplate.self, from: old).subdomains, ["a", "b", "c"])
     }
 }
+
+extension RealWorldCoreTests {
+    func testCollectionsAndAntimeridian() {
+        let point: [String: Any] = ["type": "Feature", "geometry": ["type": "Point", "coordinates": [1, 2]]]
+        let poly: [String: Any] = ["type": "Feature", "geometry": ["type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]]]]
+        guard case .failure(let e) = RegionShape.parse(["type": "FeatureCollection", "features": [poly, point]]) else { return XCTFail("accepted a Point") }
+        XCTAssertTrue(e.message.contains("features[1]") && e.message.contains("Point"), e.message)
+        guard case .failure(let g) = RegionShape.parse(["type": "GeometryCollection", "geometries": [poly["geometry"]!, ["type": "LineString", "coordinates": [[0, 0], [1, 1]]]]]) else { return XCTFail("accepted a LineString") }
+        XCTAssertTrue(g.message.contains("geometries[1]"), g.message)
+        guard case .success(let gc) = RegionShape.parse(["type": "GeometryCollection", "geometries": [poly["geometry"]!, poly["geometry"]!]]) else { return XCTFail() }
+        XCTAssertEqual(gc.polygons.count, 2)
+        guard case .success(let am) = RegionShape.parse(["type": "Polygon", "coordinates": [[[170, -10], [190, -10], [190, 10], [170, 10], [170, -10]]]]) else { return XCTFail() }
+        XCTAssertEqual(am.polygons.count, 2)
+        XCTAssertTrue(am.polygons.allSatisfy { $0[0].allSatisfy { (-180...180).contains($0[0]) } })
+        XCTAssertEqual(am.count(in: TileRect(z: 3, minX: 0, minY: 0, maxX: 7, maxY: 7)), 4)
+    }
+}

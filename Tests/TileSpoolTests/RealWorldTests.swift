@@ -297,3 +297,43 @@ extension RealWorldTests {
         XCTAssertEqual(try plannedTiles(request, name: "tb-plan.json"), 6)
     }
 }
+
+extension RealWorldTests {
+    // MARK: - Region forms: FeatureCollection, antimeridian
+
+    /// A polygon given across the antimeridian as 170...190 (lat -10...10) is split, not refused:
+    /// at z3 exactly the tiles either side of ±180 are asked (x 7 and x 0, rows 3-4), 13 over
+    /// z0-3, and `tilespool plan` counts the same.
+    func testAntimeridianShapeBeyond180IsSplit() throws {
+        try fx.start()
+        var request = server.tilesRequest(["/ok/am/{z}/{x}/{y}.png"], maxZoom: 3)
+        request.removeValue(forKey: "bounds")
+        request["geometry"] = ["type": "Polygon", "coordinates": [[[170, -10], [190, -10], [190, 10], [170, 10], [170, -10]]]]
+        try fx.drop("am.json", request)
+        try fx.waitForState("am", "completed", timeout: 30)
+        let z3 = Set(server.allHits().keys.filter { $0.hasPrefix("/ok/am/3/") })
+        XCTAssertEqual(z3, ["/ok/am/3/7/3.png", "/ok/am/3/7/4.png", "/ok/am/3/0/3.png", "/ok/am/3/0/4.png"])
+        XCTAssertEqual(server.allHits().count, 13)
+        XCTAssertEqual(try plannedTiles(request, name: "am-plan.json"), 13)
+    }
+
+    /// A FeatureCollection (as geojson.io exports it) of two polygons is their union: the tiles
+    /// downloaded are those of either polygon, and `tilespool plan` counts the same.
+    func testFeatureCollectionIsTheUnionOfItsPolygons() throws {
+        try fx.start()
+        func feature(_ w: Double, _ s: Double, _ e: Double, _ n: Double) -> [String: Any] {
+            ["type": "Feature", "properties": [:] as [String: Any],
+             "geometry": ["type": "Polygon", "coordinates": [[[w, s], [e, s], [e, n], [w, n], [w, s]]]]]
+        }
+        var request = server.tilesRequest(["/ok/fc/{z}/{x}/{y}.png"], maxZoom: 3)
+        request.removeValue(forKey: "bounds")
+        request["geometry"] = ["type": "FeatureCollection", "features": [feature(10, 10, 20, 20), feature(100, -30, 110, -20)]]
+        try fx.drop("fc.json", request)
+        try fx.waitForState("fc", "completed", timeout: 30)
+        // z3 tiles are 45° wide: (10..20, 10..20) is x 4 row 3; (100..110, -30..-20) is x 6 row 4.
+        XCTAssertEqual(Set(server.allHits().keys.filter { $0.hasPrefix("/ok/fc/3/") }), ["/ok/fc/3/4/3.png", "/ok/fc/3/6/4.png"])
+        let planned = try plannedTiles(request, name: "fc-plan.json")
+        XCTAssertEqual(planned, server.allHits().count)
+        XCTAssertEqual(fx.progress("fc")["tilesCompleted"], planned)
+    }
+}
