@@ -7,7 +7,7 @@ import Foundation
 ///
 /// | path | answer |
 /// |---|---|
-/// | `/ok/...` | 200, body `okBody(PATH)` = `"tile " + PATH`, Content-Length set |
+/// | `/ok/...` | 200, body `okBody(PATH)` = `"tile " + PATH` (after the PNG/JPEG/WebP signature for those extensions), Content-Length set |
 /// | `/empty/...` | 204, no body |
 /// | `/missing/...` | 404 |
 /// | `/flaky/N/...` | the first N requests for this PATH 503, then like `/ok` |
