@@ -10,8 +10,10 @@ public struct ShapeError: Error, Sendable, ExpressibleByStringInterpolation {
 /// A region given as a GeoJSON Polygon or MultiPolygon (RFC 7946, sections 3.1.6 and 3.1.7):
 /// polygons of linear rings of `[longitude, latitude]` positions in degrees, the first ring the
 /// exterior and the others holes. Rings must be closed (first position equals the last) with at
-/// least four positions. Longitudes stay within -180...180: a region across the antimeridian is
-/// given as a MultiPolygon split at ±180.
+/// least four positions. A `FeatureCollection` or `GeometryCollection` is the union of its Polygon
+/// and MultiPolygon members. Longitudes may reach -360...360: a polygon going beyond ±180 (a
+/// region across the antimeridian given as, say, 170...190) is split at ±180 and the part beyond
+/// shifted by 360° (Sutherland-Hodgman clipping of each ring against the meridians).
 public struct RegionShape: Sendable, Equatable, Codable {
     /// polygons[p][r][i] = (lon, lat) of position i of ring r of polygon p.
     public var polygons: [[[[Double]]]]
@@ -32,18 +34,74 @@ public struct RegionShape: Sendable, Equatable, Codable {
         return GeoBounds(west: w, south: s, east: e, north: n)
     }
 
-    /// Parses a GeoJSON geometry object (`Polygon` or `MultiPolygon`, or a `Feature` holding one).
-    /// - Returns: the shape, or a message naming what is wrong.
+    /// Parses a GeoJSON geometry object (`Polygon` or `MultiPolygon`, a `Feature` holding one,
+    /// or a `FeatureCollection`/`GeometryCollection` of them: their union).
+    /// - Returns: the shape, or a message naming what is wrong (a member by its index).
     public static func parse(_ v: Any) -> Result<RegionShape, ShapeError> {
-        guard var o = v as? [String: Any], let type = o["type"] as? String else {
+        guard let o = v as? [String: Any], let type = o["type"] as? String else {
             return .failure("must be a GeoJSON object with a 'type'")
         }
-        if type == "Feature" {
+        switch type {
+        case "Feature":
             guard let g = o["geometry"] as? [String: Any], let t = g["type"] as? String else { return .failure("the Feature has no geometry") }
-            o = g
-            return parseGeometry(t, o["coordinates"])
+            if t == "GeometryCollection" { return parse(g) }
+            return parseGeometry(t, g["coordinates"])
+        case "FeatureCollection", "GeometryCollection":
+            let key = type == "FeatureCollection" ? "features" : "geometries"
+            guard let members = o[key] as? [Any], !members.isEmpty else { return .failure("the \(type) needs a non-empty '\(key)' array") }
+            var polys: [[[[Double]]]] = []
+            for (i, m) in members.enumerated() {
+                var g = m as? [String: Any]
+                if type == "FeatureCollection" {
+                    guard (g?["type"] as? String) == "Feature" else { return .failure("\(key)[\(i)] must be a Feature") }
+                    g = g?["geometry"] as? [String: Any]
+                }
+                guard let g, let t = g["type"] as? String else { return .failure("\(key)[\(i)] has no geometry") }
+                guard t == "Polygon" || t == "MultiPolygon" else {
+                    return .failure("\(key)[\(i)] is a \(t); only Polygon and MultiPolygon members are supported")
+                }
+                switch parseGeometry(t, g["coordinates"]) {
+                case .success(let s): polys += s.polygons
+                case .failure(let e): return .failure("\(key)[\(i)]: \(e.message)")
+                }
+                if polys.reduce(0, { $0 + $1.reduce(0) { $0 + $1.count } }) > maxPositions { return .failure("more than \(maxPositions) positions") }
+            }
+            return .success(RegionShape(polygons: polys))
+        default:
+            return parseGeometry(type, o["coordinates"])
         }
-        return parseGeometry(type, o["coordinates"])
+    }
+
+    /// `poly` clipped to the longitudes `lo...hi` and shifted by `shift` degrees; nil when nothing
+    /// of its exterior is left. Each ring is clipped on its own (Sutherland-Hodgman against two
+    /// meridians), which is exact for the covered area: the clip band is convex.
+    static func clip(_ poly: [[[Double]]], lo: Double, hi: Double, shift: Double) -> [[[Double]]]? {
+        func clipRing(_ ring: [[Double]], keep: ([Double]) -> Bool, at lon: Double) -> [[Double]] {
+            var out: [[Double]] = []
+            let pts = Array(ring.dropLast())
+            for i in 0..<pts.count {
+                let a = pts[i], b = pts[(i + 1) % pts.count]
+                let ina = keep(a), inb = keep(b)
+                if ina { out.append(a) }
+                if ina != inb {
+                    let t = (lon - a[0]) / (b[0] - a[0])
+                    out.append([lon, a[1] + (b[1] - a[1]) * t])
+                }
+            }
+            if let f = out.first { out.append(f) }
+            return out
+        }
+        var rings: [[[Double]]] = []
+        for (i, r) in poly.enumerated() {
+            var c = clipRing(r, keep: { $0[0] >= lo }, at: lo)
+            if c.count >= 4 { c = clipRing(c, keep: { $0[0] <= hi }, at: hi) }
+            if c.count < 4 {
+                if i == 0 { return nil }
+                continue
+            }
+            rings.append(c.map { [$0[0] + shift, $0[1]] })
+        }
+        return rings
     }
 
     static func parseGeometry(_ type: String, _ coords: Any?) -> Result<RegionShape, ShapeError> {
@@ -54,8 +112,8 @@ public struct RegionShape: Sendable, Equatable, Codable {
             for (i, pv) in arr.enumerated() {
                 guard let p = pv as? [Any], p.count >= 2, let lon = JSONKind.number(p[0]), let lat = JSONKind.number(p[1]),
                       lon.isFinite, lat.isFinite else { return .failure("\(where_)[\(i)] must be [longitude, latitude]") }
-                guard (-180...180).contains(lon), (-90...90).contains(lat) else {
-                    return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -180...180, -90...90 degrees")
+                guard (-360...360).contains(lon), (-90...90).contains(lat) else {
+                    return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -360...360, -90...90 degrees (beyond ±180 only to cross the antimeridian)")
                 }
                 out.append([lon, lat])
             }
@@ -89,6 +147,13 @@ public struct RegionShape: Sendable, Equatable, Codable {
             return .failure("type '\(type)' is not supported; use Polygon or MultiPolygon")
         }
         if total > maxPositions { return .failure("\(total) positions; at most \(maxPositions)") }
+        // Across the antimeridian: the parts beyond ±180 move to the other side.
+        polys = polys.flatMap { p -> [[[[Double]]]] in
+            let lons = p[0].map { $0[0] }
+            guard lons.contains(where: { $0 > 180 || $0 < -180 }) else { return [p] }
+            return [clip(p, lo: -540, hi: -180, shift: 360), clip(p, lo: -180, hi: 180, shift: 0), clip(p, lo: 180, hi: 540, shift: -360)].compactMap { $0 }
+        }
+        if polys.isEmpty { return .failure("the polygon has no area") }
         let shape = RegionShape(polygons: polys)
         let b = shape.bounds
         if b.west >= b.east || b.south >= b.north { return .failure("the polygon has no area") }

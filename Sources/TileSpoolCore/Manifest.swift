@@ -25,7 +25,8 @@ public struct Freshness: Sendable, Equatable {
 ///     kind <TAB> sha256 <TAB> bytes <TAB> key <TAB> url <TAB> etag <TAB> lastModified <TAB> expires <TAB> fetched
 ///
 /// `kind` is a `ResourceKind`; `sha256` is 64 lower-case hex digits, or `-` for an empty tile (404
-/// or 204) and for a sprite or glyph range the server did not have; `bytes` is the stored body's
+/// or 204) and for a sprite or glyph range the server did not have, or `!` for a tile that failed
+/// within the request's `maxFailedTiles` budget (read like an empty tile); `bytes` is the stored body's
 /// size; `key` is `style`, a source name, `sprite@2x.png`, `<fontstack>/<range>` or
 /// `<source>/<z>/<x>/<y>` (XYZ); `url` is the URL fetched, credentials redacted. The last four are the
 /// response's `Freshness`: the ETag as sent, then three times in seconds since 1970 (`-` when
@@ -41,6 +42,9 @@ public struct ManifestLine: Sendable, Equatable {
     public var url: String
     /// Validators and expiry of the response (all nil for a line of the five-column format).
     public var freshness: Freshness
+    /// A tile that outlived its retries within the request's `maxFailedTiles` (sha256 column `!`;
+    /// `sha256` is nil and `bytes` 0, so every reader takes it for an empty tile).
+    public var failed = false
 
     public init(kind: ResourceKind, sha256: String?, bytes: Int, key: String, url: String, freshness: Freshness = Freshness()) {
         self.kind = kind; self.sha256 = sha256; self.bytes = bytes; self.key = key; self.url = url
@@ -54,7 +58,7 @@ public struct ManifestLine: Sendable, Equatable {
     public var text: String {
         let f = freshness
         let etag = f.etag.map(ManifestLine.sanitizeKey) ?? "-"
-        return "\(kind.rawValue)\t\(sha256 ?? "-")\t\(bytes)\t\(key)\t\(ManifestLine.sanitizeKey(Redaction.redact(url)))\t\(etag)\t\(ManifestLine.column(f.lastModified))\t\(ManifestLine.column(f.expires))\t\(ManifestLine.milliseconds(f.fetched))\n"
+        return "\(kind.rawValue)\t\(failed ? "!" : sha256 ?? "-")\t\(bytes)\t\(key)\t\(ManifestLine.sanitizeKey(Redaction.redact(url)))\t\(etag)\t\(ManifestLine.column(f.lastModified))\t\(ManifestLine.column(f.expires))\t\(ManifestLine.milliseconds(f.fetched))\n"
     }
 
     static func column(_ t: Int64?) -> String { t.map { String($0) } ?? "-" }
@@ -77,7 +81,7 @@ public struct ManifestLine: Sendable, Equatable {
         let f = line.split(separator: "\t", omittingEmptySubsequences: false)
         guard f.count == 5 || f.count == 9, let kind = ResourceKind(rawValue: String(f[0])), let bytes = Int(f[2]), bytes >= 0 else { return nil }
         let sha = String(f[1])
-        if sha != "-" { guard sha.utf8.count == 64, sha.utf8.allSatisfy(isHexDigit) else { return nil } }
+        if sha != "-" && sha != "!" { guard sha.utf8.count == 64, sha.utf8.allSatisfy(isHexDigit) else { return nil } }
         var fresh = Freshness()
         if f.count == 9 {
             func time(_ s: Substring) -> Int64?? { s == "-" ? .some(nil) : Int64(s).map { .some($0) } }
@@ -86,7 +90,8 @@ public struct ManifestLine: Sendable, Equatable {
             guard f[8] == "-" || fe?.isFinite == true else { return nil }
             fresh = Freshness(etag: f[5] == "-" ? nil : String(f[5]), lastModified: lm, expires: ex, fetched: fe)
         }
-        self.init(kind: kind, sha256: sha == "-" ? nil : sha, bytes: bytes, key: String(f[3]), url: String(f[4]), freshness: fresh)
+        self.init(kind: kind, sha256: sha == "-" || sha == "!" ? nil : sha, bytes: bytes, key: String(f[3]), url: String(f[4]), freshness: fresh)
+        failed = sha == "!"
     }
 
     /// Replaces the characters that would break the line format (tab, CR, LF) by percent escapes.

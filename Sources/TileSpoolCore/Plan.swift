@@ -126,7 +126,8 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
 }
 
 /// A tile URL template (MapLibre/TileJSON conventions): `{z}`, `{x}`, `{y}`, `{-y}` (TMS row),
-/// `{quadkey}`, `{prefix}`, `{ratio}` and `{bbox-epsg-3857}`. Reference: TileJSON 3.0.0 `tiles`,
+/// `{quadkey}`, `{prefix}`, `{ratio}`, `{bbox-epsg-3857}` and `{s}` (a subdomain, as Leaflet's
+/// `L.TileLayer`: `subdomains[|x + y| % count]`, so a tile always comes from the same one). Reference: TileJSON 3.0.0 `tiles`,
 /// maplibre-native `src/mbgl/storage/resource.cpp` (`Resource::tile`).
 public struct TileURLTemplate: Sendable, Equatable, Codable {
     public var template: String { didSet { parts = TileURLTemplate.parse(template) } }
@@ -134,30 +135,37 @@ public struct TileURLTemplate: Sendable, Equatable, Codable {
     public var tms: Bool
     /// What `{ratio}` becomes: `""` or `"@2x"`.
     public var ratio: String
+    /// What `{s}` becomes (the request's `subdomains`, default `["a", "b", "c"]`).
+    public var subdomains: [String]
+    /// The default `subdomains`, Leaflet's.
+    public static let defaultSubdomains = ["a", "b", "c"]
     /// The template split once into literal text and tokens, so a URL is built by appending.
     private var parts: [Part]
 
-    enum Part: Sendable, Equatable { case text(String), z, x, y, tmsY, quadkey, prefix, ratio, bbox }
-    enum CodingKeys: String, CodingKey { case template, tms, ratio }
+    enum Part: Sendable, Equatable { case text(String), z, x, y, tmsY, quadkey, prefix, ratio, bbox, subdomain }
+    enum CodingKeys: String, CodingKey { case template, tms, ratio, subdomains }
 
-    public init(_ template: String, tms: Bool = false, ratio: String = "") {
+    public init(_ template: String, tms: Bool = false, ratio: String = "", subdomains: [String] = TileURLTemplate.defaultSubdomains) {
         self.template = template; self.tms = tms; self.ratio = ratio
+        self.subdomains = subdomains.isEmpty ? TileURLTemplate.defaultSubdomains : subdomains
         parts = TileURLTemplate.parse(template)
     }
 
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         self.init(try c.decode(String.self, forKey: .template), tms: try c.decode(Bool.self, forKey: .tms),
-                  ratio: try c.decode(String.self, forKey: .ratio))
+                  ratio: try c.decode(String.self, forKey: .ratio),
+                  subdomains: try c.decodeIfPresent([String].self, forKey: .subdomains) ?? TileURLTemplate.defaultSubdomains)
     }
 
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(template, forKey: .template); try c.encode(tms, forKey: .tms); try c.encode(ratio, forKey: .ratio)
+        if parts.contains(.subdomain) { try c.encode(subdomains, forKey: .subdomains) }
     }
 
     static let tokens: [(String, Part)] = [("{z}", .z), ("{x}", .x), ("{y}", .y), ("{-y}", .tmsY), ("{quadkey}", .quadkey),
-                                           ("{prefix}", .prefix), ("{ratio}", .ratio), ("{bbox-epsg-3857}", .bbox)]
+                                           ("{prefix}", .prefix), ("{ratio}", .ratio), ("{bbox-epsg-3857}", .bbox), ("{s}", .subdomain)]
 
     static func parse(_ template: String) -> [Part] {
         var parts: [Part] = []
@@ -204,6 +212,7 @@ public struct TileURLTemplate: Sendable, Equatable, Codable {
             case .prefix: s += String(t.x % 16, radix: 16) + String(t.y % 16, radix: 16)
             case .ratio: s += ratio
             case .bbox: let b = WebMercator.bbox3857(t); s += "\(b.0),\(b.1),\(b.2),\(b.3)"
+            case .subdomain: s += subdomains[abs(t.x + t.y) % subdomains.count]
             }
         }
         return s

@@ -20,12 +20,19 @@ public enum Refresh {
     /// resource was fetched `maxAge` seconds ago or longer, when its own expiry (`Cache-Control:
     /// max-age`, `Expires`) has passed, or when its fetch time is unknown (a five-column line).
     /// - Parameters: `maxAge` in seconds; `now` in seconds since 1970.
+    /// A failed tile (`ManifestLine.failed`) is always due; with `maxAge` = `onlyFailed`, only
+    /// failed tiles are.
     public static func isDue(_ line: ManifestLine, maxAge: Double?, now: Int64) -> Bool {
         guard let maxAge else { return true }
+        if line.failed || maxAge >= onlyFailed { return line.failed }
         guard let fetched = line.freshness.fetched else { return true }
         if let expires = line.freshness.expires, expires <= now { return true }
         return Double(now) - fetched >= maxAge
     }
+
+    /// The `maxAge` of the pass that a `resume` of a region completed with failed tiles starts:
+    /// it asks again exactly the tiles recorded as failed and keeps every other line.
+    public static let onlyFailed = 1e15
 
     /// The line a 304 Not Modified records: the previous object and size, the URL asked now, and
     /// the validators and expiry of the 304 where it sent them (RFC 9111 section 4.3.4: a 304

@@ -117,6 +117,9 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     public var resourcesChecked = 0
     public var resourcesChanged = 0
     public var resourcesUnchanged = 0
+    /// Tiles recorded as failed within the request's `maxFailedTiles` (counted in
+    /// `resourcesCompleted` and `tilesCompleted` too, like empty tiles).
+    public var tilesFailed = 0
     public init() {}
 
     /// Counts one refreshed resource in `resourcesChecked`, `resourcesChanged`, `resourcesUnchanged`.
@@ -135,7 +138,7 @@ public struct RegionProgress: Sendable, Equatable, Codable {
          "tilesCompleted": tilesCompleted, "tilesExpected": tilesExpected,
          "tileBytesCompleted": tileBytesCompleted, "resourcesMissing": resourcesMissing,
          "resourcesChecked": resourcesChecked, "resourcesChanged": resourcesChanged,
-         "resourcesUnchanged": resourcesUnchanged]
+         "resourcesUnchanged": resourcesUnchanged, "tilesFailed": tilesFailed]
     }
 
     /// Reads back a `progress` object (missing fields are 0).
@@ -149,5 +152,6 @@ public struct RegionProgress: Sendable, Equatable, Codable {
         resourcesMissing = i("resourcesMissing")
         resourcesChecked = i("resourcesChecked"); resourcesChanged = i("resourcesChanged")
         resourcesUnchanged = i("resourcesUnchanged")
+        tilesFailed = i("tilesFailed")
     }
 }

@@ -22,6 +22,9 @@ public enum ErrorCode: String, Sendable, Codable {
     case storageError
     /// The region's files in the store are damaged (found by `verify --repair`).
     case storeDamaged
+    /// A URL's host publishes a tile usage policy that forbids bulk downloading
+    /// (`TileUsagePolicy`); the daemon's `--allow-host` lifts it.
+    case policyRefused
 }
 
 /// An error that ends up in a status file as `{"code", "message", "url"?, "httpStatus"?}`.
@@ -90,6 +93,23 @@ public struct RegionRequest: Sendable, Equatable {
     /// Seconds after which a completed region is refreshed by itself (`refreshAfter`); nil: only
     /// the daemon's `--refresh-interval`, or a user's `refresh`.
     public var refreshAfter: Int?
+    /// HTTP statuses that mean "no tile here" for a tile (`emptyStatuses`), recorded as an empty
+    /// tile like a 204; default `[204, 404]`. A 2xx with an empty body is always an empty tile.
+    public var emptyStatuses: [Int] = RegionRequest.defaultEmptyStatuses
+    /// Extra request headers sent with every request of the region (`headers`), e.g. `Referer`,
+    /// `Authorization`. Values are credentials: `redactedJSONObject` shows them as `REDACTED`.
+    public var headers: [String: String] = [:]
+    /// Tiles that may fail (outlive their retries, or get a status that is not retried) before the
+    /// region fails (`maxFailedTiles`); each is recorded as failed and the region goes on. 0: the
+    /// first failed tile fails the region.
+    public var maxFailedTiles = 0
+    /// What `{s}` in a `tiles` template becomes (`subdomains`), spread by tile as Leaflet does;
+    /// default `["a", "b", "c"]`. Tiles are keyed by z/x/y, so a pack does not depend on it.
+    public var subdomains = TileURLTemplate.defaultSubdomains
+    /// `headers` as (name, value) pairs sorted by name, as sent.
+    public var headerList: [(String, String)] { headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+    /// The default of `emptyStatuses`.
+    public static let defaultEmptyStatuses = [204, 404]
 
     public init(id: String, source: MapSource, bounds: GeoBounds, minZoom: Int, maxZoom: Int,
                 pixelRatio: Double = 1, includeIdeographs: Bool = false, maxTiles: Int? = nil,
@@ -135,6 +155,10 @@ public struct RegionRequest: Sendable, Equatable {
         }
         if !exports.isEmpty { o["exports"] = exports.map(\.jsonObject) }
         if let refreshAfter { o["refreshAfter"] = refreshAfter }
+        if emptyStatuses != RegionRequest.defaultEmptyStatuses { o["emptyStatuses"] = emptyStatuses }
+        if !headers.isEmpty { o["headers"] = headers }
+        if maxFailedTiles != 0 { o["maxFailedTiles"] = maxFailedTiles }
+        if subdomains != TileURLTemplate.defaultSubdomains { o["subdomains"] = subdomains }
         if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
@@ -143,13 +167,15 @@ public struct RegionRequest: Sendable, Equatable {
         return o
     }
 
-    /// `jsonObject` with credentials in URLs redacted, for status files.
+    /// `jsonObject` with credentials in URLs redacted and every `headers` value replaced by
+    /// `REDACTED`, for status files.
     public var redactedJSONObject: [String: Any] {
         var o = jsonObject
         switch source {
         case .style(let url): o["style"] = Redaction.redact(url)
         case .tiles(let templates): o["tiles"] = templates.map(Redaction.redact)
         }
+        if !headers.isEmpty { o["headers"] = headers.mapValues { _ in "REDACTED" } }
         return o
     }
 }
@@ -162,7 +188,13 @@ public enum RequestValidator {
     public static let maxZoomLevel = 24
 
     static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
-                                           "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter"]
+                                           "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
+                                           "emptyStatuses", "headers", "maxFailedTiles", "subdomains"]
+
+    /// Header names a request's `headers` may not set: libcurl and the daemon set them
+    /// (framing, conditional requests, content decoding). Lower-case.
+    static let reservedHeaders: Set<String> = ["host", "content-length", "transfer-encoding", "connection",
+                                               "if-none-match", "if-modified-since", "accept-encoding", "te", "upgrade"]
 
     /// True when `id` matches `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` (so it is also a safe file name).
     public static func isValidID(_ id: String) -> Bool {
@@ -338,11 +370,62 @@ public enum RequestValidator {
             guard let n = JSONKind.integer(v), n >= 60 else { throw bad("refreshAfter: must be an integer number of seconds, at least 60") }
             refreshAfter = n
         }
+        var emptyStatuses = RegionRequest.defaultEmptyStatuses
+        if let v = o["emptyStatuses"], !(v is NSNull) {
+            guard let arr = v as? [Any], arr.count <= 32 else { throw bad("emptyStatuses: must be an array of at most 32 HTTP statuses, e.g. [204, 404]") }
+            var list: [Int] = []
+            for (i, e) in arr.enumerated() {
+                guard let n = JSONKind.integer(e), n == 204 || ((400...499).contains(n) && n != 429) else {
+                    throw bad("emptyStatuses[\(i)]: must be 204 or a 4xx status other than 429 (which is retried)")
+                }
+                if !list.contains(n) { list.append(n) }
+            }
+            emptyStatuses = list.sorted()
+        }
+        var headers: [String: String] = [:]
+        if let v = o["headers"], !(v is NSNull) {
+            guard let obj = v as? [String: Any] else { throw bad("headers: must be an object of header names to string values, not a \(JSONKind.name(v))") }
+            guard obj.count <= 32 else { throw bad("headers: at most 32 headers") }
+            let token = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
+            for (name, value) in obj {
+                guard !name.isEmpty, name.utf8.count <= 64, name.utf8.allSatisfy(token.contains) else {
+                    throw bad("headers: '\(name.prefix(64))' is not a valid header name (RFC 9110 token)")
+                }
+                guard !reservedHeaders.contains(name.lowercased()) else { throw bad("headers: \(name) is set by the daemon and cannot be given") }
+                // The value is a credential: messages name the header, never the value.
+                guard let s = value as? String else { throw bad("headers: \(name): the value must be a string, not a \(JSONKind.name(value))") }
+                guard s.utf8.count <= 8192, !s.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
+                    throw bad("headers: \(name): the value must be at most 8192 bytes without CR, LF or NUL")
+                }
+                headers[name] = s
+            }
+        }
+        var maxFailedTiles = 0
+        if let v = o["maxFailedTiles"], !(v is NSNull) {
+            guard let n = JSONKind.integer(v), n >= 0 else { throw bad("maxFailedTiles: must be a non-negative integer") }
+            maxFailedTiles = n
+        }
+        var subdomains = TileURLTemplate.defaultSubdomains
+        if let v = o["subdomains"], !(v is NSNull) {
+            guard let arr = v as? [Any], (1...26).contains(arr.count) else { throw bad("subdomains: must be an array of 1 to 26 strings, e.g. [\"a\", \"b\", \"c\"]") }
+            subdomains = []
+            let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.".utf8)
+            for (i, e) in arr.enumerated() {
+                guard let s = e as? String, (1...63).contains(s.utf8.count), s.utf8.allSatisfy(allowed.contains) else {
+                    throw bad("subdomains[\(i)]: must be 1 to 63 letters, digits, '-' or '.'")
+                }
+                subdomains.append(s)
+            }
+        }
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                                     pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
                                     maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
         request.exports = exports
         request.refreshAfter = refreshAfter
+        request.emptyStatuses = emptyStatuses
+        request.headers = headers
+        request.maxFailedTiles = maxFailedTiles
+        request.subdomains = subdomains
         return request
     }
 

@@ -176,6 +176,10 @@ public struct TileJSON: Sendable, Equatable {
     public var minZoom: Int
     public var maxZoom: Int
     public var tms: Bool
+    /// The TileJSON's `bounds` (`[west, south, east, north]` in degrees; TileJSON 3.0.0 section
+    /// 3.3): tiles outside are not planned, as MapLibre does not request them. Nil when absent or
+    /// the whole world; an unusable value (not 4 finite numbers in range, south >= north) is ignored.
+    public var bounds: GeoBounds?
 
     /// Parses a TileJSON document fetched from `baseURL`.
     /// - Throws: `RegionError` with code `invalidTileJSON`.
@@ -202,6 +206,14 @@ public struct TileJSON: Sendable, Equatable {
         if minZoom > maxZoom { throw bad("minzoom \(minZoom) is greater than maxzoom \(maxZoom)") }
         self.tiles = tiles
         tms = (o["scheme"] as? String) == "tms"
+        if let b = o["bounds"] as? [Any], b.count == 4 {
+            let n = b.compactMap(JSONKind.number)
+            if n.count == 4, n.allSatisfy(\.isFinite), (-180...180).contains(n[0]), (-180...180).contains(n[2]),
+               (-90...90).contains(n[1]), (-90...90).contains(n[3]), n[1] < n[3], n[0] != n[2],
+               !(n[0] <= -180 && n[2] >= 180 && n[1] <= -WebMercator.maxLatitude && n[3] >= WebMercator.maxLatitude) {
+                bounds = GeoBounds(west: n[0], south: n[1], east: n[2], north: n[3])
+            }
+        }
     }
 }
 
@@ -267,8 +279,10 @@ public enum Planner {
         let ratio = ratioToken(request.pixelRatio)
         for src in style.sources where src.isTiled {
             var template: String?, minZ = src.minZoom, maxZ = src.maxZoom, tms = src.tms
+            var sourceBounds: GeoBounds?
             if let tj = tileJSONs[src.name] {
                 template = tj.tiles.first; minZ = tj.minZoom; maxZ = tj.maxZoom; tms = tj.tms
+                sourceBounds = tj.bounds
             } else {
                 template = src.tiles?.first
             }
@@ -276,8 +290,10 @@ public enum Planner {
             let rounds = src.type == .raster
             let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ, 0)
             let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
+            var planned = rects(request.bounds, lo, hi)
+            if let sb = sourceBounds { planned = intersect(planned, rects(sb, lo, hi)) }
             sets.append(TileSet(source: src.name, template: TileURLTemplate(template, tms: tms, ratio: ratio),
-                                rects: rects(request.bounds, lo, hi), shape: request.shape))
+                                rects: planned, shape: request.shape))
         }
         // One resource per manifest key: fontstacks "A,B" and ["A", "B"], or two sprites of one id,
         // name the same file.
@@ -291,7 +307,7 @@ public enum Planner {
     public static func plan(request: RegionRequest, templates: [String]) -> ResourcePlan {
         let ratio = ratioToken(request.pixelRatio)
         let sets = templates.enumerated().map { i, t in
-            TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio),
+            TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
                     rects: rects(request.bounds, request.minZoom, request.maxZoom), shape: request.shape)
         }
         return ResourcePlan(resources: [], tileSets: sets)
@@ -300,6 +316,19 @@ public enum Planner {
     /// The TileJSON URLs a style needs resolved before the plan is exact, by source name.
     public static func tileJSONURLs(_ style: StyleDocument) -> [(source: String, url: String)] {
         style.sources.compactMap { s in s.tileJSONURL.map { (s.name, $0) } }
+    }
+
+    /// The tiles in both `a` and `b` (rectangles of one zoom each; those of `b` do not overlap
+    /// one another, as `WebMercator.cover` makes them), as rectangles.
+    static func intersect(_ a: [TileRect], _ b: [TileRect]) -> [TileRect] {
+        var out: [TileRect] = []
+        for r in a {
+            for s in b where s.z == r.z {
+                let i = TileRect(z: r.z, minX: max(r.minX, s.minX), minY: max(r.minY, s.minY), maxX: min(r.maxX, s.maxX), maxY: min(r.maxY, s.maxY))
+                if i.minX <= i.maxX && i.minY <= i.maxY { out.append(i) }
+            }
+        }
+        return out
     }
 
     static func rects(_ bounds: GeoBounds, _ lo: Int, _ hi: Int) -> [TileRect] {

@@ -48,6 +48,8 @@ public struct DaemonOptions: Sendable {
     /// `--events-max-bytes` (0: never rotate) and `--events-keep`.
     public var eventsMaxBytes = 64 << 20
     public var eventsKeep = 5
+    /// Hosts (lower-case) exempt from `TileUsagePolicy` (`--allow-host`, repeatable).
+    public var allowedHosts: Set<String> = []
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
 }
 
@@ -291,6 +293,7 @@ public final class Daemon {
             st.bytesPerSecond = rates?.bytesPerSecond
             st.etaSeconds = RateWindow.eta(r.progress, rates)
         }
+        if let d = r.download, d.holdUntil > Daemon.now() { st.throttledUntil = Date(timeIntervalSinceNow: d.holdUntil - Daemon.now()) }
         do { try status.write(st) } catch { Log.error("cannot write status: \(error)", region: r.id) }
         r.statusDirty = false
         r.lastStatusWrite = Daemon.now()

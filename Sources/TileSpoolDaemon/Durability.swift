@@ -264,5 +264,6 @@ extension Daemon {
         p.bytesCompleted += line.bytes
         if line.kind == .tile { p.tilesCompleted += 1; p.tileBytesCompleted += line.bytes }
         if line.kind != .tile && line.sha256 == nil { p.resourcesMissing += 1 }
+        if line.failed { p.tilesFailed += 1 }
     }
 }

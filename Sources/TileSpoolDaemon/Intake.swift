@@ -74,6 +74,9 @@ extension Daemon {
             }
             raw = data
             request = try RequestValidator.validate(data, fileName: name)
+            let named: [String]
+            switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
+            if let e = TileUsagePolicy.refusal(urls: named, allowedHosts: options.allowedHosts) { throw e }
             // A tiles request's plan is known now: one over the limit is refused like any bad request.
             if case .tiles(let templates) = request.source {
                 let plan = Planner.plan(request: request, templates: templates)
@@ -212,6 +215,11 @@ extension Daemon {
     /// `maxAge` (seconds) goes with a `refresh`: only resources fetched that long ago are checked.
     func apply(_ action: RegionAction, to r: Region, maxAge: Double? = nil) {
         finishCommit() // the region's state after the batch at the writer, not before
+        if action == .resume, r.state == .completed, !r.refreshing, r.progress.tilesFailed > 0 {
+            // A region completed with failed tiles (maxFailedTiles): a pass that asks exactly those again.
+            beginRefresh(r, maxAge: Refresh.onlyFailed, note: "resume: retrying \(r.progress.tilesFailed) failed tiles")
+            return
+        }
         switch RegionStateMachine.apply(action, to: r.state, refreshing: r.refreshing) {
         case .ignored(let why):
             Log.info("\(action.rawValue) ignored: \(why)", region: r.id, state: r.state.rawValue, [("action", action.rawValue)])

@@ -108,6 +108,8 @@ final class Download {
     var journaled = 0
     /// Lines of this download in the batch at the writer thread (not yet in `pending`, not yet counted).
     var committing = 0
+    /// Why each tile recorded as failed (`maxFailedTiles`) failed, by manifest key, for failed.tsv.
+    var failureReasons: [String: String] = [:]
     /// No new request before this time (a server's Retry-After).
     var holdUntil = 0.0
     /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.

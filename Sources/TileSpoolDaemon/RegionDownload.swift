@@ -93,7 +93,9 @@ extension Daemon {
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
-        if let e = tileLimitError(r, plan) {
+        // A style's tile servers are known only now: a listed one is refused before any tile is asked.
+        let policy = TileUsagePolicy.refusal(urls: plan.tileSets.map(\.template.template), allowedHosts: options.allowedHosts)
+        if let e = policy ?? tileLimitError(r, plan) {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
             if let data = try? Files.readRegularFile(r.files.requestPath, limit: RequestValidator.maxFileSize) {
@@ -132,6 +134,7 @@ extension Daemon {
     /// Issues requests for a downloading region up to its limit.
     func fill(_ r: Region, _ d: Download, now: Double) {
         guard now >= d.holdUntil else { return }
+        if d.holdUntil > 0 { d.holdUntil = 0; r.statusDirty = true } // `throttledUntil` leaves the status
         // Retries that are due.
         if !d.retries.isEmpty {
             var keep: [(due: Double, item: WorkItem)] = []
@@ -202,7 +205,8 @@ extension Daemon {
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
         let validators = d.previousLine(kind, key)?.freshness
-        http.start(url: url, tag: tag, validators: validators?.hasValidator == true ? validators : nil)
+        http.start(url: url, tag: tag, validators: validators?.hasValidator == true ? validators : nil,
+                   headers: r.request.headerList)
     }
 
     /// Stops a region's transfers; by default objects already written enter the manifest first.
@@ -246,7 +250,7 @@ extension Daemon {
             case .badResponse(let why):
                 Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: url)
                 retry(r, d, item, after: nil, exhausted: {
-                    self.fail(r, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
+                    self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
                 })
             }
             return
@@ -272,16 +276,28 @@ extension Daemon {
             return
         }
         if s == 429 || s >= 500 {
-            if let ra = res.retryAfter { d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, 300)) }
+            if let ra = res.retryAfter {
+                d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, Daemon.maxRetryAfter))
+                r.statusDirty = true // the status shows `throttledUntil`
+            }
             retry(r, d, item, after: res.retryAfter, exhausted: {
-                self.fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+                self.failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             })
             return
         }
-        let empty = kind == .tile && (s == 204 || s == 404)
+        // A tile answered with one of the request's `emptyStatuses`, or a 2xx with no body: an empty tile.
+        let empty = kind == .tile && (r.request.emptyStatuses.contains(s) || ((200...299).contains(s) && res.body.isEmpty))
         let missing = kind.missingIsAllowed && s == 404
         if !(200...299).contains(s) && !empty && !missing {
-            fail(r, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+            failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+            return
+        }
+        if kind == .tile && !empty, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
+            // Never stored: an HTML login page or a text error with 200 is not a tile.
+            Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
+            retry(r, d, item, after: nil, exhausted: {
+                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP \(s) from \(Redaction.redact(url)): \(why)", url: url, httpStatus: s))
+            })
             return
         }
         d.attempts.removeValue(forKey: item)
@@ -296,6 +312,49 @@ extension Daemon {
             return
         }
         received(r, d, item, line, url: url, body: res.body)
+    }
+
+    /// A tile's last attempt failed with `e`: within the request's `maxFailedTiles` the tile is
+    /// recorded as failed (manifest sha256 `!`, counted in `tilesFailed`) and the region goes on;
+    /// otherwise (not a tile, no budget, or the budget used up) the region fails with `e`, the
+    /// message then naming the budget, and `failed.tsv` lists the tiles that failed.
+    func failTile(_ r: Region, _ d: Download, _ item: WorkItem, _ fetch: Fetch, _ e: RegionError) {
+        let budget = r.request.maxFailedTiles
+        guard fetch.kind == .tile, case .index = item, budget > 0 else { fail(r, e); return }
+        let failedSoFar = r.progress.tilesFailed + d.pending.filter { $0.line.failed }.count
+        if failedSoFar >= budget {
+            var over = e
+            over.message += "; \(failedSoFar + 1) tiles failed, more than the request's maxFailedTiles (\(budget)); see failed.tsv"
+            let refreshing = r.refreshing
+            fail(r, over)
+            if !refreshing { writeFailedList(r, d) }
+            return
+        }
+        d.attempts.removeValue(forKey: item)
+        var line = ManifestLine(kind: .tile, sha256: nil, bytes: 0, key: fetch.key, url: fetch.url)
+        line.failed = true
+        d.failureReasons[fetch.key] = "\(e.code.rawValue): \(e.message)"
+        Log.error("\(r.id): tile \(fetch.key) failed (\(failedSoFar + 1) of at most \(budget)): \(e.message)")
+        addPending(d, item, line)
+    }
+
+    /// Writes `<store>/regions/<id>/failed.tsv` from the manifest `d` wrote: one line per tile
+    /// recorded as failed, `key <TAB> url <TAB> error` (URL redacted; error `code: message`, or
+    /// `-` when it failed before a daemon restart), after a `#` header; removed when none failed.
+    func writeFailedList(_ r: Region, _ d: Download) { writeFailedList(r, files: d.files, reasons: d.failureReasons) }
+
+    /// `writeFailedList` from the manifest in `files`, with the reasons known by key.
+    func writeFailedList(_ r: Region, files: RegionFiles, reasons: [String: String]) {
+        var text = ""
+        files.readManifest { l in
+            guard l.failed else { return }
+            text += "\(l.key)\t\(l.url)\t\(ManifestLine.sanitizeKey(reasons[l.key] ?? "-"))\n"
+        }
+        let path = r.files.dir + "/failed.tsv"
+        if text.isEmpty { Files.remove(path); return }
+        do { try Files.writeAtomically(Data(("# key\turl\terror\n" + text).utf8), to: path) } catch {
+            Log.error("\(r.id): cannot write failed.tsv: \(error)")
+        }
     }
 
     /// A style or TileJSON document arrived (or was found current in the store during a refresh):
@@ -320,6 +379,9 @@ extension Daemon {
         }
     }
 
+    /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it.
+    static let maxRetryAfter = 3600.0
+
     /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
     /// calls `exhausted` when the attempts are used up.
     func retry(_ r: Region, _ d: Download, _ item: WorkItem, after: Double?, exhausted: () -> Void) {
@@ -328,7 +390,7 @@ extension Daemon {
         if n > options.maxRetries { exhausted(); return }
         ops.retries += 1
         let backoff = min(options.retryDelay * pow(2, Double(n - 1)), options.maxRetryDelay)
-        let delay = max(after.map { min($0, 300) } ?? 0, backoff * Double.random(in: 0.75...1.0))
+        let delay = max(after.map { min($0, Daemon.maxRetryAfter) } ?? 0, backoff * Double.random(in: 0.75...1.0))
         d.retries.append((Daemon.now() + delay, item))
     }
 
@@ -385,6 +447,7 @@ extension Daemon {
         d.files.closeManifest()
         guard case .to(let next) = RegionStateMachine.apply(.finish, to: r.state, refreshing: r.refreshing) else { return }
         if r.refreshing { finishRefresh(r, d); return }
+        writeFailedList(r, d)
         setState(r, next)
         ops.uniqueWanted = true
         if next == .completed && !r.request.exports.isEmpty { startExports(r) }
@@ -421,6 +484,7 @@ extension Daemon {
         }
         r.refreshing = false
         r.progressBeforeRefresh = nil
+        writeFailedList(r, files: r.files, reasons: d.failureReasons)
         let p = r.progress
         // Resources that left the plan change the pack too.
         let changed = p.resourcesChanged > 0 || p.resourcesCompleted != (d.previous?.count ?? 0)

@@ -17,12 +17,20 @@ public struct HTTPOptions: Sendable {
     public var maxObjectSize = 32 << 20
     /// Redirects followed at most (`CURLOPT_MAXREDIRS`).
     public var maxRedirects = 5
-    public var userAgent = "TileSpool/\(TileSpoolVersion.string)"
+    /// The User-Agent sent (`--user-agent`); by default it names TileSpool, its version and the
+    /// project's URL, as tile usage policies ask (e.g. https://operations.osmfoundation.org/policies/tiles/).
+    public var userAgent = TileSpoolVersion.defaultUserAgent
     public init() {}
 }
 
 /// The version of TileSpool, sent in the User-Agent.
-public enum TileSpoolVersion { public static let string = "0.1.0" }
+public enum TileSpoolVersion {
+    public static let string = "0.1.0"
+    /// Where the project lives, named in the default User-Agent.
+    public static let projectURL = "https://github.com/tilespool/tilespool"
+    /// `TileSpool/<version> (+<projectURL>)`.
+    public static let defaultUserAgent = "TileSpool/\(string) (+\(projectURL))"
+}
 
 /// Why a transfer produced no usable response.
 public enum TransferFailure: Sendable, Equatable {
@@ -50,6 +58,8 @@ public struct TransferResult: Sendable {
     /// True when the server answered a conditional request with 304 Not Modified (or libcurl found
     /// the `If-Modified-Since` condition unmet and skipped the body): the stored copy is current.
     public var notModified = false
+    /// The response's `Content-Type` header (after redirects), if any.
+    public var contentType: String?
 }
 
 /// One transfer's receive state, reached from libcurl's write callback through `CURLOPT_WRITEDATA`.
@@ -129,7 +139,9 @@ public final class HTTPClient: @unchecked Sendable {
     /// among transfers under way. With `validators`, the GET is conditional (RFC 9110 section 13.1):
     /// `If-None-Match` with the ETag, `If-Modified-Since` with the Last-Modified time
     /// (`CURLOPT_TIMECONDITION`); a 304 comes back with `notModified` set and an empty body.
-    public func start(url: String, tag: Int, validators: Freshness? = nil) {
+    /// `headers` (name, value) are sent as well, in the same per-transfer header list; values with
+    /// CR or LF are skipped (they would split the request).
+    public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = []) {
         let t = makeTransfer()
         t.tag = tag
         t.body = Data()
@@ -138,6 +150,10 @@ public final class HTTPClient: @unchecked Sendable {
         tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
         if let etag = validators?.etag, !etag.contains(where: { $0 == "\r" || $0 == "\n" }) {
             t.headers = curl_slist_append(nil, "If-None-Match: \(etag)")
+        }
+        for (name, value) in extra where !(name + value).contains(where: { $0 == "\r" || $0 == "\n" }) {
+            // "Name;" is libcurl's way to send a header with an empty value.
+            t.headers = curl_slist_append(t.headers, value.isEmpty ? "\(name);" : "\(name): \(value)")
         }
         tilespool_easy_setopt_slist(t.easy, CURLOPT_HTTPHEADER, t.headers)
         if let lm = validators?.lastModified {
@@ -204,6 +220,7 @@ public final class HTTPClient: @unchecked Sendable {
                                retryAfter: retry > 0 ? Double(retry) : nil, failure: nil)
         if code == CURLE_OK {
             r.freshness = freshness(t.easy)
+            r.contentType = header(t.easy, "Content-Type")
             var unmet = 0
             tilespool_easy_getinfo_long(t.easy, CURLINFO_CONDITION_UNMET, &unmet)
             r.notModified = status == 304 || unmet != 0
@@ -265,9 +282,9 @@ extension HTTPClient {
 
     /// Fetches `urls` concurrently and waits for all of them (for small jobs such as `tilespool
     /// plan`; the daemon drives transfers from its event loop instead). Results are in `urls` order.
-    public func fetchAll(_ urls: [String]) -> [TransferResult] {
+    public func fetchAll(_ urls: [String], headers: [(String, String)] = []) -> [TransferResult] {
         var results = [TransferResult?](repeating: nil, count: urls.count)
-        for (i, u) in urls.enumerated() { start(url: u, tag: i) }
+        for (i, u) in urls.enumerated() { start(url: u, tag: i, headers: headers) }
         while inFlight > 0 {
             wait(timeout: 1, fds: [])
             for r in collect() { results[r.tag] = r }

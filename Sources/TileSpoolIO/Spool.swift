@@ -81,6 +81,9 @@ public struct RegionStatus: @unchecked Sendable {
     /// Bytes of the objects that only this region's manifest references (what deleting it and
     /// running gc would free); nil until the daemon first worked it out.
     public var uniqueBytes: Int?
+    /// While a downloading region waits on a server's `Retry-After`: when it will ask again
+    /// (written as `throttledUntil`, RFC 3339 UTC); nil otherwise (the field is then absent).
+    public var throttledUntil: Date?
 
     public init(id: String, state: RegionState, progress: RegionProgress, error: RegionError?, request: [String: Any]?, context: Any, updatedAt: Date = Date()) {
         self.id = id; self.state = state; self.progress = progress; self.error = error
@@ -101,6 +104,7 @@ public struct RegionStatus: @unchecked Sendable {
         o["stateChangedAt"] = stateChangedAt.map(Timestamp.iso8601) ?? null
         o["uniqueBytes"] = uniqueBytes ?? null
         if let exports { o["exports"] = exports }
+        if let throttledUntil { o["throttledUntil"] = Timestamp.iso8601(throttledUntil) }
         return o
     }
 
@@ -120,6 +124,7 @@ public struct RegionStatus: @unchecked Sendable {
         completedAt = (o["completedAt"] as? String).flatMap(Timestamp.parse)
         stateChangedAt = (o["stateChangedAt"] as? String).flatMap(Timestamp.parse)
         uniqueBytes = o["uniqueBytes"].flatMap(JSONKind.integer)
+        throttledUntil = (o["throttledUntil"] as? String).flatMap(Timestamp.parse)
     }
 }
 

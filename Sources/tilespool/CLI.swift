@@ -8,6 +8,8 @@ import TileSpoolIO
 /// after positional arguments; `--name value` and `--name=value` are both accepted; `--` ends options.
 struct Arguments {
     var options: [String: String] = [:]
+    /// Every value of each valued option, in order (for repeatable options such as `--allow-host`).
+    var allValues: [String: [String]] = [:]
     var flags: Set<String> = []
     var positionals: [String] = []
 
@@ -33,6 +35,7 @@ struct Arguments {
                     value = args[i]; i += 1
                 }
                 options[name] = value
+                allValues[name, default: []].append(value!)
             } else {
                 throw UsageError("unknown option \(a)")
             }
@@ -152,6 +155,9 @@ options:
   --events-max-bytes BYTES        rotate events.jsonl before it passes this size (default 67108864,
                                   64 MiB; 0 never rotates)
   --events-keep N                 rotated files kept, events.jsonl.1 ... events.jsonl.N (default 5)
+  --user-agent TEXT               the User-Agent sent (default "TileSpool/VERSION (+PROJECT URL)")
+  --allow-host HOST               accept HOST although its tile usage policy forbids bulk
+                                  downloading (you run or license it); repeatable
 
 See docs/operations.md for metrics, hooks, systemd units and retention.
 """
@@ -191,7 +197,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
                                                  "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time",
                                                  "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
                                                  "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
-                                                 "--events-keep"])
+                                                 "--events-keep", "--user-agent", "--allow-host"])
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
@@ -209,6 +215,19 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout)
     o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime)).rounded(.up))
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
+    if let ua = a.options["--user-agent"] {
+        guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw UsageError("--user-agent must be 1 to 512 printable characters")
+        }
+        o.http.userAgent = ua
+    }
+    for h in a.allValues["--allow-host"] ?? [] {
+        let host = h.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
+        guard !host.isEmpty, !host.contains(where: { $0 == "/" || $0 == ":" || $0 == " " }) else {
+            throw UsageError("--allow-host takes a host name such as tile.openstreetmap.org, not '\(h)'")
+        }
+        o.allowedHosts.insert(host)
+    }
     if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0) }
     if let f = a.options["--log-format"] {
         guard let format = Log.Format(rawValue: f) else { throw UsageError("--log-format must be logfmt or json") }

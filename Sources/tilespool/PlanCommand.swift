@@ -32,9 +32,9 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
             guard (200...299).contains(r.status) else { throw CommandFailure("HTTP \(r.status) from \(Redaction.redact(url))") }
             return r.body
         }
-        let style = try StyleDocument(data: try body(http.fetchAll([styleURL])[0], styleURL), baseURL: styleURL)
+        let style = try StyleDocument(data: try body(http.fetchAll([styleURL], headers: request.headerList)[0], styleURL), baseURL: styleURL)
         let urls = Planner.tileJSONURLs(style)
-        let results = http.fetchAll(urls.map(\.url))
+        let results = http.fetchAll(urls.map(\.url), headers: request.headerList)
         var tileJSONs: [String: TileJSON] = [:]
         for (u, r) in zip(urls, results) { tileJSONs[u.source] = try TileJSON(data: try body(r, u.url), baseURL: u.url) }
         plan = Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs)

@@ -14,17 +14,25 @@ State lives in --state-dir so that a stopped server restarted on the same port c
 with the same memory:
     DIR/hits.log     one line per counted request: the URL path (no query), appended and
                      flushed *before* the response is sent
+    DIR/requests.log one JSON line per counted request: {"path", "headers": {name: value}}
     DIR/json/<name>  documents registered with POST /_register/<name>
 
 Behaviour by URL path (PATH below is the raw request path without its query string; any
 trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deterministic:
-    /ok/...              200, body b"tile " + PATH, Content-Length set
+    /ok/...              200, body b"tile " + PATH, Content-Length set (after the PNG/JPEG/WebP
+                         signature when PATH ends in .png, .jpg, .jpeg, .webp)
     /empty/...           204, no body
     /missing/...         404
     /flaky/N/...         first N requests for this exact PATH answer 503, then like /ok
     /ratelimit/N/...     first N answer 429 with "Retry-After: 1", then like /ok
     /ratelimitdate/N/... same, with Retry-After an HTTP date 1-2 s in the future
     /error500/...        always 500
+    /html/...            200, text/html, an HTML login page
+    /text/...            200, text/plain, "quota exceeded for this key"
+    /notpng/...          200, image/png, a GIF body (wrong signature)
+    /empty200/...        200 with an empty body
+    /status/CODE/...     CODE with body "status CODE"
+    /retryafter/S/N/...  first N answer 429 with "Retry-After: S", then like /ok
     /reset/...           Content-Length 1000, 100 body bytes, then a TCP reset (SO_LINGER 0)
     /short/...           Content-Length 1000, 500 body bytes, then a clean close
     /slowbody/...        Content-Length 1000000, then 1 byte every 2 s (until the client
@@ -98,6 +106,7 @@ class State:
         except FileNotFoundError:
             pass
         self.hits_file = open(self.hits_path, "a", encoding="utf-8")
+        self.requests_file = open(os.path.join(directory, "requests.log"), "a", encoding="utf-8")
 
     def hit(self, path):
         """Records one request for `path`; returns how many there have been, this one included."""
@@ -107,6 +116,12 @@ class State:
             self.hits_file.write(path + "\n")
             self.hits_file.flush()
             return n
+
+    def log_request(self, path, headers):
+        """Appends {"path", "headers": {name: value}} as one JSON line to requests.log."""
+        with self.lock:
+            self.requests_file.write(json.dumps({"path": path, "headers": headers}, sort_keys=True) + "\n")
+            self.requests_file.flush()
 
     def count(self, path):
         with self.lock:
@@ -131,8 +146,19 @@ class State:
             return None
 
 
+SIGNATURES = {
+    ".png": b"\x89PNG\r\n\x1a\n",
+    ".jpg": b"\xff\xd8\xff",
+    ".jpeg": b"\xff\xd8\xff",
+    ".webp": b"RIFF\x00\x00\x00\x00WEBP",
+}
+
+
 def ok_body(path):
-    return b"tile " + path.encode("latin-1", "replace")
+    """b"tile " + PATH, after the format's signature when PATH ends in .png/.jpg/.jpeg/.webp
+    (so the body passes a client's magic-number check)."""
+    sig = SIGNATURES.get(os.path.splitext(path)[1].lower(), b"")
+    return sig + b"tile " + path.encode("latin-1", "replace")
 
 
 def content_type_for(path):
@@ -232,6 +258,7 @@ class Handler(BaseHTTPRequestHandler):
         handler = getattr(self, "fault_" + kind, None) if re.match(r"^[a-z0-9]+$", kind) else None
         if handler is None:
             return self.send_body(404, b"unknown fault path\n")
+        self.server.state.log_request(path, {k: v for k, v in self.headers.items()})
         count = self.server.state.hit(path)
         handler(path, query, segments, count)
 
@@ -284,6 +311,39 @@ class Handler(BaseHTTPRequestHandler):
             # HTTP dates have 1 s resolution: floor(now + 2) is 1-2 s after now.
             when = email.utils.formatdate(time.time() + 2, usegmt=True)
             return self.send_body(429, b"slow down\n", headers=[("Retry-After", when)])
+        self.fault_ok(path, query, segments, count)
+
+    def fault_html(self, path, query, segments, count):
+        """/html/...: 200 with an HTML login page (a captive portal), Content-Type text/html."""
+        self.send_body(200, b"<!DOCTYPE html>\n<html><head><title>Router login</title></head></html>\n", "text/html; charset=utf-8")
+
+    def fault_text(self, path, query, segments, count):
+        """/text/...: 200 with a plain-text error and Content-Type text/plain."""
+        self.send_body(200, b"quota exceeded for this key\n", "text/plain")
+
+    def fault_notpng(self, path, query, segments, count):
+        """/notpng/...: 200, Content-Type image/png, a body that is a GIF (wrong signature)."""
+        self.send_body(200, b"GIF89a" + path.encode("latin-1", "replace"), "image/png")
+
+    def fault_empty200(self, path, query, segments, count):
+        """/empty200/...: 200 with Content-Length 0."""
+        self.send_body(200, b"", content_type_for(path))
+
+    def fault_status(self, path, query, segments, count):
+        """/status/CODE/...: answers CODE with a short text body."""
+        code = self.threshold(segments)
+        if code is None or not 200 <= code <= 599:
+            return self.send_body(400, b"use /status/CODE/...\n")
+        self.send_body(code, b"status %d\n" % code)
+
+    def fault_retryafter(self, path, query, segments, count):
+        """/retryafter/SECONDS/N/...: the first N requests 429 with "Retry-After: SECONDS"."""
+        try:
+            seconds, n = int(segments[2]), int(segments[3])
+        except (IndexError, ValueError):
+            return self.send_body(400, b"use /retryafter/SECONDS/N/...\n")
+        if count <= n:
+            return self.send_body(429, b"slow down\n", headers=[("Retry-After", str(seconds))])
         self.fault_ok(path, query, segments, count)
 
     def fault_error500(self, path, query, segments, count):

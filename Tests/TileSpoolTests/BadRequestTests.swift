@@ -656,6 +656,25 @@ final class BadRequestTests: XCTestCase {
     }
 }
 
+extension BadRequestTests {
+    /// Issue 10: bad `headers` and `emptyStatuses`; a header's value (a credential) is never
+    /// quoted in the message, the status or the `.error` file.
+    func testBadHeadersAndEmptyStatuses() throws {
+        try expectFailed([
+            Case(name: "br-hdrtype.json", data: spoiled(["headers": ["Authorization", "x"]]), id: "br-hdrtype", mentions: ["headers", "object"]),
+            Case(name: "br-hdrname.json", data: spoiled(["headers": ["Bad Name": "v"]]), id: "br-hdrname", mentions: ["headers", "Bad Name"]),
+            Case(name: "br-hdrcrlf.json", data: spoiled(["headers": ["Authorization": "Bearer leak-me\r\nX-Evil: 1"]]), id: "br-hdrcrlf", mentions: ["Authorization", "CR"]),
+            Case(name: "br-hdrhost.json", data: spoiled(["headers": ["Host": "example.org"]]), id: "br-hdrhost", mentions: ["Host"]),
+            Case(name: "br-hdrnum.json", data: spoiled(["headers": ["X-Key": 5]]), id: "br-hdrnum", mentions: ["X-Key", "string"]),
+            Case(name: "br-es200.json", data: spoiled(["emptyStatuses": [200]]), id: "br-es200", mentions: ["emptyStatuses[0]"]),
+            Case(name: "br-es429.json", data: spoiled(["emptyStatuses": [404, 429]]), id: "br-es429", mentions: ["emptyStatuses[1]", "429"]),
+            Case(name: "br-estype.json", data: spoiled(["emptyStatuses": 404]), id: "br-estype", mentions: ["emptyStatuses"]),
+        ])
+        XCTAssertFalse(fx.errorMessage("br-hdrcrlf")?.contains("leak-me") ?? true)
+        XCTAssertFalse(fx.rejectionText("br-hdrcrlf.json")?.contains("leak-me") ?? true)
+    }
+}
+
 extension SpoolFixture {
     /// The bytes of `rejected/<name>` (nil for a missing or non-regular entry).
     func rejectedDirContents(named name: String) -> Data? { FileManager.default.contents(atPath: rejectedDir + "/" + name) }

@@ -83,10 +83,11 @@ final class TileCoverTests: XCTestCase {
 
     func testTemplatePartsAndCoding() throws {
         let t = TileURLTemplate("https://{s}.h/v1/{z}/{x}/{y}{ratio}.pbf?key=a{b}", ratio: "@2x")
-        XCTAssertEqual(t.url(for: TileID(z: 14, x: 8529, y: 5973)), "https://{s}.h/v1/14/8529/5973@2x.pbf?key=a{b}")
+        // {s} is a subdomain since issue 10: (8529 + 5973) % 3 = 0, "a"; {b} is no token and stays.
+        XCTAssertEqual(t.url(for: TileID(z: 14, x: 8529, y: 5973)), "https://a.h/v1/14/8529/5973@2x.pbf?key=a{b}")
         let back = try JSONDecoder().decode(TileURLTemplate.self, from: JSONEncoder().encode(t))
         XCTAssertEqual(back, t)
-        XCTAssertEqual(back.url(for: TileID(z: 0, x: 0, y: 0)), "https://{s}.h/v1/0/0/0@2x.pbf?key=a{b}")
+        XCTAssertEqual(back.url(for: TileID(z: 0, x: 0, y: 0)), "https://a.h/v1/0/0/0@2x.pbf?key=a{b}")
         XCTAssertEqual(TileURLTemplate("http://h/{bbox-epsg-3857}").url(for: TileID(z: 0, x: 0, y: 0)),
                        "http://h/-20037508.342789244,-20037508.342789244,20037508.342789244,20037508.342789244")
     }
@@ -395,5 +396,59 @@ final class RefreshRuleTests: XCTestCase {
         XCTAssertFalse(base.downloadsTheSame(as: try req(["maxZoom": 4])))
         XCTAssertFalse(base.downloadsTheSame(as: try req(["tiles": ["http://other/{z}/{x}/{y}.png"]])))
         XCTAssertThrowsError(try req(["refreshAfter": 5]))
+    }
+}
+
+/// Issue 10: the tile usage policy list and the body check, as pure functions.
+final class RealWorldCoreTests: XCTestCase {
+    func testPolicyHostMatching() {
+        XCTAssertEqual(TileUsagePolicy.host(of: "https://u:p@A.Tile.OpenStreetMap.org.:8080/{z}/{x}/{y}.png?k=1"), "a.tile.openstreetmap.org")
+        XCTAssertEqual(TileUsagePolicy.host(of: "https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"), "a.tile.openstreetmap.org")
+        XCTAssertNotNil(TileUsagePolicy.refusal(urls: ["https://maps.wikimedia.org/osm-intl/{z}/{x}/{y}.png"], allowedHosts: []))
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tile.openstreetmap.org/{z}/{x}/{y}.png"], allowedHosts: ["tile.openstreetmap.org"]))
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tile.openstreetmap.org.example.com/{z}/{x}/{y}.png"], allowedHosts: []))
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tiles.example.org/tile.openstreetmap.org/{z}/{x}/{y}.png"], allowedHosts: []))
+    }
+
+    func testTileBodyCheck() {
+        let png = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 1, 2])
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.png?key=x", contentType: "image/png", body: png))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "image/png", body: Data([0xFF, 0xD8, 0xFF, 0])))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.jpg", contentType: nil, body: Data([0xFF, 0xD8, 0xFF, 0])))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.webp", contentType: nil, body: Data("RIFF0000WEBQ".utf8)))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.webp", contentType: nil, body: Data("RIFF0000WEBPVP8 ".utf8)))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "application/x-protobuf", body: Data("\u{FEFF}  <HTML><body>".utf8)))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "text/plain; charset=utf-8", body: Data("x".utf8)))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "application/x-protobuf", body: Data([0x1f, 0x8b, 8])))
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "text/html", body: Data()), "empty is an empty tile")
+    }
+}
+
+extension RealWorldCoreTests {
+    func testSubdomainTemplate() {
+        let t = TileURLTemplate("https://{s}.tiles.example.org/{z}/{x}/{y}.png", subdomains: ["a", "b", "c"])
+        XCTAssertEqual(t.url(for: TileID(z: 3, x: 1, y: 1)), "https://c.tiles.example.org/3/1/1.png")
+        XCTAssertEqual(t.url(for: TileID(z: 3, x: 4, y: 0)), "https://b.tiles.example.org/3/4/0.png")
+        XCTAssertNotNil(TileUsagePolicy.refusal(urls: ["https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"], allowedHosts: []))
+        // A plan saved before subdomains existed reads back with the default.
+        let old = Data(#"{"template": "https://{s}.x.org/{z}/{x}/{y}.png", "tms": false, "ratio": ""}"#.utf8)
+        XCTAssertEqual(try JSONDecoder().decode(TileURLTemplate.self, from: old).subdomains, ["a", "b", "c"])
+    }
+}
+
+extension RealWorldCoreTests {
+    func testCollectionsAndAntimeridian() {
+        let point: [String: Any] = ["type": "Feature", "geometry": ["type": "Point", "coordinates": [1, 2]]]
+        let poly: [String: Any] = ["type": "Feature", "geometry": ["type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]]]]
+        guard case .failure(let e) = RegionShape.parse(["type": "FeatureCollection", "features": [poly, point]]) else { return XCTFail("accepted a Point") }
+        XCTAssertTrue(e.message.contains("features[1]") && e.message.contains("Point"), e.message)
+        guard case .failure(let g) = RegionShape.parse(["type": "GeometryCollection", "geometries": [poly["geometry"]!, ["type": "LineString", "coordinates": [[0, 0], [1, 1]]]]]) else { return XCTFail("accepted a LineString") }
+        XCTAssertTrue(g.message.contains("geometries[1]"), g.message)
+        guard case .success(let gc) = RegionShape.parse(["type": "GeometryCollection", "geometries": [poly["geometry"]!, poly["geometry"]!]]) else { return XCTFail() }
+        XCTAssertEqual(gc.polygons.count, 2)
+        guard case .success(let am) = RegionShape.parse(["type": "Polygon", "coordinates": [[[170, -10], [190, -10], [190, 10], [170, 10], [170, -10]]]]) else { return XCTFail() }
+        XCTAssertEqual(am.polygons.count, 2)
+        XCTAssertTrue(am.polygons.allSatisfy { $0[0].allSatisfy { (-180...180).contains($0[0]) } })
+        XCTAssertEqual(am.count(in: TileRect(z: 3, minX: 0, minY: 0, maxX: 7, maxY: 7)), 4)
     }
 }

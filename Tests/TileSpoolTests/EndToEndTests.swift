@@ -93,7 +93,11 @@ final class EndToEndTests: XCTestCase {
         // Every tile on disk was stored; the rest of the cover (tilemaker's empty corners) are empty tiles.
         let onDisk = nginx.accessLog().filter { $0.path.hasPrefix("/tiles/liechtenstein/") && $0.status == 200 }.count
         XCTAssertEqual(onDisk, 180)
-        XCTAssertEqual(tiles.filter { $0.sha != "-" }.count, 180)
+        // Three of them are gzip files of nothing (0 bytes once decoded): a 200 with an empty body
+        // is an empty tile (issue 10), so 177 objects and those three as `-`.
+        XCTAssertEqual(tiles.filter { $0.sha != "-" }.count, 177)
+        let emptyBodies = ["14/8623/5748", "14/8623/5754", "14/8623/5756"]
+        XCTAssertEqual(Set(tiles.filter { $0.sha == "-" && $0.url.contains("/tiles/liechtenstein/") && emptyBodies.contains(where: $0.url.contains) }.map(\.url)).count, 3)
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/requests/li.json"))
     }
 

@@ -59,7 +59,7 @@ final class GeometryTests: XCTestCase {
         for (text, word) in [(#"{"type":"Point","coordinates":[0,0]}"#, "Point"),
                              (#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1]]]}"#, "not closed"),
                              (#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[0,0]]]}"#, "at least 4"),
-                             (#"{"type":"Polygon","coordinates":[[[0,0],[200,0],[1,1],[0,0]]]}"#, "outside")] {
+                             (#"{"type":"Polygon","coordinates":[[[0,0],[400,0],[1,1],[0,0]]]}"#, "outside")] {
             let v = try JSONSerialization.jsonObject(with: Data(text.utf8))
             guard case .failure(let m) = RegionShape.parse(v) else { XCTFail(text); continue }
             XCTAssertTrue(m.message.contains(word), m.message)

@@ -7,13 +7,19 @@ import Foundation
 ///
 /// | path | answer |
 /// |---|---|
-/// | `/ok/...` | 200, body `okBody(PATH)` = `"tile " + PATH`, Content-Length set |
+/// | `/ok/...` | 200, body `okBody(PATH)` = `"tile " + PATH` (after the PNG/JPEG/WebP signature for those extensions), Content-Length set |
 /// | `/empty/...` | 204, no body |
 /// | `/missing/...` | 404 |
 /// | `/flaky/N/...` | the first N requests for this PATH 503, then like `/ok` |
 /// | `/ratelimit/N/...` | the first N 429 with `Retry-After: 1`, then like `/ok` |
 /// | `/ratelimitdate/N/...` | the same with `Retry-After` an HTTP date 1-2 s ahead |
 /// | `/error500/...` | always 500 |
+/// | `/html/...` | 200, `text/html`, an HTML login page |
+/// | `/text/...` | 200, `text/plain`, "quota exceeded for this key" |
+/// | `/notpng/...` | 200, `image/png`, a GIF body (wrong signature) |
+/// | `/empty200/...` | 200 with an empty body |
+/// | `/status/CODE/...` | CODE, body "status CODE" |
+/// | `/retryafter/S/N/...` | the first N 429 with `Retry-After: S`, then like `/ok` |
 /// | `/reset/...` | Content-Length 1000, 100 bytes, then a TCP reset |
 /// | `/short/...` | Content-Length 1000, 500 bytes, then a clean close |
 /// | `/slowbody/...` | Content-Length 1000000, then 1 byte every 2 s (120 s cap) |
@@ -41,7 +47,14 @@ final class FaultServer: @unchecked Sendable {
     /// The body of `/ok/...`, and of `/flaky/`, `/ratelimit/`, `/ratelimitdate/` once they
     /// answer 200: `"tile " + path` (path = request path without query, as sent).
     /// `/redirect/REST` ends at `/ok/REST`, so its body is `okBody("/ok/REST")`.
-    static func okBody(_ path: String) -> Data { Data("tile \(path)".utf8) }
+    /// After the format's signature when the path ends in `.png`, `.jpg`, `.jpeg` or `.webp`.
+    static func okBody(_ path: String) -> Data {
+        let ext = (path as NSString).pathExtension.lowercased()
+        let sig: [UInt8] = ext == "png" ? [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+            : ext == "jpg" || ext == "jpeg" ? [0xFF, 0xD8, 0xFF]
+            : ext == "webp" ? Array("RIFF".utf8) + [0, 0, 0, 0] + Array("WEBP".utf8) : []
+        return Data(sig) + Data("tile \(path)".utf8)
+    }
 
     /// The 64 MiB body of `/huge/...`: `okBody(path) + "\n"` repeated, cut at `hugeSize` bytes.
     static func hugeBody(_ path: String) -> Data {
@@ -139,6 +152,17 @@ final class FaultServer: @unchecked Sendable {
             counts[String(line), default: 0] += 1
         }
         return counts
+    }
+
+    /// Every counted request in arrival order: its path and request headers (names as sent),
+    /// from the server's `requests.log`.
+    func requests() -> [(path: String, headers: [String: String])] {
+        guard let data = try? Data(contentsOf: stateDirectory.appendingPathComponent("requests.log")) else { return [] }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { line in
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  let p = o["path"] as? String else { return nil }
+            return (p, o["headers"] as? [String: String] ?? [:])
+        }
     }
 
     /// Registers `document` to be served at `/json/<name>` (with `__BASE__` replaced by

@@ -1,0 +1,80 @@
+import Foundation
+
+/// Checks that a 2xx body is a tile before it enters the store. Pure: bytes and headers in, a
+/// description of what was received out.
+///
+/// A body is not a tile when it is an HTML page (a router login, a captive portal, an error page
+/// served with 200: `Content-Type: text/html`, or a body starting `<!doctype html` / `<html`), when
+/// its `Content-Type` is `text/*`, or when the template's file extension names a raster format
+/// (`.png`, `.jpg`/`.jpeg`, `.webp`) and the body does not start with that format's signature
+/// (PNG: `89 50 4E 47 0D 0A 1A 0A`, ISO/IEC 15948 section 5.2; JPEG: `FF D8 FF`, ITU T.81 annex B;
+/// WebP: `RIFF....WEBP`, RFC 9649 section 2.5). Vector tiles (`.pbf`, `.mvt`) have no signature
+/// (they may be gzip-compressed protobuf), so only the first two rules apply to them.
+public enum TileBody {
+    /// The raster format a tile URL's path extension names, or nil (vector, unknown, none).
+    /// - Parameter url: a tile URL or template; the query and fragment are ignored.
+    public static func expectedFormat(url: String) -> String? {
+        var path = Substring(url)
+        if let q = path.firstIndex(where: { $0 == "?" || $0 == "#" }) { path = path[..<q] }
+        guard let dot = path.lastIndex(of: "."), !path[dot...].contains("/") else { return nil }
+        switch path[path.index(after: dot)...].lowercased() {
+        case "png": return "PNG"
+        case "jpg", "jpeg": return "JPEG"
+        case "webp": return "WebP"
+        default: return nil
+        }
+    }
+
+    /// Why `body` is not a tile, naming what was received (Content-Type, size, the first bytes),
+    /// or nil when it may be stored. An empty body is never a problem: it is an empty tile.
+    /// - Parameters:
+    ///   - url: the URL asked (its extension gives the expected format).
+    ///   - contentType: the response's `Content-Type`, if any.
+    ///   - body: the body after content decoding.
+    public static func problem(url: String, contentType: String?, body: Data) -> String? {
+        if body.isEmpty { return nil }
+        let type = contentType.map { $0.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? "" }
+        let received = "received \(body.count) bytes" + (contentType.map { " of Content-Type '\($0.prefix(80))'" } ?? "")
+            + " starting \(preview(body))"
+        if type == "text/html" || type == "application/xhtml+xml" || looksLikeHTML(body) {
+            return "the body is an HTML page, not a tile: \(received)"
+        }
+        if let type, type.hasPrefix("text/") {
+            return "the body is text (\(type)), not a tile: \(received)"
+        }
+        if let format = expectedFormat(url: url), !hasSignature(body, format) {
+            return "the body is not a \(format) image (its first bytes are not the \(format) signature): \(received)"
+        }
+        return nil
+    }
+
+    /// True when `body` starts with the signature of `format` ("PNG", "JPEG" or "WebP").
+    public static func hasSignature(_ body: Data, _ format: String) -> Bool {
+        let b = [UInt8](body.prefix(12))
+        switch format {
+        case "PNG": return b.starts(with: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+        case "JPEG": return b.starts(with: [0xFF, 0xD8, 0xFF])
+        case "WebP": return b.count >= 12 && b[0..<4].elementsEqual("RIFF".utf8) && b[8..<12].elementsEqual("WEBP".utf8)
+        default: return true
+        }
+    }
+
+    /// True when the body, after any UTF-8 byte order mark and white space, starts with
+    /// `<!doctype html` or `<html` (ASCII case-insensitive).
+    static func looksLikeHTML(_ body: Data) -> Bool {
+        var b = [UInt8](body.prefix(64))
+        if b.starts(with: [0xEF, 0xBB, 0xBF]) { b.removeFirst(3) }
+        while let f = b.first, f == 0x20 || f == 0x09 || f == 0x0A || f == 0x0D { b.removeFirst() }
+        let head = String(decoding: b, as: UTF8.self).lowercased()
+        return head.hasPrefix("<!doctype html") || head.hasPrefix("<html")
+    }
+
+    /// The first bytes of `body` for a message: printable ASCII quoted, else hexadecimal.
+    static func preview(_ body: Data) -> String {
+        let b = [UInt8](body.prefix(24))
+        if b.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
+            return "'" + String(decoding: b, as: UTF8.self) + (body.count > b.count ? "...'" : "'")
+        }
+        return "0x" + b.prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+}
