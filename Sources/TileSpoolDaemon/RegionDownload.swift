@@ -321,7 +321,9 @@ extension Daemon {
     func failTile(_ r: Region, _ d: Download, _ item: WorkItem, _ fetch: Fetch, _ e: RegionError) {
         let budget = r.request.maxFailedTiles
         guard fetch.kind == .tile, case .index = item, budget > 0 else { fail(r, e); return }
-        let failedSoFar = r.progress.tilesFailed + d.pending.filter { $0.line.failed }.count
+        // Counted ones, plus those waiting for a commit or in the batch at the writer thread.
+        let atWriter = commitInFlight?.owners.first { $0.1 === d }?.2.filter { $0.line.failed }.count ?? 0
+        let failedSoFar = r.progress.tilesFailed + d.pending.filter { $0.line.failed }.count + atWriter
         if failedSoFar >= budget {
             var over = e
             over.message += "; \(failedSoFar + 1) tiles failed, more than the request's maxFailedTiles (\(budget)); see failed.tsv"
