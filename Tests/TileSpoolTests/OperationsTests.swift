@@ -73,17 +73,8 @@ final class OperationsTests: FaultServerSpoolTestCase {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/promtool") else {
             XCTFail("promtool missing: run make deps (Debian package prometheus)"); return (-1, "")
         }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/promtool")
-        p.arguments = ["check", "metrics"]
-        p.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        // promtool reads the metrics on standard input.
+        return try runTool("/bin/sh", ["-c", "exec /usr/bin/promtool check metrics < \"$0\"", path])
     }
 
     func testMetricsFilePassesPromtoolAndCountersMove() throws {

@@ -4,27 +4,13 @@ import XCTest
 /// Issue 11: `make install` (PREFIX, DESTDIR) and the systemd units in dist/, checked by
 /// `systemd-analyze verify` (which also checks that ExecStart= names an executable).
 final class SystemdTests: XCTestCase {
-    func run(_ exe: String, _ args: [String], cwd: URL? = nil) throws -> (Int32, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: exe)
-        p.arguments = args
-        if let cwd { p.currentDirectoryURL = cwd }
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
-    }
-
     func testMakeInstallPutsBinaryUnitsAndDocsUnderPrefixAndTheUnitsVerify() throws {
         let prefix = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-prefix-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: prefix) }
-        var (rc, out) = try run("/usr/bin/make", ["install", "PREFIX=\(prefix)", "TILESPOOL_BIN=\(SpoolFixture.binary)"], cwd: MapData.packageRoot)
+        var (rc, out) = try runTool("/usr/bin/make", ["install", "PREFIX=\(prefix)", "TILESPOOL_BIN=\(SpoolFixture.binary)"], cwd: MapData.packageRoot.path)
         XCTAssertEqual(rc, 0, out)
         let units = prefix + "/lib/systemd/system"
-        (rc, out) = try run(prefix + "/bin/tilespool", ["--version"])
+        (rc, out) = try runTool(prefix + "/bin/tilespool", ["--version"])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.hasPrefix("tilespool "), out)
         XCTAssertTrue(FileManager.default.fileExists(atPath: prefix + "/share/doc/tilespool/operations.md"))
@@ -41,7 +27,7 @@ final class SystemdTests: XCTestCase {
             print("SKIPPED: systemd-analyze is not installed (Debian package systemd); the units were not verified")
             throw XCTSkip("systemd-analyze missing")
         }
-        (rc, out) = try run(analyze, ["verify", units + "/tilespool.service", units + "/tilespool-gc.service", units + "/tilespool-gc.timer"])
+        (rc, out) = try runTool(analyze, ["verify", units + "/tilespool.service", units + "/tilespool-gc.service", units + "/tilespool-gc.timer"])
         XCTAssertEqual(rc, 0, out)
         XCTAssertFalse(out.contains("Unknown key") || out.contains("Unknown section") || out.contains("ignoring"), "systemd-analyze warned: \(out)")
     }
