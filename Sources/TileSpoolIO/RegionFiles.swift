@@ -171,19 +171,10 @@ public final class RegionFiles: @unchecked Sendable {
     /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name
     /// are durable (`ObjectStore.sync`).
     public func appendToManifest(_ lines: [ManifestLine]) throws(SystemError) {
-        guard !lines.isEmpty else { return }
-        if manifestFD < 0 {
-            let existed = Files.entryType(manifestPath) == .regular
-            manifestFD = try Files.open(manifestPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
-            if !existed {
-                try Files.writeAll(manifestFD, Data(ManifestLine.header.utf8), path: manifestPath)
-            }
-        }
         var text = ""
         text.reserveCapacity(lines.count * 120)
         for l in lines { text += l.text }
-        try Files.writeAll(manifestFD, Data(text.utf8), path: manifestPath)
-        if fdatasync(manifestFD) != 0 { throw SystemError("fdatasync", manifestPath) }
+        try appendToManifest(text: Array(text.utf8))
     }
 
     /// Appends already rendered lines (`ManifestLine.text`, in order) to the manifest and
