@@ -217,7 +217,7 @@ extension Daemon {
         finishCommit() // the region's state after the batch at the writer, not before
         if action == .resume, r.state == .completed, !r.refreshing, r.progress.tilesFailed > 0 {
             // A region completed with failed tiles (maxFailedTiles): a pass that asks exactly those again.
-            beginRefresh(r, maxAge: Refresh.onlyFailed, note: "resume: retrying \(r.progress.tilesFailed) failed tiles")
+            beginRefresh(r, scope: .failedTiles, note: "resume: retrying \(r.progress.tilesFailed) failed tiles")
             return
         }
         switch RegionStateMachine.apply(action, to: r.state, refreshing: r.refreshing) {
@@ -235,7 +235,7 @@ extension Daemon {
             runHook(id: r.id, state: "deleted", previous: r.state.rawValue)
             ops.uniqueWanted = true
         case .to where action == .refresh:
-            beginRefresh(r, maxAge: maxAge, note: action.rawValue)
+            beginRefresh(r, scope: maxAge.map { .olderThan($0) } ?? .all, note: action.rawValue)
         case .to(let next) where r.refreshing && next == .completed:
             r.error = nil
             abandonRefresh(r, "cancelled")

@@ -84,9 +84,11 @@ final class Download {
     let files: RegionFiles
     init(files: RegionFiles) { self.files = files }
     /// For a refresh: the pack's manifest lines by `kind<TAB>key` (what each resource was, and its
-    /// validators), and the refresh's `maxAge` in seconds (nil: check everything). Nil for a download.
+    /// validators), and the refresh's scope. Both nil for a download.
     var previous: [String: ManifestLine]?
-    var maxAge: Double?
+    var scope: RefreshScope?
+    /// True when the refresh keeps some lines without asking (`olderThan`, `failedTiles`).
+    var keepsSomeLines: Bool { scope != nil && scope != .all }
     /// The pack's line for a resource, during a refresh.
     func previousLine(_ kind: ResourceKind, _ key: String) -> ManifestLine? { previous?["\(kind.rawValue)\t\(key)"] }
     var plan: ResourcePlan?

@@ -16,7 +16,7 @@ extension Daemon {
             var previous: [String: ManifestLine] = [:]
             r.files.readManifest { previous["\($0.kind.rawValue)\t\($0.key)"] = $0 }
             d.previous = previous
-            d.maxAge = r.files.refreshUnderWay() ?? nil
+            d.scope = r.files.refreshUnderWay() ?? .all
         }
         r.download = d
         r.error = nil
@@ -154,7 +154,7 @@ extension Daemon {
         while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.indexSpace {
             let i = d.cursor
             if d.done[i] || !d.isPlanned(i, plan) { d.cursor += 1; continue }
-            if d.maxAge != nil && keepIfFresh(r, d, .index(i)) { d.cursor += 1; continue }
+            if d.keepsSomeLines && keepIfFresh(r, d, .index(i)) { d.cursor += 1; continue }
             // Phases run in order: no tile before every other resource is finished.
             if i >= plan.resources.count && (d.nonTileInFlight > 0 || d.retries.contains(where: { if case .index(let j) = $0.item { return j < plan.resources.count }; return false })) {
                 break
@@ -180,12 +180,12 @@ extension Daemon {
         }
     }
 
-    /// During a refresh with `maxAge`: records the pack's line for `item` again without asking the
-    /// server when it is younger than `maxAge` (`Refresh.isDue`). True when it did.
+    /// During a refresh that keeps some lines: records the pack's line for `item` again without
+    /// asking the server when it is not due (`Refresh.isDue`). True when it did.
     func keepIfFresh(_ r: Region, _ d: Download, _ item: WorkItem) -> Bool {
-        guard d.maxAge != nil else { return false }
+        guard d.keepsSomeLines, let scope = d.scope else { return false }
         let (url, kind, key) = describe(item, d)
-        guard let prev = d.previousLine(kind, key), !Refresh.isDue(prev, maxAge: d.maxAge, now: Int64(Date().timeIntervalSince1970)) else { return false }
+        guard let prev = d.previousLine(kind, key), !Refresh.isDue(prev, scope: scope, now: Int64(Date().timeIntervalSince1970)) else { return false }
         if case .index = item {
             addPending(d, item, prev)
         } else {
@@ -459,9 +459,9 @@ extension Daemon {
 
     /// Starts a refresh of a completed region: `refresh/` is made, and the region is queued with
     /// `refreshing` set; `start` then downloads into `refresh/` with conditional requests.
-    /// - Parameter maxAge: seconds (only resources fetched at least that long ago are checked), or nil.
-    func beginRefresh(_ r: Region, maxAge: Double?, note: String) {
-        do { try r.files.beginRefresh(maxAge: maxAge) } catch {
+    /// - Parameter scope: which resources are asked about again.
+    func beginRefresh(_ r: Region, scope: RefreshScope, note: String) {
+        do { try r.files.beginRefresh(scope: scope) } catch {
             Log.error("cannot start a refresh: \(error)", region: r.id)
             r.error = RegionError(code: .storageError, message: "cannot start a refresh: \(error)")
             setState(r, .completed, note: note, extra: ["refresh": "failed"])
@@ -472,7 +472,8 @@ extension Daemon {
         r.lastRefreshStart = Daemon.now()
         r.progressBeforeRefresh = r.progress
         var extra: [String: Any] = ["refresh": "started"]
-        if let maxAge { extra["maxAge"] = maxAge }
+        if let maxAge = scope.maxAge { extra["maxAge"] = maxAge }
+        if scope == .failedTiles { extra["failedTiles"] = true }
         setState(r, .queued, note: note, extra: extra)
     }
 

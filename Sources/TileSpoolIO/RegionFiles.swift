@@ -11,7 +11,7 @@ import TileSpoolCore
 ///   never synced. After `kill -9` the page cache still holds them, so a restart promotes the ones
 ///   whose objects hash to their names instead of fetching them again (docs/durability.md);
 /// - `refresh/`: while a refresh is under way, its own `plan.json`, `manifest.tsv` and
-///   `journal.tsv` (the same formats) and `refresh.json` (`{"maxAge": seconds or null}`); the files
+///   `journal.tsv` (the same formats) and `refresh.json` (`RefreshScope.jsonObject`); the files
 ///   above stay untouched until `commitRefresh` swaps the new manifest in (docs/refresh.md).
 public final class RegionFiles: @unchecked Sendable {
     public let dir: String
@@ -37,23 +37,20 @@ public final class RegionFiles: @unchecked Sendable {
     private var refreshCommitPath: String { refreshDir + "/commit" }
 
     /// Starts a refresh: a fresh `refresh/` folder with `refresh.json` (fsynced).
-    /// - Parameter maxAge: seconds; only resources fetched that long ago or longer are checked (nil: all).
+    /// - Parameter scope: which resources the refresh asks about again.
     /// - Throws: `SystemError` when the folder or file cannot be written.
-    public func beginRefresh(maxAge: Double?) throws(SystemError) {
+    public func beginRefresh(scope: RefreshScope) throws(SystemError) {
         refreshFiles.closeManifest()
         Files.removeTree(refreshDir)
         try Files.makeDirectories(refreshDir)
-        let info: [String: Any] = ["maxAge": maxAge.map { $0 as Any } ?? NSNull()]
-        try Files.writeAtomically(JSONKind.serialize(info), to: refreshInfoPath, sync: true)
+        try Files.writeAtomically(JSONKind.serialize(scope.jsonObject), to: refreshInfoPath, sync: true)
         try Files.syncDirectory(dir)
     }
 
-    /// The refresh under way: nil when there is none, else its `maxAge` in seconds (itself nil when
-    /// every resource is checked).
-    public func refreshUnderWay() -> Double?? {
+    /// The scope of the refresh under way, or nil when there is none.
+    public func refreshUnderWay() -> RefreshScope? {
         guard let data = try? Files.readRegularFile(refreshInfoPath, limit: 4096) else { return nil }
-        let o = (try? JSONKind.parse(data)) as? [String: Any]
-        return .some((o?["maxAge"]).flatMap { $0 is NSNull ? nil : JSONKind.number($0) })
+        return RefreshScope(jsonObject: ((try? JSONKind.parse(data)) as? [String: Any]) ?? [:])
     }
 
     /// Replaces the region's manifest (and its plan, when the refresh planned differently) by the
