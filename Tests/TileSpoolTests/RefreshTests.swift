@@ -322,4 +322,32 @@ final class RefreshTests: XCTestCase {
         XCTAssertEqual(Array(requests(after: before).prefix(resources)).filter { $0.status == 304 }.count, resources - 1)
         XCTAssertEqual(fx.progress("monaco")["resourcesChecked"], resources)
     }
+
+    /// Pause and resume a refresh (it stays a refresh), then cancel it: the region is completed
+    /// again with the old pack byte for byte, no error, and no refresh files left.
+    func testPauseResumeAndCancelDuringARefresh() throws {
+        try fx.start(["--retry-delay", "30"])
+        try completeMonaco()
+        let old = manifestBytes()
+        XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
+        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+        try waitUntil("the refresh waits on z14") {
+            fx.state("monaco") == "downloading" && fx.progress("monaco")["resourcesCompleted"] == resources - 6
+        }
+        _ = try fx.cli(["pause", "monaco", "--spool", fx.spool])
+        try fx.waitForState("monaco", "pausedUser")
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, true)
+        XCTAssertEqual(manifestBytes(), old)
+        _ = try fx.cli(["resume", "monaco", "--spool", fx.spool])
+        try fx.waitForState("monaco", "downloading")
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, true)
+        _ = try fx.cli(["cancel", "monaco", "--spool", fx.spool])
+        try waitForRefresh("cancelled")
+        XCTAssertEqual(fx.state("monaco"), "completed")
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, false)
+        XCTAssertTrue(fx.status("monaco")?["error"] is NSNull)
+        XCTAssertEqual(manifestBytes(), old, "the old pack, byte for byte")
+        XCTAssertEqual(fx.progress("monaco")["resourcesCompleted"], resources)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/monaco/refresh"))
+    }
 }
