@@ -73,7 +73,9 @@ final class RefreshTests: XCTestCase {
     func waitForRefresh(_ what: String, count n: Int = 1, timeout: TimeInterval = 60) throws {
         try waitUntil("refresh \(what) (#\(n))", timeout: timeout) {
             if let d = fx.daemon, !d.isRunning { XCTFail("daemon exited: \(fx.log().suffix(2000))"); return true }
-            return fx.events("monaco").filter { $0["refresh"] as? String == what }.count >= n
+            guard fx.events("monaco").filter({ $0["refresh"] as? String == what }).count >= n else { return false }
+            // The daemon writes the event before the status file: wait for the status to say it too.
+            return (fx.status("monaco")?["refreshing"] as? Bool) == (what == "started")
         }
     }
 
