@@ -106,6 +106,9 @@ public struct RegionRequest: Sendable, Equatable {
     /// What `{s}` in a `tiles` template becomes (`subdomains`), spread by tile as Leaflet does;
     /// default `["a", "b", "c"]`. Tiles are keyed by z/x/y, so a pack does not depend on it.
     public var subdomains = TileURLTemplate.defaultSubdomains
+    /// The most requests per second this region sends to any one host (`maxRequestsPerSecond`),
+    /// on top of the daemon's `--max-requests-per-second-per-host`; nil: only the daemon's limit.
+    public var maxRequestsPerSecond: Double?
     /// `headers` as (name, value) pairs sorted by name, as sent.
     public var headerList: [(String, String)] { headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
     /// The default of `emptyStatuses`.
@@ -119,17 +122,33 @@ public struct RegionRequest: Sendable, Equatable {
         self.maxTiles = maxTiles; self.contextJSON = contextJSON
     }
 
+    /// Fields that change what is reported, done afterwards or how fast, not what is fetched.
+    static let notFetchedFields = ["context", "exports", "refreshAfter", "maxRequestsPerSecond"]
+
     /// True when `other` downloads exactly what this request downloads: every field equal except
-    /// `context`, `exports` and `refreshAfter`, which change what is reported or done afterwards,
-    /// not what is fetched. A re-dropped request for which this holds refreshes the region
-    /// instead of downloading it again (docs/refresh.md).
+    /// `context`, `exports`, `refreshAfter` and `maxRequestsPerSecond`. A re-dropped request for
+    /// which this holds refreshes the region instead of downloading it again (docs/refresh.md).
     public func downloadsTheSame(as other: RegionRequest) -> Bool {
         func fetched(_ r: RegionRequest) -> NSDictionary {
             var o = r.jsonObject
-            for k in ["context", "exports", "refreshAfter"] { o.removeValue(forKey: k) }
+            for k in RegionRequest.notFetchedFields { o.removeValue(forKey: k) }
             return o as NSDictionary
         }
         return fetched(self).isEqual(fetched(other))
+    }
+
+    /// True when `other` downloads the same resources as this request but with other
+    /// credentials: the two differ (`downloadsTheSame` is false) only in what `redactedJSONObject`
+    /// hides, i.e. secret query parameters and user:password of URLs (`Redaction`) and `headers`
+    /// values. Manifest keys name tiles by source and z/x/y, never by URL, so the region keeps
+    /// what it has and fetches only the rest (docs/contract.md, "Dropping a request again").
+    public func differsOnlyInCredentials(from other: RegionRequest) -> Bool {
+        func seen(_ r: RegionRequest) -> NSDictionary {
+            var o = r.redactedJSONObject
+            for k in RegionRequest.notFetchedFields { o.removeValue(forKey: k) }
+            return o as NSDictionary
+        }
+        return !downloadsTheSame(as: other) && seen(self).isEqual(seen(other))
     }
 
     /// The `context` value as a JSON object for embedding (NSNull when absent).
@@ -159,6 +178,7 @@ public struct RegionRequest: Sendable, Equatable {
         if !headers.isEmpty { o["headers"] = headers }
         if maxFailedTiles != 0 { o["maxFailedTiles"] = maxFailedTiles }
         if subdomains != TileURLTemplate.defaultSubdomains { o["subdomains"] = subdomains }
+        if let maxRequestsPerSecond { o["maxRequestsPerSecond"] = maxRequestsPerSecond }
         if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
@@ -189,7 +209,7 @@ public enum RequestValidator {
 
     static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
                                            "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
-                                           "emptyStatuses", "headers", "maxFailedTiles", "subdomains"]
+                                           "emptyStatuses", "headers", "maxFailedTiles", "subdomains", "maxRequestsPerSecond"]
 
     /// Header names a request's `headers` may not set: libcurl and the daemon set them
     /// (framing, conditional requests, content decoding). Lower-case.
@@ -260,9 +280,10 @@ public enum RequestValidator {
         if data.count > maxFileSize { throw bad("the request file is larger than \(maxFileSize) bytes") }
         let parsed: Any
         do { parsed = try JSONKind.parse(data) } catch { throw bad("the request is \(error.message)") }
-        guard let o = parsed as? [String: Any] else {
+        guard var o = parsed as? [String: Any] else {
             throw bad("the request must be a JSON object, not a JSON \(JSONKind.name(parsed))")
         }
+        if MapLibreRegionDefinition.isDefinition(o) { o = try MapLibreRegionDefinition.canonical(o) }
         let unknown = Set(o.keys).subtracting(knownFields).sorted()
         if !unknown.isEmpty {
             throw bad("unknown field\(unknown.count > 1 ? "s" : "") \(unknown.map { "'\($0)'" }.joined(separator: ", ")); known fields are \(knownFields.sorted().joined(separator: ", "))")
@@ -417,6 +438,13 @@ public enum RequestValidator {
                 subdomains.append(s)
             }
         }
+        var maxRequestsPerSecond: Double?
+        if let v = o["maxRequestsPerSecond"], !(v is NSNull) {
+            guard let d = JSONKind.number(v), d.isFinite, d >= 0.01, d <= 10_000 else {
+                throw bad("maxRequestsPerSecond: must be a number of requests per second in 0.01...10000")
+            }
+            maxRequestsPerSecond = d
+        }
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                                     pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
                                     maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
@@ -426,6 +454,7 @@ public enum RequestValidator {
         request.headers = headers
         request.maxFailedTiles = maxFailedTiles
         request.subdomains = subdomains
+        request.maxRequestsPerSecond = maxRequestsPerSecond
         return request
     }
 

@@ -50,6 +50,8 @@ public struct DaemonOptions: Sendable {
     public var eventsKeep = 5
     /// Hosts (lower-case) exempt from `TileUsagePolicy` (`--allow-host`, repeatable).
     public var allowedHosts: Set<String> = []
+    /// `--max-requests-per-second-per-host` and `--max-bytes-per-second` (the buckets start empty).
+    public var rateLimits = RateLimiter()
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
 }
 
@@ -87,11 +89,16 @@ public final class Daemon {
     /// The durability writer thread (Durability.swift) and the batch it is working on, if any.
     let writer: DurabilityWriter
     var commitInFlight: CommitInFlight?
+    /// The request and byte buckets shared by every region (RateLimit.swift); `lastHost` caches
+    /// whether the last host asked about is outside every limit (the hot path's fast answer).
+    var limiter: RateLimiter
+    var lastHost: (host: Substring, unlimited: Bool) = ("", false)
 
     /// Opens the spool and store, takes the spool lock, and loads the regions already known.
     /// - Throws: `SystemError` when the lock is held (EWOULDBLOCK) or a folder cannot be made.
     public init(options: DaemonOptions) throws {
         self.options = options
+        limiter = options.rateLimits
         layout = SpoolLayout(root: options.spool)
         try layout.create()
         lock = try SpoolLock(path: layout.lock)

@@ -115,6 +115,12 @@ extension Daemon {
             apply(.refresh, to: existing)
             return
         }
+        if let existing = regions[request.id], !existing.refreshing, existing.request.differsOnlyInCredentials(from: request) {
+            // The same download with new credentials (a rotated token): what the region has is kept.
+            Log.info("\(name) changes only credentials: keeping what the region has", region: request.id, [("file", name)])
+            accept(request, plan: tilesPlan, path: path, name: name, keepingManifest: true)
+            return
+        }
         if let existing = regions[request.id], !existing.state.isTerminal {
             let what = existing.refreshing ? "\(existing.state.rawValue) (a refresh is under way: wait for it, or cancel it to keep the pack as it was)"
                 : "\(existing.state.rawValue); cancel or delete it first"
@@ -125,20 +131,33 @@ extension Daemon {
     }
 
     /// Makes a region of a valid request: its files in the store, state `queued`. `plan` is the
-    /// exact plan of a `tiles` request (nil for a style, planned once its TileJSON is in).
-    func accept(_ request: RegionRequest, plan: ResourcePlan?, path: String, name: String) {
+    /// exact plan of a `tiles` request (nil for a style, planned once its TileJSON is in). With
+    /// `keepingManifest` (only new credentials), the manifest stays and only the rest is fetched.
+    func accept(_ request: RegionRequest, plan: ResourcePlan?, path: String, name: String, keepingManifest: Bool = false) {
         let files = RegionFiles(dir: store.regionDir(request.id))
         if let old = regions[request.id] { stopDownload(old) }
         arrivals += 1
         let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
         do {
-            files.resetDownload()
+            if keepingManifest {
+                if case .style = request.source { try files.keepForNewCredentials(dropDocuments: true) } else { try files.keepForNewCredentials(dropDocuments: false) }
+            } else {
+                files.resetDownload()
+            }
             try files.create(request: request)
             if let plan { try files.savePlan(plan) }
         } catch {
             // No region without its files: the request is refused like a bad one (drop it again
             // once the store can be written), and nothing half made stays in the store.
             let e = RegionError(code: .storageError, message: "cannot write the region's files: \(error)")
+            if keepingManifest {
+                // The pack stays: the region fails with the new request, and a resume tries again.
+                regions[r.id] = r
+                r.error = e
+                Files.remove(path)
+                setState(r, .failed)
+                return
+            }
             if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
             Files.removeTree(files.dir)
             try? status.write(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,

@@ -114,6 +114,11 @@ final class Download {
     var failureReasons: [String: String] = [:]
     /// No new request before this time (a server's Retry-After).
     var holdUntil = 0.0
+    /// When the last `fill` was held back by a rate limit (`RateLimiter`), the time to run it
+    /// again; 0 when it was not. Not shown in the status.
+    var rateWaitUntil = 0.0
+    /// When this download last started a request (`Daemon.now()`), for the scheduler's turns.
+    var lastIssued = 0.0
     /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.
     var rowCache: (set: Int, z: Int, y: Int, columns: [ClosedRange<Int>])?
     /// The shape's rings projected at the zoom of `rowCache` (projected once per zoom).

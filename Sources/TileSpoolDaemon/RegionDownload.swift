@@ -135,11 +135,12 @@ extension Daemon {
     func fill(_ r: Region, _ d: Download, now: Double) {
         guard now >= d.holdUntil else { return }
         if d.holdUntil > 0 { d.holdUntil = 0; r.statusDirty = true } // `throttledUntil` leaves the status
+        d.rateWaitUntil = 0 // set again below if a rate limit holds a request back
         // Retries that are due.
         if !d.retries.isEmpty {
             var keep: [(due: Double, item: WorkItem)] = []
             for x in d.retries {
-                if x.due <= now && d.inFlight.count < options.maxRequestsPerRegion { issue(r, d, x.item) } else { keep.append(x) }
+                if !(x.due <= now && d.inFlight.count < options.maxRequestsPerRegion && issue(r, d, x.item, now: now)) { keep.append(x) }
             }
             d.retries = keep
         }
@@ -147,7 +148,7 @@ extension Daemon {
             while d.inFlight.count < options.maxRequestsPerRegion, let item = d.needed.first {
                 d.needed.removeFirst()
                 if keepIfFresh(r, d, item) { guard r.download === d else { return }; continue }
-                issue(r, d, item)
+                guard issue(r, d, item, now: now) else { d.needed.insert(item, at: 0); break }
             }
             return
         }
@@ -159,8 +160,8 @@ extension Daemon {
             if i >= plan.resources.count && (d.nonTileInFlight > 0 || d.retries.contains(where: { if case .index(let j) = $0.item { return j < plan.resources.count }; return false })) {
                 break
             }
+            guard issue(r, d, .index(i), now: now) else { break }
             d.cursor += 1
-            issue(r, d, .index(i))
         }
     }
 
@@ -197,16 +198,36 @@ extension Daemon {
     }
 
     /// Starts the transfer of `item`: a conditional GET during a refresh when the pack's line has
-    /// validators.
-    func issue(_ r: Region, _ d: Download, _ item: WorkItem) {
-        let tag = nextTag; nextTag += 1
+    /// validators. False when a rate limit holds it back: nothing started, and `d.rateWaitUntil`
+    /// says when to ask again.
+    func issue(_ r: Region, _ d: Download, _ item: WorkItem, now: Double) -> Bool {
         let (url, kind, key) = describe(item, d)
+        if !admitted(r, d, url: url, now: now) { return false }
+        d.lastIssued = now
+        let tag = nextTag; nextTag += 1
         d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key)
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
         let validators = d.previousLine(kind, key)?.freshness
         http.start(url: url, tag: tag, validators: validators?.hasValidator == true ? validators : nil,
                    headers: r.request.headerList)
+        return true
+    }
+
+    /// True when the rate limits let a request to `url` start now (the limiter is debited);
+    /// false sets `d.rateWaitUntil` to when to ask again.
+    func admitted(_ r: Region, _ d: Download, url: String, now: Double) -> Bool {
+        let host = RateLimiter.host(of: url)
+        let regionLimit = r.request.maxRequestsPerSecond
+        if regionLimit == nil {
+            if host == lastHost.host { if lastHost.unlimited { return true } } else {
+                lastHost = (host, limiter.isUnlimited(host: host))
+                if lastHost.unlimited { return true }
+            }
+        }
+        let wait = limiter.admit(host: host, region: r.id, regionLimit: regionLimit, now: now)
+        if wait > 0 { d.rateWaitUntil = now + wait; return false }
+        return true
     }
 
     /// Stops a region's transfers; by default objects already written enter the manifest first.
@@ -229,10 +250,12 @@ extension Daemon {
         }
         r.download = nil
         d.files.closeManifest()
+        if r.request.maxRequestsPerSecond != nil { limiter.forget(region: r.id) }
     }
 
     func handle(_ res: TransferResult) {
         countRequest(res)
+        if limiter.bytesPerSecond != nil { limiter.received(bytes: res.body.count, now: Daemon.now()) }
         guard let (id, item) = transfers.removeValue(forKey: res.tag), let r = regions[id] else { return }
         guard let item else { probeAnswered(r, res); return }
         guard let d = r.download, let fetch = d.inFlight.removeValue(forKey: res.tag) else { return }

@@ -17,8 +17,13 @@ extension Daemon {
                 if r.state == .downloading { active += 1 }
             }
         }
+        // The region that started a request least recently goes first, so regions sharing a
+        // rate-limited host take its turns alternately instead of one starving the others.
+        let downloading = live.values.compactMap { r in r.state == .downloading ? r.download.map { (r, $0) } : nil }
+        for (r, d) in downloading.sorted(by: { $0.1.lastIssued < $1.1.lastIssued }) where r.download === d && r.state == .downloading {
+            fill(r, d, now: now)
+        }
         for r in Array(live.values) {
-            if r.state == .downloading, let d = r.download { fill(r, d, now: now) }
             if r.state == .pausedNetwork, !r.probing, let url = r.probeURL, now >= r.nextProbe {
                 r.probing = true
                 let tag = nextTag; nextTag += 1
@@ -44,6 +49,8 @@ extension Daemon {
             if let d = r.download {
                 for x in d.retries { t = min(t, max(0, x.due - now)) }
                 if d.holdUntil > now { t = min(t, d.holdUntil - now) }
+                // Even when just past: the last fill was held back and must run again.
+                if d.rateWaitUntil > 0 && d.holdUntil <= now { t = min(t, max(0, d.rateWaitUntil - now)) }
             }
             if r.state == .pausedNetwork && !r.probing { t = min(t, max(0, r.nextProbe - now)) }
             if r.statusDirty { t = min(t, max(0, r.lastStatusWrite + options.statusInterval - now)) }

@@ -188,7 +188,7 @@ public final class HTTPClient: @unchecked Sendable {
         var waitfds = fds.map { curl_waitfd(fd: $0, events: Int16(CURL_WAIT_POLLIN), revents: 0) }
         var n: Int32 = 0
         _ = waitfds.withUnsafeMutableBufferPointer { buf in
-            curl_multi_poll(multi, buf.baseAddress, UInt32(buf.count), Int32(max(0, min(timeout, 60)) * 1000), &n)
+            curl_multi_poll(multi, buf.baseAddress, UInt32(buf.count), Int32((max(0, min(timeout, 60)) * 1000).rounded(.up)), &n)
         }
     }
 

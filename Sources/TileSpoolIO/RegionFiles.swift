@@ -250,6 +250,27 @@ public final class RegionFiles: @unchecked Sendable {
         if journalFD >= 0 { close(journalFD); journalFD = -1 }
     }
 
+    /// Prepares the files for the same download with new credentials (a rotated token): the
+    /// manifest is kept, so what is recorded is not fetched again, while the plan (whose URLs hold
+    /// the old credentials), the journal and any refresh under way go. With `dropDocuments` (a
+    /// style request) the style and TileJSON lines leave the manifest too (rewritten atomically
+    /// and fsynced), so those documents, which give the other URLs, are fetched again with the
+    /// new credentials.
+    /// - Throws: `SystemError` when the manifest cannot be rewritten (it is then left as it was).
+    public func keepForNewCredentials(dropDocuments: Bool) throws(SystemError) {
+        abandonRefresh()
+        closeManifest()
+        Files.remove(journalPath)
+        Files.remove(journalPath + ".tmp")
+        Files.remove(planPath)
+        guard dropDocuments else { return }
+        var text = ManifestLine.header
+        readManifest(cutPartialLine: true) { line in
+            if line.kind != .style && line.kind != .source { text += line.text }
+        }
+        try Files.writeAtomically(Data(text.utf8), to: manifestPath, sync: true)
+    }
+
     /// Removes the manifest and plan (a fresh download of the same id), and any refresh under way.
     public func resetDownload() {
         abandonRefresh()

@@ -156,6 +156,11 @@ options:
                                   64 MiB; 0 never rotates)
   --events-keep N                 rotated files kept, events.jsonl.1 ... events.jsonl.N (default 5)
   --user-agent TEXT               the User-Agent sent (default "TileSpool/VERSION (+PROJECT URL)")
+  --max-requests-per-second-per-host N
+                                  requests started per second to one host, all regions together
+                                  (default 10 for remote hosts, none for loopback; given, it
+                                  applies to every host; 0: no limit)
+  --max-bytes-per-second BYTES    bodies received per second, all hosts together (default: no limit)
   --allow-host HOST               accept HOST although its tile usage policy forbids bulk
                                   downloading (you run or license it); repeatable
 
@@ -197,7 +202,8 @@ func commandRun(_ argv: [String]) throws -> Int32 {
                                                  "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time",
                                                  "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
                                                  "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
-                                                 "--events-keep", "--user-agent", "--allow-host"])
+                                                 "--events-keep", "--user-agent", "--allow-host",
+                                                 "--max-requests-per-second-per-host", "--max-bytes-per-second"])
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
@@ -227,6 +233,15 @@ func commandRun(_ argv: [String]) throws -> Int32 {
             throw UsageError("--allow-host takes a host name such as tile.openstreetmap.org, not '\(h)'")
         }
         o.allowedHosts.insert(host)
+    }
+    if let v = a.options["--max-requests-per-second-per-host"] {
+        // Given: it applies to every host, loopback included; 0 lifts the default limit.
+        guard let n = Double(v), n.isFinite, n >= 0 else { throw UsageError("--max-requests-per-second-per-host must be a number of requests per second (0: no limit)") }
+        o.rateLimits.perHost = n > 0 ? n : nil
+        o.rateLimits.perHostAppliesToLoopback = true
+    }
+    if a.options["--max-bytes-per-second"] != nil {
+        o.rateLimits.bytesPerSecond = Double(try a.int("--max-bytes-per-second", default: 0, range: 1024...Int.max))
     }
     if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0) }
     if let f = a.options["--log-format"] {

@@ -1,18 +1,24 @@
 import Foundation
 import TileSpoolCore
 import TileSpoolIO
+import TileSpoolDaemon
 
 let planHelp = """
-usage: tilespool plan REQUEST.json [--json] [--spool DIR] [--store DIR]
+usage: tilespool plan REQUEST.json [--json] [--max-tiles N] [--allow-host HOST]... [--spool DIR] [--store DIR]
 
 A dry run: validates the request, fetches the style and each source's TileJSON (not tiles,
 sprites or glyphs), and prints the exact number of resources the request would download, by
 kind, by source and by zoom, and the tile total. Writes nothing. The plan is counted from tile
 rectangles, so a plan of millions of tiles takes little time and memory.
+
+It refuses what the daemon would refuse, with the same error code and exit status 1: an invalid
+request; a host whose tile usage policy forbids bulk downloading (policyRefused: nothing is
+fetched from it; --allow-host HOST as for `tilespool run`); a plan over the request's maxTiles or
+--max-tiles (tileLimitExceeded, default 1000000; printed after the plan).
 """
 
 func commandPlan(_ argv: [String]) throws -> Int32 {
-    let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued)
+    let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued.union(["--max-tiles", "--allow-host"]))
     if a.flags.contains("--help") { out(planHelp); return 0 }
     guard a.positionals.count == 1, let path = a.positionals.first else { throw UsageError("plan takes one request file") }
     let data = try Files.readRegularFile(path, limit: RequestValidator.maxFileSize)
@@ -21,6 +27,12 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         err("tilespool: \(error.code.rawValue): \(error.message)")
         return 1
     }
+    let allowed = Set((a.allValues["--allow-host"] ?? []).map { $0.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) })
+    let maxTiles = try a.int("--max-tiles", default: DaemonOptions(spool: "", store: "").maxTiles)
+    func refuse(_ e: RegionError) -> Int32 { err("tilespool: \(e.code.rawValue): \(e.message)"); return 1 }
+    let named: [String]
+    switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
+    if let e = TileUsagePolicy.refusal(urls: named, allowedHosts: allowed) { return refuse(e) }
     let plan: ResourcePlan
     switch request.source {
     case .tiles(let templates):
@@ -39,6 +51,9 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         for (u, r) in zip(urls, results) { tileJSONs[u.source] = try TileJSON(data: try body(r, u.url), baseURL: u.url) }
         plan = Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs)
     }
+    // A style's tile servers are known only now, as for the daemon.
+    if let e = TileUsagePolicy.refusal(urls: plan.tileSets.map(\.template.template), allowedHosts: allowed) { return refuse(e) }
+    let overLimit = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles)
     var byKind: [String: Int] = [:]
     for r in plan.resources { byKind[r.kind.rawValue, default: 0] += 1 }
     byKind["tile"] = plan.tileCount
@@ -53,7 +68,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         let doc: [String: Any] = ["id": request.id, "resources": plan.count, "tiles": plan.tileCount,
                                   "byKind": byKind, "bySource": bySource]
         out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
-        return 0
+        return overLimit.map(refuse) ?? 0
     }
     out("plan for \(request.id): \(plan.count) resources, \(plan.tileCount) tiles")
     for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(byKind[k.rawValue]!)") }
@@ -61,7 +76,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         out("  source \(set.source): \(set.count) tiles")
         for e in zooms where e.source == set.source { out("    z\(e.z): \(e.tiles)") }
     }
-    return 0
+    return overLimit.map(refuse) ?? 0
 }
 
 /// A failure that is not a usage mistake: printed, exit status 1.

@@ -57,6 +57,28 @@ final class CLITests: FaultServerSpoolTestCase {
 
 /// `tilespool plan`: exact counts from the style and TileJSON alone, nothing written.
 final class PlanCommandTests: XCTestCase {
+    /// plan refuses what the daemon refuses, with the same code: a policy host (lifted by
+    /// --allow-host) and a plan over maxTiles or --max-tiles (printed, then refused).
+    func testPlanRefusesWhatTheDaemonRefuses() throws {
+        let fx = try SpoolFixture()
+        let file = fx.root.appendingPathComponent("osm.json")
+        func write(_ o: [String: Any]) throws { try JSONSerialization.data(withJSONObject: o).write(to: file) }
+        try write(["tiles": ["https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"], "bounds": [7.4, 43.7, 7.5, 43.8], "minZoom": 0, "maxZoom": 3])
+        var (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("policyRefused") && out.contains("https://operations.osmfoundation.org/policies/tiles/"), out)
+        (rc, out) = try fx.cli(["plan", file.path, "--allow-host", "a.tile.openstreetmap.org"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("plan for osm: 4 resources, 4 tiles"), out)
+        try write(["tiles": ["https://tiles.example.org/{z}/{x}/{y}.png"], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 3, "maxTiles": 50])
+        (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("plan for osm: 85 resources, 85 tiles") && out.contains("tileLimitExceeded") && out.contains("maxTiles (50)"), out)
+        (rc, out) = try fx.cli(["plan", "--max-tiles", "20", file.path, "--json"])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("--max-tiles (20)"), out)
+    }
+
     func testPlanOfBrightOverMonacoFetchesOnlyTheStyleAndTileJSON() throws {
         let nginx = try NginxServer(root: try MapData.require())
         defer { nginx.stop() }

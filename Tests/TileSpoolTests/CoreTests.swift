@@ -452,3 +452,125 @@ extension RealWorldCoreTests {
         XCTAssertEqual(am.count(in: TileRect(z: 3, minX: 0, minY: 0, maxX: 7, maxY: 7)), 4)
     }
 }
+
+/// Issue 10: MapLibre's offline region definition as a request, credential-only changes and the
+/// rate limiter, as pure functions.
+final class ImportAndLimitTests: XCTestCase {
+    func request(_ o: [String: Any], name: String = "a.json") throws -> RegionRequest {
+        try RequestValidator.validate(JSONSerialization.data(withJSONObject: o), fileName: name)
+    }
+    func refusal(_ o: [String: Any]) -> String {
+        do { _ = try request(o); return "accepted" } catch { return (error as? RegionError)?.message ?? "\(error)" }
+    }
+    let style = "https://maps.example/style.json"
+
+    /// The definition MapLibre Native writes (offline_schema.sql's example): latitude-first
+    /// bounds, double zooms floored and ceiled, include_ideographs as given, MapLibre's defaults.
+    func testMapLibreDefinitionBecomesTheCanonicalRequest() throws {
+        let r = try request(["style_url": style, "bounds": [37.2, -122.8, 38.1, -121.7], "include_ideographs": false,
+                             "max_zoom": 15.0, "min_zoom": 0.0, "pixel_ratio": 1.0], name: "sf.json")
+        XCTAssertEqual(r.id, "sf")
+        XCTAssertEqual(r.source, .style(style))
+        XCTAssertEqual([r.bounds.west, r.bounds.south, r.bounds.east, r.bounds.north], [-122.8, 37.2, -121.7, 38.1])
+        XCTAssertEqual([r.minZoom, r.maxZoom], [0, 15])
+        XCTAssertEqual(r.pixelRatio, 1)
+        XCTAssertFalse(r.includeIdeographs)
+        let f = try request(["style_url": style, "bounds": [37.2, -122.8, 38.1, -121.7], "min_zoom": 10.7, "max_zoom": 13.2,
+                             "pixel_ratio": 2.0, "id": "x", "context": ["a": 1], "maxTiles": 5000])
+        XCTAssertEqual([f.minZoom, f.maxZoom], [10, 14])
+        XCTAssertEqual(f.pixelRatio, 2)
+        XCTAssertTrue(f.includeIdeographs, "absent include_ideographs is true, as MapLibre decodes it")
+        XCTAssertEqual(f.id, "x")
+        XCTAssertEqual(f.maxTiles, 5000)
+        let unbounded = try request(["style_url": style, "bounds": [37.2, -122.8, 38.1, -121.7], "min_zoom": 0, "pixel_ratio": 1, "maxTiles": 100])
+        XCTAssertEqual(unbounded.maxZoom, 24, "no max_zoom: each source's highest zoom, bounded by maxTiles")
+        let shape = try request(["style_url": style, "min_zoom": 1, "max_zoom": 2, "pixel_ratio": 1,
+                                 "geometry": ["type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 0]]]]])
+        XCTAssertNotNil(shape.shape)
+    }
+
+    func testBadMapLibreDefinitionsNameTheirField() {
+        let b: [Double] = [37.2, -122.8, 38.1, -121.7]
+        let cases: [([String: Any], String)] = [
+            (["style_url": style, "bounds": b, "min_zoom": 0, "pixel_ratio": 1], "max_zoom: missing"),
+            (["style_url": style, "bounds": b, "max_zoom": 3, "pixel_ratio": 1], "min_zoom: missing"),
+            (["bounds": b, "min_zoom": 0, "max_zoom": 3], "style_url: missing"),
+            (["style_url": style, "bounds": b, "min_zoom": 4, "max_zoom": 3], "max_zoom (3.0) is less than min_zoom"),
+            (["style_url": style, "bounds": [1, 2, 3], "min_zoom": 0, "max_zoom": 3], "[south, west, north, east]"),
+            (["style_url": style, "min_zoom": 0, "max_zoom": 3], "bounds: missing"),
+            (["style_url": style, "style": style, "bounds": b, "min_zoom": 0, "max_zoom": 3], "style: this request is a MapLibre"),
+            (["style_url": style, "bounds": b, "minZoom": 0, "max_zoom": 3], "minZoom: this request is a MapLibre"),
+            (["style_url": style, "bounds": b, "min_zoom": -1, "max_zoom": 3], "min_zoom: must be a number"),
+            (["style_url": style, "bounds": b, "min_zoom": 0, "max_zoom": 3, "include_ideographs": 1], "include_ideographs: must be true or false"),
+            (["style_url": "mapbox://styles/mapbox/streets-v11", "bounds": b, "min_zoom": 0, "max_zoom": 3], "'mapbox'"),
+            (["style_url": style, "bounds": [38.1, -122.8, 37.2, -121.7], "min_zoom": 0, "max_zoom": 3], "south (38.1) must be less than north"),
+        ]
+        for (o, word) in cases {
+            let m = refusal(o)
+            XCTAssertTrue(m.contains(word), "\(o): \(m)")
+        }
+    }
+
+    /// Only what `Redaction` hides differs: a rotated key or header value. A changed path, zoom
+    /// or a query parameter that is not a secret is another download.
+    func testDiffersOnlyInCredentials() throws {
+        func tiles(_ t: String, _ extra: [String: Any] = [:]) throws -> RegionRequest {
+            var o: [String: Any] = ["id": "a", "tiles": [t], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 3]
+            for (k, v) in extra { o[k] = v }
+            return try request(o)
+        }
+        let old = try tiles("https://h/{z}/{x}/{y}.png?key=OLD&lang=en")
+        XCTAssertTrue(old.differsOnlyInCredentials(from: try tiles("https://h/{z}/{x}/{y}.png?key=NEW&lang=en")))
+        XCTAssertTrue(old.differsOnlyInCredentials(from: try tiles("https://h/{z}/{x}/{y}.png?key=NEW&lang=en", ["context": 1])))
+        XCTAssertFalse(old.differsOnlyInCredentials(from: old), "the same request is not a credential change (it is a refresh)")
+        XCTAssertFalse(old.differsOnlyInCredentials(from: try tiles("https://h/{z}/{x}/{y}.png?key=NEW&lang=de")))
+        XCTAssertFalse(old.differsOnlyInCredentials(from: try tiles("https://h/v2/{z}/{x}/{y}.png?key=NEW&lang=en")))
+        XCTAssertFalse(old.differsOnlyInCredentials(from: try tiles("https://h/{z}/{x}/{y}.png?key=NEW&lang=en", ["maxZoom": 4])))
+        let auth = try tiles("https://h/{z}/{x}/{y}.png", ["headers": ["Authorization": "Bearer 1"]])
+        XCTAssertTrue(auth.differsOnlyInCredentials(from: try tiles("https://h/{z}/{x}/{y}.png", ["headers": ["Authorization": "Bearer 2"]])))
+        XCTAssertFalse(auth.differsOnlyInCredentials(from: try tiles("https://h/{z}/{x}/{y}.png", ["headers": ["X-Api-Key": "Bearer 2"]])))
+    }
+
+    func testMaxRequestsPerSecondField() throws {
+        let base: [String: Any] = ["tiles": ["http://h/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 2]
+        var o = base; o["maxRequestsPerSecond"] = 2.5
+        let r = try request(o)
+        XCTAssertEqual(r.maxRequestsPerSecond, 2.5)
+        XCTAssertEqual(r.jsonObject["maxRequestsPerSecond"] as? Double, 2.5)
+        XCTAssertTrue(r.downloadsTheSame(as: try request(base)), "a rate changes how fast, not what")
+        for bad in [0, -1, 20_000, "fast"] as [Any] {
+            o["maxRequestsPerSecond"] = bad
+            XCTAssertTrue(refusal(o).contains("maxRequestsPerSecond"), "\(bad)")
+        }
+    }
+
+    /// Depth-one buckets: requests to one host start 1/rate apart whatever the region; a
+    /// region's own limit holds only that region; loopback is spared unless the option was given;
+    /// the byte bucket makes requests wait while it is in debt.
+    func testRateLimiter() {
+        var l = RateLimiter(perHost: 4)
+        XCTAssertEqual(RateLimiter.host(of: "https://user:pw@Tiles.Example.org:8443/a/{z}?k=1"), "Tiles.Example.org")
+        XCTAssertEqual(RateLimiter.host(of: "http://[::1]:8080/x"), "[::1]")
+        XCTAssertTrue(RateLimiter.isLoopback("127.0.0.1") && RateLimiter.isLoopback("localhost") && RateLimiter.isLoopback("[::1]"))
+        XCTAssertFalse(RateLimiter.isLoopback("127.example.org") || RateLimiter.isLoopback("10.0.0.1"))
+        XCTAssertTrue(l.isUnlimited(host: "127.0.0.1"), "the default spares loopback")
+        XCTAssertFalse(l.isUnlimited(host: "tiles.example.org"))
+        XCTAssertEqual(l.admit(host: "tiles.example.org", region: "a", regionLimit: nil, now: 100), 0)
+        XCTAssertEqual(l.admit(host: "tiles.example.org", region: "b", regionLimit: nil, now: 100.1), 0.15, accuracy: 1e-9, "the host's limit holds across regions")
+        XCTAssertEqual(l.admit(host: "other.example.org", region: "b", regionLimit: nil, now: 100.1), 0, "another host has its own bucket")
+        XCTAssertEqual(l.admit(host: "tiles.example.org", region: "b", regionLimit: nil, now: 100.25), 0)
+        XCTAssertEqual(l.admit(host: "tiles.example.org", region: "a", regionLimit: nil, now: 100.4), 0.1, accuracy: 1e-9)
+        XCTAssertEqual(l.admit(host: "127.0.0.1", region: "a", regionLimit: nil, now: 100.4), 0)
+        XCTAssertEqual(l.admit(host: "127.0.0.1", region: "a", regionLimit: 1, now: 100.4), 0)
+        XCTAssertEqual(l.admit(host: "127.0.0.1", region: "a", regionLimit: 1, now: 100.9), 0.5, accuracy: 1e-9, "the region's own limit")
+        XCTAssertEqual(l.admit(host: "127.0.0.1", region: "b", regionLimit: 1, now: 100.9), 0, "another region's limit is its own")
+        var everywhere = RateLimiter(perHost: 2, perHostAppliesToLoopback: true)
+        XCTAssertEqual(everywhere.admit(host: "127.0.0.1", region: "a", regionLimit: nil, now: 0), 0)
+        XCTAssertEqual(everywhere.admit(host: "127.0.0.1", region: "a", regionLimit: nil, now: 0.1), 0.4, accuracy: 1e-9)
+        var bytes = RateLimiter(perHost: nil, bytesPerSecond: 1000)
+        XCTAssertEqual(bytes.admit(host: "h", region: "a", regionLimit: nil, now: 0), 0)
+        bytes.received(bytes: 3000, now: 0)
+        XCTAssertEqual(bytes.admit(host: "h", region: "a", regionLimit: nil, now: 0.5), 1.5, accuracy: 1e-9, "2,000 bytes of debt less 500 repaid")
+        XCTAssertEqual(bytes.admit(host: "h", region: "a", regionLimit: nil, now: 2), 0)
+    }
+}

@@ -148,6 +148,28 @@ final class NginxServer: @unchecked Sendable {
         }
     }
 
+    /// One request with when nginx read it and finished it (seconds since the epoch, millisecond
+    /// resolution: `$msec - $request_time` and `$msec`) and the body bytes it sent.
+    struct TimedEntry: Sendable, Equatable {
+        let start: Double
+        let end: Double
+        let bytes: Int
+        /// The request URI as sent (percent-encoded, with its query).
+        let uri: String
+    }
+
+    /// Every request logged so far with its times, oldest first (in the order they finished).
+    func timingLog() -> [TimedEntry] {
+        guard let data = try? Data(contentsOf: directory.appendingPathComponent("timing.log")) else { return [] }
+        var lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+        lines.removeLast()
+        return lines.compactMap { line in
+            let f = line.split(separator: "\t", maxSplits: 3, omittingEmptySubsequences: false).map(String.init)
+            guard f.count == 4, let end = Double(f[0]), let took = Double(f[1]), let bytes = Int(f[2]) else { return nil }
+            return TimedEntry(start: end - took, end: end, bytes: bytes, uri: f[3])
+        }
+    }
+
     /// Total body bytes sent, over every logged request.
     func bytesSent() -> Int { accessLog().reduce(0) { $0 + $1.bytes } }
 
@@ -271,6 +293,8 @@ final class NginxServer: @unchecked Sendable {
                 access_log "\(dir)/access.log" tilespool;
                 log_format conditional '$status\t$http_if_none_match\t$http_if_modified_since\t$request_uri';
                 access_log "\(dir)/conditional.log" conditional;
+                log_format timing '$msec\t$request_time\t$body_bytes_sent\t$request_uri';
+                access_log "\(dir)/timing.log" timing;
                 client_body_temp_path "\(dir)/client_body_temp";
                 proxy_temp_path "\(dir)/proxy_temp";
                 fastcgi_temp_path "\(dir)/fastcgi_temp";

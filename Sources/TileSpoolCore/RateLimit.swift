@@ -1,0 +1,102 @@
+import Foundation
+
+/// The request and bandwidth limits of a polite client, as values (docs/contract.md, "Rate
+/// limits"):
+/// - per host, across every region of the daemon: at most `perHost` requests per second
+///   (`--max-requests-per-second-per-host`); by default only remote hosts are limited, loopback is not;
+/// - per region and host: at most the request's `maxRequestsPerSecond`;
+/// - all hosts together: at most `bytesPerSecond` bytes of bodies per second (`--max-bytes-per-second`).
+///
+/// Request limits are token buckets of depth one (Leaky bucket as a meter, RFC 2697's single rate
+/// with a committed burst of one request): requests to one host start at least `1 / rate` seconds
+/// apart, so any one-second window holds at most `floor(rate) + 1` of them. The byte limit is a
+/// bucket of one second's worth of bytes, debited when a body arrives: new requests wait while it
+/// is empty, so the rate averaged over a few seconds stays at the limit (transfers already under
+/// way can overshoot it by their own size). Pure: time is passed in (seconds, any monotonic origin).
+public struct RateLimiter: Sendable {
+    /// The daemon's per-host limit in requests per second; nil: none.
+    public var perHost: Double?
+    /// True when `perHost` applies to loopback hosts as well (the option was given); false for the
+    /// default, which spares `localhost`, `127.0.0.0/8` and `::1`.
+    public var perHostAppliesToLoopback: Bool
+    /// The daemon-wide limit on body bytes per second; nil: none.
+    public var bytesPerSecond: Double?
+
+    /// The per-host limit used when `--max-requests-per-second-per-host` is not given, for remote hosts.
+    public static let defaultPerHost = 10.0
+
+    /// Earliest start time of the next request per bucket key (a host, or `region\u{0}host`).
+    private var nextStart: [String: Double] = [:]
+    /// Bytes that may still be received now (at most one second's worth); negative: in debt.
+    private var byteAllowance = 0.0
+    private var byteTime: Double?
+
+    public init(perHost: Double? = RateLimiter.defaultPerHost, perHostAppliesToLoopback: Bool = false, bytesPerSecond: Double? = nil) {
+        self.perHost = perHost; self.perHostAppliesToLoopback = perHostAppliesToLoopback; self.bytesPerSecond = bytesPerSecond
+    }
+
+    /// True when no limit can apply to a request to `host` without a region limit (the fast path).
+    public func isUnlimited(host: Substring) -> Bool {
+        bytesPerSecond == nil && (perHost == nil || (!perHostAppliesToLoopback && RateLimiter.isLoopback(host)))
+    }
+
+    /// Asks to start one request to `host` for region `region`, whose own limit is `regionLimit`
+    /// requests per second (nil: none), at time `now` (seconds).
+    /// - Returns: 0 when the request may start now (the buckets are debited), else the seconds to
+    ///   wait before asking again (nothing is debited).
+    public mutating func admit(host: Substring, region: String, regionLimit: Double?, now: Double) -> Double {
+        var wait = 0.0
+        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
+        let hostKey = String(host), regionKey = region + "\u{0}" + hostKey
+        if hostLimit != nil, let t = nextStart[hostKey] { wait = max(wait, t - now) }
+        if regionLimit != nil, let t = nextStart[regionKey] { wait = max(wait, t - now) }
+        if let rate = bytesPerSecond {
+            refill(rate, now)
+            if byteAllowance < 0 { wait = max(wait, -byteAllowance / rate) }
+        }
+        guard wait <= 0 else { return wait }
+        if let rate = hostLimit { nextStart[hostKey] = max(now, nextStart[hostKey] ?? now) + 1 / rate }
+        if let rate = regionLimit { nextStart[regionKey] = max(now, nextStart[regionKey] ?? now) + 1 / rate }
+        return 0
+    }
+
+    /// Records `bytes` of body received at `now` against the byte limit.
+    public mutating func received(bytes: Int, now: Double) {
+        guard let rate = bytesPerSecond else { return }
+        refill(rate, now)
+        byteAllowance -= Double(bytes)
+    }
+
+    /// Forgets the buckets of a region (it stopped) so the table does not grow with every region.
+    public mutating func forget(region: String) {
+        let prefix = region + "\u{0}"
+        nextStart = nextStart.filter { !$0.key.hasPrefix(prefix) }
+    }
+
+    private mutating func refill(_ rate: Double, _ now: Double) {
+        if let t = byteTime { byteAllowance = min(rate, byteAllowance + (now - t) * rate) } else { byteAllowance = rate }
+        byteTime = now
+    }
+
+    /// The host of an absolute URL, lower-cased by the caller when needed: the bytes between
+    /// `://` (after any `user@`) and the next `/`, `?` or `#`, without the port. Cheap: no URL parsing.
+    public static func host(of url: String) -> Substring {
+        guard let s = url.range(of: "://") else { return "" }
+        var rest = url[s.upperBound...]
+        if let end = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) { rest = rest[..<end] }
+        if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
+        if rest.hasPrefix("[") {
+            if let close = rest.firstIndex(of: "]") { return rest[rest.startIndex...close] }
+            return rest
+        }
+        if let colon = rest.firstIndex(of: ":") { rest = rest[..<colon] }
+        return rest
+    }
+
+    /// True for `localhost`, an IPv4 address in 127.0.0.0/8 and `[::1]`.
+    public static func isLoopback(_ host: Substring) -> Bool {
+        let h = host.lowercased()
+        return h == "localhost" || h.hasSuffix(".localhost") || h == "[::1]" || h == "::1"
+            || (h.hasPrefix("127.") && h.split(separator: ".").count == 4 && h.split(separator: ".").allSatisfy { UInt8($0) != nil })
+    }
+}
