@@ -214,6 +214,8 @@ extension Daemon {
                  perRegion { $0.progress.resourcesExpected })
         m.family("tilespool_region_tiles_completed", .gauge, "Tiles of a region in its manifest.", perRegion { $0.progress.tilesCompleted })
         m.family("tilespool_region_tiles_expected", .gauge, "Tiles a region's plan holds.", perRegion { $0.progress.tilesExpected })
+        m.family("tilespool_region_tiles_failed", .gauge, "Tiles of a region recorded as failed within its maxFailedTiles.",
+                 perRegion { $0.progress.tilesFailed })
         m.family("tilespool_region_bytes_completed", .gauge, "Bytes of a region's completed resources.", perRegion { $0.progress.bytesCompleted })
         m.family("tilespool_region_bytes_expected", .gauge,
                  "Estimated bytes of a region when complete: bytes so far scaled by resources expected over completed (exact once completed; absent before the plan is exact).",

@@ -116,6 +116,17 @@ final class OperationsTests: FaultServerSpoolTestCase {
         XCTAssertEqual(metric(text, "tilespool_http_retries_total"), 2)
         XCTAssertEqual(metric(text, #"tilespool_regions{state="completed"}"#), 3)
         XCTAssertEqual(try promtool(file).0, 0)
+        // A tile recorded as failed within the budget shows as tiles_failed.
+        var e = server.tilesRequest(["/error500/e/{z}/{x}/{y}.png"], id: "e")
+        e["maxFailedTiles"] = 1
+        try fx.drop("e.json", e)
+        try fx.waitForState("e", "completed", timeout: 30)
+        try waitUntil("the metrics show e's failed tile", timeout: 10) {
+            text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+            return metric(text, #"tilespool_region_tiles_failed{region="e"}"#) == 1
+        }
+        XCTAssertEqual(metric(text, #"tilespool_region_tiles_failed{region="a"}"#), 0)
+        XCTAssertEqual(try promtool(file).0, 0)
         // No temp file is left beside it (written atomically).
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.root.path).filter { $0.contains(".tmp-") }, [])
     }
