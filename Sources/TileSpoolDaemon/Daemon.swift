@@ -11,7 +11,12 @@ import TileSpoolIO
 /// Settings of the daemon (the options of `tilespool run`). Times in seconds.
 public struct DaemonOptions: Sendable {
     public var spool: String
+    /// `--store`: a folder, or `s3://BUCKET[/PREFIX]` (docs/s3.md).
     public var store: String
+    /// `--s3-endpoint` (else `AWS_ENDPOINT_URL`) and `--s3-addressing` (path-style by default)
+    /// for an S3 store; credentials come from the environment only.
+    public var s3Endpoint: String?
+    public var s3PathStyle = true
     /// Regions downloading at once; the rest wait as `queued` in arrival order.
     public var maxActiveRegions = 2
     /// Requests in flight for one region.
@@ -61,13 +66,14 @@ public struct DaemonOptions: Sendable {
 public final class Daemon {
     let options: DaemonOptions
     let layout: SpoolLayout
-    let store: ObjectStore
+    let store: any TileStore
     let status: StatusWriter
     let http: HTTPClient
     let watcher: FolderWatcher
     let signals: SignalFD
     let lock: SpoolLock
-    let storeLock: SpoolLock
+    /// One daemon per disk store too (an S3 store is shared: no lock).
+    let storeLock: SpoolLock?
     var regions: [String: Region] = [:]
     /// The regions the event loop looks at each turn: queued, downloading, pausedNetwork, or with
     /// a status still to write. Finished regions stay out of the hot path however many there are.
@@ -102,8 +108,8 @@ public final class Daemon {
         layout = SpoolLayout(root: options.spool)
         try layout.create()
         lock = try SpoolLock(path: layout.lock)
-        store = try ObjectStore(root: options.store)
-        storeLock = try SpoolLock(path: store.root + "/daemon.lock") // one daemon per store too
+        store = try StoreSpec.open(options.store, endpoint: options.s3Endpoint, pathStyle: options.s3PathStyle)
+        storeLock = try store.lockPath.map { try SpoolLock(path: $0) }
         status = StatusWriter(layout: layout)
         http = HTTPClient(options: options.http)
         watcher = try FolderWatcher()
@@ -117,7 +123,7 @@ public final class Daemon {
         cleanTemporaryFiles()
         if options.maxStoreBytes != nil || options.metricsFile != nil {
             // Once, before the first download, so the quota holds from the first object.
-            store.setUsage(ObjectStore.measure(root: store.root), addedAtStart: store.added)
+            if let measured = store.measureUsage() { store.setUsage(measured, addedAtStart: store.added) }
             ops.lastStoreMeasure = Daemon.now()
         }
         loadRegions()
@@ -131,8 +137,7 @@ public final class Daemon {
 
     /// Removes temp files a previous run left in the store (no other process writes there).
     func cleanTemporaryFiles() {
-        store.restoreObjectsSetAside()
-        for name in Files.list(store.tmpDir) where !name.hasPrefix("gc-") { Files.remove(store.tmpDir + "/" + name) }
+        store.recoverLeftovers()
         for name in Files.list(layout.status) where name.hasPrefix(".tmp-") { Files.remove(layout.status + "/" + name) }
         for name in Files.list(layout.exports) where name.hasPrefix(".") && name.contains(".tmp-") {
             Files.removeTree(layout.exports + "/" + name)
@@ -143,8 +148,14 @@ public final class Daemon {
     /// that were `queued` or `downloading` are queued again.
     func loadRegions() {
         var loaded: [(Region, Date)] = []
-        for id in Files.list(store.regionsDir) where RequestValidator.isValidID(id) {
-            let files = RegionFiles(dir: store.regionDir(id))
+        let ids: [String]
+        do { ids = try store.regionIDs() } catch {
+            Log.error("cannot list the regions of the store \(store.location): \(error)")
+            ids = []
+        }
+        // A shared store (S3) holds other daemons' regions too: this one resumes those its spool knows.
+        for id in ids where RequestValidator.isValidID(id) && (!store.isShared || status.read(id: id) != nil) {
+            let files = store.region(id)
             guard let request = try? files.loadRequest() else {
                 Log.error("store/regions/\(id)/request.json is missing or invalid; region skipped (delete it to clean up)", region: id)
                 if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
@@ -214,7 +225,7 @@ public final class Daemon {
 
     /// Runs until SIGINT or SIGTERM. Files already in `requests/` and `control/` are handled first.
     public func run() {
-        Log.info("watching \(layout.root) (store \(store.root))")
+        Log.info("watching \(layout.root) (store \(store.location))")
         rescan(layout.requests)
         rescan(layout.control)
         while !stopping {

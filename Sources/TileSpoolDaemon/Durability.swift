@@ -14,15 +14,15 @@ import TileSpoolIO
 final class CommitJob: @unchecked Sendable {
     struct Entry {
         /// The manifest the lines go to: the download's `files` (`Download.files`).
-        let files: RegionFiles
+        let files: any RegionStorage
         /// The lines, rendered (`ManifestLine.text`), in order.
         let text: [UInt8]
         /// Set by the writer when the append or its fdatasync failed.
-        var error: SystemError?
+        var error: Error?
     }
     var entries: [Entry]
     /// Set by the writer when `ObjectStore.sync` failed; then no manifest was touched.
-    var syncError: SystemError?
+    var syncError: Error?
     init(entries: [Entry]) { self.entries = entries }
 }
 
@@ -31,7 +31,7 @@ final class CommitJob: @unchecked Sendable {
 final class DurabilityWriter: @unchecked Sendable {
     /// Readable when a job has finished (eventfd(2), non-blocking).
     let fd: Int32
-    private let store: ObjectStore
+    private let store: any TileStore
     private let cond = NSCondition()
     private var queued: CommitJob?
     private var finished: CommitJob?
@@ -39,7 +39,7 @@ final class DurabilityWriter: @unchecked Sendable {
     private var exited = false
 
     /// Starts the thread. - Throws: `SystemError` when no eventfd can be made.
-    init(store: ObjectStore) throws(SystemError) {
+    init(store: any TileStore) throws(SystemError) {
         self.store = store
         fd = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         if fd < 0 { throw SystemError("eventfd", "") }
@@ -108,9 +108,9 @@ final class DurabilityWriter: @unchecked Sendable {
     /// The durability steps, in this order: every object written before the job was handed over
     /// is flushed (syncfs), and only then are lines naming them appended to a manifest.
     private func run(_ job: CommitJob) {
-        do throws(SystemError) { try store.sync() } catch { job.syncError = error; return }
+        do { try store.sync() } catch { job.syncError = error; return }
         for k in job.entries.indices {
-            do throws(SystemError) { try job.entries[k].files.appendToManifest(text: job.entries[k].text) } catch {
+            do { try job.entries[k].files.appendToManifest(text: job.entries[k].text) } catch {
                 job.entries[k].error = error
             }
         }
@@ -239,7 +239,7 @@ extension Daemon {
         var seen = Set<Int>()
         d.files.readJournal(cutPartialLine: true) { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i], !seen.contains(i) else { return }
-            if let sha = line.sha256, SHA256.hex(file: store.objectPath(sha)) != sha { return }
+            if let sha = line.sha256, !store.isIntact(sha) { return }
             seen.insert(i)
             recovered.append((i, line))
         }

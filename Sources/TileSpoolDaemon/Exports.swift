@@ -36,13 +36,13 @@ extension Daemon {
             return o
         }
         writeStatus(r)
-        let id = r.id, storeRoot = store.root, spool = layout.root, mailbox = exportMailbox
+        let id = r.id, store = self.store, spool = layout.root, mailbox = exportMailbox
         exportQueue.async {
             for (i, spec) in specs.enumerated() {
                 var entry = spec.jsonObject
                 let started = Date()
                 do {
-                    let pack = try RegionPack(storeRoot: storeRoot, id: id)
+                    let pack = try RegionPack(store: store, id: id)
                     let result = try Exporter.export(pack, spec, to: Exporter.spoolOutput(spool: spool, id: id, spec: spec), force: true)
                     for (k, v) in result.jsonObject { entry[k] = v }
                     entry["state"] = "written"

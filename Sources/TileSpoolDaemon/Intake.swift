@@ -134,7 +134,7 @@ extension Daemon {
     /// exact plan of a `tiles` request (nil for a style, planned once its TileJSON is in). With
     /// `keepingManifest` (only new credentials), the manifest stays and only the rest is fetched.
     func accept(_ request: RegionRequest, plan: ResourcePlan?, path: String, name: String, keepingManifest: Bool = false) {
-        let files = RegionFiles(dir: store.regionDir(request.id))
+        let files = store.region(request.id)
         if let old = regions[request.id] { stopDownload(old) }
         arrivals += 1
         let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
@@ -159,7 +159,7 @@ extension Daemon {
                 return
             }
             if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
-            Files.removeTree(files.dir)
+            files.remove()
             try? status.write(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
                                            request: request.redactedJSONObject, context: request.context))
             status.event(id: request.id, state: RegionState.failed.rawValue, error: e)
@@ -192,9 +192,9 @@ extension Daemon {
             return
         }
         guard let r = regions[id] else {
-            if action == .delete, status.read(id: id) != nil || Files.entryType(store.regionDir(id)) == .directory {
+            if action == .delete, status.read(id: id) != nil || store.regionExists(id) {
                 Files.remove(path)
-                Files.removeTree(store.regionDir(id))
+                store.region(id).remove()
                 status.remove(id: id)
                 status.event(id: id, state: "deleted", error: nil, extra: ["action": "delete"])
                 Log.info("deleted (status only)", region: id, state: "deleted")
@@ -247,7 +247,7 @@ extension Daemon {
             stopDownload(r, commitPending: false)
             regions.removeValue(forKey: r.id)
             live.removeValue(forKey: r.id)
-            Files.removeTree(r.files.dir)
+            r.files.remove()
             status.remove(id: r.id)
             status.event(id: r.id, state: "deleted", error: nil, extra: ["action": "delete"])
             Log.info("deleted", region: r.id, state: "deleted")

@@ -105,8 +105,8 @@ extension Daemon {
         if store.usage != nil, !ops.usageRunning, now - ops.lastStoreMeasure >= Daemon.storeMeasureInterval {
             ops.usageRunning = true
             ops.lastStoreMeasure = now
-            let root = store.root, start = store.added, mailbox = ops.usageMailbox
-            ops.scanQueue.async { mailbox.post((ObjectStore.measure(root: root), start)) }
+            let store = self.store, start = store.added, mailbox = ops.usageMailbox
+            ops.scanQueue.async { if let measured = store.measureUsage() { mailbox.post((measured, start)) } }
         }
         if ops.committedSinceUnique && now - ops.lastUnique >= Daemon.uniqueInterval { ops.uniqueWanted = true }
         if ops.uniqueWanted && !ops.uniqueRunning && now - ops.lastUnique >= 1 {
@@ -114,8 +114,8 @@ extension Daemon {
             ops.committedSinceUnique = false
             ops.uniqueRunning = true
             ops.lastUnique = now
-            let root = store.root, mailbox = ops.uniqueMailbox
-            ops.scanQueue.async { mailbox.post(StoreMaintenance.uniqueBytes(storeRoot: root)) }
+            let store = self.store, mailbox = ops.uniqueMailbox
+            ops.scanQueue.async { mailbox.post(StoreMaintenance.uniqueBytes(store: store)) }
         }
         if options.metricsFile != nil && now - ops.lastMetricsWrite >= options.metricsInterval { writeMetrics(now: now) }
     }
@@ -154,7 +154,7 @@ extension Daemon {
         env["TILESPOOL_PREVIOUS_STATE"] = previous ?? ""
         env["TILESPOOL_STATUS"] = statusPath
         env["TILESPOOL_SPOOL"] = layout.root
-        env["TILESPOOL_STORE"] = store.root
+        env["TILESPOOL_STORE"] = store.location
         let timeout = options.hookTimeout, mailbox = ops.hookMailbox, environment = env
         ops.hookQueue.async {
             let r = Spawn.run(path: path, arguments: [id, state, statusPath], environment: environment, timeout: timeout)

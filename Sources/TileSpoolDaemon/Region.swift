@@ -41,7 +41,7 @@ final class Region {
     var state: RegionState
     var progress = RegionProgress()
     var error: RegionError?
-    let files: RegionFiles
+    let files: any RegionStorage
     /// Arrival order (for the queue).
     var arrival: Int
     var download: Download?
@@ -72,7 +72,7 @@ final class Region {
     var stateChangedAt: Date?
     var uniqueBytes: Int?
 
-    init(id: String, request: RegionRequest, state: RegionState, files: RegionFiles, arrival: Int) {
+    init(id: String, request: RegionRequest, state: RegionState, files: any RegionStorage, arrival: Int) {
         self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival
     }
 }
@@ -81,8 +81,8 @@ final class Region {
 final class Download {
     /// Where this download's plan, manifest and journal are: the region's own files (a download or
     /// resume).
-    let files: RegionFiles
-    init(files: RegionFiles) { self.files = files }
+    let files: any RegionStorage
+    init(files: any RegionStorage) { self.files = files }
     /// For a refresh: the pack's manifest lines by `kind<TAB>key` (what each resource was, and its
     /// validators), and the refresh's scope. Both nil for a download.
     var previous: [String: ManifestLine]?

@@ -11,7 +11,7 @@ extension Daemon {
     /// recorded is fetched again and progress starts from the stored counts. A refresh works the
     /// same way on the files in `refresh/`, with the pack's manifest lines as `previous`.
     func start(_ r: Region) {
-        let d = Download(files: r.refreshing ? r.files.refreshFiles : r.files)
+        let d = Download(files: r.refreshing ? r.files.refreshStorage : r.files)
         if r.refreshing {
             var previous: [String: ManifestLine] = [:]
             r.files.readManifest { previous["\($0.kind.rawValue)\t\($0.key)"] = $0 }
@@ -24,6 +24,7 @@ extension Daemon {
         var lines: [ManifestLine] = []
         var journalError: Error?
         var savedPlan = d.files.loadPlan()
+        var readError = d.files.readFailure // a store that did not answer: what was read is incomplete
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
             let plan = Planner.plan(request: r.request, templates: templates)
@@ -56,11 +57,12 @@ extension Daemon {
             p.resourcesExpected = max(p.resourcesExpected, 1) // at least the style
             r.progress = p
         }
+        readError = readError ?? d.files.readFailure
         switch RegionStateMachine.apply(.start, to: r.state, refreshing: r.refreshing) {
         case .to(let next): setState(r, next)
         default: return
         }
-        if let journalError { storageFailed(r, journalError, commitPending: false); return }
+        if let e = readError ?? journalError { storageFailed(r, e, commitPending: false); return }
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let e = tileLimitError(r, plan) { fail(r, e); return }
@@ -72,7 +74,7 @@ extension Daemon {
     /// needed, using the copies already in the store.
     func resumePrePlan(_ r: Region, _ d: Download, lines: [ManifestLine]) {
         for l in lines {
-            guard let sha = l.sha256, let data = try? store.read(sha) else { continue }
+            guard let sha = l.sha256, let data = try? store.read(sha, limit: 64 << 20) else { continue }
             if l.kind == .style, d.style == nil {
                 d.style = try? StyleDocument(data: data, baseURL: d.styleURL)
             }
@@ -80,7 +82,7 @@ extension Daemon {
         guard let style = d.style else { d.needed = [.style]; r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1); return }
         let urls = Planner.tileJSONURLs(style)
         for l in lines where l.kind == .source {
-            guard let sha = l.sha256, let data = try? store.read(sha),
+            guard let sha = l.sha256, let data = try? store.read(sha, limit: 64 << 20),
                   let u = urls.first(where: { $0.source == l.key }) else { continue }
             d.tileJSONs[l.key] = try? TileJSON(data: data, baseURL: u.url)
         }
@@ -98,7 +100,7 @@ extension Daemon {
         if let e = policy ?? tileLimitError(r, plan) {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
-            if let data = try? Files.readRegularFile(r.files.requestPath, limit: RequestValidator.maxFileSize) {
+            if let data = try? r.files.requestData() {
                 try? Files.writeAtomically(data, to: "\(layout.rejected)/\(r.id).json")
                 try? Files.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(layout.rejected)/\(r.id).json.error")
             }
@@ -191,7 +193,7 @@ extension Daemon {
             addPending(d, item, prev)
         } else {
             // A style or TileJSON document: parsed from the stored copy, as after a 304.
-            guard let sha = prev.sha256, let body = try? store.read(sha) else { return false }
+            guard let sha = prev.sha256, let body = try? store.read(sha, limit: 64 << 20) else { return false }
             received(r, d, item, prev, url: url, body: body)
         }
         return true
@@ -291,7 +293,7 @@ extension Daemon {
                 addPending(d, item, line)
                 return
             }
-            guard let sha = prev.sha256, let body = try? store.read(sha) else {
+            guard let sha = prev.sha256, let body = try? store.read(sha, limit: 64 << 20) else {
                 fail(r, RegionError(code: .storeDamaged, message: "the stored copy of \(Redaction.redact(url)) is missing: run tilespool verify", url: url))
                 return
             }
@@ -369,15 +371,13 @@ extension Daemon {
     func writeFailedList(_ r: Region, _ d: Download) { writeFailedList(r, files: d.files, reasons: d.failureReasons) }
 
     /// `writeFailedList` from the manifest in `files`, with the reasons known by key.
-    func writeFailedList(_ r: Region, files: RegionFiles, reasons: [String: String]) {
+    func writeFailedList(_ r: Region, files: any RegionStorage, reasons: [String: String]) {
         var text = ""
         files.readManifest { l in
             guard l.failed else { return }
             text += "\(l.key)\t\(l.url)\t\(ManifestLine.sanitizeKey(reasons[l.key] ?? "-"))\n"
         }
-        let path = r.files.dir + "/failed.tsv"
-        if text.isEmpty { Files.remove(path); return }
-        do { try Files.writeAtomically(Data(("# key\turl\terror\n" + text).utf8), to: path) } catch {
+        do { try r.files.saveFailedList(text.isEmpty ? nil : "# key\turl\terror\n" + text) } catch {
             Log.error("\(r.id): cannot write failed.tsv: \(error)")
         }
     }
@@ -419,8 +419,11 @@ extension Daemon {
         d.retries.append((Daemon.now() + delay, item))
     }
 
-    func networkLost(_ r: Region, url: String, why: String) {
-        stopDownload(r)
+    /// The server of `url` does not answer: the region becomes `pausedNetwork` and probes `url`
+    /// with a growing gap until it answers. Objects already written enter the manifest first
+    /// when `commitPending` (not when the store itself is what does not answer).
+    func networkLost(_ r: Region, url: String, why: String, commitPending: Bool = true) {
+        stopDownload(r, commitPending: commitPending)
         r.error = RegionError(code: .networkError, message: "\(why) (\(Redaction.redact(url)))", url: url)
         guard case .to(let next) = RegionStateMachine.apply(.networkLost, to: r.state, refreshing: r.refreshing) else { return }
         if r.refreshing && next == .completed { abandonRefresh(r, "failed"); return }
@@ -452,6 +455,11 @@ extension Daemon {
     /// `commitPending` (not when the sync itself failed).
     func storageFailed(_ r: Region, _ error: Error, commitPending: Bool = true) {
         guard r.state == .downloading else { return }
+        if let probe = store.networkProbeURL(for: error) {
+            // The store does not answer (S3): the region waits as for a tile server that went away.
+            networkLost(r, url: probe, why: "the store \(store.location) does not answer: \(error)", commitPending: commitPending)
+            return
+        }
         let sys = error as? SystemError
         stopDownload(r, commitPending: commitPending)
         r.error = RegionError(code: .storageError, message: sys?.description ?? "\(error)")

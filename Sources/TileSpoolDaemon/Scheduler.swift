@@ -68,8 +68,7 @@ extension Daemon {
         let now = Date().timeIntervalSince1970
         for r in regions.values where r.state == .completed && !r.refreshing {
             guard let interval = r.request.refreshAfter.map(Double.init) ?? options.refreshInterval else { continue }
-            var st = stat()
-            guard stat(r.files.manifestPath, &st) == 0, now - Double(st.st_mtim.tv_sec) >= interval else { continue }
+            guard let modified = r.files.manifestModified(), now - modified >= interval else { continue }
             if let last = r.lastRefreshStart, Daemon.now() - last < interval { continue }
             Log.info("refresh due (every \(Int(interval)) s)", region: r.id, state: r.state.rawValue)
             apply(.refresh, to: r, maxAge: interval)

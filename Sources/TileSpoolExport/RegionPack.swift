@@ -13,14 +13,14 @@ public struct ExportError: Error, Sendable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// A region's pack as stored: `<store>/regions/<id>/{request.json, plan.json, manifest.tsv}` and
-/// `<store>/objects/`.
+/// A region's pack as stored: its request, plan and manifest (`<store>/regions/<id>/`) and the
+/// objects, in either backend (`TileStore`).
 public final class RegionPack: @unchecked Sendable {
     public let id: String
-    public let storeRoot: String
+    public let store: any TileStore
     public let request: RegionRequest
     public let plan: ResourcePlan
-    let files: RegionFiles
+    let files: any RegionStorage
     /// Manifest lines of every resource that is not a tile, by `kind<TAB>key` (a few thousand at most).
     let resources: [String: ManifestLine]
     /// The manifest's modification time in seconds since 1970: when the last object was recorded.
@@ -28,24 +28,34 @@ public final class RegionPack: @unchecked Sendable {
 
     /// Reads the region's request, plan and non-tile manifest lines.
     /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
-    public init(storeRoot: String, id: String) throws(ExportError) {
+    public convenience init(storeRoot: String, id: String) throws(ExportError) {
+        let store: ObjectStore
+        do { store = try ObjectStore(root: storeRoot) } catch { throw ExportError("cannot open the store \(storeRoot): \(error)") }
+        try self.init(store: store, id: id)
+    }
+
+    /// Reads the region's request, plan and non-tile manifest lines from `store`.
+    /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
+    public init(store: any TileStore, id: String) throws(ExportError) {
         guard RequestValidator.isValidID(id) else { throw ExportError("'\(id)' is not a valid region id") }
         self.id = id
-        self.storeRoot = storeRoot
-        files = RegionFiles(dir: "\(storeRoot)/regions/\(id)")
-        guard Files.entryType(files.dir) == .directory else { throw ExportError("no region '\(id)' in the store \(storeRoot)") }
+        self.store = store
+        files = store.region(id)
+        guard store.regionExists(id) else { throw ExportError("no region '\(id)' in the store \(store.location)") }
         do { request = try files.loadRequest() } catch {
-            throw ExportError("region '\(id)': cannot read \(files.requestPath): \(error)")
+            throw ExportError("region '\(id)': cannot read its request.json in \(files.location): \(error)")
         }
-        guard let plan = files.loadPlan() else { throw ExportError("region '\(id)': no plan in \(files.planPath)") }
+        guard let plan = files.loadPlan() else {
+            throw ExportError("region '\(id)': no plan in \(files.location)" + (files.readFailure.map { " (\($0))" } ?? ""))
+        }
         self.plan = plan
         var res: [String: ManifestLine] = [:]
         files.readManifest { line in
             if line.kind != .tile { res["\(line.kind.rawValue)\t\(line.key)"] = line }
         }
+        if let e = files.readFailure { throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(e)") }
         resources = res
-        var st = stat()
-        downloadedAt = stat(files.manifestPath, &st) == 0 ? Int64(st.st_mtim.tv_sec) : Int64(Date().timeIntervalSince1970)
+        downloadedAt = Int64(files.manifestModified() ?? Date().timeIntervalSince1970)
     }
 
     /// The manifest line of a non-tile resource, or nil when it was not recorded.
@@ -72,7 +82,8 @@ public final class RegionPack: @unchecked Sendable {
     }
 
     /// Calls `body` with every tile line of `source` in the manifest, in manifest order.
-    /// - Throws: the first error `body` throws (the rest of the manifest is then skipped).
+    /// - Throws: the first error `body` throws (the rest of the manifest is then skipped), or
+    ///   `ExportError` when the manifest could not be read to its end.
     func forEachTile(of source: String, _ body: (TileID, ManifestLine) throws -> Void) throws {
         var failure: Error?
         files.readManifest { line in
@@ -80,18 +91,20 @@ public final class RegionPack: @unchecked Sendable {
             do { try body(t, line) } catch { failure = error }
         }
         if let failure { throw failure }
+        if let e = files.readFailure { throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(e)") }
     }
 
-    /// The path of object `sha256`.
-    func objectPath(_ sha256: String) -> String { "\(storeRoot)/objects/\(sha256.prefix(2))/\(sha256)" }
+    /// The path of object `sha256` on the local filesystem, nil when the store is remote (S3).
+    func objectPath(_ sha256: String) -> String? { store.localPath(sha256) }
 
     /// The stored bytes of an object, as downloaded (after HTTP content decoding).
     /// - Throws: `ExportError` when the object is gone or unreadable (naming the resource).
     func storedBody(_ sha256: String, for key: String) throws(ExportError) -> [UInt8] {
         do {
-            return [UInt8](try Files.readRegularFile(objectPath(sha256), limit: 1 << 30))
+            return [UInt8](try store.read(sha256, limit: 1 << 30))
         } catch {
-            throw ExportError("object \(sha256) of '\(key)' cannot be read (\(error.errnoDescription)); was the region deleted or the store damaged? Run 'tilespool verify'")
+            let why = (error as? SystemError)?.errnoDescription ?? "\(error)"
+            throw ExportError("object \(sha256) of '\(key)' cannot be read (\(why)); was the region deleted or the store damaged? Run 'tilespool verify'")
         }
     }
 

@@ -84,11 +84,15 @@ enum SiteExport {
                     return
                 }
                 try w.folder("tiles/\(src)/\(t.z)/\(t.x)")
-                let object = pack.objectPath(sha)
-                if format == .pbf && storedAsGzip(object) {
-                    try w.file(rel, try pack.decodedBody(sha, for: line.key)) // served decoded, like every other tile here
+                if let object = pack.objectPath(sha) {
+                    if format == .pbf && storedAsGzip(object) {
+                        try w.file(rel, try pack.decodedBody(sha, for: line.key)) // served decoded, like every other tile here
+                    } else {
+                        try w.link(object, rel, pack: pack, sha: sha, key: line.key)
+                    }
                 } else {
-                    try w.link(object, rel, pack: pack, sha: sha, key: line.key)
+                    // A remote store (S3): nothing to link, the bytes are written (decoded for a vector tile).
+                    try w.file(rel, format == .pbf ? try pack.decodedBody(sha, for: line.key) : try pack.storedBody(sha, for: line.key))
                 }
                 tiles += 1
             }

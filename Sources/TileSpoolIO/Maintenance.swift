@@ -26,38 +26,46 @@ public struct VerifyReport: Sendable {
     public var faults: Int { badObjects.count + missingObjects.count + tempFiles.count + countMismatches.count }
 }
 
-/// Garbage collection and verification of the store. Both only read manifests; gc removes objects
-/// no manifest references, with a protocol that is safe beside a running daemon (docs/gc.md):
-/// an object younger than the grace period is never a candidate, the daemon refreshes the mtime of
-/// an object it re-uses (`ObjectStore.put`), and a candidate is first renamed into `tmp/` and its
-/// mtime checked again before it is unlinked (restored if the daemon touched it meanwhile).
+/// Garbage collection and verification of a store, either backend. Both only read manifests; gc
+/// removes objects no manifest references, with a protocol that is safe beside running daemons
+/// (docs/gc.md; the backend's part is `TileStore.collectGarbage`): an object younger than the
+/// grace period is never a candidate, and a daemon refreshes the age of an object it re-uses.
 public enum StoreMaintenance {
     /// Every object name referenced by any region's manifest or journal, and by those of a
     /// refresh under way (`regions/<id>/refresh/`), so both the pack in use and the one being made
     /// are kept. The refresh's files are read first: a refresh that swaps its manifest in meanwhile
     /// is then read in full either way.
-    static func referenced(_ store: ObjectStore) -> Set<String> {
+    /// - Throws: the store's error when a region cannot be listed or read completely (gc must
+    ///   then remove nothing).
+    static func referenced(_ store: any TileStore) throws -> Set<String> {
         var refs = Set<String>()
-        for id in Files.list(store.regionsDir) {
-            let region = RegionFiles(dir: store.regionDir(id))
-            for files in [region.refreshFiles, region] {
+        for id in try store.regionIDs() {
+            let region = store.region(id)
+            for files in region.refreshStorage === region ? [region] : [region.refreshStorage, region] {
                 files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }
+                if let e = files.readFailure { throw e }
                 files.readJournal { line in if let s = line.sha256 { refs.insert(s) } }
             }
         }
         return refs
     }
 
-    /// For each region under `<store>/regions/`, the bytes of the objects that its manifest
-    /// references and no other region's manifest does (an object counts once per region however
-    /// many of its lines name it). Reads the manifests only, never the objects: one pass over every
-    /// manifest, memory about 40 bytes per distinct object. Safe on any thread beside the daemon.
+    /// `uniqueBytes(store:)` of the disk store at `storeRoot`.
     public static func uniqueBytes(storeRoot: String) -> [String: Int] {
+        guard let store = try? ObjectStore(root: storeRoot) else { return [:] }
+        return uniqueBytes(store: store)
+    }
+
+    /// For each region of the store, the bytes of the objects that its manifest references and
+    /// no other region's manifest does (an object counts once per region however many of its
+    /// lines name it). Reads the manifests only, never the objects: one pass over every manifest,
+    /// memory about 40 bytes per distinct object. Safe on any thread beside the daemon.
+    public static func uniqueBytes(store: any TileStore) -> [String: Int] {
         var owner: [UInt64: (region: Int32, bytes: Int, shared: Bool)] = [:]
-        let ids = Files.list(storeRoot + "/regions").sorted()
+        let ids = ((try? store.regionIDs()) ?? []).sorted()
         for (n, id) in ids.enumerated() {
             let region = Int32(n)
-            RegionFiles(dir: storeRoot + "/regions/" + id).readManifest { line in
+            store.region(id).readManifest { line in
                 guard let sha = line.sha256, let key = UInt64(sha.prefix(16), radix: 16) else { return }
                 if let o = owner[key] {
                     if o.region != region && !o.shared { owner[key] = (o.region, o.bytes, true) }
@@ -78,43 +86,12 @@ public enum StoreMaintenance {
         return Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9
     }
 
-    /// Removes unreferenced objects older than `grace` seconds and temp files older than `grace`.
-    public static func gc(store: ObjectStore, spool: SpoolLayout?, grace: Double) -> GCReport {
-        var report = GCReport()
+    /// Removes unreferenced objects older than `grace` seconds and temp files older than `grace`
+    /// (the store's, and the spool's status temp files).
+    /// - Throws: the store's error when it cannot be listed or a manifest cannot be read.
+    public static func gc(store: any TileStore, spool: SpoolLayout?, grace: Double) throws -> GCReport {
+        var report = try store.collectGarbage(grace: grace) { try referenced(store) }
         let now = Date().timeIntervalSince1970
-        // 0. Objects an interrupted gc left aside go back first (they may be referenced again).
-        store.restoreObjectsSetAside()
-        // 1. Candidates: objects old enough, listed before the manifests are read.
-        var candidates: [String] = []
-        for dir in Files.list(store.objectsDir).sorted() {
-            let folder = store.objectsDir + "/" + dir
-            for name in Files.list(folder) {
-                guard let m = mtime(folder + "/" + name) else { continue }
-                if now - m >= grace { candidates.append(name) } else { report.objectsKept += 1 }
-            }
-        }
-        // 2. What the manifests reference now.
-        let refs = referenced(store)
-        // 3. Remove the rest, re-checking each after moving it aside.
-        for name in candidates {
-            if refs.contains(name) { report.objectsKept += 1; continue }
-            let path = store.objectPath(name)
-            let aside = store.tmpDir + "/gc-" + name
-            guard Glibc.rename(path, aside) == 0 else { continue }
-            guard let m = mtime(aside) else { continue } // a restarting daemon put it back
-            if now - m < grace {
-                Glibc.rename(aside, path) // the daemon re-used it meanwhile
-                report.objectsKept += 1
-                continue
-            }
-            report.bytesFreed += Files.size(aside) ?? 0
-            Files.remove(aside)
-            report.objectsRemoved += 1
-        }
-        for name in Files.list(store.tmpDir) where !name.hasPrefix("gc-") {
-            let p = store.tmpDir + "/" + name
-            if let m = mtime(p), now - m >= grace { Files.remove(p); report.tempFilesRemoved += 1 }
-        }
         if let spool {
             for name in Files.list(spool.status) where name.hasPrefix(".tmp-") {
                 let p = spool.status + "/" + name
@@ -125,32 +102,23 @@ public enum StoreMaintenance {
     }
 
     /// Re-hashes every object and checks every manifest, temp folder and completed region's counts.
-    /// With `repair`, bad objects move to `<store>/quarantine/`, the manifest lines that used bad or
-    /// missing objects are dropped, and those regions become `failed` with code `storeDamaged`, so
-    /// that `resume` fetches exactly what is missing. Nothing else is deleted.
-    public static func verify(store: ObjectStore, status: StatusWriter, repair: Bool) -> VerifyReport {
+    /// With `repair`, bad objects move to `<store>/quarantine/` (S3: are deleted), the manifest
+    /// lines that used bad or missing objects are dropped, and those regions become `failed` with
+    /// code `storeDamaged`, so that `resume` fetches exactly what is missing. Nothing else is deleted.
+    /// Only regions with a status in `status`'s spool have their counts checked.
+    /// - Throws: the store's error when it cannot be listed.
+    public static func verify(store: any TileStore, status: StatusWriter, repair: Bool) throws -> VerifyReport {
         var report = VerifyReport()
-        var bad = Set<String>()
-        for dir in Files.list(store.objectsDir).sorted() {
-            let folder = store.objectsDir + "/" + dir
-            for name in Files.list(folder).sorted() {
-                report.objectsChecked += 1
-                let hash = SHA256.hex(file: folder + "/" + name)
-                if hash != name || !name.hasPrefix(dir) {
-                    report.badObjects.append("\(dir)/\(name)")
-                    bad.insert(name)
-                    if repair {
-                        try? Files.makeDirectories(store.root + "/quarantine")
-                        if Glibc.rename(folder + "/" + name, store.root + "/quarantine/" + name) == 0 { report.quarantined += 1 }
-                    }
-                }
-            }
-        }
-        for name in Files.list(store.tmpDir) { report.tempFiles.append("tmp/" + name) }
+        let objects = try store.checkObjects(repair: repair)
+        report.objectsChecked = objects.checked
+        report.badObjects = objects.bad
+        report.quarantined = objects.quarantined
+        report.tempFiles = objects.tempFiles
+        let bad = objects.badNames
         for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") { report.tempFiles.append("status/" + name) }
 
-        for id in Files.list(store.regionsDir).sorted() {
-            let files = RegionFiles(dir: store.regionDir(id))
+        for id in try store.regionIDs().sorted() {
+            let files = store.region(id)
             report.manifestsChecked += 1
             var kept: [ManifestLine] = []
             var dropped = 0
@@ -159,7 +127,7 @@ public enum StoreMaintenance {
             files.readManifest { line in
                 lines += 1
                 report.linesChecked += 1
-                if let s = line.sha256, bad.contains(s) || !store.contains(s) {
+                if let s = line.sha256, bad.contains(s) || (!objects.present.contains(s) && !store.contains(s)) {
                     if !bad.contains(s) { report.missingObjects.append("\(id): \(line.key) -> \(s)") }
                     dropped += 1
                     droppedBytes += line.bytes
@@ -168,6 +136,7 @@ public enum StoreMaintenance {
                     kept.append(line)
                 }
             }
+            if let e = files.readFailure { throw e }
             let st = status.read(id: id)
             if let st, st.state == .completed {
                 let planned = files.loadPlan()?.count
@@ -176,9 +145,7 @@ public enum StoreMaintenance {
                 }
             }
             if repair && dropped > 0 {
-                var text = ManifestLine.header
-                for l in kept { text += l.text }
-                try? Files.writeAtomically(Data(text.utf8), to: files.manifestPath, sync: true)
+                try? files.replaceManifest(kept)
                 if var st {
                     st.state = .failed
                     st.error = RegionError(code: .storeDamaged, message: "\(dropped) resources were damaged or missing in the store; resume fetches them again")

@@ -105,10 +105,14 @@ public final class RegionFiles: @unchecked Sendable {
 
     /// Writes the plan (fsynced, atomically).
     public func savePlan(_ plan: ResourcePlan) throws(SystemError) {
+        try Files.writeAtomically(RegionFiles.planData(plan), to: planPath, sync: true)
+    }
+
+    /// The bytes of `plan.json` (sorted keys, slashes unescaped), as every backend stores it.
+    public static func planData(_ plan: ResourcePlan) -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let data = (try? encoder.encode(plan)) ?? Data()
-        try Files.writeAtomically(data, to: planPath, sync: true)
+        return (try? encoder.encode(plan)) ?? Data()
     }
 
     /// The stored plan, or nil when none was written yet.

@@ -173,6 +173,38 @@ public final class S3Client: @unchecked Sendable {
         return objects
     }
 
+    /// The "folders" right under `prefix` (under the config's prefix): the distinct next path
+    /// segments of the keys, without the trailing `/` (ListObjectsV2 with `delimiter=/`).
+    /// - Throws: `S3Error` when a page is refused or cannot be parsed.
+    public func listFolders(prefix: String) throws(S3Error) -> [String] {
+        let strip = (config.prefix.isEmpty ? "" : config.prefix + "/") + prefix
+        var folders: [String] = []
+        var token: String?
+        repeat {
+            var q = "?"
+            if let token { q += "continuation-token=" + S3Client.encodeQuery(token) + "&" }
+            q += "delimiter=%2F&list-type=2&prefix=" + S3Client.encodeQuery(strip)
+            let r = try perform("GET", url(nil, query: q), body: nil, headers: [])
+            guard r.status == 200 else { throw S3Client.error(r) }
+            let page = ListingParser(data: r.body, strip: strip)
+            guard page.ok else { throw S3Error(status: r.status, message: "cannot parse the ListObjectsV2 answer") }
+            folders += page.commonPrefixes.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
+            token = page.truncated ? page.nextToken : nil
+        } while token != nil
+        return folders
+    }
+
+    /// Sets the `LastModified` of an existing object to now without sending its bytes: a copy onto
+    /// itself (`x-amz-copy-source` = the object, `x-amz-metadata-directive: REPLACE`, which S3
+    /// requires for a copy onto the same key). gc's grace period then protects an object a
+    /// daemon re-uses (docs/gc.md).
+    /// - Throws: `S3Error` when the server refuses (404 when the object is gone).
+    public func touch(_ key: String) throws(S3Error) {
+        let source = "/" + config.bucket + "/" + S3Client.encodePath((config.prefix.isEmpty ? "" : config.prefix + "/") + key)
+        let r = try perform("PUT", url(key), body: Data(), headers: ["x-amz-copy-source: \(source)", "x-amz-metadata-directive: REPLACE"])
+        guard (200...299).contains(r.status) else { throw S3Client.error(r) }
+    }
+
     static func encodeQuery(_ s: String) -> String {
         encodePath(s).replacingOccurrences(of: "/", with: "%2F")
     }
@@ -261,7 +293,10 @@ private final class ListingParser: NSObject, XMLParserDelegate {
     var objects: [S3Object] = []
     var truncated = false
     var nextToken: String?
+    /// `<CommonPrefixes><Prefix>` of a listing with a delimiter, with `strip` removed.
+    var commonPrefixes: [String] = []
     var ok = false
+    private var inCommonPrefixes = false
     private var text = ""
     private var current: S3Object?
     private let strip: String
@@ -275,6 +310,7 @@ private final class ListingParser: NSObject, XMLParserDelegate {
     func parser(_ parser: XMLParser, didStartElement e: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
         text = ""
         if e == "Contents" { current = S3Object(key: "", size: 0, lastModified: 0) }
+        if e == "CommonPrefixes" { inCommonPrefixes = true }
     }
     func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
     func parser(_ parser: XMLParser, didEndElement e: String, namespaceURI: String?, qualifiedName: String?) {
@@ -285,6 +321,8 @@ private final class ListingParser: NSObject, XMLParserDelegate {
         case "Contents": if let c = current { objects.append(c) }; current = nil
         case "IsTruncated": truncated = text == "true"
         case "NextContinuationToken": nextToken = text
+        case "CommonPrefixes": inCommonPrefixes = false
+        case "Prefix" where inCommonPrefixes: commonPrefixes.append(text.hasPrefix(strip) ? String(text.dropFirst(strip.count)) : text)
         default: break
         }
     }

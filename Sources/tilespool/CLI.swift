@@ -59,13 +59,32 @@ struct Arguments {
 struct UsageError: Error { var message: String; init(_ m: String) { message = m } }
 
 /// Where the spool and the store are, from `--spool DIR` (default `./spool`) and `--store DIR`
-/// (default `<spool>/store`). Every subcommand takes both, the same way.
+/// or `--store s3://BUCKET[/PREFIX]` (default `<spool>/store`), with `--s3-endpoint URL` and
+/// `--s3-addressing path|virtual` for an S3 store. Every subcommand takes them, the same way.
 struct Locations {
     var spool: String
     var store: String
-    init(_ a: Arguments) {
+    var s3Endpoint: String?
+    var s3PathStyle = true
+    init(_ a: Arguments) throws {
         spool = a.options["--spool"] ?? "./spool"
         store = a.options["--store"] ?? (spool + "/store")
+        s3Endpoint = a.options["--s3-endpoint"]
+        if let s = a.options["--s3-addressing"] {
+            guard s == "path" || s == "virtual" else { throw UsageError("--s3-addressing must be path or virtual") }
+            s3PathStyle = s == "path"
+        }
+        if s3Endpoint != nil && !StoreSpec.isS3(store) { throw UsageError("--s3-endpoint goes with --store s3://BUCKET[/PREFIX]") }
+    }
+    var isS3: Bool { StoreSpec.isS3(store) }
+
+    /// Opens the store (the disk store, or S3 with the endpoint and the credentials of the
+    /// environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION).
+    /// - Throws: `CommandFailure` naming what is missing.
+    func openStore() throws -> any TileStore {
+        do { return try StoreSpec.open(store, endpoint: s3Endpoint, pathStyle: s3PathStyle) } catch let e as S3Error {
+            throw CommandFailure(e.message)
+        }
     }
     var layout: SpoolLayout { SpoolLayout(root: spool) }
 
@@ -78,13 +97,14 @@ struct Locations {
 
     /// Fails (exit 1) unless the store exists.
     func requireStore() throws {
+        if isS3 { return } // the first request tells (a clear S3 error naming the bucket)
         guard Files.entryType(store + "/objects") == .directory else {
             throw CommandFailure("no store at \(store) (no objects/ folder; is --store right?)")
         }
     }
 }
 
-let commonValued: Set<String> = ["--spool", "--store"]
+let commonValued: Set<String> = ["--spool", "--store", "--s3-endpoint", "--s3-addressing"]
 let commonFlags: Set<String> = ["--help"]
 
 func out(_ s: String) { FileHandle.standardOutput.write(Data((s + "\n").utf8)) }
@@ -113,7 +133,11 @@ commands:
 
 options every command takes:
   --spool DIR              the spool folder (default ./spool)
-  --store DIR              the store folder (default <spool>/store)
+  --store DIR              the store folder (default <spool>/store), or
+  --store s3://BUCKET[/PREFIX]  an S3-compatible object store (docs/s3.md), with
+  --s3-endpoint URL        its endpoint (else AWS_ENDPOINT_URL); credentials from
+                           AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION
+  --s3-addressing path|virtual  path-style URLs (default) or virtual-hosted ones
   -h, --help               help for the command
 
 Options may come before or after arguments. Documentation: docs/ in the source tree.
@@ -128,7 +152,9 @@ Only one daemon may run on a spool (the lock file <spool>/daemon.lock).
 
 options:
   --spool DIR                     spool folder (default ./spool)
-  --store DIR                     store folder (default <spool>/store)
+  --store DIR                     store folder (default <spool>/store), or s3://BUCKET[/PREFIX]
+  --s3-endpoint URL               the S3 endpoint (else AWS_ENDPOINT_URL; docs/s3.md)
+  --s3-addressing path|virtual    S3 path-style URLs (default) or virtual-hosted ones
   --max-active-regions N          regions downloading at once (default 2)
   --max-requests-per-region N     requests in flight per region (default 8)
   --max-connections N             connections open at once, all hosts (default 16)
@@ -207,8 +233,11 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
-    let loc = Locations(a)
+    let loc = try Locations(a)
     var o = DaemonOptions(spool: loc.spool, store: loc.store)
+    o.s3Endpoint = loc.s3Endpoint
+    o.s3PathStyle = loc.s3PathStyle
+    if loc.isS3 { _ = try loc.openStore() } // a malformed URL or missing credentials: said now, exit 1
     o.maxActiveRegions = try a.int("--max-active-regions", default: o.maxActiveRegions, range: 1...1000)
     o.maxRequestsPerRegion = try a.int("--max-requests-per-region", default: o.maxRequestsPerRegion, range: 1...1000)
     o.http.maxConnections = try a.int("--max-connections", default: o.http.maxConnections, range: 1...10000)

@@ -23,8 +23,8 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
     guard a.positionals.count <= 1 else { throw UsageError("status takes at most one ID") }
     if a.flags.contains("--json") && a.flags.contains("--watch") { throw UsageError("--watch and --json do not go together") }
     let interval = max(0.1, try a.seconds("--interval", default: 1))
-    try Locations(a).requireSpool()
-    let writer = StatusWriter(layout: Locations(a).layout)
+    try (try Locations(a)).requireSpool()
+    let writer = StatusWriter(layout: (try Locations(a)).layout)
     func load() -> [RegionStatus]? {
         if let id = a.positionals.first {
             guard RequestValidator.isValidID(id), let st = writer.read(id: id) else { return nil }
@@ -117,8 +117,8 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
     }
     guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("\(action) takes one region ID") }
     guard RequestValidator.isValidID(id) else { throw UsageError("'\(id)' is not a valid region id") }
-    let layout = Locations(a).layout
-    try Locations(a).requireSpool()
+    let layout = (try Locations(a)).layout
+    try (try Locations(a)).requireSpool()
     try Files.makeDirectories(layout.control)
     let final = "\(layout.control)/\(id).\(action)"
     var content = Data()
@@ -143,11 +143,11 @@ func commandGC(_ argv: [String]) throws -> Int32 {
         return 0
     }
     if !a.positionals.isEmpty { throw UsageError("gc takes no arguments") }
-    let loc = Locations(a)
+    let loc = try Locations(a)
     let grace = try a.seconds("--grace", default: 3600)
     try loc.requireStore()
-    let store = try ObjectStore(root: loc.store)
-    let r = StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
+    let store = try loc.openStore()
+    let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects")
     return 0
 }
@@ -168,12 +168,12 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
         return 0
     }
     if !a.positionals.isEmpty { throw UsageError("verify takes no arguments") }
-    let loc = Locations(a)
+    let loc = try Locations(a)
     let repair = a.flags.contains("--repair")
     try loc.requireStore()
     var locks: [SpoolLock] = []
     if repair {
-        for path in [loc.layout.lock, loc.store + "/daemon.lock"] {
+        for path in [loc.layout.lock] + (loc.isS3 ? [] : [loc.store + "/daemon.lock"]) {
             do { locks.append(try SpoolLock(path: path)) } catch {
                 err("tilespool: verify --repair needs the daemon stopped (lock \(path) is held)")
                 return 1
@@ -181,8 +181,8 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
         }
     }
     defer { _ = locks }
-    let store = try ObjectStore(root: loc.store)
-    let r = StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
+    let store = try loc.openStore()
+    let r = try StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
     for b in r.badObjects { out("bad object (content does not hash to its name): objects/\(b)") }
     for m in r.missingObjects { out("missing object: \(m)") }
     for t in r.tempFiles { out("temp file left over: \(t)") }

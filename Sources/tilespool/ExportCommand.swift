@@ -42,7 +42,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         throw UsageError("--base-url must be an absolute http or https URL")
     }
     guard RequestValidator.isValidID(id) else { throw CommandFailure("'\(id)' is not a valid region id") }
-    let loc = Locations(a)
+    let loc = try Locations(a)
     try loc.requireStore()
     // Only a completed region is exported: any other state may be a partial pack. A region being
     // refreshed has its previous pack complete and untouched until the swap (docs/refresh.md).
@@ -61,7 +61,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         output = Exporter.spoolOutput(spool: loc.spool, id: id, spec: spec)
         try? Files.makeDirectories(loc.spool + "/exports")
     }
-    let pack = try RegionPack(storeRoot: loc.store, id: id)
+    let pack = try RegionPack(store: try loc.openStore(), id: id)
     let onTerminal = isatty(2) == 1
     var lastDraw = 0.0
     let progress: Exporter.Progress? = onTerminal ? { done, total in

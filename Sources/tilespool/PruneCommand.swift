@@ -40,7 +40,7 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
             states.insert(st)
         }
     }
-    let loc = Locations(a)
+    let loc = try Locations(a)
     try loc.requireSpool()
     let layout = loc.layout
     let dryRun = a.flags.contains("--dry-run")
@@ -55,7 +55,7 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
     var storeLock: SpoolLock?
     if !dryRun {
         lock = try takeLock(layout.lock)
-        if lock != nil, Files.entryType(loc.store + "/objects") == .directory {
+        if lock != nil, !loc.isS3, Files.entryType(loc.store + "/objects") == .directory {
             storeLock = try takeLock(loc.store + "/daemon.lock")
             if storeLock == nil {
                 throw CommandFailure("a daemon of another spool holds the store's lock (\(loc.store)/daemon.lock); prune from that spool")
@@ -71,8 +71,9 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
             out("delete requested for \(id) (the daemon deletes it)")
         }
     } else {
+        let store = loc.isS3 ? try loc.openStore() : nil
         for id in selected {
-            Files.removeTree(loc.store + "/regions/" + id)
+            if let store { store.region(id).remove() } else { Files.removeTree(loc.store + "/regions/" + id) }
             writer.remove(id: id)
             writer.event(id: id, state: "deleted", error: nil, extra: ["action": "delete", "note": "prune"])
             out("deleted \(id)")

@@ -1,0 +1,410 @@
+// The store in an S3-compatible object store (issue 12; docs/s3.md):
+//
+//     PREFIX/objects/<first 2 hex digits>/<64 hex digits>     each object's SHA-256 is its name
+//     PREFIX/regions/<id>/request.json, plan.json, failed.tsv
+//     PREFIX/regions/<id>/manifest/<10-digit number>.tsv       the manifest, one immutable segment
+//                                                              per commit batch, in number order
+//
+// `put` hashes on the caller's thread and queues the upload for a small pool of worker threads
+// (one S3 client each), so uploads run concurrently with the downloads; `sync` waits for the
+// uploads queued before it, so a manifest segment is written only after the PUTs of the objects it
+// names succeeded. Objects are written with `If-None-Match: *` and their SHA-256 declared in
+// `x-amz-content-sha256` (the server checks it).
+import Foundation
+import TileSpoolCore
+
+/// A few S3 clients shared by threads: each call takes one (or makes one) and gives it back.
+final class S3ClientPool: @unchecked Sendable {
+    let config: S3Config
+    private let lock = NSLock()
+    private var free: [S3Client] = []
+    init(config: S3Config) { self.config = config }
+
+    /// Runs `body` with a client no other thread uses meanwhile.
+    func with<T>(_ body: (S3Client) throws -> T) rethrows -> T {
+        lock.lock()
+        let client = free.popLast() ?? S3Client(config: config)
+        lock.unlock()
+        defer { lock.lock(); free.append(client); lock.unlock() }
+        return try body(client)
+    }
+}
+
+/// The object store in an S3 bucket under a prefix (see the file's header for the layout).
+public final class S3ObjectStore: TileStore, @unchecked Sendable {
+    public let config: S3Config
+    let clients: S3ClientPool
+    /// Upload threads (started at the first `put`).
+    public let uploadThreads: Int
+    /// Uploads queued or running at most; `put` waits for room beyond it (backpressure).
+    public let maxQueued: Int
+    /// Attempts for one upload that fails in a way a retry can cure (no answer, 5xx, 429, a body
+    /// damaged in flight), with 0.2 s, 0.5 s, 1 s, ... between them.
+    public var uploadAttempts = 4
+
+    private let cond = NSCondition()
+    private var queue: [(seq: Int, key: String, body: Data)] = []
+    private var head = 0
+    private var running = Set<Int>()
+    private var nextSeq = 0
+    private var failures: [(seq: Int, error: S3Error)] = []
+    private var started = false
+    private var addedCount = (objects: 0, bytes: 0)
+
+    /// A store on `config`'s bucket and prefix. Nothing is sent until it is used.
+    public init(config: S3Config, uploadThreads: Int = 8, maxQueued: Int = 256) {
+        self.config = config
+        clients = S3ClientPool(config: config)
+        self.uploadThreads = uploadThreads
+        self.maxQueued = maxQueued
+    }
+
+    public var location: String { "s3://\(config.bucket)" + (config.prefix.isEmpty ? "" : "/" + config.prefix) }
+    public var isShared: Bool { true }
+    public var lockPath: String? { nil }
+    public var maxBytes: Int? { get { nil } set {} }
+    public var usage: (objects: Int, bytes: Int)? { nil }
+    public var added: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return addedCount }
+    public func measureUsage() -> (objects: Int, bytes: Int)? { nil }
+    public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {}
+    public func recoverLeftovers() {}
+
+    /// The key of object `sha256` (under the prefix).
+    public static func objectKey(_ sha256: String) -> String { "objects/\(sha256.prefix(2))/\(sha256)" }
+
+    /// Hashes `data` and queues its upload; returns at once unless `maxQueued` uploads wait
+    /// (then it waits for room). `isNew` is always true: whether the key existed is known only
+    /// once the PUT is answered (412).
+    /// - Throws: never here; a failed upload is reported by `sync`.
+    @discardableResult
+    public func put(_ data: Data) throws -> (sha256: String, isNew: Bool) {
+        let sha = SHA256.hex(data)
+        cond.lock()
+        if !started { started = true; startThreads() }
+        while queue.count - head + running.count >= maxQueued { cond.wait() }
+        queue.append((nextSeq, S3ObjectStore.objectKey(sha), data))
+        nextSeq += 1
+        addedCount.objects += 1; addedCount.bytes += data.count
+        cond.broadcast()
+        cond.unlock()
+        return (sha, true)
+    }
+
+    /// Waits until every upload queued before the call has been answered.
+    /// - Throws: the first `S3Error` of those uploads (each reported once).
+    public func sync() throws {
+        cond.lock()
+        let target = nextSeq
+        while running.contains(where: { $0 < target }) || (head < queue.count && queue[head].seq < target) { cond.wait() }
+        let mine = failures.filter { $0.seq < target }
+        failures.removeAll { $0.seq < target }
+        cond.unlock()
+        if let f = mine.first { throw f.error }
+    }
+
+    private func startThreads() {
+        for n in 0..<uploadThreads {
+            let t = Thread { [self] in uploadLoop() }
+            t.name = "tilespool.s3.\(n)"
+            t.start()
+        }
+    }
+
+    private func uploadLoop() {
+        let client = S3Client(config: config)
+        while true {
+            cond.lock()
+            while head >= queue.count { cond.wait() }
+            let job = queue[head]
+            queue[head].body = Data() // the bytes are the worker's now
+            head += 1
+            if head > 1024 && head * 2 > queue.count { queue.removeFirst(head); head = 0 }
+            running.insert(job.seq)
+            cond.unlock()
+            let failure = upload(client, job.key, job.body)
+            cond.lock()
+            running.remove(job.seq)
+            if let failure { failures.append((job.seq, failure)) }
+            cond.broadcast()
+            cond.unlock()
+        }
+    }
+
+    /// One object's PUT, conditional (a 412 means it is there: its Last-Modified is refreshed so
+    /// that gc's grace period protects it), retried when a retry can help.
+    private func upload(_ client: S3Client, _ key: String, _ body: Data) -> S3Error? {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do throws(S3Error) {
+                if try client.put(key, body, ifNoneMatch: true) == .alreadyExists { try client.touch(key) }
+                return nil
+            } catch {
+                guard S3ObjectStore.isRetryable(error), attempt < uploadAttempts else { return error }
+                usleep(useconds_t(min(2.0, 0.2 * pow(2.5, Double(attempt - 1))) * 1_000_000))
+            }
+        }
+    }
+
+    /// True for a failure a retry can cure: no answer, 5xx, 429, or a body the server found
+    /// damaged (`XAmzContentSHA256Mismatch`, `BadDigest`).
+    static func isRetryable(_ e: S3Error) -> Bool {
+        e.status == 0 || e.status >= 500 || e.status == 429 || e.code == "XAmzContentSHA256Mismatch" || e.code == "BadDigest"
+            || e.code == "RequestTimeout"
+    }
+
+    public func read(_ sha256: String, limit: Int) throws -> Data {
+        let key = S3ObjectStore.objectKey(sha256)
+        guard let data = try clients.with({ c in try c.get(key) }) else {
+            throw S3Error(status: 404, code: "NoSuchKey", message: "\(location)/\(key) does not exist")
+        }
+        guard data.count <= limit else { throw S3Error(message: "\(location)/\(key) is larger than \(limit) bytes") }
+        return data
+    }
+
+    public func contains(_ sha256: String) -> Bool {
+        let key = S3ObjectStore.objectKey(sha256)
+        return ((try? clients.with { c in try c.list(prefix: key) }) ?? []).contains { $0.key == key }
+    }
+
+    public func isIntact(_ sha256: String) -> Bool { (try? read(sha256, limit: 1 << 30)).map { SHA256.hex($0) == sha256 } ?? false }
+    public func localPath(_ sha256: String) -> String? { nil }
+
+    public func regionIDs() throws -> [String] {
+        try clients.with { c in try c.listFolders(prefix: "regions/") }
+    }
+    public func region(_ id: String) -> any RegionStorage { S3RegionFiles(store: self, id: id) }
+    public func regionExists(_ id: String) -> Bool {
+        !((try? clients.with { c in try c.list(prefix: "regions/\(id)/") }) ?? []).isEmpty
+    }
+
+    /// The endpoint, when `error` is an S3 request that got no answer.
+    public func networkProbeURL(for error: Error) -> String? {
+        guard let e = error as? S3Error, e.status == 0 else { return nil }
+        return config.endpoint + "/"
+    }
+
+    /// gc on a bucket: candidates are objects whose Last-Modified is older than `grace`, listed
+    /// before the manifests are read; each unreferenced one is listed again right before its
+    /// DELETE and kept if a daemon re-used it meanwhile (its Last-Modified refreshed by `touch`).
+    public func collectGarbage(grace: Double, referenced: () throws -> Set<String>) throws -> GCReport {
+        var report = GCReport()
+        let now = Date().timeIntervalSince1970
+        let listed = try clients.with { c in try c.list(prefix: "objects/") }
+        var candidates: [S3Object] = []
+        for o in listed {
+            if now - o.lastModified >= grace { candidates.append(o) } else { report.objectsKept += 1 }
+        }
+        let refs = try referenced()
+        for o in candidates {
+            let name = String(o.key.split(separator: "/").last ?? "")
+            if refs.contains(name) { report.objectsKept += 1; continue }
+            let again = try clients.with { c in try c.list(prefix: o.key) }.first { $0.key == o.key }
+            guard let again else { continue } // gone already
+            if now - again.lastModified < grace { report.objectsKept += 1; continue }
+            try clients.with { c in try c.delete(o.key) }
+            report.objectsRemoved += 1
+            report.bytesFreed += o.size
+        }
+        return report
+    }
+
+    /// Lists and re-hashes every object (eight at a time); with `repair`, bad ones are deleted.
+    public func checkObjects(repair: Bool) throws -> ObjectCheck {
+        let listed = try clients.with { c in try c.list(prefix: "objects/") }
+        final class Results: @unchecked Sendable {
+            let lock = NSLock()
+            var check = ObjectCheck()
+            var error: Error?
+        }
+        let results = Results()
+        let pool = clients
+        DispatchQueue.concurrentPerform(iterations: 8) { worker in
+            for i in stride(from: worker, to: listed.count, by: 8) {
+                let key = listed[i].key
+                let parts = key.split(separator: "/").map(String.init)
+                let name = parts.last ?? ""
+                let folder = parts.count >= 2 ? parts[parts.count - 2] : ""
+                let data: Data?
+                do { data = try pool.with { c in try c.get(key) } } catch {
+                    results.lock.lock(); results.error = results.error ?? error; results.lock.unlock()
+                    return
+                }
+                guard let data else { continue } // removed since the listing
+                let good = SHA256.hex(data) == name && name.hasPrefix(folder)
+                if !good && repair { try? pool.with { c in try c.delete(key) } }
+                results.lock.lock()
+                results.check.checked += 1
+                if good { results.check.present.insert(name) } else {
+                    results.check.bad.append("\(folder)/\(name)")
+                    results.check.badNames.insert(name)
+                    if repair { results.check.quarantined += 1 }
+                }
+                results.lock.unlock()
+            }
+        }
+        if let e = results.error { throw e }
+        results.check.bad.sort()
+        return results.check
+    }
+}
+
+/// A region's files in the bucket: `regions/<id>/request.json`, `plan.json`, `failed.tsv`, and the
+/// manifest as numbered immutable segments `regions/<id>/manifest/<0000000000>.tsv` (the first
+/// starts with the manifest header; concatenated in number order they are the disk store's
+/// `manifest.tsv`). A segment is written with `If-None-Match: *`: a 412 means another daemon
+/// writes the same region, and the append fails instead of overwriting (docs/s3.md). No journal:
+/// an upload is durable once answered, and objects uploaded but not yet recorded are fetched
+/// again after a crash (their PUT then answers 412). No refresh yet.
+public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
+    let store: S3ObjectStore
+    public let id: String
+    private var base: String { "regions/\(id)/" }
+    private var nextSegment: Int?
+    public private(set) var readFailure: Error?
+
+    init(store: S3ObjectStore, id: String) { self.store = store; self.id = id }
+
+    public var location: String { "\(store.location)/\(base)" }
+
+    private func client<T>(_ body: (S3Client) throws -> T) throws -> T { try store.clients.with(body) }
+
+    public func create(request: RegionRequest) throws {
+        let data = JSONKind.serialize(request.jsonObject, pretty: true)
+        try client { c in try c.put(base + "request.json", data) }
+    }
+
+    public func requestData() throws -> Data {
+        guard let d = try client({ c in try c.get(base + "request.json") }) else {
+            throw S3Error(status: 404, code: "NoSuchKey", message: "\(location)request.json does not exist")
+        }
+        return d
+    }
+
+    public func loadRequest() throws -> RegionRequest {
+        try RequestValidator.validate(try requestData(), fileName: id + ".json")
+    }
+
+    public func savePlan(_ plan: ResourcePlan) throws {
+        let data = RegionFiles.planData(plan)
+        try client { c in try c.put(base + "plan.json", data) }
+    }
+
+    public func loadPlan() -> ResourcePlan? {
+        do {
+            guard let data = try client({ c in try c.get(base + "plan.json") }) else { return nil }
+            return try? JSONDecoder().decode(ResourcePlan.self, from: data)
+        } catch {
+            readFailure = error
+            return nil
+        }
+    }
+
+    /// The segments, in order.
+    private func segments() throws -> [S3Object] {
+        try client { c in try c.list(prefix: base + "manifest/") }
+            .filter { $0.key.hasSuffix(".tsv") }.sorted { $0.key < $1.key }
+    }
+
+    private static func number(_ key: String) -> Int? {
+        Int(key.split(separator: "/").last?.dropLast(4) ?? "")
+    }
+
+    /// Lists the segments and reads each in order. A segment is whole or absent (S3 writes an
+    /// object at once), so `cutPartialLine` has nothing to cut.
+    public func readManifest(cutPartialLine: Bool, _ body: (ManifestLine) -> Void) {
+        readFailure = nil
+        do {
+            let list = try segments()
+            for s in list {
+                guard let data = try client({ c in try c.get(s.key) }) else { continue }
+                for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+                    if let l = ManifestLine(line) { body(l) }
+                }
+            }
+            nextSegment = (list.last.flatMap { S3RegionFiles.number($0.key) } ?? -1) + 1
+        } catch {
+            readFailure = error
+        }
+    }
+
+    public func readJournal(cutPartialLine: Bool, _ body: (ManifestLine) -> Void) {}
+
+    public func appendToManifest(_ lines: [ManifestLine]) throws {
+        var text = ""
+        for l in lines { text += l.text }
+        try appendToManifest(text: Array(text.utf8))
+    }
+
+    /// Writes the lines as the next segment (`If-None-Match: *`).
+    /// - Throws: `S3Error`; status 412 with code `SegmentExists` when another writer took the number.
+    public func appendToManifest(text bytes: [UInt8]) throws {
+        guard !bytes.isEmpty else { return }
+        if nextSegment == nil { nextSegment = (try segments().last.flatMap { S3RegionFiles.number($0.key) } ?? -1) + 1 }
+        let n = nextSegment!
+        let data = Data(((n == 0 ? ManifestLine.header : "")).utf8) + Data(bytes)
+        let key = base + "manifest/" + String(format: "%010d.tsv", n)
+        let outcome = try client { c in try c.put(key, data, ifNoneMatch: true) }
+        guard outcome == .created else {
+            nextSegment = nil
+            throw S3Error(status: 412, code: "SegmentExists",
+                          message: "\(store.location)/\(key) was written by someone else: another daemon is writing region '\(id)' (a region belongs to one daemon at a time, docs/s3.md)")
+        }
+        nextSegment = n + 1
+    }
+
+    /// Deletes every segment and writes `lines` as segment 0 (daemon stopped).
+    public func replaceManifest(_ lines: [ManifestLine]) throws {
+        for s in try segments() { try client { c in try c.delete(s.key) } }
+        nextSegment = 0
+        try appendToManifest(lines)
+    }
+
+    public func manifestModified() -> Double? { (try? segments())?.map(\.lastModified).max() }
+
+    public func appendToJournal(text bytes: ArraySlice<UInt8>) throws {}
+    public func replaceJournal(with bytes: ArraySlice<UInt8>) {}
+    public func clearJournal() {}
+    public func closeManifest() {}
+
+    public func resetDownload() {
+        nextSegment = nil
+        for s in (try? segments()) ?? [] { try? client { c in try c.delete(s.key) } }
+        try? client { c in try c.delete(base + "plan.json") }
+        try? client { c in try c.delete(base + "failed.tsv") }
+    }
+
+    /// Keeps the manifest (rewritten without the style and TileJSON lines when `dropDocuments`)
+    /// and drops the plan.
+    public func keepForNewCredentials(dropDocuments: Bool) throws {
+        nextSegment = nil
+        if dropDocuments {
+            var kept: [ManifestLine] = []
+            readManifest(cutPartialLine: false) { line in if line.kind != .style && line.kind != .source { kept.append(line) } }
+            if let e = readFailure { throw e }
+            try replaceManifest(kept)
+        }
+        try client { c in try c.delete(base + "plan.json") }
+    }
+
+    public func remove() {
+        nextSegment = nil
+        for o in (try? client { c in try c.list(prefix: base) }) ?? [] {
+            try? client { c in try c.delete(o.key) }
+        }
+    }
+
+    public func saveFailedList(_ text: String?) throws {
+        guard let text else { try client { c in try c.delete(base + "failed.tsv") }; return }
+        try client { c in try c.put(base + "failed.tsv", Data(text.utf8)) }
+    }
+
+    public var refreshStorage: any RegionStorage { self }
+    public func beginRefresh(scope: RefreshScope) throws {
+        throw S3Error(message: "refresh is not supported on an S3 store yet (docs/s3.md); delete the region and drop the request again")
+    }
+    public func refreshUnderWay() -> RefreshScope? { nil }
+    public func commitRefresh() throws { throw S3Error(message: "refresh is not supported on an S3 store yet") }
+    public func finishInterruptedRefreshCommit() throws -> Bool { false }
+    public func abandonRefresh() {}
+}

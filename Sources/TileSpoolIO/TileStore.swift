@@ -1,0 +1,179 @@
+// The store interface: what the daemon, gc, verify, status and export need of a store, whichever
+// backend it is. Two backends: the local-disk store (`ObjectStore` + `RegionFiles`, the default)
+// and an S3-compatible object store (`S3ObjectStore` + `S3RegionFiles`, S3Store.swift).
+import Foundation
+import TileSpoolCore
+
+/// A content-addressed object store plus the per-region files (request, plan, manifest) that say
+/// which objects make a region. Objects are named by the SHA-256 of their bytes.
+///
+/// The durability rule is the same for both backends: `put` may return before the object is
+/// durable (the disk store leaves it in the page cache; the S3 store queues the upload), and
+/// `sync` returns only once every object `put` before the call is durable (syncfs; the PUT
+/// answered 200 or 412). The daemon writes a manifest line naming an object only after a `sync`.
+public protocol TileStore: AnyObject, Sendable {
+    /// Where the store is, for logs, messages and hooks: a folder path or `s3://BUCKET/PREFIX`
+    /// (never credentials).
+    var location: String { get }
+    /// True when several daemons may write the store at once (S3): a daemon then resumes only the
+    /// regions its own spool has a status for. False for the disk store (one daemon, by lock).
+    var isShared: Bool { get }
+    /// The path of a lock file one daemon holds while it writes the store, or nil (S3: none).
+    var lockPath: String? { get }
+
+    /// Stores `data` under its SHA-256 (hex, lower case) unless an object of that name exists.
+    /// - Returns: the SHA-256, and whether a new object was (or, for S3, is being) written.
+    /// - Throws: `SystemError` (disk: ENOSPC, quota, ...) or `S3Error` (an upload that already
+    ///   failed is reported by `sync`).
+    @discardableResult
+    func put(_ data: Data) throws -> (sha256: String, isNew: Bool)
+    /// Makes every object `put` before this call durable.
+    /// - Throws: the first failure of those objects (`SystemError` or `S3Error`); nothing may
+    ///   then be recorded as stored.
+    func sync() throws
+    /// The bytes of object `sha256` (at most `limit`).
+    /// - Throws: `SystemError` or `S3Error` when absent or unreadable.
+    func read(_ sha256: String, limit: Int) throws -> Data
+    /// True when object `sha256` exists (one stat or one listing request).
+    func contains(_ sha256: String) -> Bool
+    /// True when object `sha256` exists and its bytes hash to its name.
+    func isIntact(_ sha256: String) -> Bool
+    /// The path of object `sha256` on the local filesystem, or nil when the store is remote.
+    func localPath(_ sha256: String) -> String?
+
+    /// The ids of the regions in the store (unsorted).
+    /// - Throws: `S3Error` when the listing fails (the disk store never throws).
+    func regionIDs() throws -> [String]
+    /// The files of region `id` (which may not exist yet).
+    func region(_ id: String) -> any RegionStorage
+    /// True when region `id` has files in the store.
+    func regionExists(_ id: String) -> Bool
+
+    /// Removes what an earlier run of the daemon left half done (disk: temp files, objects an
+    /// interrupted gc set aside). Called once when a daemon opens the store.
+    func recoverLeftovers()
+    /// The store quota (`--max-store-bytes`); enforced by the disk store only.
+    var maxBytes: Int? { get set }
+    /// Objects and bytes in the store as far as this process knows, nil when not measured.
+    var usage: (objects: Int, bytes: Int)? { get }
+    /// Objects and bytes this process has put since it opened the store.
+    var added: (objects: Int, bytes: Int) { get }
+    /// Counts the objects and their bytes (a full listing: safe on any thread); nil when the
+    /// backend does not measure (S3).
+    func measureUsage() -> (objects: Int, bytes: Int)?
+    /// Sets `usage` from a `measureUsage` that started when `added` was `addedAtStart`.
+    func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int))
+
+    /// The URL to probe while the store cannot be reached: non-nil when `error` is a network
+    /// failure of this store (the region then pauses as `pausedNetwork`, not `failed`).
+    func networkProbeURL(for error: Error) -> String?
+
+    /// What gc does on this backend: removes objects no manifest in `referenced` names that are
+    /// older than `grace` seconds (mtime or Last-Modified), and stale temp files (docs/gc.md).
+    /// `referenced` is called after the candidates are listed.
+    /// - Throws: `S3Error` when the bucket cannot be listed (nothing is removed then).
+    func collectGarbage(grace: Double, referenced: () throws -> Set<String>) throws -> GCReport
+    /// Re-hashes every object; with `repair`, bad ones are moved away (disk: `quarantine/`) or
+    /// deleted (S3).
+    /// - Throws: `S3Error` when the bucket cannot be listed.
+    func checkObjects(repair: Bool) throws -> ObjectCheck
+}
+
+/// What `TileStore.checkObjects` found.
+public struct ObjectCheck: Sendable {
+    public var checked = 0
+    /// Objects whose bytes do not hash to their name, as `ab/<sha256>`.
+    public var bad: [String] = []
+    public var badNames = Set<String>()
+    /// The names of the objects present (good ones).
+    public var present = Set<String>()
+    public var quarantined = 0
+    /// Leftover temp files, as paths relative to the store.
+    public var tempFiles: [String] = []
+    public init() {}
+}
+
+/// The files of one region in a store: the request, the plan, the manifest (written in batches
+/// after the objects it names are durable), the journal (disk only), a refresh's files, and the
+/// list of failed tiles. `RegionFiles` (disk) and `S3RegionFiles` implement it.
+public protocol RegionStorage: AnyObject, Sendable {
+    /// Where the files are, for messages: a folder or `s3://BUCKET/PREFIX/regions/<id>/`.
+    var location: String { get }
+    /// Creates the region and writes its request (durably).
+    func create(request: RegionRequest) throws
+    /// The stored request. - Throws: when absent, unreadable or not a valid request.
+    func loadRequest() throws -> RegionRequest
+    /// The stored request's bytes, as written.
+    func requestData() throws -> Data
+    /// Writes the plan (durably).
+    func savePlan(_ plan: ResourcePlan) throws
+    /// The stored plan, nil when none was written (or it cannot be read: see `readFailure`).
+    func loadPlan() -> ResourcePlan?
+    /// Calls `body` for every complete line of the manifest, in order (see `RegionFiles`).
+    func readManifest(cutPartialLine: Bool, _ body: (ManifestLine) -> Void)
+    /// Calls `body` for every complete line of the journal (nothing on a backend without one).
+    func readJournal(cutPartialLine: Bool, _ body: (ManifestLine) -> Void)
+    /// Set when the last `readManifest` or `loadPlan` could not read the store (a network
+    /// failure): what it returned is incomplete. Always nil on disk.
+    var readFailure: Error? { get }
+    /// Records `lines` durably after the manifest's other lines.
+    func appendToManifest(_ lines: [ManifestLine]) throws
+    /// Records rendered lines (`ManifestLine.text`, in order) durably after the manifest's others.
+    func appendToManifest(text bytes: [UInt8]) throws
+    /// Replaces the whole manifest by `lines` (verify --repair, with the daemon stopped).
+    func replaceManifest(_ lines: [ManifestLine]) throws
+    /// When the manifest was last written, seconds since 1970; nil when there is none.
+    func manifestModified() -> Double?
+    /// Journal operations (see `RegionFiles`); no-ops where every `sync` is final (S3).
+    func appendToJournal(text bytes: ArraySlice<UInt8>) throws
+    func replaceJournal(with bytes: ArraySlice<UInt8>)
+    func clearJournal()
+    /// Releases open handles (reopened on the next append).
+    func closeManifest()
+    /// Removes the manifest, journal and plan (a fresh download of the same id).
+    func resetDownload()
+    /// A request that changes only credentials: keeps the manifest's lines (without the style and
+    /// TileJSON documents' when `dropDocuments`), drops the journal, plan and any refresh.
+    func keepForNewCredentials(dropDocuments: Bool) throws
+    /// Removes every file of the region.
+    func remove()
+    /// Writes the list of failed tiles (`failed.tsv`), or removes it when `text` is nil.
+    func saveFailedList(_ text: String?) throws
+
+    /// Refresh (docs/refresh.md); see `RegionFiles`. The S3 backend refuses `beginRefresh`.
+    var refreshStorage: any RegionStorage { get }
+    func beginRefresh(scope: RefreshScope) throws
+    func refreshUnderWay() -> RefreshScope?
+    func commitRefresh() throws
+    func finishInterruptedRefreshCommit() throws -> Bool
+    func abandonRefresh()
+}
+
+extension RegionStorage {
+    /// `readManifest` without cutting a partial line (readers beside the daemon).
+    public func readManifest(_ body: (ManifestLine) -> Void) { readManifest(cutPartialLine: false, body) }
+    /// `readJournal` without cutting a partial line.
+    public func readJournal(_ body: (ManifestLine) -> Void) { readJournal(cutPartialLine: false, body) }
+}
+
+/// Where `--store` points: a folder, or `s3://BUCKET[/PREFIX]` with the endpoint and credentials
+/// the way AWS tools take them (see `S3Config.from`).
+public enum StoreSpec {
+    /// True when `store` names an S3 store.
+    public static func isS3(_ store: String) -> Bool { store.hasPrefix("s3://") }
+
+    /// Opens the store `store` names: the disk store at that folder (created when missing), or the
+    /// S3 store (nothing is sent until it is used).
+    /// - Parameters:
+    ///   - endpoint: `--s3-endpoint` (else `AWS_ENDPOINT_URL`).
+    ///   - pathStyle: path-style URLs (`--s3-addressing path`, the default) or virtual-hosted.
+    /// - Throws: `S3Error` for a malformed URL or missing endpoint or credentials; `SystemError`
+    ///   when the folder cannot be made.
+    public static func open(_ store: String, endpoint: String?, pathStyle: Bool,
+                            environment: [String: String] = ProcessInfo.processInfo.environment) throws -> any TileStore {
+        if isS3(store) {
+            return S3ObjectStore(config: try S3Config.from(url: store, endpoint: endpoint, environment: environment, pathStyle: pathStyle))
+        }
+        return try ObjectStore(root: store)
+    }
+}
