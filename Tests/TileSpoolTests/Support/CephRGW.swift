@@ -13,12 +13,35 @@ final class CephRGW: @unchecked Sendable {
     /// The user and bucket ceph.sh creates.
     static let accessKey = "TESTKEY", secretKey = "TESTSECRET", bucket = "tiles"
 
+    static let tools = ["ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph"]
+
+    static func find(_ tool: String) -> String? {
+        ChildProcess.find(tool, override: "TILESPOOL_\(tool.uppercased().replacingOccurrences(of: "-", with: "_"))", fallbacks: ["/usr/bin/\(tool)"])
+    }
+
+    /// True when every Ceph binary the harness runs is installed.
+    static var binariesInstalled: Bool { tools.allSatisfy { find($0) != nil } }
+
+    /// For a test that needs Ceph when it is not installed: prints `SKIPPED: <test>: ...` on its
+    /// own line and throws `XCTSkip`; with `TILESPOOL_REQUIRE_MAPDATA=1` records a failure instead.
+    static func requireInstalled(_ test: String, file: StaticString, line: UInt) throws {
+        guard !binariesInstalled else { return }
+        let missing = tools.filter { find($0) == nil }.joined(separator: ", ")
+        let reason = "\(test): Ceph is not installed (\(missing) missing; run `make deps`)"
+        if ProcessInfo.processInfo.environment["TILESPOOL_REQUIRE_MAPDATA"] == "1" {
+            let message = "\(reason); TILESPOOL_REQUIRE_MAPDATA=1 makes this a failure"
+            XCTFail(message, file: file, line: line)
+            throw SupportError(message)
+        }
+        print("SKIPPED: \(reason)")
+        throw XCTSkip(reason)
+    }
+
     /// Starts the cluster and returns once the bucket takes requests.
     /// - Throws: `SupportError` when a Ceph binary is missing (run `make deps`) or a step does not come up.
     init() throws {
-        for tool in ["ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph"] {
-            guard ChildProcess.find(tool, override: "TILESPOOL_\(tool.uppercased().replacingOccurrences(of: "-", with: "_"))",
-                                    fallbacks: ["/usr/bin/\(tool)"]) != nil else {
+        for tool in CephRGW.tools {
+            guard CephRGW.find(tool) != nil else {
                 throw SupportError("\(tool) not found (run `make deps`: Debian's radosgw ceph-mon ceph-osd ceph-common)")
             }
         }

@@ -11,6 +11,8 @@ final class SpoolFixture: @unchecked Sendable {
     private(set) var daemon: Process?
     private var logHandle: FileHandle?
     var logPath: String { root.appendingPathComponent("daemon.log").path }
+    /// Variables added to the environment of the daemon and of `cli` (the S3 credentials, say).
+    var environment: [String: String] = [:]
 
     /// The built `tilespool` executable, next to the test bundle.
     static var binary: String {
@@ -39,6 +41,7 @@ final class SpoolFixture: @unchecked Sendable {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
         p.arguments = ["run", "--spool", spool, "--store", store, "--retry-delay", "0.1"] + extra
+        if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, b in b } }
         if !FileManager.default.fileExists(atPath: logPath) { XCTAssertTrue(FileManager.default.createFile(atPath: logPath, contents: nil)) }
         let h = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         h.seekToEndOfFile()
@@ -188,6 +191,7 @@ final class SpoolFixture: @unchecked Sendable {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
         p.arguments = args
+        if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, b in b } }
         let pipe = Pipe()
         p.standardOutput = pipe
         p.standardError = pipe

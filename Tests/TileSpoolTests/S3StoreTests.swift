@@ -1,0 +1,369 @@
+import Foundation
+import XCTest
+@testable import TileSpoolIO
+
+/// Issue 12: the store in S3, end to end against a real Ceph RADOS Gateway (started once for the
+/// class): the real `tilespool` binary downloads from the test nginx into `--store s3://tiles/P`,
+/// and what a user checks is read back from the bucket (objects, manifest segments) and from
+/// `verify`, `export` and `gc`, as with the disk store.
+final class S3StoreTests: XCTestCase {
+    nonisolated(unsafe) static var rgw: CephRGW?
+    nonisolated(unsafe) static var startError: Error?
+
+    override class func setUp() {
+        guard CephRGW.binariesInstalled else { return }
+        do { rgw = try CephRGW() } catch { startError = error }
+    }
+    override class func tearDown() { rgw?.stop(); rgw = nil }
+
+    func server(_ test: String = #function, file: StaticString = #filePath, line: UInt = #line) throws -> CephRGW {
+        if let rgw = S3StoreTests.rgw { return rgw }
+        if let e = S3StoreTests.startError { throw SupportError("Ceph RGW did not start: \(e)") }
+        try CephRGW.requireInstalled(test, file: file, line: line)
+        throw SupportError("no Ceph RGW")
+    }
+
+    /// A fresh prefix in the test bucket, the S3 options for the daemon and CLI, and the
+    /// credentials in the fixture's environment.
+    func s3Spool(_ rgw: CephRGW, prefix: String, endpoint: String? = nil, secret: String = CephRGW.secretKey) throws -> (SpoolFixture, [String]) {
+        let fx = try SpoolFixture()
+        fx.environment = ["AWS_ACCESS_KEY_ID": CephRGW.accessKey, "AWS_SECRET_ACCESS_KEY": secret, "AWS_ENDPOINT_URL": ""]
+        return (fx, ["--store", "s3://\(CephRGW.bucket)/\(prefix)", "--s3-endpoint", endpoint ?? rgw.endpoint])
+    }
+
+    static func newPrefix() -> String { "t-\(UUID().uuidString.prefix(8).lowercased())" }
+
+    let monacoBounds: [Double] = [7.409205, 43.72335, 7.448637, 43.75169]
+
+    func monacoRequest(_ nginx: NginxServer, bounds: [Double]? = nil) -> [String: Any] {
+        ["style": nginx.baseURL + "/styles/bright/style.local-template.json", "bounds": bounds ?? monacoBounds, "minZoom": 0, "maxZoom": 14]
+    }
+
+    /// The region's manifest as stored in the bucket: the segments in order, concatenated.
+    func s3Manifest(_ s3: S3Client, _ id: String) throws -> (text: String, segments: Int, lines: [SpoolFixture.Line]) {
+        let keys = try s3.list(prefix: "regions/\(id)/manifest/").map(\.key).sorted()
+        var text = ""
+        for k in keys { text += String(decoding: try XCTUnwrap(try s3.get(k)), as: UTF8.self) }
+        let lines = text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { l in
+            let f = l.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            return SpoolFixture.Line(kind: f[0], sha: f[1], key: f[3], url: f[4], bytes: Int(f[2]) ?? -1)
+        }
+        return (text, keys.count, lines)
+    }
+
+    /// The object names in the bucket under the prefix, with their sizes.
+    func s3Objects(_ s3: S3Client) throws -> [String: Int] {
+        var out: [String: Int] = [:]
+        for o in try s3.list(prefix: "objects/") { out[String(o.key.split(separator: "/").last!)] = o.size }
+        return out
+    }
+
+    /// Checks what a user checks after a download into S3: every manifest line's object is in the
+    /// bucket with the recorded size and bytes that hash (sha256sum) to its name, and the status
+    /// counts equal the manifest's.
+    func assertBucketMatchesManifest(_ fx: SpoolFixture, _ s3: S3Client, _ id: String, expected: Int? = nil,
+                                     file: StaticString = #filePath, line: UInt = #line) throws {
+        let m = try s3Manifest(s3, id)
+        XCTAssertFalse(m.lines.isEmpty, "empty manifest", file: file, line: line)
+        if let expected { XCTAssertEqual(m.lines.count, expected, file: file, line: line) }
+        XCTAssertEqual(Set(m.lines.map { "\($0.kind) \($0.key)" }).count, m.lines.count, "each resource once", file: file, line: line)
+        let objects = try s3Objects(s3)
+        for l in m.lines where l.sha != "-" {
+            XCTAssertEqual(objects[l.sha], l.bytes, "object of \(l.key) in the bucket with its size", file: file, line: line)
+        }
+        // A sample of the bodies, hashed by sha256sum (independent of our hashing).
+        for l in m.lines.filter({ $0.sha != "-" }).prefix(20) {
+            XCTAssertEqual(sha256Hex(try XCTUnwrap(try s3.get("objects/\(l.sha.prefix(2))/\(l.sha)"))), l.sha, file: file, line: line)
+        }
+        let p = fx.progress(id)
+        XCTAssertEqual(p["resourcesCompleted"], m.lines.count, file: file, line: line)
+        XCTAssertEqual(p["resourcesExpected"], m.lines.count, file: file, line: line)
+        XCTAssertEqual(p["bytesCompleted"], m.lines.reduce(0) { $0 + $1.bytes }, file: file, line: line)
+    }
+
+    /// `(z/x/y) -> SHA-256 of tile_data` of an MBTiles file, read with Python's sqlite3 module.
+    func mbtilesTiles(_ path: String) throws -> [String: String] {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        p.arguments = ["-c", """
+            import sqlite3, hashlib, sys
+            for z, x, y, d in sqlite3.connect(sys.argv[1]).execute("select zoom_level, tile_column, tile_row, tile_data from tiles"):
+                print(f"{z}/{x}/{y} {hashlib.sha256(d).hexdigest()}")
+            """, path]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        let out = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+        var tiles: [String: String] = [:]
+        for l in String(decoding: out, as: UTF8.self).split(separator: "\n") {
+            let f = l.split(separator: " ")
+            tiles[String(f[0])] = String(f[1])
+        }
+        return tiles
+    }
+
+    /// The same region into the disk store and into S3: the bucket holds each object once with
+    /// the right bytes, the manifest's segments concatenated have every resource, `verify` on the
+    /// bucket is clean, and `export --format mbtiles` from S3 has the same tiles, byte for byte,
+    /// as from disk. `status` and `gc` take the same options.
+    func testDownloadIntoS3VerifyAndExportMatchTheDiskStore() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let disk = try SpoolFixture()
+        defer { disk.stop() }
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        defer { fx.stop() }
+        try disk.start()
+        try fx.start(opts)
+        try disk.drop("monaco.json", monacoRequest(nginx))
+        try fx.drop("monaco.json", monacoRequest(nginx))
+        try disk.waitForState("monaco", "completed", timeout: 60)
+        try fx.waitForState("monaco", "completed", timeout: 90)
+        try assertBucketMatchesManifest(fx, s3, "monaco", expected: 419)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store), "nothing of the store on the local disk")
+        // The same lines as the disk store's manifest (fetch times aside).
+        let diskLines = Set(disk.manifest("monaco").map { "\($0.kind) \($0.key) \($0.sha) \($0.bytes)" })
+        XCTAssertEqual(Set(try s3Manifest(s3, "monaco").lines.map { "\($0.kind) \($0.key) \($0.sha) \($0.bytes)" }), diskLines)
+        XCTAssertEqual(Set(try s3Objects(s3).keys), Set(disk.objects()), "the same objects, each once")
+        XCTAssertNotNil(try s3.get("regions/monaco/request.json"))
+        XCTAssertNotNil(try s3.get("regions/monaco/plan.json"))
+
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+        XCTAssertTrue(vout.contains("verify: \(Set(disk.objects()).count) objects, 1 manifests, 419 lines checked; 0 faults"), vout)
+        let (src, sout) = try fx.cli(["status", "monaco"] + opts + ["--spool", fx.spool])
+        XCTAssertEqual(src, 0, sout)
+        XCTAssertTrue(sout.contains("monaco  completed"), sout)
+
+        let fromDisk = disk.root.appendingPathComponent("disk.mbtiles").path
+        let fromS3 = fx.root.appendingPathComponent("s3.mbtiles").path
+        let (e1, o1) = try disk.cli(["export", "monaco", "--format", "mbtiles", "--output", fromDisk, "--spool", disk.spool, "--store", disk.store])
+        XCTAssertEqual(e1, 0, o1)
+        let (e2, o2) = try fx.cli(["export", "monaco", "--format", "mbtiles", "--output", fromS3, "--spool", fx.spool] + opts)
+        XCTAssertEqual(e2, 0, o2)
+        let tiles = try mbtilesTiles(fromS3)
+        XCTAssertEqual(tiles.count, 21)
+        XCTAssertEqual(tiles, try mbtilesTiles(fromDisk))
+        // A site export has nothing to hard-link from S3: it writes the bytes.
+        let site = fx.root.appendingPathComponent("site").path
+        let (e3, o3) = try fx.cli(["export", "monaco", "--format", "site", "--output", site, "--spool", fx.spool] + opts)
+        XCTAssertEqual(e3, 0, o3)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: site + "/style.json"))
+
+        let (grc, gout) = try fx.cli(["gc", "--spool", fx.spool] + opts)
+        XCTAssertEqual(grc, 0, gout)
+        XCTAssertTrue(gout.contains("removed 0 objects"), gout)
+        // The credentials are in no file the daemon wrote, nor in its log.
+        for path in [fx.spool + "/status/monaco.json", fx.spool + "/events.jsonl", fx.logPath] {
+            XCTAssertFalse((try? String(contentsOfFile: path, encoding: .utf8))?.contains(CephRGW.secretKey) ?? true, path)
+        }
+    }
+
+    /// kill -9 in the middle of a download into S3, then a restart: the region completes, each
+    /// resource once in the manifest, what the status reported before the kill is in the
+    /// bucket's manifest, and `verify` is clean.
+    func testKill9MidDownloadThenRestartResumes() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata, extraLocations: "limit_rate 256k;")
+        defer { nginx.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        defer { fx.stop() }
+        try fx.start(opts)
+        try fx.drop("monaco.json", monacoRequest(nginx))
+        var reported = 0
+        for kill in 0..<2 {
+            try waitUntil("kill \(kill): a few resources recorded", timeout: 60) {
+                (fx.progress("monaco")["resourcesCompleted"] ?? 0) >= 60 + 120 * kill || fx.state("monaco") == "completed"
+            }
+            reported = fx.progress("monaco")["resourcesCompleted"] ?? 0
+            fx.kill9()
+            XCTAssertGreaterThanOrEqual(try s3Manifest(s3, "monaco").lines.count, reported, "what the status reported is in the bucket")
+            try fx.start(opts)
+        }
+        XCTAssertLessThan(reported, 419, "the kills came before the end")
+        try fx.waitForState("monaco", "completed", timeout: 120)
+        try assertBucketMatchesManifest(fx, s3, "monaco", expected: 419)
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+    }
+
+    /// gc on a bucket: an object no manifest references is kept while younger than the grace
+    /// period (its Last-Modified), and removed after it; every referenced object stays.
+    func testGCRemovesUnreferencedObjectsOnlyAfterTheGracePeriod() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        defer { fx.stop() }
+        try fx.start(opts)
+        try fx.drop("monaco.json", monacoRequest(nginx))
+        try fx.waitForState("monaco", "completed", timeout: 90)
+        let referenced = try s3Objects(s3)
+        let orphan = Data("an object no region references \(UUID())".utf8)
+        let orphanSHA = SHA256.hex(orphan)
+        XCTAssertEqual(try s3.put("objects/\(orphanSHA.prefix(2))/\(orphanSHA)", orphan, ifNoneMatch: true), .created)
+
+        let (rc1, out1) = try fx.cli(["gc", "--grace", "3600", "--spool", fx.spool] + opts)
+        XCTAssertEqual(rc1, 0, out1)
+        XCTAssertTrue(out1.contains("removed 0 objects"), out1)
+        XCTAssertNotNil(try s3Objects(s3)[orphanSHA], "younger than the grace period: kept")
+
+        try waitUntil("the orphan is 2 s old by its Last-Modified", timeout: 10, poll: 0.2) {
+            let o = try s3.list(prefix: "objects/\(orphanSHA.prefix(2))/\(orphanSHA)").first
+            return Date().timeIntervalSince1970 - (o?.lastModified ?? .infinity) >= 2.5
+        }
+        let (rc2, out2) = try fx.cli(["gc", "--grace", "2", "--spool", fx.spool] + opts)
+        XCTAssertEqual(rc2, 0, out2)
+        XCTAssertTrue(out2.contains("removed 1 objects, freed \(orphan.count) bytes"), out2)
+        XCTAssertEqual(try s3Objects(s3), referenced, "only the orphan went")
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+    }
+
+    /// Two daemons with their own spools on one bucket and prefix, downloading overlapping
+    /// regions at the same time: each object is stored once (the bucket holds exactly the union
+    /// of both manifests' objects), both manifests are complete, and `verify` is clean from
+    /// either spool.
+    func testTwoDaemonsOnOneBucketWithOverlappingRegions() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (a, opts) = try s3Spool(rgw, prefix: prefix)
+        let (b, _) = try s3Spool(rgw, prefix: prefix)
+        defer { a.stop(); b.stop() }
+        try a.start(opts)
+        try b.start(opts)
+        // The same glyphs, sprites and style, and overlapping tiles (b is a shifted over a).
+        try a.drop("west.json", monacoRequest(nginx))
+        try b.drop("east.json", monacoRequest(nginx, bounds: [7.42, 43.72335, 7.46, 43.75169]))
+        try a.waitForState("west", "completed", timeout: 120)
+        try b.waitForState("east", "completed", timeout: 120)
+        let west = try s3Manifest(s3, "west").lines, east = try s3Manifest(s3, "east").lines
+        try assertBucketMatchesManifest(a, s3, "west", expected: 419)
+        try assertBucketMatchesManifest(b, s3, "east")
+        let shared = Set(west.map(\.sha)).intersection(east.map(\.sha)).subtracting(["-"])
+        XCTAssertGreaterThan(shared.count, 390, "glyphs, sprites, style and tiles in common")
+        let union = Set(west.map(\.sha)).union(east.map(\.sha)).subtracting(["-"])
+        XCTAssertEqual(Set(try s3Objects(s3).keys), union, "every object once, none left over")
+        XCTAssertNil(a.state("east"), "a daemon does not take another spool's region")
+        XCTAssertNil(b.state("west"))
+        for fx in [a, b] {
+            let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+            XCTAssertEqual(vrc, 0, vout)
+            XCTAssertTrue(vout.contains("2 manifests"), vout)
+        }
+    }
+
+    /// A wrong secret: the region fails at once with the server's reason in its status (not a
+    /// hang, not a retry loop), and the secret is nowhere in the spool or the log.
+    func testWrongSecretIsAClearErrorInTheStatus() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let (fx, opts) = try s3Spool(rgw, prefix: S3StoreTests.newPrefix(), secret: "WRONG-SECRET-VALUE")
+        defer { fx.stop() }
+        try fx.start(opts)
+        let t0 = Date()
+        try fx.drop("monaco.json", monacoRequest(nginx))
+        try fx.waitForState("monaco", "failed", timeout: 20)
+        XCTAssertLessThan(Date().timeIntervalSince(t0), 15)
+        XCTAssertEqual(fx.errorCode("monaco"), "storageError")
+        XCTAssertTrue(fx.errorMessage("monaco")?.contains("403 SignatureDoesNotMatch") ?? false, fx.errorMessage("monaco") ?? "no error")
+        XCTAssertEqual(fx.eventStates("monaco"), ["failed"], "no retry loop")
+        for path in [fx.spool + "/status/monaco.json", fx.spool + "/events.jsonl", fx.logPath] {
+            XCTAssertFalse((try? String(contentsOfFile: path, encoding: .utf8))?.contains("WRONG-SECRET-VALUE") ?? true, path)
+        }
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 1, vout)
+        XCTAssertTrue(vout.contains("SignatureDoesNotMatch"), vout)
+    }
+
+    /// The endpoint goes away in the middle of a download (a TCP forwarder in front of RGW is
+    /// stopped): the region becomes pausedNetwork; once the forwarder is back it completes, and
+    /// `verify` is clean.
+    func testUnreachableEndpointPausesAndRecovers() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata, extraLocations: "limit_rate 256k;")
+        defer { nginx.stop() }
+        let proxy = try TCPForwarder(target: rgw.port)
+        defer { proxy.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix, endpoint: "http://127.0.0.1:\(proxy.port)")
+        defer { fx.stop() }
+        try fx.start(opts + ["--max-probe-interval", "1"])
+        try fx.drop("monaco.json", monacoRequest(nginx))
+        try waitUntil("some resources recorded", timeout: 60) { (fx.progress("monaco")["resourcesCompleted"] ?? 0) >= 40 }
+        proxy.stop()
+        try fx.waitForState("monaco", "pausedNetwork", timeout: 30)
+        XCTAssertEqual(fx.errorCode("monaco"), "networkError")
+        XCTAssertTrue(fx.errorMessage("monaco")?.contains("does not answer") ?? false, fx.errorMessage("monaco") ?? "")
+        try proxy.start()
+        try fx.waitForState("monaco", "completed", timeout: 120)
+        try assertBucketMatchesManifest(fx, s3, "monaco", expected: 419)
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+    }
+}
+
+/// `Tests/Support/tcpproxy.py`: forwards 127.0.0.1:`port` to 127.0.0.1:`target` while it runs;
+/// `stop()` makes the target unreachable, `start()` brings it back on the same port.
+final class TCPForwarder: @unchecked Sendable {
+    let port: Int
+    let target: Int
+    private var process: Process?
+
+    init(target: Int) throws {
+        self.target = target
+        port = try Loopback.freePort()
+        try start()
+    }
+    deinit { stop() }
+
+    /// Starts the forwarder and returns once it listens (retrying for 10 s while the port is busy).
+    func start() throws {
+        guard let python = ChildProcess.find("python3", override: "TILESPOOL_PYTHON", preferred: ["/usr/bin/python3"]) else {
+            throw SupportError("python3 not found (run `make deps`)")
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while true {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: python)
+            p.arguments = [MapData.packageRoot.appendingPathComponent("Tests/Support/tcpproxy.py").path, "\(port)", "\(target)"]
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            let line = out.fileHandleForReading.availableData
+            if String(decoding: line, as: UTF8.self).hasPrefix("listening") { process = p; return }
+            p.waitUntilExit()
+            if Date() > deadline { throw SupportError("tcpproxy.py did not listen on \(port)") }
+            usleep(200_000)
+        }
+    }
+
+    /// Stops it (SIGKILL): connections are cut, new ones refused.
+    func stop() {
+        guard let p = process else { return }
+        process = nil
+        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+    }
+}
