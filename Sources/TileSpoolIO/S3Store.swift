@@ -141,9 +141,27 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
                 return nil
             } catch {
                 guard S3ObjectStore.isRetryable(error), attempt < uploadAttempts else { return error }
-                usleep(useconds_t(min(2.0, 0.2 * pow(2.5, Double(attempt - 1))) * 1_000_000))
+                S3ObjectStore.backOff(attempt)
             }
         }
+    }
+
+    /// Runs one request with a pooled client, again after 0.2 s, 0.5 s, ... while it fails in a
+    /// way a retry can cure (`isRetryable`), at most `uploadAttempts` times in all.
+    /// - Throws: the last error.
+    func retrying<T>(_ body: (S3Client) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do { return try clients.with(body) } catch let e as S3Error where S3ObjectStore.isRetryable(e) && attempt < uploadAttempts {
+                S3ObjectStore.backOff(attempt)
+            }
+        }
+    }
+
+    /// Waits before attempt `attempt + 1`: 0.2 s, 0.5 s, 1.25 s, then 2 s.
+    static func backOff(_ attempt: Int) {
+        usleep(useconds_t(min(2.0, 0.2 * pow(2.5, Double(attempt - 1))) * 1_000_000))
     }
 
     /// True for a failure a retry can cure: no answer, 5xx, 429, or a body the server found
@@ -267,7 +285,8 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
 
     public var location: String { "\(store.location)/\(base)" }
 
-    private func client<T>(_ body: (S3Client) throws -> T) throws -> T { try store.clients.with(body) }
+    /// One request, retried while a retry can help (`S3ObjectStore.retrying`).
+    private func client<T>(_ body: (S3Client) throws -> T) throws -> T { try store.retrying(body) }
 
     public func create(request: RegionRequest) throws {
         let data = JSONKind.serialize(request.jsonObject, pretty: true)
@@ -344,7 +363,9 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         let n = nextSegment!
         let data = Data(((n == 0 ? ManifestLine.header : "")).utf8) + Data(bytes)
         let key = base + "manifest/" + String(format: "%010d.tsv", n)
-        let outcome = try client { c in try c.put(key, data, ifNoneMatch: true) }
+        var outcome = try client { c in try c.put(key, data, ifNoneMatch: true) }
+        // A retried PUT whose first attempt was written but not answered finds its own segment.
+        if outcome == .alreadyExists, (try? client { c in try c.get(key) }) == data { outcome = .created }
         guard outcome == .created else {
             nextSegment = nil
             throw S3Error(status: 412, code: "SegmentExists",

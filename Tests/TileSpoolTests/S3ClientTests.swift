@@ -40,6 +40,32 @@ final class S3ClientTests: XCTestCase {
         XCTAssertNil(try s3.get(key))
     }
 
+    /// `touch` (a copy onto itself) makes an existing object young again by its Last-Modified,
+    /// keeping its bytes: what a daemon does when its PUT finds the object there (412), so that
+    /// gc's grace period protects an object about to be recorded again.
+    func testTouchRefreshesLastModifiedAndKeepsTheBytes() throws {
+        let s3 = S3Client(config: try server().config(prefix: prefix()))
+        let body = Data("old object \(UUID())".utf8)
+        try s3.put("objects/old", body)
+        try waitUntil("the object is 1.5 s old", timeout: 10, poll: 0.1) {
+            Date().timeIntervalSince1970 - (try s3.list(prefix: "objects/old").first?.lastModified ?? .infinity) >= 1.5
+        }
+        try s3.touch("objects/old")
+        let age = Date().timeIntervalSince1970 - (try XCTUnwrap(try s3.list(prefix: "objects/old").first).lastModified)
+        XCTAssertLessThan(age, 1.2)
+        XCTAssertEqual(try s3.get("objects/old"), body)
+        XCTAssertThrowsError(try s3.touch("objects/absent")) { XCTAssertEqual(($0 as? S3Error)?.status, 404, "\($0)") }
+    }
+
+    /// `listFolders` gives the next path segment of the keys under a prefix, each once.
+    func testListFoldersGivesEachRegionOnce() throws {
+        let s3 = S3Client(config: try server().config(prefix: prefix()))
+        for k in ["regions/a/request.json", "regions/a/manifest/0000000000.tsv", "regions/b-2/plan.json", "objects/ab/x"] {
+            try s3.put(k, Data("x".utf8))
+        }
+        XCTAssertEqual(try s3.listFolders(prefix: "regions/").sorted(), ["a", "b-2"])
+    }
+
     /// A listing longer than one page (1,000 keys) is followed to its end.
     func testListFollowsContinuationTokens() throws {
         let s3 = S3Client(config: try server().config(prefix: prefix()))
