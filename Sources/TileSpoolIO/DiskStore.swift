@@ -86,8 +86,6 @@ extension ObjectStore: TileStore {
                         try? Files.makeDirectories(root + "/quarantine")
                         if Glibc.rename(folder + "/" + name, root + "/quarantine/" + name) == 0 { c.quarantined += 1 }
                     }
-                } else {
-                    c.present.insert(name)
                 }
             }
         }

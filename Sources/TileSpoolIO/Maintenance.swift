@@ -127,7 +127,7 @@ public enum StoreMaintenance {
             files.readManifest { line in
                 lines += 1
                 report.linesChecked += 1
-                if let s = line.sha256, bad.contains(s) || (!objects.present.contains(s) && !store.contains(s)) {
+                if let s = line.sha256, bad.contains(s) || (objects.present?.contains(s) != true && !store.contains(s)) {
                     if !bad.contains(s) { report.missingObjects.append("\(id): \(line.key) -> \(s)") }
                     dropped += 1
                     droppedBytes += line.bytes

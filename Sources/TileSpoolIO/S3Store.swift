@@ -236,6 +236,7 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
             var error: Error?
         }
         let results = Results()
+        results.check.present = []
         let pool = clients
         DispatchQueue.concurrentPerform(iterations: 8) { worker in
             for i in stride(from: worker, to: listed.count, by: 8) {
@@ -253,7 +254,7 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
                 if !good && repair { try? pool.with { c in try c.delete(key) } }
                 results.lock.lock()
                 results.check.checked += 1
-                if good { results.check.present.insert(name) } else {
+                if good { results.check.present?.insert(name) } else {
                     results.check.bad.append("\(folder)/\(name)")
                     results.check.badNames.insert(name)
                     if repair { results.check.quarantined += 1 }

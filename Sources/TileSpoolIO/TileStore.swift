@@ -85,8 +85,10 @@ public struct ObjectCheck: Sendable {
     /// Objects whose bytes do not hash to their name, as `ab/<sha256>`.
     public var bad: [String] = []
     public var badNames = Set<String>()
-    /// The names of the objects present (good ones).
-    public var present = Set<String>()
+    /// The names of the good objects, when the backend collects them (S3, where asking for one
+    /// object costs a request); nil for the disk store (a `stat` per manifest line is cheaper
+    /// than holding every name).
+    public var present: Set<String>?
     public var quarantined = 0
     /// Leftover temp files, as paths relative to the store.
     public var tempFiles: [String] = []

@@ -10,13 +10,17 @@ final class S3ClientTests: XCTestCase {
     nonisolated(unsafe) static var startError: Error?
 
     override class func setUp() {
+        guard CephRGW.binariesInstalled else { return }
         do { rgw = try CephRGW() } catch { startError = error }
     }
     override class func tearDown() { rgw?.stop(); rgw = nil }
 
-    func server() throws -> CephRGW {
+    /// The server; without Ceph installed, SKIPPED (or a failure with TILESPOOL_REQUIRE_MAPDATA=1).
+    func server(_ test: String = #function, file: StaticString = #filePath, line: UInt = #line) throws -> CephRGW {
         if let rgw = S3ClientTests.rgw { return rgw }
-        throw SupportError("no Ceph RGW: \(S3ClientTests.startError.map { "\($0)" } ?? "not started")")
+        if let e = S3ClientTests.startError { throw SupportError("no Ceph RGW: \(e)") }
+        try CephRGW.requireInstalled(test, file: file, line: line)
+        throw SupportError("no Ceph RGW: not started")
     }
 
     func prefix() -> String { "t-\(UUID().uuidString.prefix(8))" }

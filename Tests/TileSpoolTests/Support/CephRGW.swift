@@ -15,8 +15,10 @@ final class CephRGW: @unchecked Sendable {
 
     static let tools = ["ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph"]
 
+    /// The executable `tool` (`$TILESPOOL_<TOOL>` first), or nil when it is not installed.
     static func find(_ tool: String) -> String? {
         ChildProcess.find(tool, override: "TILESPOOL_\(tool.uppercased().replacingOccurrences(of: "-", with: "_"))", fallbacks: ["/usr/bin/\(tool)"])
+            .flatMap { FileManager.default.isExecutableFile(atPath: $0) ? $0 : nil }
     }
 
     /// True when every Ceph binary the harness runs is installed.
