@@ -127,6 +127,10 @@ extension Daemon {
             reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' is \(what)")
             return
         }
+        if store.isShared, regions[request.id] == nil, status.read(id: request.id) == nil, store.regionExists(request.id) {
+            reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' exists in the store \(store.location) and this spool has no status for it: it is another daemon's (region ids must be distinct between daemons, docs/s3.md#concurrency)")
+            return
+        }
         accept(request, plan: tilesPlan, path: path, name: name)
     }
 
@@ -192,7 +196,8 @@ extension Daemon {
             return
         }
         guard let r = regions[id] else {
-            if action == .delete, status.read(id: id) != nil || store.regionExists(id) {
+            // In a shared store (S3) a region this spool has no status for is another daemon's.
+            if action == .delete, status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) {
                 Files.remove(path)
                 store.region(id).remove()
                 status.remove(id: id)

@@ -28,12 +28,6 @@ public final class RegionPack: @unchecked Sendable {
 
     /// Reads the region's request, plan and non-tile manifest lines.
     /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
-    public convenience init(storeRoot: String, id: String) throws(ExportError) {
-        let store: ObjectStore
-        do { store = try ObjectStore(root: storeRoot) } catch { throw ExportError("cannot open the store \(storeRoot): \(error)") }
-        try self.init(store: store, id: id)
-    }
-
     /// Reads the region's request, plan and non-tile manifest lines from `store`.
     /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
     public init(store: any TileStore, id: String) throws(ExportError) {

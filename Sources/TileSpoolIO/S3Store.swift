@@ -49,6 +49,12 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
     private var nextSeq = 0
     private var failures: [(seq: Int, error: S3Error)] = []
     private var started = false
+    /// Until this time (seconds since 1970) uploads fail at once without a request: an upload got
+    /// no answer after all its attempts, so the queued ones would only wait out theirs (a stop
+    /// or a pause then takes seconds, not minutes).
+    private var unreachableUntil = 0.0
+    /// How long an endpoint that did not answer counts as unreachable.
+    static let unreachableHold = 2.0
     private var addedCount = (objects: 0, bytes: 0)
 
     /// A store on `config`'s bucket and prefix. Nothing is sent until it is used.
@@ -136,11 +142,20 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         var attempt = 0
         while true {
             attempt += 1
+            cond.lock()
+            let unreachable = Date().timeIntervalSince1970 < unreachableUntil
+            cond.unlock()
+            if unreachable { return S3Error(message: "\(config.endpoint) did not answer a moment ago") }
             do throws(S3Error) {
                 if try client.put(key, body, ifNoneMatch: true) == .alreadyExists { try client.touch(key) }
                 return nil
             } catch {
-                guard S3ObjectStore.isRetryable(error), attempt < uploadAttempts else { return error }
+                guard S3ObjectStore.isRetryable(error), attempt < uploadAttempts else {
+                    if error.status == 0 {
+                        cond.lock(); unreachableUntil = Date().timeIntervalSince1970 + S3ObjectStore.unreachableHold; cond.unlock()
+                    }
+                    return error
+                }
                 S3ObjectStore.backOff(attempt)
             }
         }
@@ -287,6 +302,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     public var location: String { "\(store.location)/\(base)" }
 
     /// One request, retried while a retry can help (`S3ObjectStore.retrying`).
+    @discardableResult
     private func client<T>(_ body: (S3Client) throws -> T) throws -> T { try store.retrying(body) }
 
     public func create(request: RegionRequest) throws {
@@ -342,7 +358,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
                     if let l = ManifestLine(line) { body(l) }
                 }
             }
-            nextSegment = (list.last.flatMap { S3RegionFiles.number($0.key) } ?? -1) + 1
+            if nextSegment == nil { nextSegment = (list.last.flatMap { S3RegionFiles.number($0.key) } ?? -1) + 1 }
         } catch {
             readFailure = error
         }

@@ -269,6 +269,13 @@ final class S3StoreTests: XCTestCase {
             XCTAssertEqual(vrc, 0, vout)
             XCTAssertTrue(vout.contains("2 manifests"), vout)
         }
+        // The other daemon's region id dropped on b: refused, a's region untouched.
+        try b.drop("west.json", monacoRequest(nginx))
+        try waitUntil("b rejects west.json", timeout: 20) { FileManager.default.fileExists(atPath: b.spool + "/rejected/west.json.error") }
+        let why = try String(contentsOfFile: b.spool + "/rejected/west.json.error", encoding: .utf8)
+        XCTAssertTrue(why.contains("duplicateId") && why.contains("another daemon"), why)
+        XCTAssertNil(b.state("west"))
+        XCTAssertEqual(try s3Manifest(s3, "west").lines.count, 419)
     }
 
     /// A wrong secret: the region fails at once with the server's reason in its status (not a
