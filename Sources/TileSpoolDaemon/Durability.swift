@@ -21,7 +21,7 @@ final class CommitJob: @unchecked Sendable {
         var error: Error?
     }
     var entries: [Entry]
-    /// Set by the writer when `ObjectStore.sync` failed; then no manifest was touched.
+    /// Set by the writer when `TileStore.sync` failed; then no manifest was touched.
     var syncError: Error?
     init(entries: [Entry]) { self.entries = entries }
 }

@@ -170,7 +170,7 @@ public final class RegionFiles: @unchecked Sendable {
     }
 
     /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name
-    /// are durable (`ObjectStore.sync`).
+    /// are durable (`TileStore.sync`).
     public func appendToManifest(_ lines: [ManifestLine]) throws(SystemError) {
         var text = ""
         text.reserveCapacity(lines.count * 120)
@@ -180,7 +180,7 @@ public final class RegionFiles: @unchecked Sendable {
 
     /// Appends already rendered lines (`ManifestLine.text`, in order) to the manifest and
     /// fdatasyncs it; the form the daemon's writer thread uses (docs/durability.md). Call only after
-    /// the objects the lines name are durable (`ObjectStore.sync`), and from one thread at a time.
+    /// the objects the lines name are durable (`TileStore.sync`), and from one thread at a time.
     /// - Throws: `SystemError` from open, write or fdatasync.
     public func appendToManifest(text bytes: [UInt8]) throws(SystemError) {
         guard !bytes.isEmpty else { return }
