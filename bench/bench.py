@@ -393,7 +393,7 @@ class Daemon:
         deadline = time.monotonic() + ready_timeout
         while True:
             with open(self.log_path, "rb") as f:
-                if b"tilespool: watching" in f.read():
+                if b"watching " in f.read():  # the daemon's first log line (logfmt or json)
                     break
             if self.proc.poll() is not None:
                 raise BenchError("the daemon exited at start; see %s" % self.log_path)
@@ -539,11 +539,14 @@ def size_pool():
     return sorted(sizes)
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
 def ensure_pyramid():
     pyr = os.path.join(DATA, "pyramid")
     stamp_path = os.path.join(DATA, "pyramid.json")
     params = {"bounds": TP_BOUNDS, "minZoom": TP_MINZ, "maxZoom": PYR_MAXZ, "seed": PYRAMID_SEED,
-              "sizePool": SIZE_POOL_DIRS, "version": 1}
+              "sizePool": SIZE_POOL_DIRS, "version": 2}
     if os.path.exists(stamp_path):
         with open(stamp_path) as f:
             stamp = json.load(f)
@@ -563,11 +566,12 @@ def ensure_pyramid():
         if d not in made_dirs:
             os.makedirs(d, exist_ok=True)
             made_dirs.add(d)
-        # 8 bytes of the tile's own coordinates first: bodies stay distinct even when short.
-        body = (z << 48 | x << 24 | y).to_bytes(8, "big") + rng.randbytes(max(size - 8, 0))
+        # The PNG signature (the daemon refuses a .png body without it, TileBody.swift), then 8
+        # bytes of the tile's own coordinates: bodies stay distinct even when short.
+        body = PNG_SIGNATURE + (z << 48 | x << 24 | y).to_bytes(8, "big") + rng.randbytes(max(size - 16, 0))
         with open(os.path.join(d, "%d.png" % y), "wb") as f:
-            f.write(body[:max(size, 8)])
-        sizes.append(max(size, 8))
+            f.write(body[:max(size, 16)])
+        sizes.append(max(size, 16))
     stamp = {"params": params, "tiles": len(sizes), "bytes": sum(sizes), "meanBytes": statistics.mean(sizes),
              "medianBytes": statistics.median(sizes), "maxBytes": max(sizes), "poolTiles": len(pool),
              "byZoom": {str(z): rect_count(r) for z, r in rs.items()}}
