@@ -78,7 +78,8 @@ public struct ManifestLine: Sendable, Equatable {
     /// malformed lines.
     public init?(_ line: Substring) {
         if line.isEmpty || line.hasPrefix("#") { return nil }
-        let f = line.split(separator: "\t", omittingEmptySubsequences: false)
+        // Split on the tab byte: a Character-wise split costs grapheme breaking on every byte.
+        let f = line.utf8.split(separator: 0x09, omittingEmptySubsequences: false).map { Substring($0) }
         guard f.count == 5 || f.count == 9, let kind = ResourceKind(rawValue: String(f[0])), let bytes = Int(f[2]), bytes >= 0 else { return nil }
         let sha = String(f[1])
         if sha != "-" && sha != "!" { guard sha.utf8.count == 64, sha.utf8.allSatisfy(isHexDigit) else { return nil } }

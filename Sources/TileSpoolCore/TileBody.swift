@@ -33,17 +33,24 @@ public enum TileBody {
     ///   - body: the body after content decoding.
     public static func problem(url: String, contentType: String?, body: Data) -> String? {
         if body.isEmpty { return nil }
-        let type = contentType.map { $0.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? "" }
-        let received = "received \(body.count) bytes" + (contentType.map { " of Content-Type '\($0.prefix(80))'" } ?? "")
-            + " starting \(preview(body))"
+        // Once per tile: the common answer (a real tile) is decided on bytes, and the message is
+        // built only for a body that is refused.
+        var type: String?
+        if let contentType {
+            let bare = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }
+            type = String(decoding: bare, as: UTF8.self).trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        func received() -> String {
+            "received \(body.count) bytes" + (contentType.map { " of Content-Type '\($0.prefix(80))'" } ?? "") + " starting \(preview(body))"
+        }
         if type == "text/html" || type == "application/xhtml+xml" || looksLikeHTML(body) {
-            return "the body is an HTML page, not a tile: \(received)"
+            return "the body is an HTML page, not a tile: \(received())"
         }
         if let type, type.hasPrefix("text/") {
-            return "the body is text (\(type)), not a tile: \(received)"
+            return "the body is text (\(type)), not a tile: \(received())"
         }
         if let format = expectedFormat(url: url), !hasSignature(body, format) {
-            return "the body is not a \(format) image (its first bytes are not the \(format) signature): \(received)"
+            return "the body is not a \(format) image (its first bytes are not the \(format) signature): \(received())"
         }
         return nil
     }
@@ -62,6 +69,9 @@ public enum TileBody {
     /// True when the body, after any UTF-8 byte order mark and white space, starts with
     /// `<!doctype html` or `<html` (ASCII case-insensitive).
     static func looksLikeHTML(_ body: Data) -> Bool {
+        // Only a body starting (after a BOM or white space) with "<" can be HTML.
+        guard let first = body.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D && $0 != 0xEF && $0 != 0xBB && $0 != 0xBF }),
+              first == UInt8(ascii: "<") else { return false }
         var b = [UInt8](body.prefix(64))
         if b.starts(with: [0xEF, 0xBB, 0xBF]) { b.removeFirst(3) }
         while let f = b.first, f == 0x20 || f == 0x09 || f == 0x0A || f == 0x0D { b.removeFirst() }
