@@ -81,22 +81,32 @@ public struct RateLimiter: Sendable {
     /// The host of an absolute URL, lower-cased by the caller when needed: the bytes between
     /// `://` (after any `user@`) and the next `/`, `?` or `#`, without the port. Cheap: no URL parsing.
     public static func host(of url: String) -> Substring {
-        guard let s = url.range(of: "://") else { return "" }
-        var rest = url[s.upperBound...]
-        if let end = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) { rest = rest[..<end] }
-        if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
-        if rest.hasPrefix("[") {
-            if let close = rest.firstIndex(of: "]") { return rest[rest.startIndex...close] }
-            return rest
+        let u = url.utf8
+        var i = u.startIndex
+        // After "://": the authority runs to the next "/", "?" or "#".
+        while i != u.endIndex, u[i] != UInt8(ascii: ":") { i = u.index(after: i) }
+        guard i != u.endIndex, u[i...].starts(with: "://".utf8) else { return "" }
+        var start = u.index(i, offsetBy: 3), end = start
+        while end != u.endIndex, u[end] != UInt8(ascii: "/"), u[end] != UInt8(ascii: "?"), u[end] != UInt8(ascii: "#") {
+            if u[end] == UInt8(ascii: "@") { start = u.index(after: end) }
+            end = u.index(after: end)
         }
-        if let colon = rest.firstIndex(of: ":") { rest = rest[..<colon] }
-        return rest
+        var hostEnd = end, j = start
+        if j != end, u[j] == UInt8(ascii: "[") {
+            while j != end, u[j] != UInt8(ascii: "]") { j = u.index(after: j) }
+            if j != end { hostEnd = u.index(after: j) }
+        } else {
+            while j != end, u[j] != UInt8(ascii: ":") { j = u.index(after: j) }
+            hostEnd = j
+        }
+        return url[start..<hostEnd]
     }
 
     /// True for `localhost`, an IPv4 address in 127.0.0.0/8 and `[::1]`.
     public static func isLoopback(_ host: Substring) -> Bool {
         let h = host.lowercased()
+        let octets = h.split(separator: ".", omittingEmptySubsequences: false)
         return h == "localhost" || h.hasSuffix(".localhost") || h == "[::1]" || h == "::1"
-            || (h.hasPrefix("127.") && h.split(separator: ".").count == 4 && h.split(separator: ".").allSatisfy { UInt8($0) != nil })
+            || (octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil })
     }
 }

@@ -22,7 +22,9 @@ public struct DaemonOptions: Sendable {
     /// Requests in flight for one region.
     public var maxRequestsPerRegion = 8
     /// The largest plan accepted, in tiles (a request's `maxTiles` can only lower it).
-    public var maxTiles = 1_000_000
+    public var maxTiles = DaemonOptions.defaultMaxTiles
+    /// The default of `maxTiles` (`--max-tiles`), also `tilespool plan`'s.
+    public static let defaultMaxTiles = 1_000_000
     /// Attempts after the first for a transient failure (5xx, 429, network, damaged body).
     public var maxRetries = 5
     /// First retry delay; doubles each attempt up to `maxRetryDelay`.

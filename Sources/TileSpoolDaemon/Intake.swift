@@ -144,7 +144,9 @@ extension Daemon {
         let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
         do {
             if keepingManifest {
-                if case .style = request.source { try files.keepForNewCredentials(dropDocuments: true) } else { try files.keepForNewCredentials(dropDocuments: false) }
+                var isStyle = false
+                if case .style = request.source { isStyle = true }
+                try files.keepForNewCredentials(dropDocuments: isStyle)
             } else {
                 files.resetDownload()
             }

@@ -373,10 +373,11 @@ extension Daemon {
     /// `writeFailedList` from the manifest in `files`, with the reasons known by key.
     func writeFailedList(_ r: Region, files: any RegionStorage, reasons: [String: String]) {
         var text = ""
-        files.readManifest { l in
+        // The progress counts failed tiles: with none, no need to read the whole manifest again.
+        if r.progress.tilesFailed > 0 { files.readManifest { l in
             guard l.failed else { return }
             text += "\(l.key)\t\(l.url)\t\(ManifestLine.sanitizeKey(reasons[l.key] ?? "-"))\n"
-        }
+        } }
         do { try r.files.saveFailedList(text.isEmpty ? nil : "# key\turl\terror\n" + text) } catch {
             Log.error("\(r.id): cannot write failed.tsv: \(error)")
         }

@@ -28,7 +28,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         return 1
     }
     let allowed = Set((a.allValues["--allow-host"] ?? []).map { $0.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) })
-    let maxTiles = try a.int("--max-tiles", default: DaemonOptions(spool: "", store: "").maxTiles)
+    let maxTiles = try a.int("--max-tiles", default: DaemonOptions.defaultMaxTiles)
     func refuse(_ e: RegionError) -> Int32 { err("tilespool: \(e.code.rawValue): \(e.message)"); return 1 }
     let named: [String]
     switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }

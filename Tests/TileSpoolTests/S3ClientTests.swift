@@ -5,23 +5,7 @@ import XCTest
 /// Issue 12, first piece: the S3 client against a real Ceph RADOS Gateway (started once for the
 /// class, stopped by pid at its end): SigV4 by libcurl, the body's SHA-256 checked by the server,
 /// conditional PUT for dedup across writers, clear errors for a wrong secret or no server.
-final class S3ClientTests: XCTestCase {
-    nonisolated(unsafe) static var rgw: CephRGW?
-    nonisolated(unsafe) static var startError: Error?
-
-    override class func setUp() {
-        guard CephRGW.binariesInstalled else { return }
-        do { rgw = try CephRGW() } catch { startError = error }
-    }
-    override class func tearDown() { rgw?.stop(); rgw = nil }
-
-    /// The server; without Ceph installed, SKIPPED (or a failure with TILESPOOL_REQUIRE_MAPDATA=1).
-    func server(_ test: String = #function, file: StaticString = #filePath, line: UInt = #line) throws -> CephRGW {
-        if let rgw = S3ClientTests.rgw { return rgw }
-        if let e = S3ClientTests.startError { throw SupportError("no Ceph RGW: \(e)") }
-        try CephRGW.requireInstalled(test, file: file, line: line)
-        throw SupportError("no Ceph RGW: not started")
-    }
+final class S3ClientTests: CephTestCase {
 
     func prefix() -> String { "t-\(UUID().uuidString.prefix(8))" }
 

@@ -6,22 +6,7 @@ import XCTest
 /// class): the real `tilespool` binary downloads from the test nginx into `--store s3://tiles/P`,
 /// and what a user checks is read back from the bucket (objects, manifest segments) and from
 /// `verify`, `export` and `gc`, as with the disk store.
-final class S3StoreTests: XCTestCase {
-    nonisolated(unsafe) static var rgw: CephRGW?
-    nonisolated(unsafe) static var startError: Error?
-
-    override class func setUp() {
-        guard CephRGW.binariesInstalled else { return }
-        do { rgw = try CephRGW() } catch { startError = error }
-    }
-    override class func tearDown() { rgw?.stop(); rgw = nil }
-
-    func server(_ test: String = #function, file: StaticString = #filePath, line: UInt = #line) throws -> CephRGW {
-        if let rgw = S3StoreTests.rgw { return rgw }
-        if let e = S3StoreTests.startError { throw SupportError("Ceph RGW did not start: \(e)") }
-        try CephRGW.requireInstalled(test, file: file, line: line)
-        throw SupportError("no Ceph RGW")
-    }
+final class S3StoreTests: CephTestCase {
 
     /// A fresh prefix in the test bucket, the S3 options for the daemon and CLI, and the
     /// credentials in the fixture's environment.

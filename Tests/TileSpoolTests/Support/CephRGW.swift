@@ -83,3 +83,29 @@ final class CephRGW: @unchecked Sendable {
         return (p.terminationStatus, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
     }
 }
+
+/// A test class that starts one Ceph RGW for all its tests and stops it by pid at the end.
+/// Without Ceph installed, `server()` reports the test SKIPPED (a failure with
+/// TILESPOOL_REQUIRE_MAPDATA=1, as in CI). Subclasses get their own server each.
+class CephTestCase: XCTestCase {
+    nonisolated(unsafe) private static var servers: [ObjectIdentifier: Result<CephRGW, Error>] = [:]
+
+    override class func setUp() {
+        guard CephRGW.binariesInstalled else { return }
+        servers[ObjectIdentifier(self)] = Result { try CephRGW() }
+    }
+    override class func tearDown() {
+        if case .success(let rgw) = servers.removeValue(forKey: ObjectIdentifier(self)) { rgw.stop() }
+    }
+
+    /// The class's server; throws when it could not start or Ceph is not installed.
+    func server(_ test: String = #function, file: StaticString = #filePath, line: UInt = #line) throws -> CephRGW {
+        switch CephTestCase.servers[ObjectIdentifier(type(of: self))] {
+        case .success(let rgw): return rgw
+        case .failure(let e): throw SupportError("Ceph RGW did not start: \(e)")
+        case nil:
+            try CephRGW.requireInstalled(test, file: file, line: line)
+            throw SupportError("no Ceph RGW: not started")
+        }
+    }
+}

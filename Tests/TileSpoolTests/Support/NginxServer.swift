@@ -137,12 +137,8 @@ final class NginxServer: @unchecked Sendable {
     /// Every request logged so far with its `If-None-Match` and `If-Modified-Since` headers, oldest
     /// first (nginx logs an absent header as `-`, given here as "").
     func conditionalLog() -> [ConditionalEntry] {
-        guard let data = try? Data(contentsOf: directory.appendingPathComponent("conditional.log")) else { return [] }
-        var lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
-        lines.removeLast()
-        return lines.compactMap { line in
-            let f = line.split(separator: "\t", maxSplits: 3, omittingEmptySubsequences: false).map(String.init)
-            guard f.count == 4, let status = Int(f[0]) else { return nil }
+        tabSeparatedLog("conditional.log").compactMap { f in
+            guard let status = Int(f[0]) else { return nil }
             return ConditionalEntry(status: status, ifNoneMatch: f[1] == "-" ? "" : f[1],
                                     ifModifiedSince: f[2] == "-" ? "" : f[2], uri: f[3])
         }
@@ -160,14 +156,20 @@ final class NginxServer: @unchecked Sendable {
 
     /// Every request logged so far with its times, oldest first (in the order they finished).
     func timingLog() -> [TimedEntry] {
-        guard let data = try? Data(contentsOf: directory.appendingPathComponent("timing.log")) else { return [] }
-        var lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
-        lines.removeLast()
-        return lines.compactMap { line in
-            let f = line.split(separator: "\t", maxSplits: 3, omittingEmptySubsequences: false).map(String.init)
-            guard f.count == 4, let end = Double(f[0]), let took = Double(f[1]), let bytes = Int(f[2]) else { return nil }
+        tabSeparatedLog("timing.log").compactMap { f in
+            guard let end = Double(f[0]), let took = Double(f[1]), let bytes = Int(f[2]) else { return nil }
             return TimedEntry(start: end - took, end: end, bytes: bytes, uri: f[3])
         }
+    }
+
+    /// The complete lines of one of our four-field, tab-separated logs (the URI last, so it may
+    /// hold anything), split into their fields; a line still being written is left out.
+    private func tabSeparatedLog(_ name: String) -> [[String]] {
+        guard let data = try? Data(contentsOf: directory.appendingPathComponent(name)) else { return [] }
+        var lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+        lines.removeLast()
+        return lines.map { $0.split(separator: "\t", maxSplits: 3, omittingEmptySubsequences: false).map(String.init) }
+            .filter { $0.count == 4 }
     }
 
     /// Total body bytes sent, over every logged request.
