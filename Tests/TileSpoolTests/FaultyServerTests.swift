@@ -104,7 +104,7 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
         XCTAssertEqual(server.hits("/error500/e5/0/0/0.png"), 3, "the first attempt and --max-retries 2")
         let event = fx.events("e5").last
         XCTAssertEqual((event?["error"] as? [String: Any])?["url"] as? String, bad)
-        XCTAssertTrue(fx.log().contains(bad) && fx.log().contains("500"), "the log names the URL and the status")
+        try waitUntil("the log names the URL and the status", timeout: 10) { fx.log().contains(bad) && fx.log().contains("500") }
         fx.assertCountsMatchManifest("e5")
         fx.assertOnlyWholeBodiesStored(okHashes(["/ok/e5/0/0/0.png"]))
         XCTAssertFalse(fx.manifest("e5").contains { $0.url == bad })
@@ -118,7 +118,8 @@ final class FaultyServerTests: FaultServerSpoolTestCase {
         let path = try runOneTile("reset", fault: "reset", tag: "rs", options: ["--max-retries", "1"],
                                   until: "pausedNetwork", code: "networkError", timeout: 20)
         XCTAssertGreaterThanOrEqual(server.hits(path), 2, "retried before giving up")
-        XCTAssertTrue(fx.log().contains(server.url(path)), "the log names the URL")
+        // The daemon logs a state change just after writing the status file: wait for the line.
+        try waitUntil("the log names the URL", timeout: 10) { fx.log().contains(server.url(path)) }
         assertNothingStored("reset")
     }
 
