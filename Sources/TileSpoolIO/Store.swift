@@ -54,30 +54,34 @@ public enum SHA256 {
 ///     <store>/tmp/                                           temp files on their way in
 ///     <store>/regions/<id>/                                  request.json, plan.json, manifest.tsv
 ///
-/// `put` is the one path through which bytes enter `objects/`: hash, skip when present, write a temp
-/// file under `tmp/`, rename into place. Durability is batched: `sync()` flushes the whole filesystem
-/// (`syncfs`) and the object folders renamed into since the last call, and the caller records objects
-/// in a manifest only after that (see docs/durability.md).
+/// `put` is the one path through which bytes enter `objects/`: hash, skip when present, then (on
+/// the store's writer thread) a temp file under `tmp/`, renamed into place. Durability is batched:
+/// `sync()` waits for the writes queued before it, then flushes the whole filesystem (`syncfs`),
+/// and the caller records objects in a manifest only after that (see docs/durability.md).
 public final class ObjectStore: @unchecked Sendable {
     public let root: String
     public var objectsDir: String { root + "/objects" }
     public var tmpDir: String { root + "/tmp" }
     public var regionsDir: String { root + "/regions" }
-    private var tmpCounter = 0
-    private var knownFolders = Set<String>()
     /// Objects and bytes in `objects/` as far as this process knows: the last `measure` given to
     /// `setUsage` plus what `put` added since; nil until `setUsage` is called.
     public private(set) var usage: (objects: Int, bytes: Int)?
-    /// Objects and bytes `put` has written since this store was opened.
+    /// Objects and bytes `put` has written (or queued) since this store was opened.
     public private(set) var added: (objects: Int, bytes: Int) = (0, 0)
     /// The store quota (`--max-store-bytes`): `put` refuses a new object that would take `usage`
     /// past it. Only enforced once `usage` is known.
     public var maxBytes: Int?
+    /// At most this many objects wait for the writer thread; `put` waits for room beyond it
+    /// (256 tiles of 50 KiB: about 13 MiB).
+    public var maxQueuedWrites = 256
+    /// The writes `put` hands to the writer thread, and what became of them.
+    private let writes: ObjectWriter
 
     /// Opens (creating when needed) the store at `root`.
     /// - Throws: `SystemError` when the folders cannot be made.
     public init(root: String) throws(SystemError) {
         self.root = root
+        writes = ObjectWriter(objectsDir: root + "/objects", tmpDir: root + "/tmp")
         try Files.makeDirectories(root + "/objects")
         try Files.makeDirectories(root + "/tmp")
         try Files.makeDirectories(root + "/regions")
@@ -91,36 +95,24 @@ public final class ObjectStore: @unchecked Sendable {
     /// True when the object exists.
     public func contains(_ sha256: String) -> Bool { Files.entryType(objectPath(sha256)) == .regular }
 
-    /// Stores `bytes` under their SHA-256 unless an object of that name exists.
-    /// - Returns: the hex SHA-256 and whether a new file was written.
-    /// - Throws: `SystemError` from open/write/rename (ENOSPC and friends: `isStorageFailure`). On a
-    ///   throw no file exists under the final name and the temp file is removed.
+    /// Stores `data` under its SHA-256 unless an object of that name exists. The file is written by
+    /// the store's writer thread, so the caller's thread (the event loop) goes on downloading
+    /// meanwhile; `sync()` waits for it. An object that is present has its mtime refreshed at once
+    /// so that a concurrent `gc` sees it as young (docs/gc.md).
+    /// - Returns: the hex SHA-256 and whether a new file is being written (false: it was there).
+    /// - Throws: `SystemError` "quota" (`EDQUOT`) when the object would take the store past
+    ///   `maxBytes`. A failed write (ENOSPC and friends: `isStorageFailure`) is thrown by the next
+    ///   `sync()`; no file then exists under the final name and the temp file is removed.
     @discardableResult
-    public func put(_ bytes: UnsafeRawBufferPointer) throws(SystemError) -> (sha256: String, isNew: Bool) {
-        let sha = SHA256.hex(bytes)
-        let final = objectPath(sha)
-        // Present already: refresh its mtime so a concurrent `gc` sees it as young (docs/gc.md).
-        if utimensat(AT_FDCWD, final, nil, 0) == 0 { return (sha, false) }
-        if let m = maxBytes, let u = usage, u.bytes + bytes.count > m {
+    public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) {
+        let sha = SHA256.hex(data)
+        if utimensat(AT_FDCWD, objectPath(sha), nil, 0) == 0 { return (sha, false) }
+        if let m = maxBytes, let u = usage, u.bytes + data.count > m {
             throw SystemError("quota", objectsDir, errno: EDQUOT)
         }
-        let folder = "\(objectsDir)/\(sha.prefix(2))"
-        if !knownFolders.contains(folder) {
-            try Files.makeDirectories(folder)
-            knownFolders.insert(folder)
-        }
-        tmpCounter += 1
-        let tmp = "\(tmpDir)/\(getpid())-\(tmpCounter).tmp"
-        let fd = try Files.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o666)
-        do throws(SystemError) {
-            try Files.writeAll(fd, bytes, path: tmp)
-        } catch {
-            Glibc.close(fd); unlink(tmp); throw error
-        }
-        if Glibc.close(fd) != 0 { let e = SystemError("close", tmp); unlink(tmp); throw e }
-        do throws(SystemError) { try Files.rename(tmp, final) } catch { unlink(tmp); throw error }
-        added.objects += 1; added.bytes += bytes.count
-        if let u = usage { usage = (u.objects + 1, u.bytes + bytes.count) }
+        writes.enqueue(sha: sha, body: data, limit: maxQueuedWrites)
+        added.objects += 1; added.bytes += data.count
+        if let u = usage { usage = (u.objects + 1, u.bytes + data.count) }
         return (sha, true)
     }
 
@@ -145,18 +137,12 @@ public final class ObjectStore: @unchecked Sendable {
         return (objects, bytes)
     }
 
-    /// Stores `data`; see `put(_:)` for the UnsafeRawBufferPointer form.
-    @discardableResult
-    public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) {
-        let r: Result<(sha256: String, isNew: Bool), SystemError> = data.withUnsafeBytes { raw in
-            do throws(SystemError) { return .success(try put(raw)) } catch { return .failure(error) }
-        }
-        return try r.get()
-    }
-
-    /// Makes every object written so far durable: `syncfs` on the store's filesystem (file data and
-    /// the renames into object folders). Cost is one call per batch, not per object.
+    /// Makes every object `put` before the call durable: waits for the writer thread to have
+    /// written them, then `syncfs` on the store's filesystem (file data and the renames into object
+    /// folders). Cost is one call per batch, not per object. Safe on any thread.
+    /// - Throws: the first failed write among those objects (each reported once), else `syncfs`'s.
     public func sync() throws(SystemError) {
+        try writes.waitForQueued()
         try Files.syncFilesystem(root)
     }
 
@@ -179,4 +165,110 @@ public final class ObjectStore: @unchecked Sendable {
 
     /// The folder of region `id`.
     public func regionDir(_ id: String) -> String { "\(regionsDir)/\(id)" }
+}
+
+/// The store's writer thread and its queue (`ObjectStore.put` hands it the bodies): jobs run one at a time, in the order queued; each
+/// failure is kept, with the job's sequence number, until a `waitForQueued` that covers it. The
+/// thread starts with the first job and ends after 5 s without work.
+final class ObjectWriter: @unchecked Sendable {
+    let objectsDir: String
+    let tmpDir: String
+    private let cond = NSCondition()
+    private var queue: [(seq: Int, sha: String, body: Data)] = []
+    private var head = 0
+    private var nextSeq = 0
+    /// Every job with a smaller sequence number has run.
+    private var doneThrough = 0
+    private var failures: [(seq: Int, error: SystemError)] = []
+    private var threadRunning = false
+    /// The writer thread's own state (only it touches these).
+    private var knownFolders = Set<String>()
+    private var tmpCounter = 0
+
+    init(objectsDir: String, tmpDir: String) {
+        self.objectsDir = objectsDir
+        self.tmpDir = tmpDir
+    }
+
+    /// Queues a write; waits while `limit` writes are queued or running.
+    func enqueue(sha: String, body: Data, limit: Int) {
+        cond.lock()
+        while nextSeq - doneThrough >= limit { cond.wait() }
+        queue.append((nextSeq, sha, body))
+        nextSeq += 1
+        if !threadRunning {
+            threadRunning = true
+            let t = Thread { [self] in run() }
+            t.name = "tilespool.objects"
+            t.start()
+        }
+        cond.broadcast()
+        cond.unlock()
+    }
+
+    /// Waits until every write queued before the call has run.
+    /// - Throws: the first failure among them (the others of them are dropped: one is enough to
+    ///   refuse the batch).
+    func waitForQueued() throws(SystemError) {
+        cond.lock()
+        let target = nextSeq
+        while doneThrough < target { cond.wait() }
+        let mine = failures.first { $0.seq < target }
+        failures.removeAll { $0.seq < target }
+        cond.unlock()
+        if let mine { throw mine.error }
+    }
+
+    private func run() {
+        cond.lock()
+        while true {
+            if head >= queue.count {
+                queue.removeAll(keepingCapacity: true); head = 0
+                if !cond.wait(until: Date(timeIntervalSinceNow: 5)) && head >= queue.count {
+                    threadRunning = false
+                    cond.unlock()
+                    return
+                }
+                continue
+            }
+            let job = queue[head]
+            queue[head].body = Data()
+            head += 1
+            cond.unlock()
+            var failure: SystemError?
+            let r: Result<Void, SystemError> = job.body.withUnsafeBytes { raw in
+                do throws(SystemError) { try write(job.sha, raw); return .success(()) } catch { return .failure(error) }
+            }
+            if case .failure(let e) = r { failure = e }
+            cond.lock()
+            doneThrough = job.seq + 1
+            if let failure { failures.append((job.seq, failure)) }
+            cond.broadcast()
+        }
+    }
+
+    /// One object's write (the writer thread's part of `ObjectStore.put`): temp file, write,
+    /// close, rename into place; nothing when the object appeared meanwhile (the same body queued
+    /// twice: only its mtime is refreshed).
+    /// - Throws: `SystemError` from mkdir/open/write/close/rename; then no file exists under the
+    ///   final name and the temp file is removed.
+    func write(_ sha: String, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
+        let final = "\(objectsDir)/\(sha.prefix(2))/\(sha)"
+        if utimensat(AT_FDCWD, final, nil, 0) == 0 { return }
+        let folder = "\(objectsDir)/\(sha.prefix(2))"
+        if !knownFolders.contains(folder) {
+            try Files.makeDirectories(folder)
+            knownFolders.insert(folder)
+        }
+        tmpCounter += 1
+        let tmp = "\(tmpDir)/\(getpid())-\(tmpCounter).tmp"
+        let fd = try Files.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o666)
+        do throws(SystemError) {
+            try Files.writeAll(fd, bytes, path: tmp)
+        } catch {
+            Glibc.close(fd); unlink(tmp); throw error
+        }
+        if Glibc.close(fd) != 0 { let e = SystemError("close", tmp); unlink(tmp); throw e }
+        do throws(SystemError) { try Files.rename(tmp, final) } catch { unlink(tmp); throw error }
+    }
 }

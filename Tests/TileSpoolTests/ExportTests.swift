@@ -435,6 +435,7 @@ final class ExportTests: XCTestCase {
         func makeRegion(_ id: String, maxZoom: Int, bounds: GeoBounds) throws -> Int {
             let store = try ObjectStore(root: fx.store)
             let bodies = try (0..<3).map { i in try store.put(Data("body \(i) ".utf8 + Data(repeating: UInt8(i), count: 2000))).sha256 }
+            try store.sync()
             let request = RegionRequest(id: id, source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]), bounds: bounds, minZoom: 0, maxZoom: maxZoom)
             let files = RegionFiles(dir: store.regionDir(id))
             try files.create(request: request)

@@ -17,6 +17,7 @@ final class StoreTests: XCTestCase {
         let first = try store.put(body)
         XCTAssertTrue(first.isNew)
         XCTAssertEqual(first.sha256, sha256Hex(body))
+        try store.sync() // the writer thread has written it (and syncfs flushed it)
         XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(first.sha256)), body)
         XCTAssertTrue(store.objectPath(first.sha256).hasSuffix("/objects/\(first.sha256.prefix(2))/\(first.sha256)"))
         let again = try store.put(body)
