@@ -56,19 +56,54 @@ public struct ManifestLine: Sendable, Equatable {
 
     /// The line's text, newline included.
     public var text: String {
-        let f = freshness
-        let etag = f.etag.map(ManifestLine.sanitizeKey) ?? "-"
-        return "\(kind.rawValue)\t\(failed ? "!" : sha256 ?? "-")\t\(bytes)\t\(key)\t\(ManifestLine.sanitizeKey(Redaction.redact(url)))\t\(etag)\t\(ManifestLine.column(f.lastModified))\t\(ManifestLine.column(f.expires))\t\(ManifestLine.milliseconds(f.fetched))\n"
+        var b: [UInt8] = []
+        b.reserveCapacity(192)
+        appendText(to: &b)
+        return String(decoding: b, as: UTF8.self)
     }
 
-    static func column(_ t: Int64?) -> String { t.map { String($0) } ?? "-" }
+    /// Appends the line's text (`text`, newline included) as UTF-8 to `out`: the form the daemon
+    /// uses once per resource (journal and manifest), with no intermediate strings.
+    public func appendText(to out: inout [UInt8]) {
+        let tab: UInt8 = 0x09, dash = UInt8(ascii: "-")
+        out.append(contentsOf: kind.rawValue.utf8); out.append(tab)
+        if failed { out.append(UInt8(ascii: "!")) } else if let sha256 { out.append(contentsOf: sha256.utf8) } else { out.append(dash) }
+        out.append(tab)
+        ManifestLine.appendDecimal(Int64(bytes), to: &out); out.append(tab)
+        out.append(contentsOf: key.utf8); out.append(tab)
+        out.append(contentsOf: ManifestLine.sanitizeKey(Redaction.redact(url)).utf8); out.append(tab)
+        let f = freshness
+        if let etag = f.etag { out.append(contentsOf: ManifestLine.sanitizeKey(etag).utf8) } else { out.append(dash) }
+        out.append(tab)
+        if let t = f.lastModified { ManifestLine.appendDecimal(t, to: &out) } else { out.append(dash) }
+        out.append(tab)
+        if let t = f.expires { ManifestLine.appendDecimal(t, to: &out) } else { out.append(dash) }
+        out.append(tab)
+        if let t = f.fetched, t.isFinite, t >= 0 {
+            // Seconds with three decimals (`1764655031.042`).
+            let ms = Int64((t * 1000).rounded())
+            ManifestLine.appendDecimal(ms / 1000, to: &out)
+            let frac = ms % 1000
+            out.append(UInt8(ascii: "."))
+            out.append(UInt8(48 + frac / 100)); out.append(UInt8(48 + frac / 10 % 10)); out.append(UInt8(48 + frac % 10))
+        } else {
+            out.append(dash)
+        }
+        out.append(0x0A)
+    }
 
-    /// Seconds with three decimals (`1764655031.042`), or `-`.
-    static func milliseconds(_ t: Double?) -> String {
-        guard let t, t.isFinite, t >= 0 else { return "-" }
-        let ms = Int64((t * 1000).rounded())
-        let frac = String(ms % 1000)
-        return "\(ms / 1000)." + String(repeating: "0", count: 3 - frac.count) + frac
+    /// Appends `v` in decimal ASCII digits (a leading `-` when negative).
+    static func appendDecimal(_ v: Int64, to out: inout [UInt8]) {
+        if v < 0 { out.append(UInt8(ascii: "-")) }
+        var m = v.magnitude
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var n = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            repeat { d[n] = UInt8(48 + m % 10); m /= 10; n += 1 } while m > 0
+            while n > 0 { n -= 1; out.append(d[n]) }
+        }
     }
 
     /// `t` rounded to whole milliseconds, as the manifest writes it.
@@ -77,22 +112,65 @@ public struct ManifestLine: Sendable, Equatable {
     /// Parses one line (without its newline): five or nine columns; nil for comments, blank or
     /// malformed lines.
     public init?(_ line: Substring) {
-        if line.isEmpty || line.hasPrefix("#") { return nil }
-        // Split on the tab byte: a Character-wise split costs grapheme breaking on every byte.
-        let f = line.utf8.split(separator: 0x09, omittingEmptySubsequences: false).map { Substring($0) }
-        guard f.count == 5 || f.count == 9, let kind = ResourceKind(rawValue: String(f[0])), let bytes = Int(f[2]), bytes >= 0 else { return nil }
-        let sha = String(f[1])
-        if sha != "-" && sha != "!" { guard sha.utf8.count == 64, sha.utf8.allSatisfy(isHexDigit) else { return nil } }
-        var fresh = Freshness()
-        if f.count == 9 {
-            func time(_ s: Substring) -> Int64?? { s == "-" ? .some(nil) : Int64(s).map { .some($0) } }
-            guard let lm = time(f[6]), let ex = time(f[7]) else { return nil }
-            let fe: Double? = f[8] == "-" ? nil : Double(f[8])
-            guard f[8] == "-" || fe?.isFinite == true else { return nil }
-            fresh = Freshness(etag: f[5] == "-" ? nil : String(f[5]), lastModified: lm, expires: ex, fetched: fe)
+        var line = line
+        guard let parsed = line.withUTF8({ ManifestLine(utf8: $0) }) else { return nil }
+        self = parsed
+    }
+
+    /// Parses one line given as UTF-8 bytes (without its newline), as `init?(_: Substring)`. Once
+    /// per line whenever a manifest is read (restart, gc, verify, export, unique bytes): a single
+    /// pass over the bytes, strings made only for the columns kept.
+    public init?(utf8 b: UnsafeBufferPointer<UInt8>) {
+        if b.isEmpty || b[0] == UInt8(ascii: "#") { return nil }
+        var i = 0
+        // The next column: the bytes up to the next tab or the end; nil past the end.
+        func column() -> Range<Int>? {
+            guard i <= b.count else { return nil }
+            let start = i
+            while i < b.count && b[i] != 0x09 { i += 1 }
+            defer { i += 1 }
+            return start..<i
         }
-        self.init(kind: kind, sha256: sha == "-" || sha == "!" ? nil : sha, bytes: bytes, key: String(f[3]), url: String(f[4]), freshness: fresh)
-        failed = sha == "!"
+        func string(_ r: Range<Int>) -> String { String(decoding: UnsafeBufferPointer(rebasing: b[r]), as: UTF8.self) }
+        func isDash(_ r: Range<Int>) -> Bool { r.count == 1 && b[r.lowerBound] == UInt8(ascii: "-") }
+        // A decimal integer with an optional sign (as `Int64(_: String)` reads it).
+        func integer(_ r: Range<Int>) -> Int64? {
+            var k = r.lowerBound, negative = false
+            if k < r.upperBound && (b[k] == UInt8(ascii: "-") || b[k] == UInt8(ascii: "+")) { negative = b[k] == UInt8(ascii: "-"); k += 1 }
+            guard k < r.upperBound else { return nil }
+            var v: Int64 = 0
+            while k < r.upperBound {
+                let c = b[k]
+                guard c >= 0x30 && c <= 0x39 else { return nil }
+                let (m, o1) = v.multipliedReportingOverflow(by: 10)
+                let (a, o2) = m.addingReportingOverflow(Int64(c - 0x30))
+                guard !o1 && !o2 else { return nil }
+                v = a; k += 1
+            }
+            return negative ? -v : v
+        }
+        guard let c0 = column(), let c1 = column(), let c2 = column(), let c3 = column(), let c4 = column(),
+              let kind = ResourceKind(rawValue: string(c0)), let bytes = integer(c2), bytes >= 0, bytes <= Int64(Int.max) else { return nil }
+        let failed = c1.count == 1 && b[c1.lowerBound] == UInt8(ascii: "!")
+        var sha: String?
+        if !failed && !isDash(c1) {
+            guard c1.count == 64, b[c1].allSatisfy(isHexDigit) else { return nil }
+            sha = string(c1)
+        }
+        var fresh = Freshness()
+        if i <= b.count {
+            guard let c5 = column(), let c6 = column(), let c7 = column(), let c8 = column(), i > b.count else { return nil }
+            func time(_ r: Range<Int>) -> Int64?? { isDash(r) ? .some(nil) : integer(r).map { .some($0) } }
+            guard let lm = time(c6), let ex = time(c7) else { return nil }
+            var fetched: Double?
+            if !isDash(c8) {
+                guard let v = Double(string(c8)), v.isFinite else { return nil }
+                fetched = v
+            }
+            fresh = Freshness(etag: isDash(c5) ? nil : string(c5), lastModified: lm, expires: ex, fetched: fetched)
+        }
+        self.init(kind: kind, sha256: sha, bytes: Int(bytes), key: string(c3), url: string(c4), freshness: fresh)
+        self.failed = failed
     }
 
     /// Replaces the characters that would break the line format (tab, CR, LF) by percent escapes.

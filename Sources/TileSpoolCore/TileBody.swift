@@ -14,15 +14,19 @@ public enum TileBody {
     /// The raster format a tile URL's path extension names, or nil (vector, unknown, none).
     /// - Parameter url: a tile URL or template; the query and fragment are ignored.
     public static func expectedFormat(url: String) -> String? {
-        var path = Substring(url)
-        if let q = path.firstIndex(where: { $0 == "?" || $0 == "#" }) { path = path[..<q] }
-        guard let dot = path.lastIndex(of: "."), !path[dot...].contains("/") else { return nil }
-        switch path[path.index(after: dot)...].lowercased() {
-        case "png": return "PNG"
-        case "jpg", "jpeg": return "JPEG"
-        case "webp": return "WebP"
-        default: return nil
+        // Once per tile: a byte scan, no Substring or lower-casing (the answer is one of three).
+        var u = url.utf8[...]
+        if let q = u.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) { u = url.utf8[..<q] }
+        guard let dot = u.lastIndex(of: UInt8(ascii: ".")) else { return nil }
+        let ext = u[u.index(after: dot)...]
+        guard ext.count >= 3 && ext.count <= 4, !ext.contains(UInt8(ascii: "/")) else { return nil }
+        func isExt(_ name: String) -> Bool {
+            ext.count == name.utf8.count && zip(ext, name.utf8).allSatisfy { ($0 | 0x20) == $1 }
         }
+        if isExt("png") { return "PNG" }
+        if isExt("jpg") || isExt("jpeg") { return "JPEG" }
+        if isExt("webp") { return "WebP" }
+        return nil
     }
 
     /// Why `body` is not a tile, naming what was received (Content-Type, size, the first bytes),
@@ -37,8 +41,10 @@ public enum TileBody {
         // built only for a body that is refused.
         var type: String?
         if let contentType {
+            // The media type before any parameter, without white space, in lower case (ASCII).
             let bare = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }
-            type = String(decoding: bare, as: UTF8.self).trimmingCharacters(in: .whitespaces).lowercased()
+            let trimmed = bare.drop { $0 == 0x20 || $0 == 0x09 }.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed()
+            type = String(decoding: trimmed.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
         }
         func received() -> String {
             "received \(body.count) bytes" + (contentType.map { " of Content-Type '\($0.prefix(80))'" } ?? "") + " starting \(preview(body))"

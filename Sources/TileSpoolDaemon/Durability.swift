@@ -147,7 +147,7 @@ extension Daemon {
     /// and the manifest).
     func addPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine) {
         d.pending.append((item, line))
-        d.pendingText.append(contentsOf: line.text.utf8)
+        line.appendText(to: &d.pendingText)
         pendingCount += 1
     }
 

@@ -94,6 +94,9 @@ public final class HTTPClient: @unchecked Sendable {
     private var idle: [Transfer] = []
     private var active: [Int: Transfer] = [:]
     private var byEasy: [UnsafeMutableRawPointer: Transfer] = [:]
+    /// The last HTTP date parsed and its value: tiles of one server mostly carry the same
+    /// `Last-Modified`, so `curl_getdate` (an sscanf per field) runs once per distinct string.
+    private var lastDate: (text: String, value: Int) = ("", -1)
 
     /// Number of transfers under way.
     public var inFlight: Int { active.count }
@@ -219,8 +222,9 @@ public final class HTTPClient: @unchecked Sendable {
         var r = TransferResult(tag: t.tag, status: status, body: t.body,
                                retryAfter: retry > 0 ? Double(retry) : nil, failure: nil)
         if code == CURLE_OK {
-            r.freshness = freshness(t.easy)
-            r.contentType = header(t.easy, "Content-Type")
+            let h = headers(t.easy)
+            r.freshness = freshness(h)
+            r.contentType = h.contentType
             var unmet = 0
             tilespool_easy_getinfo_long(t.easy, CURLINFO_CONDITION_UNMET, &unmet)
             r.notModified = status == 304 || unmet != 0
@@ -244,27 +248,54 @@ public final class HTTPClient: @unchecked Sendable {
 }
 
 extension HTTPClient {
-    /// The last response's header `name` (after redirects), or nil. The corresponding C function is
-    /// `curl_easy_header` (libcurl's header API, 7.84 and later).
-    private func header(_ easy: UnsafeMutableRawPointer, _ name: String) -> String? {
-        var h: UnsafeMutablePointer<curl_header>?
-        guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK, let v = h?.pointee.value else { return nil }
-        return String(cString: v)
+    /// The response headers the daemon reads, from one walk over the last response's headers
+    /// (after redirects; the first of repeated ones). The corresponding C function is
+    /// `curl_easy_nextheader` (libcurl's header API, 7.84 and later).
+    struct ResponseHeaders {
+        var contentType, etag, lastModified, cacheControl, expires: String?
     }
 
-    /// Validators and expiry of the last response: `ETag`; `Last-Modified` and `Expires` parsed as
+    private func headers(_ easy: UnsafeMutableRawPointer) -> ResponseHeaders {
+        var out = ResponseHeaders()
+        var prev: UnsafeMutablePointer<curl_header>?
+        while let h = curl_easy_nextheader(easy, UInt32(CURLH_HEADER), -1, prev) {
+            prev = h
+            guard let name = h.pointee.name, let value = h.pointee.value else { continue }
+            func take(_ field: inout String?, _ wanted: String) {
+                if field == nil && strcasecmp(name, wanted) == 0 { field = String(cString: value) }
+            }
+            switch UInt8(bitPattern: name.pointee) | 0x20 {
+            case UInt8(ascii: "c"): take(&out.contentType, "Content-Type"); take(&out.cacheControl, "Cache-Control")
+            case UInt8(ascii: "e"): take(&out.etag, "ETag"); take(&out.expires, "Expires")
+            case UInt8(ascii: "l"): take(&out.lastModified, "Last-Modified")
+            default: break
+            }
+        }
+        return out
+    }
+
+    /// An HTTP date (RFC 9110 section 5.6.7) in seconds since 1970, or -1 when invalid
+    /// (`curl_getdate`); the last one is remembered.
+    private func httpDate(_ text: String) -> Int {
+        if text == lastDate.text { return lastDate.value }
+        let v = Int(curl_getdate(text, nil))
+        lastDate = (text, v)
+        return v
+    }
+
+    /// Validators and expiry of a response: `ETag`; `Last-Modified` and `Expires` parsed as
     /// HTTP dates (`curl_getdate`); `Cache-Control` `max-age=N` (wins over `Expires`, RFC 9111
     /// section 5.3), `no-cache` or `no-store` (expired at once).
-    func freshness(_ easy: UnsafeMutableRawPointer) -> Freshness {
+    func freshness(_ h: ResponseHeaders) -> Freshness {
         let time = Date().timeIntervalSince1970
         let now = Int64(time)
         var f = Freshness(fetched: ManifestLine.roundedToMilliseconds(time))
-        f.etag = header(easy, "ETag").flatMap { $0.isEmpty ? nil : $0 }
-        if let lm = header(easy, "Last-Modified") {
-            let t = curl_getdate(lm, nil)
+        f.etag = h.etag.flatMap { $0.isEmpty ? nil : $0 }
+        if let lm = h.lastModified {
+            let t = httpDate(lm)
             if t >= 0 { f.lastModified = Int64(t) }
         }
-        if let cc = header(easy, "Cache-Control")?.lowercased() {
+        if let cc = h.cacheControl?.lowercased() {
             for directive in cc.split(separator: ",") {
                 let d = directive.trimmingCharacters(in: .whitespaces)
                 if d == "no-cache" || d == "no-store" { f.expires = now; break }
@@ -273,8 +304,8 @@ extension HTTPClient {
                 }
             }
         }
-        if f.expires == nil, let ex = header(easy, "Expires") {
-            let t = curl_getdate(ex, nil)
+        if f.expires == nil, let ex = h.expires {
+            let t = httpDate(ex)
             f.expires = t >= 0 ? Int64(t) : now // an invalid date means already expired (RFC 9111 section 5.3)
         }
         return f

@@ -151,15 +151,15 @@ public final class RegionFiles: @unchecked Sendable {
             var start = 0
             for i in 0..<n where buf[i] == 0x0A {
                 offset += carry.count + (i - start) + 1 // in bytes, before any decoding
-                let text: String
+                let line: ManifestLine?
                 if carry.isEmpty {
-                    text = String(decoding: UnsafeBufferPointer(start: buf + start, count: i - start), as: UTF8.self)
+                    line = ManifestLine(utf8: UnsafeBufferPointer(start: buf + start, count: i - start))
                 } else {
                     carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: i - start))
-                    text = String(decoding: carry, as: UTF8.self)
+                    line = carry.withUnsafeBufferPointer { ManifestLine(utf8: $0) }
                     carry.removeAll(keepingCapacity: true)
                 }
-                if let l = ManifestLine(Substring(text)) { body(l) }
+                if let line { body(line) }
                 start = i + 1
             }
             carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: n - start))
