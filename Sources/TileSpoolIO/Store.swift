@@ -81,10 +81,10 @@ public final class ObjectStore: @unchecked Sendable {
     /// - Throws: `SystemError` when the folders cannot be made.
     public init(root: String) throws(SystemError) {
         self.root = root
-        writes = ObjectWriter(objectsDir: root + "/objects", tmpDir: root + "/tmp")
         try Files.makeDirectories(root + "/objects")
         try Files.makeDirectories(root + "/tmp")
         try Files.makeDirectories(root + "/regions")
+        writes = try ObjectWriter(objectsDir: root + "/objects", tmpDir: root + "/tmp")
     }
 
     /// The path of the object named `sha256`.
@@ -106,7 +106,7 @@ public final class ObjectStore: @unchecked Sendable {
     @discardableResult
     public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) {
         let sha = SHA256.hex(data)
-        if utimensat(AT_FDCWD, objectPath(sha), nil, 0) == 0 { return (sha, false) }
+        if writes.touch(sha) { return (sha, false) }
         if let m = maxBytes, let u = usage, u.bytes + data.count > m {
             throw SystemError("quota", objectsDir, errno: EDQUOT)
         }
@@ -173,8 +173,15 @@ public final class ObjectStore: @unchecked Sendable {
 final class ObjectWriter: @unchecked Sendable {
     let objectsDir: String
     let tmpDir: String
+    /// `objects/` and `tmp/`, held open (O_PATH): every per-object call names its file relative to
+    /// them (`ab/<sha256>`, `<pid>-<n>.tmp`) instead of walking the store's whole path each time.
+    private let objectsFD: Int32
+    private let tmpFD: Int32
     private let cond = NSCondition()
-    private var queue: [(seq: Int, sha: String, body: Data)] = []
+    /// The jobs; `recheck` when the same name was already queued (the first write may have made it).
+    private var queue: [(seq: Int, sha: String, body: Data, recheck: Bool)] = []
+    /// Names queued and not yet written, with how many times.
+    private var queuedNames: [String: Int] = [:]
     private var head = 0
     private var nextSeq = 0
     /// Every job with a smaller sequence number has run.
@@ -185,16 +192,30 @@ final class ObjectWriter: @unchecked Sendable {
     private var knownFolders = Set<String>()
     private var tmpCounter = 0
 
-    init(objectsDir: String, tmpDir: String) {
+    /// - Throws: `SystemError` when the two folders cannot be opened.
+    init(objectsDir: String, tmpDir: String) throws(SystemError) {
         self.objectsDir = objectsDir
         self.tmpDir = tmpDir
+        objectsFD = try Files.open(objectsDir, O_PATH | O_DIRECTORY)
+        do { tmpFD = try Files.open(tmpDir, O_PATH | O_DIRECTORY) } catch { Glibc.close(objectsFD); throw error }
     }
+
+    deinit { Glibc.close(objectsFD); Glibc.close(tmpFD) }
+
+    /// The object's name relative to `objects/`.
+    private static func relative(_ sha: String) -> String { "\(sha.prefix(2))/\(sha)" }
+
+    /// Refreshes the mtime of object `sha` when it exists (so that gc sees it as young); false when
+    /// it does not (yet) exist. The corresponding C function is `utimensat`.
+    func touch(_ sha: String) -> Bool { utimensat(objectsFD, ObjectWriter.relative(sha), nil, 0) == 0 }
 
     /// Queues a write; waits while `limit` writes are queued or running.
     func enqueue(sha: String, body: Data, limit: Int) {
         cond.lock()
         while nextSeq - doneThrough >= limit { cond.wait() }
-        queue.append((nextSeq, sha, body))
+        let before = queuedNames[sha, default: 0]
+        queuedNames[sha] = before + 1
+        queue.append((nextSeq, sha, body, before > 0))
         nextSeq += 1
         if !threadRunning {
             threadRunning = true
@@ -236,11 +257,14 @@ final class ObjectWriter: @unchecked Sendable {
             head += 1
             cond.unlock()
             var failure: SystemError?
-            let r: Result<Void, SystemError> = job.body.withUnsafeBytes { raw in
-                do throws(SystemError) { try write(job.sha, raw); return .success(()) } catch { return .failure(error) }
+            if !(job.recheck && touch(job.sha)) {
+                let r: Result<Void, SystemError> = job.body.withUnsafeBytes { raw in
+                    do throws(SystemError) { try write(job.sha, raw); return .success(()) } catch { return .failure(error) }
+                }
+                if case .failure(let e) = r { failure = e }
             }
-            if case .failure(let e) = r { failure = e }
             cond.lock()
+            if let n = queuedNames[job.sha], n > 1 { queuedNames[job.sha] = n - 1 } else { queuedNames.removeValue(forKey: job.sha) }
             doneThrough = job.seq + 1
             if let failure { failures.append((job.seq, failure)) }
             cond.broadcast()
@@ -248,27 +272,31 @@ final class ObjectWriter: @unchecked Sendable {
     }
 
     /// One object's write (the writer thread's part of `ObjectStore.put`): temp file, write,
-    /// close, rename into place; nothing when the object appeared meanwhile (the same body queued
-    /// twice: only its mtime is refreshed).
+    /// close, rename into place. The caller has checked that the object is not there.
     /// - Throws: `SystemError` from mkdir/open/write/close/rename; then no file exists under the
     ///   final name and the temp file is removed.
     func write(_ sha: String, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
-        let final = "\(objectsDir)/\(sha.prefix(2))/\(sha)"
-        if utimensat(AT_FDCWD, final, nil, 0) == 0 { return }
-        let folder = "\(objectsDir)/\(sha.prefix(2))"
+        let folder = String(sha.prefix(2))
         if !knownFolders.contains(folder) {
-            try Files.makeDirectories(folder)
+            if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {
+                throw SystemError("mkdir", objectsDir + "/" + folder)
+            }
             knownFolders.insert(folder)
         }
         tmpCounter += 1
-        let tmp = "\(tmpDir)/\(getpid())-\(tmpCounter).tmp"
-        let fd = try Files.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o666)
+        let tmp = "\(getpid())-\(tmpCounter).tmp"
+        let fd = CLinux.tilespool_openat(tmpFD, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+        if fd < 0 { throw SystemError("open", tmpDir + "/" + tmp) }
         do throws(SystemError) {
-            try Files.writeAll(fd, bytes, path: tmp)
+            try Files.writeAll(fd, bytes, path: tmpDir + "/" + tmp)
         } catch {
-            Glibc.close(fd); unlink(tmp); throw error
+            Glibc.close(fd); unlinkat(tmpFD, tmp, 0); throw error
         }
-        if Glibc.close(fd) != 0 { let e = SystemError("close", tmp); unlink(tmp); throw e }
-        do throws(SystemError) { try Files.rename(tmp, final) } catch { unlink(tmp); throw error }
+        if Glibc.close(fd) != 0 { let e = SystemError("close", tmpDir + "/" + tmp); unlinkat(tmpFD, tmp, 0); throw e }
+        if renameat(tmpFD, tmp, objectsFD, ObjectWriter.relative(sha)) != 0 {
+            let e = SystemError("rename", objectsDir + "/" + ObjectWriter.relative(sha))
+            unlinkat(tmpFD, tmp, 0)
+            throw e
+        }
     }
 }
