@@ -242,6 +242,7 @@ public final class Daemon {
                 }
             }
             for r in http.collect() { handle(r) }
+            store.startWrites()
             collectExports()
             collectCommit()
             writeJournals()
