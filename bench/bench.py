@@ -668,11 +668,12 @@ def write_curl_config(path, base, rs, remote_time=False):
 
 
 def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), timeout=600.0, rss_timeline=False, objects=None, binary=None,
-                        store=None, env=None, manifest=None, server_cpu=None):
+                        store=None, env=None, manifest=None, server_counters=None):
     """One timed download (drop to `completed`). By default into <run_dir>/store; with `store`
     (e.g. s3://BUCKET), `env` for the daemon, `manifest` (a function returning read_manifest's
-    summary) and `server_cpu` (a function returning CPU seconds of the store's server processes,
-    by name; sampled at the drop and at `completed`)."""
+    summary) and `server_counters` (a function returning counters of the store's server, by name,
+    e.g. its processes' CPU seconds; sampled before the drop and after `completed`, the
+    differences returned as "server")."""
     spool = os.path.join(run_dir, "spool")
     on_disk = store is None
     store = store or os.path.join(run_dir, "store")
@@ -680,7 +681,7 @@ def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), time
     try:
         req = {"tiles": [base + "/{z}/{x}/{y}.png"], "bounds": bounds, "minZoom": minz, "maxZoom": maxz}
         os.sync()
-        srv0 = server_cpu() if server_cpu else {}
+        srv0 = server_counters() if server_counters else {}
         snap0 = cpu_snapshot()
         u0, s0 = d.cpu()
         timeline = []
@@ -698,7 +699,7 @@ def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), time
         e1 = time.time()
         u1, s1 = d.cpu()
         snap1 = cpu_snapshot()
-        srv1 = server_cpu() if server_cpu else {}
+        srv1 = server_counters() if server_counters else {}
         hwm = d.hwm_kb()
     finally:
         rc = d.stop()
@@ -716,7 +717,7 @@ def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), time
         disk = disk_usage(store)
         disk["payload"] = m["bytes"]
     srv = {k: srv1[k] - srv0[k] for k in srv0}
-    return {"disk": disk, "server_cpu": srv, "wall": wall, "user": u1 - u0, "sys": s1 - s0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm,
+    return {"disk": disk, "server": srv, "wall": wall, "user": u1 - u0, "sys": s1 - s0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm,
             "other_cpu": other, "nginx_cpu": ng,
             "tree_kb": hwm, "manifest": m, "timeline": [(t - t0, kb) for t, kb in timeline], "epoch": (e0, e1)}
 
@@ -1130,9 +1131,16 @@ class CephRGW:
     def endpoint(self):
         return "http://127.0.0.1:%d" % self.port
 
-    def cpu(self):
-        """CPU seconds (user + sys) of radosgw, the OSD and the mon."""
-        return {name: sum(proc_cpu(pid)) for name, pid in self.pids.items()}
+    def counters(self):
+        """"cpu <process>": CPU seconds (user + sys) of radosgw, the OSD and the mon; "rgw <name>":
+        radosgw's request counters (`ceph daemon client.rgw.x perf dump`: req, failed_req, put, get)."""
+        c = {"cpu " + name: sum(proc_cpu(pid)) for name, pid in self.pids.items()}
+        out = subprocess.run(["ceph", "-c", os.path.join(self.dir, "ceph.conf"), "daemon", "client.rgw.x", "perf", "dump"],
+                             capture_output=True, text=True)
+        rgw = json.loads(out.stdout).get("rgw", {}) if out.returncode == 0 else {}
+        for k in ("req", "failed_req", "put", "get"):
+            c["rgw " + k] = rgw.get(k, 0)
+        return c
 
     def curl(self, method, path, sha=EMPTY_SHA, check=True):
         out = subprocess.run(["curl", "-s", "-X", method, "--aws-sigv4", SIGV4, "--user", S3_KEY + ":" + S3_SECRET,
@@ -1216,11 +1224,11 @@ def run_curl_s3(run_dir, rgw, bucket, bodies):
     cfg = os.path.join(run_dir, "curl-s3.cfg")
     write_curl_s3_config(cfg, rgw.endpoint, bucket, bodies)
     os.sync()
-    srv0 = rgw.cpu()
+    srv0 = rgw.counters()
     r = run_measured(["curl", "--parallel", "--parallel-max", str(N), "--parallel-immediate", "--silent", "-K", cfg],
                      cwd=run_dir, out_path=run_dir + ".log")
-    srv1 = rgw.cpu()
-    r["server_cpu"] = {k: srv1[k] - srv0[k] for k in srv0}
+    srv1 = rgw.counters()
+    r["server"] = {k: srv1[k] - srv0[k] for k in srv0}
     with open(run_dir + ".log") as f:
         codes = f.read().split()
     stored = rgw.list(bucket, "objects/")
@@ -1238,7 +1246,7 @@ def run_tilespool_s3(run_dir, rgw, bucket, base, rs, bodies):
     expect = len(bodies)
     r = run_tilespool_tiles(run_dir, base, TP_BOUNDS, TP_MINZ, max(rs), expect,
                             tilespool_args() + ["--s3-endpoint", rgw.endpoint], objects=expect,
-                            store="s3://" + bucket, env=env, manifest=lambda: rgw.manifest(bucket, "bench"), server_cpu=rgw.cpu)
+                            store="s3://" + bucket, env=env, manifest=lambda: rgw.manifest(bucket, "bench"), server_counters=rgw.counters)
     stored = {k: v for k, v in rgw.list(bucket, "objects/").items()}
     want = {"objects/%s/%s" % (sha[:2], sha): size for _f, sha, size in bodies}
     if stored != want:
@@ -1276,11 +1284,13 @@ def phase_s3(out, nginx, results):
                 else:
                     r = run_curl_s3(d, rgw, bucket, bodies)
                 r["tiles_s"] = expect / r["wall"]
-                r["rgw_cpu"] = sum(r["server_cpu"].values())
+                r["rgw_cpu"] = sum(v for k, v in r["server"].items() if k.startswith("cpu "))
+                r["rgw_ops"] = {k[4:]: v for k, v in r["server"].items() if k.startswith("rgw ")}
                 runs[name].append(r)
-                log("s3 run %d %-9s wall %.2f s  %6.0f tiles/s  cpu %.2f s (user %.2f sys %.2f)  rss %.1f MiB  rgw+osd+mon %.2f s (%s)  nginx %.2f s  others %.2f s" % (
+                log("s3 run %d %-9s wall %.2f s  %6.0f tiles/s  cpu %.2f s (user %.2f sys %.2f)  rss %.1f MiB  rgw+osd+mon %.2f s (%s)  rgw requests %s  nginx %.2f s  others %.2f s" % (
                     i + 1, name, r["wall"], r["tiles_s"], r["cpu"], r["user"], r["sys"], r["rss_kb"] / 1024, r["rgw_cpu"],
-                    " ".join("%s %.2f" % kv for kv in sorted(r["server_cpu"].items())), r["nginx_cpu"], r["other_cpu"] - r["rgw_cpu"]))
+                    " ".join("%s %.2f" % (k[4:], v) for k, v in sorted(r["server"].items()) if k.startswith("cpu ")),
+                    " ".join("%s %d" % kv for kv in sorted(r["rgw_ops"].items())), r["nginx_cpu"], r["other_cpu"] - r["rgw_cpu"]))
         rss = {k: proc_status_kb(p, "VmRSS") for k, p in rgw.pids.items()}
     finally:
         rgw.stop()
@@ -1633,6 +1643,11 @@ def report(results, mach):
         pairs = sorted(a["tiles_s"] / b["tiles_s"] for a, b in zip(s3["runs"]["TileSpool"], s3["runs"]["curl"]))
         L.append("Ratio of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; pairs %s); CPU per tile TileSpool/curl = %.2f "
                  "(TileSpool's includes the download from nginx)." % (t["tiles_s"] / c["tiles_s"], ", ".join("%.2f" % x for x in pairs), t["cpu"] / c["cpu"]))
+        L.append("")
+        ops = {name: runs[0].get("rgw_ops") or {} for name, runs in s3["runs"].items()}
+        L.append("Requests RGW counted during each side's first run (`perf dump`: req, of which put / get / failed): %s." % "; ".join(
+            "%s %s (%s / %s / %s)" % (name, f"{o.get('req', 0):,}", f"{o.get('put', 0):,}", f"{o.get('get', 0):,}", f"{o.get('failed_req', 0):,}")
+            for name, o in ops.items()))
         L.append("")
         L.append("Every run, in order (wall s / tiles/s / CPU s / RGW CPU s / nginx CPU s / CPU s of the rest of the machine, i.e. the noise):")
         L.append("")
