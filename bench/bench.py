@@ -1624,8 +1624,9 @@ def report(results, mach):
                  "(`--store s3://BUCKET`, 8 upload threads, `If-None-Match: *`, SigV4 with the body's SHA-256), from the drop to "
                  "`completed` (every upload answered, the manifest's segments written). curl only uploads: the same bodies, "
                  "read from the pyramid's files, PUT to `objects/ab/<sha256>` with the same headers; hashing the bodies and "
-                 "writing its config file is curl's setup, not timed. RGW CPU: radosgw + ceph-osd + ceph-mon during the run "
-                 "(the same work for both sides).")
+                 "writing its config file is curl's setup, not timed. curl 7.88 also sends `Expect: 100-continue` with each body (an `Expect:` "
+                 "header to drop it is signed but not sent, and RGW answers 403), TileSpool does not. RGW CPU: radosgw + ceph-osd + ceph-mon during the run "
+                 "(the same objects for both sides).")
         L.append("")
         L.append("| uploader | wall s | tiles/s | CPU s: user + sys | CPU us/tile | RGW CPU s | RGW CPU us/tile | peak RSS MiB |")
         L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -1633,7 +1634,7 @@ def report(results, mach):
         for name, runs in s3["runs"].items():
             meds[name] = {k: med([r[k] for r in runs]) for k in ("wall", "tiles_s", "cpu", "user", "sys", "rgw_cpu", "rss_kb")}
             m = meds[name]
-            label = {"TileSpool": "TileSpool daemon (`--store s3://BUCKET`, same options as above), nginx -> RGW, drop to `completed`",
+            label = {"TileSpool": "TileSpool daemon (`--max-requests-per-region 8 --max-connections-per-host 8 --store s3://BUCKET`), nginx -> RGW, drop to `completed`",
                      "curl": "`curl --parallel --parallel-max 8 --parallel-immediate -K cfg` (`--aws-sigv4`, `--upload-file` per body)"}[name]
             L.append("| %s | %.2f | %s | %.2f: %.2f + %.2f | %.0f | %.2f | %.0f | %.1f |" % (
                 label, m["wall"], f"{m['tiles_s']:,.0f}", m["cpu"], m["user"], m["sys"], m["cpu"] / s3["tiles"] * 1e6,
