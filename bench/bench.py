@@ -1256,6 +1256,9 @@ def run_tilespool_s3(run_dir, rgw, bucket, base, rs, bodies):
 
 
 def phase_s3(out, nginx, results):
+    missing = [t for t in ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph") if not shutil.which(t)]
+    if missing:
+        raise BenchError("s3: %s not found (run make deps: Debian's radosgw ceph-mon ceph-osd ceph-common)" % ", ".join(missing))
     pyr, stamp = ensure_pyramid()
     rs = rects(TP_BOUNDS, TP_MINZ, S3_MAXZ)
     bodies = pyramid_bodies(pyr, rs)
