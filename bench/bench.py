@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """TileSpool benchmarks (GitHub issue 5). Run through `make bench` or `bash bench/run.sh`.
 
-Phases (positional arguments; default: throughput real scale pickup):
+Phases (positional arguments; default: throughput real scale export refresh s3 pickup):
   throughput  TileSpool vs curl --parallel vs mapproxy-seed on a synthetic XYZ pyramid served by nginx
   real        the bright style over Liechtenstein z0-14 from ../shared/mapdata
   scale       a ~1,000,000-tile request against a 204 location; `tilespool plan` on ~10,000,000 tiles
+  s3          TileSpool into a real Ceph RGW (Tests/Support/ceph.sh) vs curl --parallel --aws-sigv4 uploading the same bodies
   pickup      latency from a request's rename into requests/ to its status/<id>.state
   profile     callgrind and perf on the daemon, throughput case (not in the default set)
   report [FILE]  print the Markdown tables of a results.json again
@@ -382,13 +383,13 @@ http {{
 # The TileSpool daemon
 
 class Daemon:
-    def __init__(self, spool, store, args=(), wrapper=(), ready_timeout=30.0, binary=None):
+    def __init__(self, spool, store, args=(), wrapper=(), ready_timeout=30.0, binary=None, env=None):
         os.makedirs(spool, exist_ok=True)
         self.spool, self.store = spool, store
         self.log_path = os.path.join(os.path.dirname(spool), "daemon.log")
         self.log = open(self.log_path, "wb")
         cmd = list(wrapper) + [binary or BIN, "run", "--spool", spool, "--store", store] + list(args)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.pid = self.proc.pid
         deadline = time.monotonic() + ready_timeout
         while True:
@@ -666,12 +667,21 @@ def write_curl_config(path, base, rs, remote_time=False):
             f.write('url = "%s/%d/%d/%d.png"\noutput = "%d/%d/%d.png"\n' % (base, z, x, y, z, x, y))
 
 
-def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), timeout=600.0, rss_timeline=False, objects=None, binary=None):
-    spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
-    d = Daemon(spool, store, args, binary=binary)
+def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), timeout=600.0, rss_timeline=False, objects=None, binary=None,
+                        store=None, env=None, manifest=None, server_counters=None):
+    """One timed download (drop to `completed`). By default into <run_dir>/store; with `store`
+    (e.g. s3://BUCKET), `env` for the daemon, `manifest` (a function returning read_manifest's
+    summary) and `server_counters` (a function returning counters of the store's server, by name,
+    e.g. its processes' CPU seconds; sampled before the drop and after `completed`, the
+    differences returned as "server")."""
+    spool = os.path.join(run_dir, "spool")
+    on_disk = store is None
+    store = store or os.path.join(run_dir, "store")
+    d = Daemon(spool, store, args, binary=binary, env=env)
     try:
         req = {"tiles": [base + "/{z}/{x}/{y}.png"], "bounds": bounds, "minZoom": minz, "maxZoom": maxz}
         os.sync()
+        srv0 = server_counters() if server_counters else {}
         snap0 = cpu_snapshot()
         u0, s0 = d.cpu()
         timeline = []
@@ -689,21 +699,25 @@ def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), time
         e1 = time.time()
         u1, s1 = d.cpu()
         snap1 = cpu_snapshot()
+        srv1 = server_counters() if server_counters else {}
         hwm = d.hwm_kb()
     finally:
         rc = d.stop()
     if rc != 0:
         raise BenchError("the daemon exited with %s; see %s" % (rc, d.log_path))
-    m = read_manifest(store, "bench")
+    m = manifest() if manifest else read_manifest(store, "bench")
     if m["lines"] != expect or m["distinct_keys"] != expect:
         raise BenchError("TileSpool manifest has %d lines (%d distinct), expected %d" % (m["lines"], m["distinct_keys"], expect))
     if objects is not None and m["objects"] != objects:
         raise BenchError("TileSpool manifest names %d objects, expected %d distinct bodies" % (m["objects"], objects))
     wall = t1 - t0
     other, ng = others_cpu(snap0, snap1, (u1 - u0) + (s1 - s0))
-    disk = disk_usage(store)
-    disk["payload"] = m["bytes"]
-    return {"disk": disk, "wall": wall, "user": u1 - u0, "sys": s1 - s0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm,
+    disk = None
+    if on_disk:
+        disk = disk_usage(store)
+        disk["payload"] = m["bytes"]
+    srv = {k: srv1[k] - srv0[k] for k in srv0}
+    return {"disk": disk, "server": srv, "wall": wall, "user": u1 - u0, "sys": s1 - s0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm,
             "other_cpu": other, "nginx_cpu": ng,
             "tree_kb": hwm, "manifest": m, "timeline": [(t - t0, kb) for t, kb in timeline], "epoch": (e0, e1)}
 
@@ -1076,6 +1090,217 @@ def phase_refresh(out, nginx, results):
     results["refresh"] = {"tiles": expect, "runs": {k: [strip(r) for r in v] for k, v in runs.items()}}
 
 
+# ---------------------------------------------------------------------------------------------
+# Phase: s3 (issue 12). TileSpool downloading from nginx into a real Ceph RADOS Gateway
+# (Tests/Support/ceph.sh: one mon, one memstore OSD, radosgw) beside `curl --parallel --aws-sigv4`
+# uploading the same bodies from the pyramid to the same RGW, alternating, a fresh bucket per run.
+
+# z8-13 (5,375 tiles): memstore keeps every object in RAM (~38 KB of OSD memory per object,
+# ../shared/notes/s3-ceph.md), and the runs leave 2 x RUNS buckets of them.
+S3_MAXZ = 12 if QUICK else 13
+S3_KEY, S3_SECRET = "TESTKEY", "TESTSECRET"  # the user Tests/Support/ceph.sh creates
+SIGV4 = "aws:amz:us-east-1:s3"
+EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+class CephRGW:
+    """A single-node Ceph RGW started by the project's Tests/Support/ceph.sh in <workdir>/ceph on
+    fresh ports, stopped by pid (ceph.sh down). Requests through the curl CLI with SigV4."""
+    NAMES = {"radosgw": "client.rgw.x", "ceph-osd": "osd.0", "ceph-mon": "mon.a"}
+
+    def __init__(self, workdir):
+        self.dir = os.path.join(workdir, "ceph")
+        self.port = free_port()
+        env = dict(os.environ, D=self.dir, RGW_PORT=str(self.port), MON_PORT=str(free_port()),
+                   MEMSTORE_BYTES=str(16 << 30))
+        log("s3: starting Ceph RGW (Tests/Support/ceph.sh) in %s" % self.dir)
+        t0 = time.perf_counter()
+        out = subprocess.run(["bash", os.path.join(ROOT, "Tests/Support/ceph.sh"), "up"], env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if out.returncode != 0:
+            self.stop()
+            raise BenchError("ceph.sh up exited %d:\n%s" % (out.returncode, (out.stdout + out.stderr)[-3000:]))
+        log("s3: RGW on 127.0.0.1:%d after %.1f s" % (self.port, time.perf_counter() - t0))
+        self.pids = {}
+        for name, daemon in self.NAMES.items():
+            with open(os.path.join(self.dir, "run", daemon + ".pid")) as f:
+                self.pids[name] = int(f.read().strip())
+
+    @property
+    def endpoint(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def counters(self):
+        """"cpu <process>": CPU seconds (user + sys) of radosgw, the OSD and the mon; "rgw <name>":
+        radosgw's request counters (`ceph daemon client.rgw.x perf dump`: req, failed_req, put, get)."""
+        c = {"cpu " + name: sum(proc_cpu(pid)) for name, pid in self.pids.items()}
+        out = subprocess.run(["ceph", "-c", os.path.join(self.dir, "ceph.conf"), "daemon", "client.rgw.x", "perf", "dump"],
+                             capture_output=True, text=True)
+        rgw = json.loads(out.stdout).get("rgw", {}) if out.returncode == 0 else {}
+        for k in ("req", "failed_req", "put", "get"):
+            c["rgw " + k] = rgw.get(k, 0)
+        return c
+
+    def curl(self, method, path, sha=EMPTY_SHA, check=True):
+        out = subprocess.run(["curl", "-s", "-X", method, "--aws-sigv4", SIGV4, "--user", S3_KEY + ":" + S3_SECRET,
+                              "-H", "x-amz-content-sha256: " + sha, "-w", "\n%{http_code}", self.endpoint + path],
+                             capture_output=True)
+        body, _, code = out.stdout.rpartition(b"\n")
+        if check and not code.startswith(b"2"):
+            raise BenchError("RGW %s %s: HTTP %s %s" % (method, path, code.decode(), body[:300].decode(errors="replace")))
+        return body
+
+    def make_bucket(self, bucket):
+        self.curl("PUT", "/" + bucket)
+
+    def list(self, bucket, prefix):
+        """{key: size} of the bucket's objects under `prefix` (ListObjectsV2, every page)."""
+        import urllib.parse
+        import xml.etree.ElementTree as ET
+        keys, token = {}, None
+        while True:
+            q = ("continuation-token=%s&" % urllib.parse.quote(token, safe="") if token else "") + \
+                "list-type=2&prefix=" + urllib.parse.quote(prefix, safe="")
+            root = ET.fromstring(self.curl("GET", "/%s?%s" % (bucket, q)))
+            for c in root.iter(S3_NS + "Contents"):
+                keys[c.find(S3_NS + "Key").text] = int(c.find(S3_NS + "Size").text)
+            if root.findtext(S3_NS + "IsTruncated") != "true":
+                return keys
+            token = root.findtext(S3_NS + "NextContinuationToken")
+
+    def manifest(self, bucket, rid):
+        """read_manifest's summary of a region's manifest in the bucket (its segments, in order)."""
+        kinds, shas, total, lines, missing, keys = {}, set(), 0, 0, 0, set()
+        for seg in sorted(self.list(bucket, "regions/%s/manifest/" % rid)):
+            for line in self.curl("GET", "/%s/%s" % (bucket, seg)).decode().splitlines():
+                if not line or line.startswith("#"):
+                    continue
+                kind, sha, nbytes, key, _url = line.split("\t", 4)
+                lines += 1
+                keys.add((kind, key))
+                kinds[kind] = kinds.get(kind, 0) + 1
+                if sha == "-":
+                    missing += 1
+                else:
+                    shas.add(sha)
+                    total += int(nbytes)
+        return {"lines": lines, "kinds": kinds, "objects": len(shas), "bytes": total, "missing": missing, "distinct_keys": len(keys)}
+
+    def stop(self):
+        subprocess.run(["bash", os.path.join(ROOT, "Tests/Support/ceph.sh"), "down"], env=dict(os.environ, D=self.dir),
+                       stdin=subprocess.DEVNULL, capture_output=True)
+
+
+def pyramid_bodies(pyr, rs):
+    """[(z/x/y.png path, sha256, size)] of the pyramid's tiles in `rs`, in plan order."""
+    import hashlib
+    out = []
+    for z, x, y in tiles_of(rs):
+        path = os.path.join(pyr, str(z), str(x), "%d.png" % y)
+        with open(path, "rb") as f:
+            body = f.read()
+        out.append((path, hashlib.sha256(body).hexdigest(), len(body)))
+    return out
+
+
+def write_curl_s3_config(path, endpoint, bucket, bodies):
+    """One operation per body (`next` between them, so each has its own headers): a PUT of the
+    file to objects/ab/<sha256> with SigV4, the body's SHA-256 and If-None-Match: *, as TileSpool
+    sends them; the status of each transfer on its own line (-w)."""
+    with open(path, "w") as f:
+        for i, (file, sha, _size) in enumerate(bodies):
+            if i:
+                f.write("next\n")
+            f.write('url = "%s/%s/objects/%s/%s"\nupload-file = "%s"\nheader = "x-amz-content-sha256: %s"\n'
+                    'header = "If-None-Match: *"\nheader = "Content-Type: application/octet-stream"\n'
+                    'aws-sigv4 = "%s"\nuser = "%s:%s"\nwrite-out = "%%{http_code}\\n"\nsilent\noutput = "/dev/null"\n' % (
+                        endpoint, bucket, sha[:2], sha, file, sha, SIGV4, S3_KEY, S3_SECRET))
+
+
+def run_curl_s3(run_dir, rgw, bucket, bodies):
+    os.makedirs(run_dir, exist_ok=True)
+    rgw.make_bucket(bucket)
+    cfg = os.path.join(run_dir, "curl-s3.cfg")
+    write_curl_s3_config(cfg, rgw.endpoint, bucket, bodies)
+    os.sync()
+    srv0 = rgw.counters()
+    r = run_measured(["curl", "--parallel", "--parallel-max", str(N), "--parallel-immediate", "--silent", "-K", cfg],
+                     cwd=run_dir, out_path=run_dir + ".log")
+    srv1 = rgw.counters()
+    r["server"] = {k: srv1[k] - srv0[k] for k in srv0}
+    with open(run_dir + ".log") as f:
+        codes = f.read().split()
+    stored = rgw.list(bucket, "objects/")
+    want = {"objects/%s/%s" % (sha[:2], sha): size for _f, sha, size in bodies}
+    if codes.count("200") != len(bodies) or stored != want:
+        raise BenchError("curl into %s: %d of %d PUTs answered 200 (%s), %d of %d objects in the bucket with their sizes" % (
+            bucket, codes.count("200"), len(bodies), ", ".join(sorted(set(codes))), sum(stored.get(k) == v for k, v in want.items()), len(want)))
+    r["disk"] = None
+    return r
+
+
+def run_tilespool_s3(run_dir, rgw, bucket, base, rs, bodies):
+    rgw.make_bucket(bucket)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET, AWS_ENDPOINT_URL="")
+    expect = len(bodies)
+    r = run_tilespool_tiles(run_dir, base, TP_BOUNDS, TP_MINZ, max(rs), expect,
+                            tilespool_args() + ["--s3-endpoint", rgw.endpoint], objects=expect,
+                            store="s3://" + bucket, env=env, manifest=lambda: rgw.manifest(bucket, "bench"), server_counters=rgw.counters)
+    stored = {k: v for k, v in rgw.list(bucket, "objects/").items()}
+    want = {"objects/%s/%s" % (sha[:2], sha): size for _f, sha, size in bodies}
+    if stored != want:
+        raise BenchError("TileSpool into %s: %d of %d objects in the bucket with their sizes, %d in all" % (
+            bucket, sum(stored.get(k) == v for k, v in want.items()), len(want), len(stored)))
+    return r
+
+
+def phase_s3(out, nginx, results):
+    missing = [t for t in ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph") if not shutil.which(t)]
+    if missing:
+        raise BenchError("s3: %s not found (run make deps: Debian's radosgw ceph-mon ceph-osd ceph-common)" % ", ".join(missing))
+    pyr, stamp = ensure_pyramid()
+    rs = rects(TP_BOUNDS, TP_MINZ, S3_MAXZ)
+    bodies = pyramid_bodies(pyr, rs)
+    expect = len(bodies)
+    rgw = CephRGW(out)
+    try:
+        # Check runs (not timed; they also warm RGW): z8-12 through nginx's logging location, every
+        # tile fetched once; both sides leave exactly the bodies' objects in their bucket.
+        small = rects(TP_BOUNDS, TP_MINZ, min(12, S3_MAXZ))
+        sbodies = pyramid_bodies(pyr, small)
+        nginx.clear_log()
+        run_tilespool_s3(os.path.join(out, "s3-check-TileSpool"), rgw, "check-tilespool", nginx.base + "/log", small, sbodies)
+        uris = [e[0] for e in nginx.log_entries()]
+        if len(uris) != len(sbodies) or len(set(uris)) != len(sbodies):
+            raise BenchError("s3 check run: nginx saw %d requests for %d distinct tiles, expected %d" % (len(uris), len(set(uris)), len(sbodies)))
+        run_curl_s3(os.path.join(out, "s3-check-curl"), rgw, "check-curl", sbodies)
+        log("s3: check runs of %d tiles: each tile fetched once by TileSpool; both buckets hold exactly the %d objects" % (len(sbodies), len(sbodies)))
+        log("s3: %d tiles z%d-%d (%.1f MB), %d alternating runs each" % (expect, TP_MINZ, S3_MAXZ, sum(b[2] for b in bodies) / 1e6, RUNS))
+        runs = {"TileSpool": [], "curl": []}
+        for i in range(RUNS):
+            for name in runs:
+                d = os.path.join(out, "s3-%s-%d" % (name, i))
+                bucket = "run%d-%s" % (i, name.lower())
+                if name == "TileSpool":
+                    r = run_tilespool_s3(d, rgw, bucket, nginx.base, rs, bodies)
+                else:
+                    r = run_curl_s3(d, rgw, bucket, bodies)
+                r["tiles_s"] = expect / r["wall"]
+                r["rgw_cpu"] = sum(v for k, v in r["server"].items() if k.startswith("cpu "))
+                r["rgw_ops"] = {k[4:]: v for k, v in r["server"].items() if k.startswith("rgw ")}
+                runs[name].append(r)
+                log("s3 run %d %-9s wall %.2f s  %6.0f tiles/s  cpu %.2f s (user %.2f sys %.2f)  rss %.1f MiB  rgw+osd+mon %.2f s (%s)  rgw requests %s  nginx %.2f s  others %.2f s" % (
+                    i + 1, name, r["wall"], r["tiles_s"], r["cpu"], r["user"], r["sys"], r["rss_kb"] / 1024, r["rgw_cpu"],
+                    " ".join("%s %.2f" % (k[4:], v) for k, v in sorted(r["server"].items()) if k.startswith("cpu ")),
+                    " ".join("%s %d" % kv for kv in sorted(r["rgw_ops"].items())), r["nginx_cpu"], r["other_cpu"] - r["rgw_cpu"]))
+        rss = {k: proc_status_kb(p, "VmRSS") for k, p in rgw.pids.items()}
+    finally:
+        rgw.stop()
+    results["s3"] = {"tiles": expect, "zooms": [TP_MINZ, S3_MAXZ], "bounds": TP_BOUNDS, "bytes": sum(b[2] for b in bodies),
+                     "server_rss_kb": rss, "runs": {k: [strip(r) for r in v] for k, v in runs.items()}}
+
+
 def pickup_series(spool, req, prefix, count):
     """Drops `count` one-tile requests one at a time, 10 ms apart; returns latencies (s) from just
     before each rename to its status/<id>.state existing, and the states first seen."""
@@ -1392,6 +1617,48 @@ def report(results, mach):
                 "%s %.1f s (%.0f tiles/s), peak RSS %.1f MiB" % (f, r["wall"], ex["scale"]["tiles"] / r["wall"], r["rss_kb"] / 1024)
                 for f, r in ex["scale"]["formats"].items()) + ".")
         L.append("")
+    s3 = results.get("s3")
+    if s3:
+        L.append("### S3: %s tiles (z%d-%d of the throughput pyramid, %.1f MB) into Ceph RGW, %d parallel requests, %d alternating runs each, medians" % (
+            f"{s3['tiles']:,}", s3["zooms"][0], s3["zooms"][1], s3["bytes"] / 1e6, N, RUNS))
+        L.append("")
+        L.append("One Ceph RADOS Gateway from Debian's packages on this machine (Tests/Support/ceph.sh: one mon, one memstore OSD, "
+                 "radosgw with beast, `auth none`), a fresh bucket per run. TileSpool downloads each tile from nginx and uploads it "
+                 "(`--store s3://BUCKET`, 8 upload threads, `If-None-Match: *`, SigV4 with the body's SHA-256), from the drop to "
+                 "`completed` (every upload answered, the manifest's segments written). curl only uploads: the same bodies, "
+                 "read from the pyramid's files, PUT to `objects/ab/<sha256>` with the same headers; hashing the bodies and "
+                 "writing its config file is curl's setup, not timed. curl 7.88 also sends `Expect: 100-continue` with each body (an `Expect:` "
+                 "header to drop it is signed but not sent, and RGW answers 403), TileSpool does not. RGW CPU: radosgw + ceph-osd + ceph-mon during the run "
+                 "(the same objects for both sides).")
+        L.append("")
+        L.append("| uploader | wall s | tiles/s | CPU s: user + sys | CPU us/tile | RGW CPU s | RGW CPU us/tile | peak RSS MiB |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        meds = {}
+        for name, runs in s3["runs"].items():
+            meds[name] = {k: med([r[k] for r in runs]) for k in ("wall", "tiles_s", "cpu", "user", "sys", "rgw_cpu", "rss_kb")}
+            m = meds[name]
+            label = {"TileSpool": "TileSpool daemon (`--max-requests-per-region 8 --max-connections-per-host 8 --store s3://BUCKET`), nginx -> RGW, drop to `completed`",
+                     "curl": "`curl --parallel --parallel-max 8 --parallel-immediate -K cfg` (`--aws-sigv4`, `--upload-file` per body)"}[name]
+            L.append("| %s | %.2f | %s | %.2f: %.2f + %.2f | %.0f | %.2f | %.0f | %.1f |" % (
+                label, m["wall"], f"{m['tiles_s']:,.0f}", m["cpu"], m["user"], m["sys"], m["cpu"] / s3["tiles"] * 1e6,
+                m["rgw_cpu"], m["rgw_cpu"] / s3["tiles"] * 1e6, m["rss_kb"] / 1024))
+        L.append("")
+        t, c = meds["TileSpool"], meds["curl"]
+        pairs = sorted(a["tiles_s"] / b["tiles_s"] for a, b in zip(s3["runs"]["TileSpool"], s3["runs"]["curl"]))
+        L.append("Ratio of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; pairs %s); CPU per tile TileSpool/curl = %.2f "
+                 "(TileSpool's includes the download from nginx)." % (t["tiles_s"] / c["tiles_s"], ", ".join("%.2f" % x for x in pairs), t["cpu"] / c["cpu"]))
+        L.append("")
+        ops = {name: runs[0].get("rgw_ops") or {} for name, runs in s3["runs"].items()}
+        L.append("Requests RGW counted during each side's first run (`perf dump`: req, of which put / get / failed): %s." % "; ".join(
+            "%s %s (%s / %s / %s)" % (name, f"{o.get('req', 0):,}", f"{o.get('put', 0):,}", f"{o.get('get', 0):,}", f"{o.get('failed_req', 0):,}")
+            for name, o in ops.items()))
+        L.append("")
+        L.append("Every run, in order (wall s / tiles/s / CPU s / RGW CPU s / nginx CPU s / CPU s of the rest of the machine, i.e. the noise):")
+        L.append("")
+        for name, runs in s3["runs"].items():
+            L.append("- %s: %s" % (name, "; ".join("%.2f / %s / %.2f / %.2f / %.2f / %.2f" % (
+                r["wall"], f"{r['tiles_s']:,.0f}", r["cpu"], r["rgw_cpu"], r["nginx_cpu"], r["other_cpu"] - r["rgw_cpu"]) for r in runs)))
+        L.append("")
     pu = results.get("pickup")
     if pu:
         L.append("### Pick-up latency")
@@ -1418,9 +1685,9 @@ def main(argv):
         RUNS = doc.get("runs", RUNS)
         print(report(doc["results"], doc["machine"]))
         return
-    phases = argv or ["throughput", "real", "scale", "export", "refresh", "pickup"]
+    phases = argv or ["throughput", "real", "scale", "export", "refresh", "s3", "pickup"]
     for p in phases:
-        if p not in ("throughput", "real", "scale", "export", "refresh", "pickup", "profile"):
+        if p not in ("throughput", "real", "scale", "export", "refresh", "s3", "pickup", "profile"):
             raise SystemExit("unknown phase %s" % p)
     if not os.access(BIN, os.X_OK):
         raise SystemExit("no tilespool binary at %s (set TILESPOOL_BIN or run bench/run.sh)" % BIN)
@@ -1438,7 +1705,7 @@ def main(argv):
     if not on_tmpfs:
         wait_for_quiet_fs()
     mach = machine()
-    pyr, _ = ensure_pyramid() if ("throughput" in phases or "profile" in phases or "export" in phases or "refresh" in phases) else (os.path.join(DATA, "pyramid"), None)
+    pyr, _ = ensure_pyramid() if (set(phases) & {"throughput", "profile", "export", "refresh", "s3"}) else (os.path.join(DATA, "pyramid"), None)
     os.makedirs(pyr, exist_ok=True)
     nginx = Nginx(out, pyr)
     global NGINX_PID

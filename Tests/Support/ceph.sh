@@ -2,6 +2,7 @@
 # A real S3 server for tests: single-node Ceph (one mon, one memstore OSD, radosgw), auth none,
 # everything under $D, on 127.0.0.1. Facts and pitfalls: ../shared/notes/s3-ceph.md.
 #   D=<folder> RGW_PORT=<port> MON_PORT=<port> bash ceph.sh up     start; user TESTKEY/TESTSECRET, bucket "tiles"
+#       (MEMSTORE_BYTES: the OSD's capacity in bytes, default 2 GiB; memstore holds everything in RAM)
 #   D=<folder> bash ceph.sh down                                    stop by pid (rgw, osd, mon), then remove $D
 # Every wait is bounded; `up` exits non-zero with the tail of the logs when a step does not come up.
 set -euo pipefail
@@ -63,7 +64,7 @@ mon cluster log file = $D/log/cluster.log
 [osd]
 osd data = $D/osd.\$id
 osd objectstore = memstore
-memstore device bytes = 2147483648
+memstore device bytes = ${MEMSTORE_BYTES:-2147483648}
 [client.rgw.x]
 rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT tcp_nodelay=1
 rgw data = $D/rgw

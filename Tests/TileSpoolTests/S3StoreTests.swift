@@ -183,6 +183,123 @@ final class S3StoreTests: CephTestCase {
         XCTAssertEqual(vrc, 0, vout)
     }
 
+    /// The lifecycle tests of LifecycleTests on S3, two regions at once against the fault server's
+    /// slow path (30 ms a tile, 341 tiles each): pause (control file) gives `pausedUser` with
+    /// the status counting what the bucket's manifest holds, resume completes without asking again
+    /// what was recorded; cancel gives `cancelled` with what was stored kept in the bucket, resume
+    /// completes it; delete removes the status files and every key under `regions/<id>/` in the
+    /// bucket, and leaves the other region alone.
+    func testPauseResumeCancelDeleteOnS3() throws {
+        let rgw = try server()
+        let faults = try FaultServer()
+        defer { faults.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        defer { fx.stop() }
+        func slow(_ id: String) -> [String: Any] {
+            ["id": id, "tiles": [faults.baseURL + "/slow/30/\(id)/{z}/{x}/{y}.png"], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 4]
+        }
+        func hits(_ id: String) -> [String: Int] { faults.allHits().filter { $0.key.contains("/\(id)/") } }
+        try fx.start(opts)
+        try fx.drop("p.json", slow("p"))
+        try fx.drop("c.json", slow("c"))
+
+        var seen: [Int] = []
+        try waitUntil("p: 60 tiles done", timeout: 60) {
+            seen.append(fx.progress("p")["tilesCompleted"] ?? 0)
+            return seen.last! >= 60
+        }
+        try fx.control("p", "pause")
+        try waitUntil("c: 30 tiles done", timeout: 60) { (fx.progress("c")["tilesCompleted"] ?? 0) >= 30 }
+        try fx.control("c", "cancel")
+        try fx.waitForState("p", "pausedUser")
+        try fx.waitForState("c", "cancelled")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/control/p.pause"), "control file removed")
+        let atPause = fx.progress("p")
+        XCTAssertLessThan(atPause["tilesCompleted"] ?? 0, 341, "paused before the end")
+        XCTAssertEqual(try s3Manifest(s3, "p").lines.count, atPause["resourcesCompleted"], "the status counts what the bucket's manifest holds")
+        let kept = try s3Manifest(s3, "c").lines
+        XCTAssertGreaterThanOrEqual(kept.count, 30)
+        XCTAssertLessThan(kept.count, 341, "cancelled before the end")
+        let objects = try s3Objects(s3)
+        for l in kept { XCTAssertNotNil(objects[l.sha], "\(l.key): what the cancelled region stored stays in the bucket") }
+
+        try fx.control("p", "resume")
+        try waitUntil("p completes", timeout: 60) {
+            seen.append(fx.progress("p")["tilesCompleted"] ?? 0)
+            return fx.state("p") == "completed"
+        }
+        XCTAssertEqual(seen, seen.sorted(), "progress never goes backwards")
+        XCTAssertEqual(fx.eventStates("p"), ["queued", "downloading", "pausedUser", "queued", "downloading", "completed"])
+        try assertBucketMatchesManifest(fx, s3, "p", expected: 341)
+        for l in try s3Manifest(s3, "p").lines.prefix(20) {
+            XCTAssertEqual(l.sha, sha256Hex(FaultServer.okBody(String(l.url.dropFirst(faults.baseURL.count)))), l.key)
+        }
+        // Nothing recorded was asked again: one request a tile, beyond those in flight at the pause.
+        let h = hits("p")
+        XCTAssertEqual(h.count, 341)
+        XCTAssertLessThanOrEqual(h.values.filter { $0 > 1 }.count, 8)
+
+        try fx.control("c", "resume")
+        try fx.waitForState("c", "completed")
+        XCTAssertEqual(Array(fx.eventStates("c").suffix(3)), ["queued", "downloading", "completed"])
+        try assertBucketMatchesManifest(fx, s3, "c", expected: 341)
+        XCTAssertTrue(Set(try s3Manifest(s3, "c").lines.map(\.key)).isSuperset(of: kept.map(\.key)))
+
+        XCTAssertFalse(try s3.list(prefix: "regions/c/").isEmpty)
+        try fx.control("c", "delete")
+        try waitUntil("c deleted", timeout: 20) { fx.events("c").last?["state"] as? String == "deleted" }
+        XCTAssertNil(fx.state("c"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/status/c.json"))
+        XCTAssertEqual(try s3.list(prefix: "regions/c/").map(\.key), [], "no key of c left in the bucket")
+        XCTAssertEqual(try s3.listFolders(prefix: "regions/"), ["p"])
+        XCTAssertEqual(try s3Manifest(s3, "p").lines.count, 341, "p untouched")
+        let (src, sout) = try fx.cli(["status", "--spool", fx.spool] + opts)
+        XCTAssertEqual(src, 0, sout)
+        XCTAssertTrue(sout.contains("p  completed") && !sout.contains("c  "), sout)
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+        XCTAssertTrue(vout.contains("1 manifests"), vout)
+    }
+
+    /// A tiles region whose token expired (osm_carto's z3 answers 403 to key=OLD) fails; the same
+    /// request with key=NEW keeps the manifest in the bucket: nginx sees exactly the tiles that
+    /// were missing, each with the new key, and the bucket then holds the whole pack.
+    func testRotatedTokenKeepsTheManifestInTheBucket() throws {
+        let rgw = try server()
+        let nginx = try NginxServer(root: try MapData.require(), extraLocations: """
+            location ~ ^/raster/osm_carto/3/ { if ($arg_key = OLD) { return 403; } }
+            """)
+        defer { nginx.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        defer { fx.stop() }
+        func carto(_ key: String) -> [String: Any] {
+            ["tiles": [nginx.baseURL + "/raster/osm_carto/{z}/{x}/{y}.png?key=" + key], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 3]
+        }
+        try fx.start(opts)
+        try fx.drop("carto.json", carto("OLD"))
+        try fx.waitForState("carto", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("carto"), "httpError")
+        let kept = try s3Manifest(s3, "carto").lines
+        XCTAssertTrue((1...21).contains(kept.count), "tiles of z0-2 were recorded before z3 failed: \(kept.count)")
+        XCTAssertTrue(kept.allSatisfy { !$0.key.hasPrefix("tiles0/3/") })
+
+        try fx.drop("carto.json", carto("NEW"))
+        try fx.waitForState("carto", "completed", timeout: 30)
+        func withNewKey() -> [NginxServer.AccessEntry] { nginx.accessLog().filter { $0.uri.hasSuffix("?key=NEW") } }
+        try waitUntil("nginx logged the rest", timeout: 10) { withNewKey().count >= 85 - kept.count }
+        let asked = withNewKey()
+        XCTAssertEqual(asked.count, 85 - kept.count, "only the missing tiles")
+        let askedKeys = Set(asked.map { "tiles0/" + $0.path.dropFirst("/raster/osm_carto/".count).replacingOccurrences(of: ".png", with: "") })
+        XCTAssertTrue(askedKeys.isDisjoint(with: kept.map(\.key)), "nothing recorded was asked again")
+        try assertBucketMatchesManifest(fx, s3, "carto", expected: 85)
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+    }
+
     /// gc on a bucket: an object no manifest references is kept while younger than the grace
     /// period (its Last-Modified), and removed after it; every referenced object stays.
     func testGCRemovesUnreferencedObjectsOnlyAfterTheGracePeriod() throws {
