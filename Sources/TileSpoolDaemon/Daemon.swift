@@ -242,7 +242,6 @@ public final class Daemon {
                 }
             }
             for r in http.collect() { handle(r) }
-            store.startWrites()
             collectExports()
             collectCommit()
             writeJournals()

@@ -96,9 +96,6 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         return (sha, true)
     }
 
-    /// Uploads start as soon as they are queued: nothing to do.
-    public func startWrites() {}
-
     /// Waits until every upload queued before the call has been answered.
     /// - Throws: the first `S3Error` of those uploads (each reported once).
     public func sync() throws {

@@ -116,10 +116,6 @@ public final class ObjectStore: @unchecked Sendable {
         return (sha, true)
     }
 
-    /// Starts the writes `put` queued since the last call (the daemon calls it once per loop turn,
-    /// after handling that turn's responses).
-    public func startWrites() { writes.wake() }
-
     /// Sets `usage` from a `measure` that started when `added` was `addedAtStart`: what `put`
     /// wrote since then is added on top (an object written during the scan may be counted twice
     /// until the next measure: the usage errs on the high side, never under the quota).
@@ -216,7 +212,7 @@ final class ObjectWriter: @unchecked Sendable {
     /// Queues a write; waits while `limit` writes are queued or running.
     func enqueue(sha: String, body: Data, limit: Int) {
         cond.lock()
-        while nextSeq - doneThrough >= limit { cond.broadcast(); cond.wait() }
+        while nextSeq - doneThrough >= limit { cond.wait() }
         let before = queuedNames[sha, default: 0]
         queuedNames[sha] = before + 1
         queue.append((nextSeq, sha, body, before > 0))
@@ -227,16 +223,7 @@ final class ObjectWriter: @unchecked Sendable {
             t.name = "tilespool.objects"
             t.start()
         }
-        // The thread is woken once per loop turn (`wake`), not once per object, unless many wait.
-        if nextSeq - doneThrough >= 64 { cond.broadcast() }
-        cond.unlock()
-    }
-
-    /// Wakes the writer thread when writes wait (a futex wake costs a context switch: one per
-    /// batch instead of one per object).
-    func wake() {
-        cond.lock()
-        if head < queue.count { cond.broadcast() }
+        cond.broadcast()
         cond.unlock()
     }
 
@@ -246,7 +233,7 @@ final class ObjectWriter: @unchecked Sendable {
     func waitForQueued() throws(SystemError) {
         cond.lock()
         let target = nextSeq
-        while doneThrough < target { cond.broadcast(); cond.wait() }
+        while doneThrough < target { cond.wait() }
         let mine = failures.first { $0.seq < target }
         failures.removeAll { $0.seq < target }
         cond.unlock()

@@ -27,9 +27,6 @@ public protocol TileStore: AnyObject, Sendable {
     ///   failed is reported by `sync`).
     @discardableResult
     func put(_ data: Data) throws -> (sha256: String, isNew: Bool)
-    /// Starts the work of the objects `put` since the last call, if the backend waits for it (the
-    /// disk store wakes its writer thread once per batch); the daemon calls it once per loop turn.
-    func startWrites()
     /// Makes every object `put` before this call durable.
     /// - Throws: the first failure of those objects (`SystemError` or `S3Error`); nothing may
     ///   then be recorded as stored.
