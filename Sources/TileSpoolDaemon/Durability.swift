@@ -17,6 +17,9 @@ final class CommitJob: @unchecked Sendable {
         let files: any RegionStorage
         /// The lines, rendered (`ManifestLine.text`), in order.
         let text: [UInt8]
+        /// The objects the lines name (their SHA-256s): the entry is refused when one of them
+        /// failed to be written (`TileStore.writeFailure(among:)`).
+        let objects: [String]
         /// Set by the writer when the append or its fdatasync failed.
         var error: Error?
     }
@@ -105,11 +108,13 @@ final class DurabilityWriter: @unchecked Sendable {
         }
     }
 
-    /// The durability steps, in this order: every object written before the job was handed over
-    /// is flushed (syncfs), and only then are lines naming them appended to a manifest.
+    /// The durability steps, in this order: every object put before the job was handed over is
+    /// written and flushed (`TileStore.sync`), and only then are lines naming them appended to a
+    /// manifest; an entry naming an object whose write failed gets that failure instead.
     private func run(_ job: CommitJob) {
         do { try store.sync() } catch { job.syncError = error; return }
         for k in job.entries.indices {
+            if let e = store.writeFailure(among: job.entries[k].objects) { job.entries[k].error = e; continue }
             do { try job.entries[k].files.appendToManifest(text: job.entries[k].text) } catch {
                 job.entries[k].error = error
             }
@@ -169,7 +174,7 @@ extension Daemon {
         var inFlight = CommitInFlight(owners: [])
         for r in live.values {
             guard let d = r.download, !d.pending.isEmpty else { continue }
-            entries.append(CommitJob.Entry(files: d.files, text: d.pendingText))
+            entries.append(CommitJob.Entry(files: d.files, text: d.pendingText, objects: d.pending.compactMap { $0.line.sha256 }))
             inFlight.owners.append((r, d, d.pending))
             d.committing = d.pending.count
             d.pending = []

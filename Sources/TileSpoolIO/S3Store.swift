@@ -47,7 +47,8 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
     private var head = 0
     private var running = Set<Int>()
     private var nextSeq = 0
-    private var failures: [(seq: Int, error: S3Error)] = []
+    /// Keys whose last upload failed (and has not succeeded since), with the failure.
+    private var failures: [String: S3Error] = [:]
     private var started = false
     /// Until this time (seconds since 1970) uploads fail at once without a request: an upload got
     /// no answer after all its attempts, so the queued ones would only wait out theirs (a stop
@@ -96,16 +97,21 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         return (sha, true)
     }
 
-    /// Waits until every upload queued before the call has been answered.
-    /// - Throws: the first `S3Error` of those uploads (each reported once).
+    /// Waits until every upload queued before the call has been answered (failed ones:
+    /// `writeFailure(among:)`). Never throws.
     public func sync() throws {
         cond.lock()
         let target = nextSeq
         while running.contains(where: { $0 < target }) || (head < queue.count && queue[head].seq < target) { cond.wait() }
-        let mine = failures.filter { $0.seq < target }
-        failures.removeAll { $0.seq < target }
         cond.unlock()
-        if let f = mine.first { throw f.error }
+    }
+
+    /// The failure of the last upload of one of `sha256s`, or nil when each is in the bucket.
+    public func writeFailure(among sha256s: [String]) -> Error? {
+        cond.lock(); defer { cond.unlock() }
+        if failures.isEmpty { return nil }
+        for sha in sha256s { if let f = failures[S3ObjectStore.objectKey(sha)] { return f } }
+        return nil
     }
 
     private func startThreads() {
@@ -130,7 +136,7 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
             let failure = upload(client, job.key, job.body)
             cond.lock()
             running.remove(job.seq)
-            if let failure { failures.append((job.seq, failure)) }
+            if let failure { failures[job.key] = failure } else if !failures.isEmpty { failures.removeValue(forKey: job.key) }
             cond.broadcast()
             cond.unlock()
         }

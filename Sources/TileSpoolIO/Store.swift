@@ -101,8 +101,9 @@ public final class ObjectStore: @unchecked Sendable {
     /// so that a concurrent `gc` sees it as young (docs/gc.md).
     /// - Returns: the hex SHA-256 and whether a new file is being written (false: it was there).
     /// - Throws: `SystemError` "quota" (`EDQUOT`) when the object would take the store past
-    ///   `maxBytes`. A failed write (ENOSPC and friends: `isStorageFailure`) is thrown by the next
-    ///   `sync()`; no file then exists under the final name and the temp file is removed.
+    ///   `maxBytes`. A failed write (ENOSPC and friends: `isStorageFailure`) is answered by
+    ///   `writeFailure(among:)` after the next `sync()`; no file then exists under the final name
+    ///   and the temp file is removed.
     @discardableResult
     public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) {
         let sha = SHA256.hex(data)
@@ -139,12 +140,17 @@ public final class ObjectStore: @unchecked Sendable {
 
     /// Makes every object `put` before the call durable: waits for the writer thread to have
     /// written them, then `syncfs` on the store's filesystem (file data and the renames into object
-    /// folders). Cost is one call per batch, not per object. Safe on any thread.
-    /// - Throws: the first failed write among those objects (each reported once), else `syncfs`'s.
+    /// folders). Cost is one call per batch, not per object. Safe on any thread. An object whose
+    /// write failed is not there: ask `writeFailure(among:)` before recording it.
+    /// - Throws: `SystemError` when `syncfs` fails.
     public func sync() throws(SystemError) {
-        try writes.waitForQueued()
+        writes.waitForQueued()
         try Files.syncFilesystem(root)
     }
+
+    /// The failure of the last write of one of `sha256s` (objects `put` before the last `sync`),
+    /// or nil when each was written or was there already. Safe on any thread.
+    public func writeFailure(among sha256s: [String]) -> Error? { writes.failure(among: sha256s) }
 
     /// Puts back objects that an interrupted `gc` had moved aside (`tmp/gc-<sha256>`), and removes
     /// the aside copy where the object exists again.
@@ -167,9 +173,10 @@ public final class ObjectStore: @unchecked Sendable {
     public func regionDir(_ id: String) -> String { "\(regionsDir)/\(id)" }
 }
 
-/// The store's writer thread and its queue (`ObjectStore.put` hands it the bodies): jobs run one at a time, in the order queued; each
-/// failure is kept, with the job's sequence number, until a `waitForQueued` that covers it. The
-/// thread starts with the first job and ends after 5 s without work.
+/// The store's writer thread and its queue (`ObjectStore.put` hands it the bodies): jobs run one
+/// at a time, in the order queued. A failed write is kept by object name until a later write of
+/// the same object succeeds, so that every batch naming it learns of it (not only the first sync
+/// after it). The thread starts with the first job and ends after 5 s without work.
 final class ObjectWriter: @unchecked Sendable {
     let objectsDir: String
     let tmpDir: String
@@ -186,7 +193,8 @@ final class ObjectWriter: @unchecked Sendable {
     private var nextSeq = 0
     /// Every job with a smaller sequence number has run.
     private var doneThrough = 0
-    private var failures: [(seq: Int, error: SystemError)] = []
+    /// The objects whose last write failed (and has not succeeded since), with the failure.
+    private var failures: [String: SystemError] = [:]
     private var threadRunning = false
     /// The writer thread's own state (only it touches these).
     private var knownFolders = Set<String>()
@@ -228,16 +236,19 @@ final class ObjectWriter: @unchecked Sendable {
     }
 
     /// Waits until every write queued before the call has run.
-    /// - Throws: the first failure among them (the others of them are dropped: one is enough to
-    ///   refuse the batch).
-    func waitForQueued() throws(SystemError) {
+    func waitForQueued() {
         cond.lock()
         let target = nextSeq
         while doneThrough < target { cond.wait() }
-        let mine = failures.first { $0.seq < target }
-        failures.removeAll { $0.seq < target }
         cond.unlock()
-        if let mine { throw mine.error }
+    }
+
+    /// The failure of one of `names` whose last write failed, or nil when all were written.
+    func failure(among names: [String]) -> SystemError? {
+        cond.lock(); defer { cond.unlock() }
+        if failures.isEmpty { return nil }
+        for n in names { if let f = failures[n] { return f } }
+        return nil
     }
 
     private func run() {
@@ -266,7 +277,7 @@ final class ObjectWriter: @unchecked Sendable {
             cond.lock()
             if let n = queuedNames[job.sha], n > 1 { queuedNames[job.sha] = n - 1 } else { queuedNames.removeValue(forKey: job.sha) }
             doneThrough = job.seq + 1
-            if let failure { failures.append((job.seq, failure)) }
+            if let failure { failures[job.sha] = failure } else if !failures.isEmpty { failures.removeValue(forKey: job.sha) }
             cond.broadcast()
         }
     }
@@ -293,7 +304,19 @@ final class ObjectWriter: @unchecked Sendable {
             Glibc.close(fd); unlinkat(tmpFD, tmp, 0); throw error
         }
         if Glibc.close(fd) != 0 { let e = SystemError("close", tmpDir + "/" + tmp); unlinkat(tmpFD, tmp, 0); throw e }
-        if renameat(tmpFD, tmp, objectsFD, ObjectWriter.relative(sha)) != 0 {
+        var renamed = renameat(tmpFD, tmp, objectsFD, ObjectWriter.relative(sha)) == 0
+        if !renamed && (CLinux.tilespool_errno() == ENOENT || CLinux.tilespool_errno() == ENOTDIR) {
+            // The folder went away or was never one (something else owns the store's tree):
+            // forget it, make it again and retry once.
+            knownFolders.remove(folder)
+            if mkdirat(objectsFD, folder, 0o777) == 0 {
+                knownFolders.insert(folder)
+                renamed = renameat(tmpFD, tmp, objectsFD, ObjectWriter.relative(sha)) == 0
+            } else {
+                errno = ENOTDIR
+            }
+        }
+        if !renamed {
             let e = SystemError("rename", objectsDir + "/" + ObjectWriter.relative(sha))
             unlinkat(tmpFD, tmp, 0)
             throw e

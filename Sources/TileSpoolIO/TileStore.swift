@@ -23,14 +23,18 @@ public protocol TileStore: AnyObject, Sendable {
 
     /// Stores `data` under its SHA-256 (hex, lower case) unless an object of that name exists.
     /// - Returns: the SHA-256, and whether a new object was (or, for S3, is being) written.
-    /// - Throws: `SystemError` (disk: ENOSPC, quota, ...) or `S3Error` (an upload that already
-    ///   failed is reported by `sync`).
+    /// - Throws: `SystemError` "quota" (disk). A write or upload that fails later is answered by
+    ///   `writeFailure(among:)` after the next `sync`.
     @discardableResult
     func put(_ data: Data) throws -> (sha256: String, isNew: Bool)
-    /// Makes every object `put` before this call durable.
-    /// - Throws: the first failure of those objects (`SystemError` or `S3Error`); nothing may
-    ///   then be recorded as stored.
+    /// Waits until every object `put` before this call is written or failed, and makes the
+    /// written ones durable (disk: syncfs).
+    /// - Throws: `SystemError` when the flush itself fails; nothing may then be recorded.
     func sync() throws
+    /// After a `sync`: the failure of the last write of one of `sha256s` (a `SystemError` or an
+    /// `S3Error`), or nil when every one of them is stored. A manifest line may name an object
+    /// only when this is nil for it.
+    func writeFailure(among sha256s: [String]) -> Error?
     /// The bytes of object `sha256` (at most `limit`).
     /// - Throws: `SystemError` or `S3Error` when absent or unreadable.
     func read(_ sha256: String, limit: Int) throws -> Data

@@ -26,6 +26,35 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(SHA256.hex(Data()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     }
 
+    /// A write that fails on the writer thread is answered for its object by every later batch
+    /// (not only by the first sync after it), never for another object, and is forgotten once a
+    /// later write of the same object succeeds.
+    func testFailedWriteIsReportedForItsObjectUntilItIsWritten() throws {
+        let store = try ObjectStore(root: dir)
+        let bad = Data("a body whose folder is a file".utf8), good = Data("another body".utf8)
+        let badSHA = sha256Hex(bad), goodSHA = sha256Hex(good)
+        XCTAssertNotEqual(badSHA.prefix(2), goodSHA.prefix(2))
+        // objects/<ab> is a regular file: the rename into it fails (ENOTDIR).
+        let folder = store.objectsDir + "/" + badSHA.prefix(2)
+        XCTAssertTrue(FileManager.default.createFile(atPath: folder, contents: Data()))
+        XCTAssertTrue(try store.put(bad).isNew)
+        XCTAssertTrue(try store.put(good).isNew)
+        try store.sync()
+        let failure = try XCTUnwrap(store.writeFailure(among: [badSHA]) as? SystemError)
+        XCTAssertEqual(failure.operation, "rename")
+        XCTAssertNil(store.writeFailure(among: [goodSHA]))
+        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(goodSHA)), good)
+        try store.sync() // a second batch still learns of it
+        XCTAssertNotNil(store.writeFailure(among: [goodSHA, badSHA]))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [], "the temp file is removed")
+        // Once the folder can be made, the same body written again clears it.
+        try FileManager.default.removeItem(atPath: folder)
+        XCTAssertTrue(try store.put(bad).isNew)
+        try store.sync()
+        XCTAssertNil(store.writeFailure(among: [badSHA]))
+        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(badSHA)), bad)
+    }
+
     func testManifestReadStopsAtAPartialLastLineAndCutsItOff() throws {
         let files = RegionFiles(dir: dir + "/r")
         try Files.makeDirectories(files.dir)
