@@ -79,7 +79,7 @@ public struct ManifestLine: Sendable, Equatable {
         out.append(tab)
         if let t = f.expires { ManifestLine.appendDecimal(t, to: &out) } else { out.append(dash) }
         out.append(tab)
-        if let t = f.fetched, t.isFinite, t >= 0 {
+        if let t = f.fetched, t.isFinite, t >= 0, t < 9e15 { // beyond: not a time (and no Int64 of ms)
             // Seconds with three decimals (`1764655031.042`).
             let ms = Int64((t * 1000).rounded())
             ManifestLine.appendDecimal(ms / 1000, to: &out)

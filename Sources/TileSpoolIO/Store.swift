@@ -66,8 +66,14 @@ public final class ObjectStore: @unchecked Sendable {
     /// Objects and bytes in `objects/` as far as this process knows: the last `measure` given to
     /// `setUsage` plus what `put` added since; nil until `setUsage` is called.
     public private(set) var usage: (objects: Int, bytes: Int)?
-    /// Objects and bytes `put` has written (or queued) since this store was opened.
-    public private(set) var added: (objects: Int, bytes: Int) = (0, 0)
+    /// Objects and bytes `put` has written since this store was opened (not those still queued
+    /// for the writer thread).
+    public var added: (objects: Int, bytes: Int) {
+        let q = writes.pending
+        return (queuedTotal.objects - q.objects, queuedTotal.bytes - q.bytes)
+    }
+    /// Objects and bytes `put` has handed to the writer thread since this store was opened.
+    private var queuedTotal: (objects: Int, bytes: Int) = (0, 0)
     /// The store quota (`--max-store-bytes`): `put` refuses a new object that would take `usage`
     /// past it. Only enforced once `usage` is known.
     public var maxBytes: Int?
@@ -112,16 +118,19 @@ public final class ObjectStore: @unchecked Sendable {
             throw SystemError("quota", objectsDir, errno: EDQUOT)
         }
         writes.enqueue(sha: sha, body: data, limit: maxQueuedWrites)
-        added.objects += 1; added.bytes += data.count
+        queuedTotal.objects += 1; queuedTotal.bytes += data.count
         if let u = usage { usage = (u.objects + 1, u.bytes + data.count) }
         return (sha, true)
     }
 
     /// Sets `usage` from a `measure` that started when `added` was `addedAtStart`: what `put`
-    /// wrote since then is added on top (an object written during the scan may be counted twice
-    /// until the next measure: the usage errs on the high side, never under the quota).
+    /// wrote since then, and what waits for the writer thread now, is added on top (an object
+    /// written during the scan may be counted twice until the next measure: the usage errs on the
+    /// high side, never under the quota).
     public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {
-        usage = (measured.objects + added.objects - addedAtStart.objects, measured.bytes + added.bytes - addedAtStart.bytes)
+        let now = added, q = writes.pending
+        usage = (measured.objects + now.objects - addedAtStart.objects + q.objects,
+                 measured.bytes + now.bytes - addedAtStart.bytes + q.bytes)
     }
 
     /// Counts the object files under `<root>/objects/` and sums their sizes (`lstat` each; one
@@ -196,6 +205,9 @@ final class ObjectWriter: @unchecked Sendable {
     /// The objects whose last write failed (and has not succeeded since), with the failure.
     private var failures: [String: SystemError] = [:]
     private var threadRunning = false
+    private var pendingCount = (objects: 0, bytes: 0)
+    /// Objects and bytes queued or being written.
+    var pending: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return pendingCount }
     /// The writer thread's own state (only it touches these).
     private var knownFolders = Set<String>()
     private var tmpCounter = 0
@@ -224,6 +236,7 @@ final class ObjectWriter: @unchecked Sendable {
         let before = queuedNames[sha, default: 0]
         queuedNames[sha] = before + 1
         queue.append((nextSeq, sha, body, before > 0))
+        pendingCount.objects += 1; pendingCount.bytes += body.count
         nextSeq += 1
         if !threadRunning {
             threadRunning = true
@@ -277,6 +290,7 @@ final class ObjectWriter: @unchecked Sendable {
             cond.lock()
             if let n = queuedNames[job.sha], n > 1 { queuedNames[job.sha] = n - 1 } else { queuedNames.removeValue(forKey: job.sha) }
             doneThrough = job.seq + 1
+            pendingCount.objects -= 1; pendingCount.bytes -= job.body.count
             if let failure { failures[job.sha] = failure } else if !failures.isEmpty { failures.removeValue(forKey: job.sha) }
             cond.broadcast()
         }
