@@ -511,7 +511,9 @@ def tilespool_plan(request, workdir, name):
     path = os.path.join(workdir, name + ".json")
     with open(path, "w") as f:
         json.dump(request, f)
-    out = subprocess.run([BIN, "plan", path, "--json"], capture_output=True, text=True, check=True)
+    # --max-tiles: plan refuses what the daemon would refuse (default 10,000,000 tiles); the scale
+    # phase plans more on purpose.
+    out = subprocess.run([BIN, "plan", path, "--json", "--max-tiles", "100000000"], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
