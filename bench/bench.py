@@ -913,7 +913,7 @@ def phase_scale(out, nginx, results):
     pexpect = sum(rect_count(x) for x in prs.values())
     pruns = []
     for _ in range(RUNS):
-        p = time_v([BIN, "plan", path, "--json"])
+        p = time_v([BIN, "plan", path, "--json", "--max-tiles", "100000000"])
         doc = json.loads(p.pop("stdout"))
         check_plan_counts(doc, prs)
         if doc["tiles"] != pexpect:
