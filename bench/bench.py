@@ -461,24 +461,30 @@ def wait_state(spool, rid, target="completed", poll=0.002, timeout=600.0, on_pol
         time.sleep(poll)
 
 
-def read_manifest(store, rid):
-    """Summary of <store>/regions/<id>/manifest.tsv (kind sha256 bytes key url)."""
+def summarize_manifest(lines_iter):
+    """Summary of manifest lines (kind sha256 bytes key url ...): line count, lines per kind,
+    distinct objects and their bytes, missing resources, distinct (kind, key) pairs."""
     kinds, shas, total_bytes, lines, missing, keys = {}, set(), 0, 0, 0, set()
-    with open(os.path.join(store, "regions", rid, "manifest.tsv")) as f:
-        for line in f:
-            if line.startswith("#"):
-                continue
-            kind, sha, nbytes, key, _url = line.rstrip("\n").split("\t", 4)
-            lines += 1
-            keys.add((kind, key))
-            kinds[kind] = kinds.get(kind, 0) + 1
-            if sha == "-":
-                missing += 1
-            else:
-                shas.add(sha)
-                total_bytes += int(nbytes)
+    for line in lines_iter:
+        if not line.strip() or line.startswith("#"):
+            continue
+        kind, sha, nbytes, key, _url = line.rstrip("\n").split("\t", 4)
+        lines += 1
+        keys.add((kind, key))
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if sha == "-":
+            missing += 1
+        else:
+            shas.add(sha)
+            total_bytes += int(nbytes)
     return {"lines": lines, "kinds": kinds, "objects": len(shas), "bytes": total_bytes,
             "missing": missing, "distinct_keys": len(keys)}
+
+
+def read_manifest(store, rid):
+    """Summary of <store>/regions/<id>/manifest.tsv (summarize_manifest)."""
+    with open(os.path.join(store, "regions", rid, "manifest.tsv")) as f:
+        return summarize_manifest(f)
 
 
 def count_files(root, suffix=""):
@@ -1173,21 +1179,10 @@ class CephRGW:
 
     def manifest(self, bucket, rid):
         """read_manifest's summary of a region's manifest in the bucket (its segments, in order)."""
-        kinds, shas, total, lines, missing, keys = {}, set(), 0, 0, 0, set()
-        for seg in sorted(self.list(bucket, "regions/%s/manifest/" % rid)):
-            for line in self.curl("GET", "/%s/%s" % (bucket, seg)).decode().splitlines():
-                if not line or line.startswith("#"):
-                    continue
-                kind, sha, nbytes, key, _url = line.split("\t", 4)
-                lines += 1
-                keys.add((kind, key))
-                kinds[kind] = kinds.get(kind, 0) + 1
-                if sha == "-":
-                    missing += 1
-                else:
-                    shas.add(sha)
-                    total += int(nbytes)
-        return {"lines": lines, "kinds": kinds, "objects": len(shas), "bytes": total, "missing": missing, "distinct_keys": len(keys)}
+        def lines():
+            for seg in sorted(self.list(bucket, "regions/%s/manifest/" % rid)):
+                yield from self.curl("GET", "/%s/%s" % (bucket, seg)).decode().splitlines()
+        return summarize_manifest(lines())
 
     def stop(self):
         subprocess.run(["bash", os.path.join(ROOT, "Tests/Support/ceph.sh"), "down"], env=dict(os.environ, D=self.dir),
