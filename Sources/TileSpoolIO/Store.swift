@@ -208,8 +208,7 @@ final class ObjectWriter: @unchecked Sendable {
     private var pendingCount = (objects: 0, bytes: 0)
     /// Objects and bytes queued or being written.
     var pending: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return pendingCount }
-    /// The writer thread's own state (only it touches these).
-    private var knownFolders = Set<String>()
+    /// The writer thread's temp file counter (only it touches this).
     private var tmpCounter = 0
 
     /// - Throws: `SystemError` when the two folders cannot be opened.
@@ -301,13 +300,6 @@ final class ObjectWriter: @unchecked Sendable {
     /// - Throws: `SystemError` from mkdir/open/write/close/rename; then no file exists under the
     ///   final name and the temp file is removed.
     func write(_ sha: String, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
-        let folder = String(sha.prefix(2))
-        if !knownFolders.contains(folder) {
-            if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {
-                throw SystemError("mkdir", objectsDir + "/" + folder)
-            }
-            knownFolders.insert(folder)
-        }
         tmpCounter += 1
         let tmp = "\(getpid())-\(tmpCounter).tmp"
         let fd = CLinux.tilespool_openat(tmpFD, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
@@ -318,20 +310,21 @@ final class ObjectWriter: @unchecked Sendable {
             Glibc.close(fd); unlinkat(tmpFD, tmp, 0); throw error
         }
         if Glibc.close(fd) != 0 { let e = SystemError("close", tmpDir + "/" + tmp); unlinkat(tmpFD, tmp, 0); throw e }
-        var renamed = renameat(tmpFD, tmp, objectsFD, ObjectWriter.relative(sha)) == 0
-        if !renamed && (CLinux.tilespool_errno() == ENOENT || CLinux.tilespool_errno() == ENOTDIR) {
-            // The folder went away or was never one (something else owns the store's tree):
-            // forget it, make it again and retry once.
-            knownFolders.remove(folder)
-            if mkdirat(objectsFD, folder, 0o777) == 0 {
-                knownFolders.insert(folder)
-                renamed = renameat(tmpFD, tmp, objectsFD, ObjectWriter.relative(sha)) == 0
-            } else {
-                errno = ENOTDIR
+        let name = ObjectWriter.relative(sha)
+        var renamed = renameat(tmpFD, tmp, objectsFD, name) == 0
+        // The object's folder `ab/` is made when the first rename into it finds none (256 times in
+        // a store's life, and again if something removed it).
+        if !renamed && CLinux.tilespool_errno() == ENOENT {
+            let folder = String(sha.prefix(2))
+            if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {
+                let e = SystemError("mkdir", objectsDir + "/" + folder)
+                unlinkat(tmpFD, tmp, 0)
+                throw e
             }
+            renamed = renameat(tmpFD, tmp, objectsFD, name) == 0
         }
         if !renamed {
-            let e = SystemError("rename", objectsDir + "/" + ObjectWriter.relative(sha))
+            let e = SystemError("rename", objectsDir + "/" + name)
             unlinkat(tmpFD, tmp, 0)
             throw e
         }

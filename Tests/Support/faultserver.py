@@ -267,6 +267,19 @@ class Handler(BaseHTTPRequestHandler):
     def fault_ok(self, path, query, segments, count):
         self.send_body(200, ok_body(path), content_type_for(path))
 
+    def fault_cached(self, path, query, segments, count):
+        """/cached/...: 200 like /ok with validators whose header names are not in canonical case:
+        `etag` twice ("v1" first), Last-Modified, `CACHE-CONTROL: public, Max-Age=60` and an
+        Expires that max-age must override."""
+        self.send_body(200, ok_body(path), content_type_for(path), headers=(
+            ("etag", '"v1"'), ("ETag", '"v2"'), ("Last-Modified", "Wed, 01 Jan 2025 00:00:00 GMT"),
+            ("CACHE-CONTROL", "public, Max-Age=60"), ("Expires", "Thu, 01 Jan 2026 00:00:00 GMT")))
+
+    def fault_expires(self, path, query, segments, count):
+        """/expires/...: 200 like /ok with `Expires` and no Cache-Control."""
+        self.send_body(200, ok_body(path), content_type_for(path), headers=(
+            ("Expires", "Thu, 01 Jan 2026 00:00:00 GMT"),))
+
     def fault_slow(self, path, query, segments, count):
         """/slow/MS/...: 200 like /ok after MS milliseconds (a slow but healthy server)."""
         ms = self.threshold(segments)

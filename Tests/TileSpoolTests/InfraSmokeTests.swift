@@ -2,6 +2,8 @@
 // so that a failure elsewhere is not blamed on the harness.
 import Foundation
 import XCTest
+@testable import TileSpoolCore
+@testable import TileSpoolIO
 
 final class InfraSmokeTests: XCTestCase {
     // MARK: nginx over ../shared/mapdata
@@ -80,6 +82,28 @@ final class InfraSmokeTests: XCTestCase {
     }
 
     // MARK: fault server
+
+    /// The validators and expiry a response carries, read from libcurl's header list in one walk:
+    /// names in any case, the first of repeated headers, max-age over Expires, an HTTP date.
+    func testResponseHeadersGiveContentTypeValidatorsAndExpiry() throws {
+        let server = try FaultServer()
+        defer { server.stop() }
+        let client = HTTPClient(options: HTTPOptions())
+        let base = "http://127.0.0.1:\(server.port)"
+        let before = Int64(Date().timeIntervalSince1970)
+        let results = client.fetchAll([base + "/cached/1/2/3.png", base + "/expires/1/2/3.png"])
+        let after = Int64(Date().timeIntervalSince1970) + 1
+        let cached = results[0], expires = results[1]
+        XCTAssertEqual(cached.status, 200)
+        XCTAssertEqual(cached.contentType, "image/png")
+        XCTAssertEqual(cached.freshness.etag, "\"v1\"", "the first of two ETag headers")
+        XCTAssertEqual(cached.freshness.lastModified, 1_735_689_600, "Wed, 01 Jan 2025 00:00:00 GMT")
+        let e = try XCTUnwrap(cached.freshness.expires)
+        XCTAssertTrue((before + 60...after + 60).contains(e), "max-age=60 wins over Expires: \(e)")
+        XCTAssertEqual(expires.freshness.expires, 1_767_225_600, "Thu, 01 Jan 2026 00:00:00 GMT")
+        XCTAssertNil(expires.freshness.etag)
+        XCTAssertNil(expires.freshness.lastModified)
+    }
 
     func testFaultServerFlakyThenRestartOnSamePort() throws {
         let server = try FaultServer()

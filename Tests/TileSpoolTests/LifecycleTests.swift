@@ -40,11 +40,7 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         let atPause = fx.progress("p")
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/control/p.pause"), "control file removed")
         XCTAssertEqual(fx.manifest("p").count, atPause["resourcesCompleted"], "status counts what the manifest holds")
-        try fx.control("p", "resume")
-        try waitUntil("p completes", timeout: 60) {
-            seen.append(fx.progress("p")["tilesCompleted"] ?? 0)
-            return fx.state("p") == "completed"
-        }
+        try fx.resumeUntilCompleted("p", seen: &seen)
         XCTAssertEqual(seen, seen.sorted(), "progress never goes backwards")
         XCTAssertEqual(fx.eventStates("p"), ["queued", "downloading", "pausedUser", "queued", "downloading", "completed"])
         assertTilesMatchServer("p", count: 1365)

@@ -225,11 +225,7 @@ final class S3StoreTests: CephTestCase {
         let objects = try s3Objects(s3)
         for l in kept { XCTAssertNotNil(objects[l.sha], "\(l.key): what the cancelled region stored stays in the bucket") }
 
-        try fx.control("p", "resume")
-        try waitUntil("p completes", timeout: 60) {
-            seen.append(fx.progress("p")["tilesCompleted"] ?? 0)
-            return fx.state("p") == "completed"
-        }
+        try fx.resumeUntilCompleted("p", seen: &seen)
         XCTAssertEqual(seen, seen.sorted(), "progress never goes backwards")
         XCTAssertEqual(fx.eventStates("p"), ["queued", "downloading", "pausedUser", "queued", "downloading", "completed"])
         try assertBucketMatchesManifest(fx, s3, "p", expected: 341)

@@ -117,6 +117,17 @@ final class SpoolFixture: @unchecked Sendable {
         return out
     }
 
+    /// Resumes `id` and waits until it is `completed`, appending every `tilesCompleted` seen on
+    /// the way to `seen` (for "progress never goes backwards").
+    /// - Throws: when the control file cannot be written or the region does not complete in time.
+    func resumeUntilCompleted(_ id: String, seen: inout [Int], timeout: TimeInterval = 60) throws {
+        try control(id, "resume")
+        try waitUntil("\(id) completes", timeout: timeout) {
+            seen.append(progress(id)["tilesCompleted"] ?? 0)
+            return state(id) == "completed"
+        }
+    }
+
     func errorCode(_ id: String) -> String? { (status(id)?["error"] as? [String: Any])?["code"] as? String }
     func errorMessage(_ id: String) -> String? { (status(id)?["error"] as? [String: Any])?["message"] as? String }
 

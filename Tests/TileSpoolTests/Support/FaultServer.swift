@@ -8,6 +8,8 @@ import Foundation
 /// | path | answer |
 /// |---|---|
 /// | `/ok/...` | 200, body `okBody(PATH)` = `"tile " + PATH` (after the PNG/JPEG/WebP signature for those extensions), Content-Length set |
+/// | `/cached/...` | 200 like `/ok` with `etag` twice ("v1" first), `Last-Modified` 2025-01-01, `CACHE-CONTROL: public, Max-Age=60`, `Expires` 2026-01-01 |
+/// | `/expires/...` | 200 like `/ok` with `Expires` 2026-01-01 and no Cache-Control |
 /// | `/empty/...` | 204, no body |
 /// | `/missing/...` | 404 |
 /// | `/flaky/N/...` | the first N requests for this PATH 503, then like `/ok` |
