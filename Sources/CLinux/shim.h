@@ -27,6 +27,9 @@ static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
 static inline ssize_t tilespool_copy_file_range(int in, int out, size_t len) { return copy_file_range(in, NULL, out, NULL, len, 0); }
 static inline int tilespool_open(const char *path, int flags, int mode) { return open(path, flags, (mode_t)mode); }
 static inline int tilespool_openat(int dirfd, const char *path, int flags, int mode) { return openat(dirfd, path, flags, (mode_t)mode); }
+// open(2) O_TMPFILE: an unnamed regular file in folder `dir` (relative to `dirfd`), write-only, to be
+// given a name by linkat(2). O_TMPFILE is a macro Swift does not import (it includes O_DIRECTORY).
+static inline int tilespool_open_tmpfile(int dirfd, const char *dir, int mode) { return openat(dirfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, (mode_t)mode); }
 
 /// Whether another process has `path` open for writing, asked by taking a read lease (fcntl(2)
 /// F_SETLEASE, which fails with EAGAIN while any writer holds the file open) and dropping it at

@@ -87,6 +87,8 @@ public final class Daemon {
     var lastSync = 0.0
     var lastRescan = Daemon.now()
     var pendingCount = 0
+    /// True when `writeJournals` asked the store for a wake (`TileStore.wakeWhenDone`) not yet drained.
+    var wakeArmed = false
     var stopping = false
     /// Exports run here, one at a time, off the event loop (Exports.swift).
     let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)
@@ -232,7 +234,7 @@ public final class Daemon {
         rescan(layout.control)
         while !stopping {
             schedule()
-            http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd])
+            http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD])
             if !signals.drain().isEmpty { stopping = true; break }
             for ev in watcher.drain() {
                 switch ev {

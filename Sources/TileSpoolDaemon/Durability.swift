@@ -1,5 +1,6 @@
 // Durability: objects written to the store enter a region's manifest only after they are
-// durable. Each loop turn appends their lines to the journal (a kill -9 loses nothing); a commit
+// durable. Each loop turn appends to the journal the lines whose objects the store has written
+// (a kill -9 loses nothing the journal names); a commit
 // hands the waiting lines to the writer thread, which syncs the store and appends them to the
 // manifests (fdatasync) while the loop keeps downloading; only when the writer reports back are
 // they counted in the progress. Restart promotes intact journal lines (docs/durability.md).
@@ -129,14 +130,30 @@ struct CommitInFlight {
 }
 
 extension Daemon {
-    /// Appends the lines of objects written in this loop iteration to each region's journal, so
-    /// that a `kill -9` before the next commit loses no downloaded object.
+    /// Appends to each region's journal the waiting lines whose objects the store has written
+    /// (`TileStore.writesDone`: the writer thread, or the uploads, may still hold the newest), so
+    /// that a `kill -9` before the next commit loses no downloaded object and the journal never
+    /// names one that was still in memory. Lines not yet journaled go to the manifest with the
+    /// next commit all the same.
     func writeJournals() {
+        if wakeArmed { store.drainWake(); wakeArmed = false }
+        var done: Int?
+        var waitFor = 0
         for r in Array(live.values) {
-            guard let d = r.download, d.journaled < d.pendingText.count else { continue }
-            do { try d.files.appendToJournal(text: d.pendingText[d.journaled...]) } catch { storageFailed(r, error); continue }
-            d.journaled = d.pendingText.count
+            guard let d = r.download, d.journaledLines < d.pendingEnds.count else { continue }
+            let written = done ?? store.writesDone
+            done = written
+            var k = d.journaledLines
+            while k < d.pendingEnds.count && d.pendingEnds[k].ticket <= written { k += 1 }
+            if k < d.pendingEnds.count { waitFor = max(waitFor, d.pendingEnds[d.pendingEnds.count - 1].ticket) }
+            guard k > d.journaledLines else { continue }
+            let end = d.pendingEnds[k - 1].end
+            do { try d.files.appendToJournal(text: d.pendingText[d.journaled..<end]) } catch { storageFailed(r, error); continue }
+            d.journaled = end
+            d.journaledLines = k
         }
+        // Lines wait for objects still at the writer: wake as soon as it has written them.
+        if waitFor > 0 { store.wakeWhenDone(through: waitFor); wakeArmed = true }
     }
 
     /// True when a downloading region waits only for its last objects to be recorded: they are
@@ -153,6 +170,7 @@ extension Daemon {
     func addPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine) {
         d.pending.append((item, line))
         line.appendText(to: &d.pendingText)
+        d.pendingEnds.append((d.pendingText.count, store.writesQueued))
         pendingCount += 1
     }
 
@@ -179,7 +197,9 @@ extension Daemon {
             d.committing = d.pending.count
             d.pending = []
             d.pendingText = []
+            d.pendingEnds = []
             d.journaled = 0 // the journal holds those lines; what is journaled from now on follows them
+            d.journaledLines = 0
         }
         pendingCount = 0
         guard !entries.isEmpty else { return }

@@ -105,9 +105,14 @@ final class Download {
     var pending: [(item: WorkItem, line: ManifestLine)] = []
     /// The lines of `pending`, rendered once (`ManifestLine.text`), for the journal and the manifest.
     var pendingText: [UInt8] = []
-    /// Bytes of `pendingText` already appended to the journal (the rest goes at the end of the
-    /// loop iteration).
+    /// Bytes of `pendingText` already appended to the journal (the rest goes at the end of a loop
+    /// iteration, once the store has written the objects the lines name).
     var journaled = 0
+    /// Per line of `pendingText`, in order: where it ends (a byte offset) and the store's write
+    /// ticket it waits for (`TileStore.writesQueued` after its `put`; ascending).
+    var pendingEnds: [(end: Int, ticket: Int)] = []
+    /// Lines of `pendingEnds` already in the journal.
+    var journaledLines = 0
     /// Lines of this download in the batch at the writer thread (not yet in `pending`, not yet counted).
     var committing = 0
     /// Why each tile recorded as failed (`maxFailedTiles`) failed, by manifest key, for failed.tsv.

@@ -248,7 +248,9 @@ extension Daemon {
             pendingCount -= d.pending.count
             d.pending.removeAll()
             d.pendingText.removeAll()
+            d.pendingEnds.removeAll()
             d.journaled = 0
+            d.journaledLines = 0
         }
         r.download = nil
         d.files.closeManifest()

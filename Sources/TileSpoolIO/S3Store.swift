@@ -97,6 +97,29 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         return (sha, true)
     }
 
+    /// Wakes the event loop once the uploads it waits for are answered.
+    private let wake = WriteWake()
+    /// `TileStore.writesWakeFD`.
+    public var writesWakeFD: Int32 { wake.fd }
+    /// `TileStore.wakeWhenDone(through:)`.
+    public func wakeWhenDone(through ticket: Int) {
+        cond.lock(); defer { cond.unlock() }
+        wake.arm(ticket, done: doneLocked)
+    }
+    /// `TileStore.drainWake()`.
+    public func drainWake() { wake.drain() }
+
+    /// The ticket of the last upload queued (`TileStore.writesQueued`).
+    public var writesQueued: Int { cond.lock(); defer { cond.unlock() }; return nextSeq }
+    /// Uploads with a ticket up to this have been answered (`TileStore.writesDone`): the ones
+    /// before the oldest still queued or running (they run in parallel and end in any order).
+    public var writesDone: Int { cond.lock(); defer { cond.unlock() }; return doneLocked }
+    private var doneLocked: Int {
+        var oldest = head < queue.count ? queue[head].seq : nextSeq
+        if let r = running.min() { oldest = min(oldest, r) }
+        return oldest
+    }
+
     /// Waits until every upload queued before the call has been answered (failed ones:
     /// `writeFailure(among:)`). Never throws.
     public func sync() throws {
@@ -136,6 +159,7 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
             let failure = upload(client, job.key, job.body)
             cond.lock()
             running.remove(job.seq)
+            wake.reached(doneLocked)
             if let failure { failures[job.key] = failure } else if !failures.isEmpty { failures.removeValue(forKey: job.key) }
             cond.broadcast()
             cond.unlock()

@@ -64,22 +64,48 @@ public final class ObjectStore: @unchecked Sendable {
     public var tmpDir: String { root + "/tmp" }
     public var regionsDir: String { root + "/regions" }
     /// Objects and bytes in `objects/` as far as this process knows: the last `measure` given to
-    /// `setUsage` plus what `put` added since; nil until `setUsage` is called.
-    public private(set) var usage: (objects: Int, bytes: Int)?
-    /// Objects and bytes `put` has written since this store was opened (not those still queued
-    /// for the writer thread).
-    public var added: (objects: Int, bytes: Int) {
-        let q = writes.pending
-        return (queuedTotal.objects - q.objects, queuedTotal.bytes - q.bytes)
+    /// `setUsage` plus what `put` added since (counting objects still queued for the writer
+    /// thread, less those it found already there); nil until `setUsage` is called.
+    public var usage: (objects: Int, bytes: Int)? {
+        guard let u = usageBase else { return nil }
+        let e = writes.existed
+        return (u.objects - (e.objects - existedAtBase.objects), u.bytes - (e.bytes - existedAtBase.bytes))
     }
-    /// Objects and bytes `put` has handed to the writer thread since this store was opened.
+    /// `usage` before subtracting what the writer thread found already there since `setUsage`.
+    private var usageBase: (objects: Int, bytes: Int)?
+    private var existedAtBase: (objects: Int, bytes: Int) = (0, 0)
+    /// Objects and bytes `put` has written since this store was opened (not those still queued
+    /// for the writer thread, nor those it found already there).
+    public var added: (objects: Int, bytes: Int) {
+        let q = writes.pending, e = writes.existed
+        return (queuedTotal.objects - q.objects - e.objects, queuedTotal.bytes - q.bytes - e.bytes)
+    }
+    /// Objects and bytes `put` has handed to the writer thread, or written itself, since this
+    /// store was opened.
     private var queuedTotal: (objects: Int, bytes: Int) = (0, 0)
+    /// Writes handed to the writer thread so far.
+    private var jobsQueued = 0
+    /// The ticket of the last write handed to the writer thread (`TileStore.writesQueued`; an
+    /// object `put` wrote itself is written when `put` returns).
+    public var writesQueued: Int { jobsQueued }
+    /// Writes with a ticket up to this have run (`TileStore.writesDone`).
+    public var writesDone: Int { writes.doneCount }
+    /// `TileStore.writesWakeFD`: the writer thread's `WriteWake`.
+    public var writesWakeFD: Int32 { writes.wake.fd }
+    /// `TileStore.wakeWhenDone(through:)`.
+    public func wakeWhenDone(through ticket: Int) { writes.wakeWhenDone(through: ticket) }
+    /// `TileStore.drainWake()`.
+    public func drainWake() { writes.wake.drain() }
     /// The store quota (`--max-store-bytes`): `put` refuses a new object that would take `usage`
     /// past it. Only enforced once `usage` is known.
     public var maxBytes: Int?
-    /// At most this many objects wait for the writer thread; `put` waits for room beyond it
-    /// (256 tiles of 50 KiB: about 13 MiB).
-    public var maxQueuedWrites = 256
+    /// At most this many objects wait for the writer thread; beyond it `put` writes the object
+    /// itself, on the caller's thread, while the writer works on its own. The writer keeps up with
+    /// a download on a sound disk (an object takes it 20-30 us), so the caller seldom writes; on a
+    /// slow or busy disk (ext4 may take 300 us to allocate an inode after mass deletions) the two
+    /// write side by side, and nothing piles up in memory, where a `kill -9` would lose it (the
+    /// journal names only written objects: what was in memory is fetched again).
+    public var maxQueuedWrites = 4
     /// The writes `put` hands to the writer thread, and what became of them.
     private let writes: ObjectWriter
 
@@ -103,9 +129,14 @@ public final class ObjectStore: @unchecked Sendable {
 
     /// Stores `data` under its SHA-256 unless an object of that name exists. The file is written by
     /// the store's writer thread, so the caller's thread (the event loop) goes on downloading
-    /// meanwhile; `sync()` waits for it. An object that is present has its mtime refreshed at once
-    /// so that a concurrent `gc` sees it as young (docs/gc.md).
-    /// - Returns: the hex SHA-256 and whether a new file is being written (false: it was there).
+    /// meanwhile; `sync()` waits for it. An object that is present has its mtime refreshed (so that
+    /// a concurrent `gc` sees it as young, docs/gc.md) instead of being written again: at once,
+    /// when recent puts often found their object there (then `put` asks the filesystem first), or
+    /// by the writer thread, whose link into place fails on an existing name (while nearly every
+    /// object is new, as in a first download, asking first would cost a lookup per tile for
+    /// nothing).
+    /// - Returns: the hex SHA-256 and whether the object goes to the writer thread (false: it was
+    ///   there; true can still end in "was there", counted in `usage` and `added` once known).
     /// - Throws: `SystemError` "quota" (`EDQUOT`) when the object would take the store past
     ///   `maxBytes`. A failed write (ENOSPC and friends: `isStorageFailure`) is answered by
     ///   `writeFailure(among:)` after the next `sync()`; no file then exists under the final name
@@ -113,13 +144,22 @@ public final class ObjectStore: @unchecked Sendable {
     @discardableResult
     public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) {
         let sha = SHA256.hex(data)
-        if writes.touch(sha) { return (sha, false) }
+        let probed = writes.probeFirst
+        if probed {
+            let present = writes.touch(sha)
+            writes.noteOutcome(present: present)
+            if present { return (sha, false) }
+        }
         if let m = maxBytes, let u = usage, u.bytes + data.count > m {
             throw SystemError("quota", objectsDir, errno: EDQUOT)
         }
-        writes.enqueue(sha: sha, body: data, limit: maxQueuedWrites)
+        if writes.submit(sha: sha, body: data, probed: probed, limit: maxQueuedWrites) {
+            jobsQueued += 1
+        } else {
+            writes.writeHere(sha: sha, body: data, probed: probed)
+        }
         queuedTotal.objects += 1; queuedTotal.bytes += data.count
-        if let u = usage { usage = (u.objects + 1, u.bytes + data.count) }
+        if let u = usageBase { usageBase = (u.objects + 1, u.bytes + data.count) }
         return (sha, true)
     }
 
@@ -129,8 +169,9 @@ public final class ObjectStore: @unchecked Sendable {
     /// high side, never under the quota).
     public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {
         let now = added, q = writes.pending
-        usage = (measured.objects + now.objects - addedAtStart.objects + q.objects,
-                 measured.bytes + now.bytes - addedAtStart.bytes + q.bytes)
+        existedAtBase = writes.existed
+        usageBase = (measured.objects + now.objects - addedAtStart.objects + q.objects,
+                     measured.bytes + now.bytes - addedAtStart.bytes + q.bytes)
     }
 
     /// Counts the object files under `<root>/objects/` and sums their sizes (`lstat` each; one
@@ -195,7 +236,8 @@ final class ObjectWriter: @unchecked Sendable {
     private let tmpFD: Int32
     private let cond = NSCondition()
     /// The jobs; `recheck` when the same name was already queued (the first write may have made it).
-    private var queue: [(seq: Int, sha: String, body: Data, recheck: Bool)] = []
+    /// `probed` when `put` looked for the object first and found none.
+    private var queue: [(seq: Int, sha: String, body: Data, recheck: Bool, probed: Bool)] = []
     /// Names queued and not yet written, with how many times.
     private var queuedNames: [String: Int] = [:]
     private var head = 0
@@ -208,7 +250,35 @@ final class ObjectWriter: @unchecked Sendable {
     private var pendingCount = (objects: 0, bytes: 0)
     /// Objects and bytes queued or being written.
     var pending: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return pendingCount }
-    /// The writer thread's temp file counter (only it touches this).
+    /// How many queued writes have run (written, found there, or failed), in queue order.
+    var doneCount: Int { cond.lock(); defer { cond.unlock() }; return doneThrough }
+    /// Wakes the event loop once the writes it waits for have run.
+    let wake: WriteWake
+    /// Makes `wake` readable once writes through `ticket` have run.
+    func wakeWhenDone(through ticket: Int) {
+        cond.lock(); defer { cond.unlock() }
+        wake.arm(ticket, done: doneThrough)
+    }
+    private var existedCount = (objects: 0, bytes: 0)
+    /// Objects and bytes queued that the writer thread found already there (not written).
+    var existed: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return existedCount }
+    /// The share of recent puts whose object was already there: a mean over about the last 32
+    /// outcomes, each weighing 1/32 (exponentially weighted).
+    private var presentShare = 0.0
+    /// Where the filesystem has no O_TMPFILE, writes rename over an existing name: `put` must ask.
+    private var mustProbe = false
+    /// Whether `put` should look for the object before queueing it: when more than 1 in 16 recent
+    /// puts found it there. Looking costs one failed lookup (utimensat) per new object; not looking
+    /// costs a write of the body, unlinked at once, per object already there (about ten times as
+    /// much), so looking pays above about 1 in 10. Deduplication is the same either way.
+    var probeFirst: Bool { cond.lock(); defer { cond.unlock() }; return mustProbe || presentShare > 1.0 / 16 }
+    /// Counts one put's outcome in `presentShare`.
+    func noteOutcome(present: Bool) {
+        cond.lock(); defer { cond.unlock() }
+        noteLocked(present: present)
+    }
+    private func noteLocked(present: Bool) { presentShare += ((present ? 1 : 0) - presentShare) / 32 }
+    /// The temp file counter of `writeRenaming` (under `cond`).
     private var tmpCounter = 0
 
     /// - Throws: `SystemError` when the two folders cannot be opened.
@@ -217,6 +287,7 @@ final class ObjectWriter: @unchecked Sendable {
         self.tmpDir = tmpDir
         objectsFD = try Files.open(objectsDir, O_PATH | O_DIRECTORY)
         do { tmpFD = try Files.open(tmpDir, O_PATH | O_DIRECTORY) } catch { Glibc.close(objectsFD); throw error }
+        wake = WriteWake()
     }
 
     deinit { Glibc.close(objectsFD); Glibc.close(tmpFD) }
@@ -228,13 +299,15 @@ final class ObjectWriter: @unchecked Sendable {
     /// it does not (yet) exist. The corresponding C function is `utimensat`.
     func touch(_ sha: String) -> Bool { utimensat(objectsFD, ObjectWriter.relative(sha), nil, 0) == 0 }
 
-    /// Queues a write; waits while `limit` writes are queued or running.
-    func enqueue(sha: String, body: Data, limit: Int) {
+    /// Queues a write unless `limit` writes are queued or running; false then (the caller writes
+    /// it with `writeHere`).
+    func submit(sha: String, body: Data, probed: Bool, limit: Int) -> Bool {
         cond.lock()
-        while nextSeq - doneThrough >= limit { cond.wait() }
+        defer { cond.unlock() }
+        if nextSeq - doneThrough >= limit { return false }
         let before = queuedNames[sha, default: 0]
         queuedNames[sha] = before + 1
-        queue.append((nextSeq, sha, body, before > 0))
+        queue.append((nextSeq, sha, body, before > 0, probed))
         pendingCount.objects += 1; pendingCount.bytes += body.count
         nextSeq += 1
         if !threadRunning {
@@ -244,7 +317,35 @@ final class ObjectWriter: @unchecked Sendable {
             t.start()
         }
         cond.broadcast()
+        return true
+    }
+
+    /// Writes an object on the caller's thread (the writer thread was busy), with the same
+    /// outcome bookkeeping as the writer's.
+    func writeHere(sha: String, body: Data, probed: Bool) {
+        let (wasThere, failure) = attempt(sha, body)
+        cond.lock()
+        record(sha: sha, bytes: body.count, probed: probed, wasThere: wasThere, failure: failure)
         cond.unlock()
+    }
+
+    /// One write: whether the object was there already, or the failure.
+    private func attempt(_ sha: String, _ body: Data) -> (wasThere: Bool, failure: SystemError?) {
+        let r: Result<Bool, SystemError> = body.withUnsafeBytes { raw in
+            do throws(SystemError) { return .success(try write(sha, raw)) } catch { return .failure(error) }
+        }
+        switch r {
+        case .success(let linked): return (!linked, nil)
+        case .failure(let e): return (false, e)
+        }
+    }
+
+    /// Counts a write's outcome (lock held): in `presentShare` when `put` did not look first, in
+    /// `existed` when the object was there, in `failures` by object.
+    private func record(sha: String, bytes: Int, probed: Bool, wasThere: Bool, failure: SystemError?) {
+        if !probed && failure == nil { noteLocked(present: wasThere) }
+        if wasThere { existedCount.objects += 1; existedCount.bytes += bytes }
+        if let failure { failures[sha] = failure } else if !failures.isEmpty { failures.removeValue(forKey: sha) }
     }
 
     /// Waits until every write queued before the call has run.
@@ -279,29 +380,106 @@ final class ObjectWriter: @unchecked Sendable {
             queue[head].body = Data()
             head += 1
             cond.unlock()
-            var failure: SystemError?
-            if !(job.recheck && touch(job.sha)) {
-                let r: Result<Void, SystemError> = job.body.withUnsafeBytes { raw in
-                    do throws(SystemError) { try write(job.sha, raw); return .success(()) } catch { return .failure(error) }
-                }
-                if case .failure(let e) = r { failure = e }
-            }
+            let (wasThere, failure) = job.recheck && touch(job.sha) ? (true, nil) : attempt(job.sha, job.body)
             cond.lock()
+            record(sha: job.sha, bytes: job.body.count, probed: job.probed, wasThere: wasThere, failure: failure)
             if let n = queuedNames[job.sha], n > 1 { queuedNames[job.sha] = n - 1 } else { queuedNames.removeValue(forKey: job.sha) }
             doneThrough = job.seq + 1
+            wake.reached(doneThrough)
             pendingCount.objects -= 1; pendingCount.bytes -= job.body.count
-            if let failure { failures[job.sha] = failure } else if !failures.isEmpty { failures.removeValue(forKey: job.sha) }
             cond.broadcast()
         }
     }
 
-    /// One object's write (the writer thread's part of `ObjectStore.put`): temp file, write,
-    /// close, rename into place. The caller has checked that the object is not there.
-    /// - Throws: `SystemError` from mkdir/open/write/close/rename; then no file exists under the
-    ///   final name and the temp file is removed.
-    func write(_ sha: String, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
-        tmpCounter += 1
-        let tmp = "\(getpid())-\(tmpCounter).tmp"
+    /// How `write` gives a finished file its name; it steps down on the first refusal and stays there.
+    private enum Naming {
+        /// O_TMPFILE in the object's folder, then linkat(2) with AT_EMPTY_PATH (needs Linux 6.10+ or
+        /// CAP_DAC_READ_SEARCH).
+        case emptyPath
+        /// O_TMPFILE, then linkat(2) of `/proc/self/fd/N` with AT_SYMLINK_FOLLOW (any user, needs /proc).
+        case procPath
+        /// A named temp file in `tmp/` renamed into place (filesystems without O_TMPFILE).
+        case rename
+    }
+    /// Read and changed under `cond` (the writer thread and `writeHere` both write).
+    private var namingState = Naming.emptyPath
+    private var naming: Naming {
+        get { cond.lock(); defer { cond.unlock() }; return namingState }
+        set { cond.lock(); namingState = newValue; cond.unlock() }
+    }
+
+    /// One object's write (the writer thread's part of `ObjectStore.put`): an unnamed file made in
+    /// the object's folder (open(2) O_TMPFILE), written, then linked under its name (linkat(2)), so
+    /// that the name appears only with all the bytes and a crash leaves nothing behind. A name that
+    /// exists already (`put` did not look first, or another writer made it) is kept and its mtime
+    /// refreshed; should it vanish in between (gc set it aside), the link is tried again. Where
+    /// the filesystem has no O_TMPFILE, a temp file in `tmp/` renamed into place (and `put` is
+    /// told to look first from then on). One directory entry is made per object either way; the
+    /// caller's `syncfs` makes data and names durable.
+    /// - Returns: true when this call gave the object its name, false when it was there.
+    /// - Throws: `SystemError` from mkdir/open/write/link/rename/close; then no file exists under
+    ///   the final name (unless another writer made it) and nothing is left in `tmp/`.
+    func write(_ sha: String, _ bytes: UnsafeRawBufferPointer) throws(SystemError) -> Bool {
+        var mode = naming
+        if mode == .rename { try writeRenaming(sha, bytes); return true }
+        let folder = String(sha.prefix(2))
+        var fd = CLinux.tilespool_open_tmpfile(objectsFD, folder, 0o666)
+        // The object's folder `ab/` is made when the first write into it finds none (256 times in
+        // a store's life, and again if something removed it).
+        if fd < 0 && CLinux.tilespool_errno() == ENOENT {
+            if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {
+                throw SystemError("mkdir", objectsDir + "/" + folder)
+            }
+            fd = CLinux.tilespool_open_tmpfile(objectsFD, folder, 0o666)
+        }
+        if fd < 0 {
+            let e = CLinux.tilespool_errno()
+            if e == EOPNOTSUPP || e == EISDIR || e == EINVAL {
+                cond.lock(); namingState = .rename; mustProbe = true; cond.unlock()
+                try writeRenaming(sha, bytes)
+                return true
+            }
+            throw SystemError("open", objectsDir + "/" + folder + " (O_TMPFILE)")
+        }
+        let name = ObjectWriter.relative(sha)
+        do throws(SystemError) {
+            try Files.writeAll(fd, bytes, path: objectsDir + "/" + name)
+        } catch {
+            Glibc.close(fd); throw error
+        }
+        var attempts = 0
+        while true {
+            attempts += 1
+            var linked = mode == .emptyPath && linkat(fd, "", objectsFD, name, AT_EMPTY_PATH) == 0
+            if !linked && mode == .emptyPath {
+                let e = CLinux.tilespool_errno()
+                if e == ENOENT || e == EPERM { mode = .procPath; naming = .procPath }
+            }
+            if !linked && mode == .procPath {
+                linked = linkat(AT_FDCWD, "/proc/self/fd/\(fd)", objectsFD, name, AT_SYMLINK_FOLLOW) == 0
+            }
+            if linked { break }
+            let e = SystemError("link", objectsDir + "/" + name)
+            if e.errno == EEXIST {
+                if touch(sha) { Glibc.close(fd); return false }
+                if attempts < 3 { continue }
+            }
+            Glibc.close(fd)
+            throw e
+        }
+        if Glibc.close(fd) != 0 {
+            let e = SystemError("close", objectsDir + "/" + name)
+            unlinkat(objectsFD, name, 0)
+            throw e
+        }
+        return true
+    }
+
+    /// `write` where the filesystem has no O_TMPFILE: temp file in `tmp/`, write, close, rename
+    /// into place.
+    private func writeRenaming(_ sha: String, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
+        cond.lock(); tmpCounter += 1; let n = tmpCounter; cond.unlock()
+        let tmp = "\(getpid())-\(n).tmp"
         let fd = CLinux.tilespool_openat(tmpFD, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
         if fd < 0 { throw SystemError("open", tmpDir + "/" + tmp) }
         do throws(SystemError) {
@@ -312,8 +490,6 @@ final class ObjectWriter: @unchecked Sendable {
         if Glibc.close(fd) != 0 { let e = SystemError("close", tmpDir + "/" + tmp); unlinkat(tmpFD, tmp, 0); throw e }
         let name = ObjectWriter.relative(sha)
         var renamed = renameat(tmpFD, tmp, objectsFD, name) == 0
-        // The object's folder `ab/` is made when the first rename into it finds none (256 times in
-        // a store's life, and again if something removed it).
         if !renamed && CLinux.tilespool_errno() == ENOENT {
             let folder = String(sha.prefix(2))
             if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {

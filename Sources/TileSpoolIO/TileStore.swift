@@ -27,6 +27,20 @@ public protocol TileStore: AnyObject, Sendable {
     ///   `writeFailure(among:)` after the next `sync`.
     @discardableResult
     func put(_ data: Data) throws -> (sha256: String, isNew: Bool)
+    /// How many objects `put` has handed to the writer thread (disk) or the uploads (S3) so far:
+    /// the ticket of the last one handed over (1 for the first). Read on the caller's thread.
+    var writesQueued: Int { get }
+    /// Every write with a ticket up to this has run (the file is in place, though perhaps not yet
+    /// durable; the PUT was answered) or failed. Whatever names an object (the journal) waits for
+    /// its write, so that a `kill -9` never leaves a line naming an object that was still in memory.
+    var writesDone: Int { get }
+    /// Readable once the writes through the ticket given to `wakeWhenDone` are done (an eventfd
+    /// the daemon's loop polls; `drainWake` empties it).
+    var writesWakeFD: Int32 { get }
+    /// Makes `writesWakeFD` readable once writes through `ticket` are done (at once if they are).
+    func wakeWhenDone(through ticket: Int)
+    /// Empties `writesWakeFD` after a wake.
+    func drainWake()
     /// Waits until every object `put` before this call is written or failed, and makes the
     /// written ones durable (disk: syncfs).
     /// - Throws: `SystemError` when the flush itself fails; nothing may then be recorded.

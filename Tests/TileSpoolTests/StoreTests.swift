@@ -20,10 +20,55 @@ final class StoreTests: XCTestCase {
         try store.sync() // the writer thread has written it (and syncfs flushed it)
         XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(first.sha256)), body)
         XCTAssertTrue(store.objectPath(first.sha256).hasSuffix("/objects/\(first.sha256.prefix(2))/\(first.sha256)"))
+        // The same bytes again (put does not look first while its objects are new: the writer
+        // thread finds the name taken) leave one file and count once.
         let again = try store.put(body)
-        XCTAssertFalse(again.isNew)
+        XCTAssertEqual(again.sha256, first.sha256)
+        try store.sync()
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: store.objectsDir + "/" + first.sha256.prefix(2)), [first.sha256])
+        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(first.sha256)), body)
+        XCTAssertEqual(store.added.objects, 1)
+        XCTAssertEqual(store.added.bytes, body.count)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
         XCTAssertEqual(SHA256.hex(Data()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+    }
+
+    /// Storing bytes whose object exists refreshes its mtime (gc's grace period counts from it:
+    /// docs/gc.md), whether `put` looked first or the writer thread found the name taken; once
+    /// most puts find their object there, `put` looks first and answers "was there" at once.
+    func testStoringExistingBytesRefreshesTheObjectAndSwitchesToLookingFirst() throws {
+        let store = try ObjectStore(root: dir)
+        store.setUsage((0, 0), addedAtStart: store.added)
+        let bodies = (0..<4).map { Data("sea tile \($0)".utf8) }
+        for b in bodies { XCTAssertTrue(try store.put(b).isNew) }
+        try store.sync()
+        let old = Date().addingTimeInterval(-7200)
+        func age(_ b: Data) throws -> TimeInterval {
+            let attrs = try FileManager.default.attributesOfItem(atPath: store.objectPath(sha256Hex(b)))
+            return Date().timeIntervalSince(try XCTUnwrap(attrs[.modificationDate] as? Date))
+        }
+        for b in bodies { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: store.objectPath(sha256Hex(b))) }
+        XCTAssertGreaterThan(try age(bodies[0]), 7000)
+        // Not looked up first: the writer thread refreshes it.
+        XCTAssertTrue(try store.put(bodies[0]).isNew)
+        try store.sync()
+        XCTAssertLessThan(try age(bodies[0]), 600)
+        // Puts that keep finding their object there make put look first.
+        var answeredAtOnce = 0
+        for _ in 0..<40 {
+            if try !store.put(bodies[1]).isNew { answeredAtOnce += 1 }
+            try store.sync()
+        }
+        XCTAssertGreaterThan(answeredAtOnce, 20)
+        XCTAssertLessThan(try age(bodies[1]), 600)
+        XCTAssertFalse(try store.put(bodies[2]).isNew, "looked up first, found, and refreshed at once")
+        XCTAssertLessThan(try age(bodies[2]), 600)
+        XCTAssertGreaterThan(try age(bodies[3]), 7000, "an object not stored again keeps its age")
+        try store.sync()
+        XCTAssertEqual(store.added.objects, 4, "each object written once")
+        XCTAssertEqual(store.usage?.objects, 4)
+        XCTAssertEqual(store.usage?.bytes, bodies.map(\.count).reduce(0, +))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
     }
 
     /// A write that fails on the writer thread is answered for its object by every later batch
@@ -34,14 +79,14 @@ final class StoreTests: XCTestCase {
         let bad = Data("a body whose folder is a file".utf8), good = Data("another body".utf8)
         let badSHA = sha256Hex(bad), goodSHA = sha256Hex(good)
         XCTAssertNotEqual(badSHA.prefix(2), goodSHA.prefix(2))
-        // objects/<ab> is a regular file: the rename into it fails (ENOTDIR).
+        // objects/<ab> is a regular file: making the object's file in it fails (ENOTDIR).
         let folder = store.objectsDir + "/" + badSHA.prefix(2)
         XCTAssertTrue(FileManager.default.createFile(atPath: folder, contents: Data()))
         XCTAssertTrue(try store.put(bad).isNew)
         XCTAssertTrue(try store.put(good).isNew)
         try store.sync()
         let failure = try XCTUnwrap(store.writeFailure(among: [badSHA]) as? SystemError)
-        XCTAssertEqual(failure.operation, "rename")
+        XCTAssertEqual(failure.errno, ENOTDIR)
         XCTAssertNil(store.writeFailure(among: [goodSHA]))
         XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(goodSHA)), good)
         try store.sync() // a second batch still learns of it
