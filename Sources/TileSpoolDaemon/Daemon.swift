@@ -87,8 +87,6 @@ public final class Daemon {
     var lastSync = 0.0
     var lastRescan = Daemon.now()
     var pendingCount = 0
-    /// True when `writeJournals` asked the store for a wake (`TileStore.wakeWhenDone`) not yet drained.
-    var wakeArmed = false
     var stopping = false
     /// Exports run here, one at a time, off the event loop (Exports.swift).
     let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)

@@ -136,7 +136,7 @@ extension Daemon {
     /// names one that was still in memory. Lines not yet journaled go to the manifest with the
     /// next commit all the same.
     func writeJournals() {
-        if wakeArmed { store.drainWake(); wakeArmed = false }
+        store.resetWake()
         var done: Int?
         var waitFor = 0
         for r in Array(live.values) {
@@ -153,7 +153,7 @@ extension Daemon {
             d.journaledLines = k
         }
         // Lines wait for objects still at the writer: wake as soon as it has written them.
-        if waitFor > 0 { store.wakeWhenDone(through: waitFor); wakeArmed = true }
+        if waitFor > 0 { store.wakeWhenDone(through: waitFor) }
     }
 
     /// True when a downloading region waits only for its last objects to be recorded: they are

@@ -106,8 +106,8 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         cond.lock(); defer { cond.unlock() }
         wake.arm(ticket, done: doneLocked)
     }
-    /// `TileStore.drainWake()`.
-    public func drainWake() { wake.drain() }
+    /// `TileStore.resetWake()`.
+    public func resetWake() { cond.lock(); wake.reset(); cond.unlock() }
 
     /// The ticket of the last upload queued (`TileStore.writesQueued`).
     public var writesQueued: Int { cond.lock(); defer { cond.unlock() }; return nextSeq }

@@ -7,11 +7,16 @@ import TileSpoolCore
 /// SHA-256 through OpenSSL's libcrypto (FIPS 180-4; `EVP_Digest`,
 /// https://www.openssl.org/docs/man3.0/man3/EVP_Digest.html).
 public enum SHA256 {
+    /// The digest, fetched from the default provider once (`EVP_MD_fetch`): `EVP_sha256()` would
+    /// make every call look it up again (OpenSSL 3's implicit fetch, 0.2 us of the 3 us a 4.6 KB
+    /// tile takes). Shared by all threads (an `EVP_MD` is immutable).
+    nonisolated(unsafe) static let digest: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
+
     /// The SHA-256 of `bytes` as 64 lower-case hex digits.
     public static func hex(_ bytes: UnsafeRawBufferPointer) -> String {
         var md = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 0
-        _ = EVP_Digest(bytes.baseAddress, bytes.count, &md, &len, EVP_sha256(), nil)
+        _ = EVP_Digest(bytes.baseAddress, bytes.count, &md, &len, digest, nil)
         return hexString(md)
     }
 
@@ -22,7 +27,7 @@ public enum SHA256 {
     public static func hex(file path: String) -> String? {
         guard let ctx = EVP_MD_CTX_new() else { return nil }
         defer { EVP_MD_CTX_free(ctx) }
-        guard EVP_DigestInit_ex(ctx, EVP_sha256(), nil) == 1 else { return nil }
+        guard EVP_DigestInit_ex(ctx, digest, nil) == 1 else { return nil }
         let fd = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { Glibc.close(fd) }
@@ -51,13 +56,15 @@ public enum SHA256 {
 /// The content-addressed object store (layout documented in docs/contract.md):
 ///
 ///     <store>/objects/<first 2 hex digits>/<64 hex digits>   each file's SHA-256 is its name
-///     <store>/tmp/                                           temp files on their way in
+///     <store>/tmp/                                           gc's set-aside objects; temp files where
+///                                                            the filesystem has no O_TMPFILE
 ///     <store>/regions/<id>/                                  request.json, plan.json, manifest.tsv
 ///
 /// `put` is the one path through which bytes enter `objects/`: hash, skip when present, then (on
-/// the store's writer thread) a temp file under `tmp/`, renamed into place. Durability is batched:
-/// `sync()` waits for the writes queued before it, then flushes the whole filesystem (`syncfs`),
-/// and the caller records objects in a manifest only after that (see docs/durability.md).
+/// the store's writer thread, or the caller's when that one is busy) an unnamed file in the
+/// object's folder, written and then linked under its name. Durability is batched: `sync()` waits
+/// for the writes queued before it, then flushes the whole filesystem (`syncfs`), and the caller
+/// records objects in a manifest only after that (see docs/durability.md).
 public final class ObjectStore: @unchecked Sendable {
     public let root: String
     public var objectsDir: String { root + "/objects" }
@@ -68,16 +75,16 @@ public final class ObjectStore: @unchecked Sendable {
     /// thread, less those it found already there); nil until `setUsage` is called.
     public var usage: (objects: Int, bytes: Int)? {
         guard let u = usageBase else { return nil }
-        let e = writes.existed
-        return (u.objects - (e.objects - existedAtBase.objects), u.bytes - (e.bytes - existedAtBase.bytes))
+        let e = writes.unwritten
+        return (u.objects - (e.objects - unwrittenAtBase.objects), u.bytes - (e.bytes - unwrittenAtBase.bytes))
     }
     /// `usage` before subtracting what the writer thread found already there since `setUsage`.
     private var usageBase: (objects: Int, bytes: Int)?
-    private var existedAtBase: (objects: Int, bytes: Int) = (0, 0)
+    private var unwrittenAtBase: (objects: Int, bytes: Int) = (0, 0)
     /// Objects and bytes `put` has written since this store was opened (not those still queued
     /// for the writer thread, nor those it found already there).
     public var added: (objects: Int, bytes: Int) {
-        let q = writes.pending, e = writes.existed
+        let (q, e) = writes.counts
         return (queuedTotal.objects - q.objects - e.objects, queuedTotal.bytes - q.bytes - e.bytes)
     }
     /// Objects and bytes `put` has handed to the writer thread, or written itself, since this
@@ -94,8 +101,8 @@ public final class ObjectStore: @unchecked Sendable {
     public var writesWakeFD: Int32 { writes.wake.fd }
     /// `TileStore.wakeWhenDone(through:)`.
     public func wakeWhenDone(through ticket: Int) { writes.wakeWhenDone(through: ticket) }
-    /// `TileStore.drainWake()`.
-    public func drainWake() { writes.wake.drain() }
+    /// `TileStore.resetWake()`.
+    public func resetWake() { writes.resetWake() }
     /// The store quota (`--max-store-bytes`): `put` refuses a new object that would take `usage`
     /// past it. Only enforced once `usage` is known.
     public var maxBytes: Int?
@@ -135,12 +142,12 @@ public final class ObjectStore: @unchecked Sendable {
     /// by the writer thread, whose link into place fails on an existing name (while nearly every
     /// object is new, as in a first download, asking first would cost a lookup per tile for
     /// nothing).
-    /// - Returns: the hex SHA-256 and whether the object goes to the writer thread (false: it was
-    ///   there; true can still end in "was there", counted in `usage` and `added` once known).
-    /// - Throws: `SystemError` "quota" (`EDQUOT`) when the object would take the store past
-    ///   `maxBytes`. A failed write (ENOSPC and friends: `isStorageFailure`) is answered by
-    ///   `writeFailure(among:)` after the next `sync()`; no file then exists under the final name
-    ///   and the temp file is removed.
+    /// - Returns: the hex SHA-256 and whether the object is being written (false: it was there;
+    ///   true can still end in "was there", counted in `usage` and `added` once known).
+    /// - Throws: `SystemError` "quota" (`EDQUOT`) when a new object would take the store past
+    ///   `maxBytes` (an object that exists is looked up first then, and never refused). A failed
+    ///   write (ENOSPC and friends: `isStorageFailure`) is answered by `writeFailure(among:)` after
+    ///   the next `sync()`; no file then exists under the final name.
     @discardableResult
     public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) {
         let sha = SHA256.hex(data)
@@ -151,6 +158,7 @@ public final class ObjectStore: @unchecked Sendable {
             if present { return (sha, false) }
         }
         if let m = maxBytes, let u = usage, u.bytes + data.count > m {
+            if !probed && writes.touch(sha) { writes.noteOutcome(present: true); return (sha, false) }
             throw SystemError("quota", objectsDir, errno: EDQUOT)
         }
         if writes.submit(sha: sha, body: data, probed: probed, limit: maxQueuedWrites) {
@@ -168,10 +176,11 @@ public final class ObjectStore: @unchecked Sendable {
     /// written during the scan may be counted twice until the next measure: the usage errs on the
     /// high side, never under the quota).
     public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {
-        let now = added, q = writes.pending
-        existedAtBase = writes.existed
-        usageBase = (measured.objects + now.objects - addedAtStart.objects + q.objects,
-                     measured.bytes + now.bytes - addedAtStart.bytes + q.bytes)
+        let (q, e) = writes.counts
+        let now = (queuedTotal.objects - q.objects - e.objects, queuedTotal.bytes - q.bytes - e.bytes)
+        unwrittenAtBase = e
+        usageBase = (measured.objects + now.0 - addedAtStart.objects + q.objects,
+                     measured.bytes + now.1 - addedAtStart.bytes + q.bytes)
     }
 
     /// Counts the object files under `<root>/objects/` and sums their sizes (`lstat` each; one
@@ -189,7 +198,7 @@ public final class ObjectStore: @unchecked Sendable {
     }
 
     /// Makes every object `put` before the call durable: waits for the writer thread to have
-    /// written them, then `syncfs` on the store's filesystem (file data and the renames into object
+    /// written them, then `syncfs` on the store's filesystem (file data and the links into object
     /// folders). Cost is one call per batch, not per object. Safe on any thread. An object whose
     /// write failed is not there: ask `writeFailure(among:)` before recording it.
     /// - Throws: `SystemError` when `syncfs` fails.
@@ -235,11 +244,9 @@ final class ObjectWriter: @unchecked Sendable {
     private let objectsFD: Int32
     private let tmpFD: Int32
     private let cond = NSCondition()
-    /// The jobs; `recheck` when the same name was already queued (the first write may have made it).
-    /// `probed` when `put` looked for the object first and found none.
-    private var queue: [(seq: Int, sha: String, body: Data, recheck: Bool, probed: Bool)] = []
-    /// Names queued and not yet written, with how many times.
-    private var queuedNames: [String: Int] = [:]
+    /// The jobs, in order; `probed` when `put` looked for the object first and found none. (A body
+    /// queued twice is written twice: the second link finds the name taken.)
+    private var queue: [(seq: Int, sha: String, body: Data, probed: Bool)] = []
     private var head = 0
     private var nextSeq = 0
     /// Every job with a smaller sequence number has run.
@@ -259,9 +266,16 @@ final class ObjectWriter: @unchecked Sendable {
         cond.lock(); defer { cond.unlock() }
         wake.arm(ticket, done: doneThrough)
     }
-    private var existedCount = (objects: 0, bytes: 0)
-    /// Objects and bytes queued that the writer thread found already there (not written).
-    var existed: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return existedCount }
+    /// `WriteWake.reset` under the lock.
+    func resetWake() { cond.lock(); wake.reset(); cond.unlock() }
+    private var unwrittenCount = (objects: 0, bytes: 0)
+    /// Objects and bytes handed to the writer (or written by `put` itself) that were not written:
+    /// found already there, or failed.
+    var unwritten: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return unwrittenCount }
+    /// `pending` and `unwritten`, read together.
+    var counts: (pending: (objects: Int, bytes: Int), unwritten: (objects: Int, bytes: Int)) {
+        cond.lock(); defer { cond.unlock() }; return (pendingCount, unwrittenCount)
+    }
     /// The share of recent puts whose object was already there: a mean over about the last 32
     /// outcomes, each weighing 1/32 (exponentially weighted).
     private var presentShare = 0.0
@@ -269,8 +283,9 @@ final class ObjectWriter: @unchecked Sendable {
     private var mustProbe = false
     /// Whether `put` should look for the object before queueing it: when more than 1 in 16 recent
     /// puts found it there. Looking costs one failed lookup (utimensat) per new object; not looking
-    /// costs a write of the body, unlinked at once, per object already there (about ten times as
-    /// much), so looking pays above about 1 in 10. Deduplication is the same either way.
+    /// costs a write of the body, dropped at once, per object already there (about ten times as
+    /// much in CPU, and disk bandwidth besides), so the switch sits a little below the break-even
+    /// of about 1 in 10. Deduplication is the same either way.
     var probeFirst: Bool { cond.lock(); defer { cond.unlock() }; return mustProbe || presentShare > 1.0 / 16 }
     /// Counts one put's outcome in `presentShare`.
     func noteOutcome(present: Bool) {
@@ -305,9 +320,7 @@ final class ObjectWriter: @unchecked Sendable {
         cond.lock()
         defer { cond.unlock() }
         if nextSeq - doneThrough >= limit { return false }
-        let before = queuedNames[sha, default: 0]
-        queuedNames[sha] = before + 1
-        queue.append((nextSeq, sha, body, before > 0, probed))
+        queue.append((nextSeq, sha, body, probed))
         pendingCount.objects += 1; pendingCount.bytes += body.count
         nextSeq += 1
         if !threadRunning {
@@ -329,22 +342,23 @@ final class ObjectWriter: @unchecked Sendable {
         cond.unlock()
     }
 
-    /// One write: whether the object was there already, or the failure.
+    /// One write: whether the object was there already, or the failure. A write that fails (a
+    /// full disk) for an object that exists is no failure: the object is there (refreshed).
     private func attempt(_ sha: String, _ body: Data) -> (wasThere: Bool, failure: SystemError?) {
         let r: Result<Bool, SystemError> = body.withUnsafeBytes { raw in
             do throws(SystemError) { return .success(try write(sha, raw)) } catch { return .failure(error) }
         }
         switch r {
         case .success(let linked): return (!linked, nil)
-        case .failure(let e): return (false, e)
+        case .failure(let e): return touch(sha) ? (true, nil) : (false, e)
         }
     }
 
     /// Counts a write's outcome (lock held): in `presentShare` when `put` did not look first, in
-    /// `existed` when the object was there, in `failures` by object.
+    /// `unwritten` when the object was there or the write failed, in `failures` by object.
     private func record(sha: String, bytes: Int, probed: Bool, wasThere: Bool, failure: SystemError?) {
-        if !probed && failure == nil { noteLocked(present: wasThere) }
-        if wasThere { existedCount.objects += 1; existedCount.bytes += bytes }
+        if !probed { noteLocked(present: wasThere) }
+        if wasThere || failure != nil { unwrittenCount.objects += 1; unwrittenCount.bytes += bytes }
         if let failure { failures[sha] = failure } else if !failures.isEmpty { failures.removeValue(forKey: sha) }
     }
 
@@ -380,10 +394,9 @@ final class ObjectWriter: @unchecked Sendable {
             queue[head].body = Data()
             head += 1
             cond.unlock()
-            let (wasThere, failure) = job.recheck && touch(job.sha) ? (true, nil) : attempt(job.sha, job.body)
+            let (wasThere, failure) = attempt(job.sha, job.body)
             cond.lock()
             record(sha: job.sha, bytes: job.body.count, probed: job.probed, wasThere: wasThere, failure: failure)
-            if let n = queuedNames[job.sha], n > 1 { queuedNames[job.sha] = n - 1 } else { queuedNames.removeValue(forKey: job.sha) }
             doneThrough = job.seq + 1
             wake.reached(doneThrough)
             pendingCount.objects -= 1; pendingCount.bytes -= job.body.count
@@ -453,7 +466,16 @@ final class ObjectWriter: @unchecked Sendable {
             var linked = mode == .emptyPath && linkat(fd, "", objectsFD, name, AT_EMPTY_PATH) == 0
             if !linked && mode == .emptyPath {
                 let e = CLinux.tilespool_errno()
-                if e == ENOENT || e == EPERM { mode = .procPath; naming = .procPath }
+                if e == ENOENT || e == EPERM {
+                    // No /proc either (a chroot): temp files renamed into place from now on.
+                    if access("/proc/self/fd", F_OK) != 0 {
+                        Glibc.close(fd)
+                        cond.lock(); namingState = .rename; mustProbe = true; cond.unlock()
+                        try writeRenaming(sha, bytes)
+                        return true
+                    }
+                    mode = .procPath; naming = .procPath
+                }
             }
             if !linked && mode == .procPath {
                 linked = linkat(AT_FDCWD, "/proc/self/fd/\(fd)", objectsFD, name, AT_SYMLINK_FOLLOW) == 0
@@ -467,11 +489,10 @@ final class ObjectWriter: @unchecked Sendable {
             Glibc.close(fd)
             throw e
         }
-        if Glibc.close(fd) != 0 {
-            let e = SystemError("close", objectsDir + "/" + name)
-            unlinkat(objectsFD, name, 0)
-            throw e
-        }
+        // A close that fails after the link (EIO from a network filesystem) is reported; the name
+        // stays (another writer may have found it and counted on it), and the next syncfs, which
+        // reports the same write error, keeps any line naming it out of the manifests.
+        if Glibc.close(fd) != 0 { throw SystemError("close", objectsDir + "/" + name) }
         return true
     }
 

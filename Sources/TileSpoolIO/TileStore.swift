@@ -35,12 +35,13 @@ public protocol TileStore: AnyObject, Sendable {
     /// its write, so that a `kill -9` never leaves a line naming an object that was still in memory.
     var writesDone: Int { get }
     /// Readable once the writes through the ticket given to `wakeWhenDone` are done (an eventfd
-    /// the daemon's loop polls; `drainWake` empties it).
+    /// the daemon's loop polls; `resetWake` empties it).
     var writesWakeFD: Int32 { get }
     /// Makes `writesWakeFD` readable once writes through `ticket` are done (at once if they are).
     func wakeWhenDone(through ticket: Int)
-    /// Empties `writesWakeFD` after a wake.
-    func drainWake()
+    /// Forgets the ticket waited for and empties `writesWakeFD` (the loop, every turn, before it
+    /// looks at `writesDone`; no system call unless a wake came).
+    func resetWake()
     /// Waits until every object `put` before this call is written or failed, and makes the
     /// written ones durable (disk: syncfs).
     /// - Throws: `SystemError` when the flush itself fails; nothing may then be recorded.

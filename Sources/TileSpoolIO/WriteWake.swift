@@ -5,14 +5,18 @@ import CLinux
 import Glibc
 
 /// An eventfd(2) that becomes readable once a store's `writesDone` reaches the ticket the loop
-/// asked for (`arm`). The store's writer threads call `reached` with their lock held; `arm` and
-/// `drain` are the loop's. Not thread-safe on its own: the store serialises `arm` and `reached`.
+/// asked for (`arm`). The store's writer threads call `reached`; the loop calls `arm` and, every
+/// turn, `reset` (a stale wake, one the loop no longer waits for, would otherwise keep the fd
+/// readable and the loop spinning). Not thread-safe on its own: the store calls all three with
+/// its lock held.
 public final class WriteWake: @unchecked Sendable {
     /// Readable (non-blocking eventfd) once the armed ticket is done; -1 when no eventfd could be
     /// made (out of descriptors: poll(2) ignores it, and the loop journals at its next wake).
     public let fd: Int32
     /// The ticket waited for, 0 when none.
     private var waitingFor = 0
+    /// True from a signal until `reset` reads the eventfd.
+    private var signaled = false
 
     public init() { fd = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
 
@@ -31,15 +35,19 @@ public final class WriteWake: @unchecked Sendable {
         if waitingFor > 0 && done >= waitingFor { waitingFor = 0; signal() }
     }
 
-    /// Empties the eventfd (the loop, after a wake).
-    public func drain() {
-        guard fd >= 0 else { return }
+    /// Forgets the ticket waited for and empties the eventfd if it was signalled (no system call
+    /// otherwise). Call with the store's lock held.
+    func reset() {
+        waitingFor = 0
+        guard signaled else { return }
+        signaled = false
         var v: UInt64 = 0
         _ = read(fd, &v, 8)
     }
 
     private func signal() {
-        guard fd >= 0 else { return }
+        guard fd >= 0, !signaled else { return }
+        signaled = true
         var one: UInt64 = 1
         _ = write(fd, &one, 8)
     }

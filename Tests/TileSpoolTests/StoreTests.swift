@@ -100,6 +100,78 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(badSHA)), bad)
     }
 
+    /// With no room at the writer thread, `put` writes objects itself: each is in place when it
+    /// returns, and a failure is answered by `writeFailure(among:)` like the writer's.
+    func testPutWritesObjectsItselfWhenTheWriterThreadIsBusy() throws {
+        let store = try ObjectStore(root: dir)
+        store.maxQueuedWrites = 0
+        let bodies = (0..<50).map { Data("tile \($0)".utf8) }
+        for b in bodies {
+            XCTAssertTrue(try store.put(b).isNew)
+            XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b, "written before put returns")
+        }
+        XCTAssertEqual(store.writesQueued, 0, "nothing went to the writer thread")
+        XCTAssertEqual(store.added.objects, 50)
+        let bad = Data("a body whose folder is a file".utf8), badSHA = sha256Hex(bad)
+        XCTAssertTrue(FileManager.default.createFile(atPath: store.objectsDir + "/" + badSHA.prefix(2), contents: Data()))
+        XCTAssertTrue(try store.put(bad).isNew)
+        try store.sync()
+        XCTAssertEqual((store.writeFailure(among: [badSHA]) as? SystemError)?.errno, ENOTDIR)
+        XCTAssertNil(store.writeFailure(among: bodies.map(sha256Hex)))
+        XCTAssertEqual(store.added.objects, 50, "the failed object is not counted")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
+    }
+
+    /// Write tickets: a put handed to the writer thread is done once `writesDone` reaches its
+    /// ticket, and the wake fd turns readable then; `resetWake` empties it.
+    func testWriteTicketsAndTheWakeFD() throws {
+        let store = try ObjectStore(root: dir)
+        XCTAssertEqual(store.writesQueued, 0)
+        XCTAssertEqual(store.writesDone, 0)
+        func readable() -> Bool {
+            var p = pollfd(fd: store.writesWakeFD, events: Int16(POLLIN), revents: 0)
+            return poll(&p, 1, 0) == 1
+        }
+        store.wakeWhenDone(through: 0)
+        XCTAssertTrue(readable(), "a ticket already done wakes at once")
+        store.resetWake()
+        XCTAssertFalse(readable())
+        try store.put(Data("one".utf8))
+        let ticket = store.writesQueued
+        XCTAssertEqual(ticket, 1)
+        store.wakeWhenDone(through: ticket)
+        try waitUntil("the writer thread wakes the loop", timeout: 10) { readable() }
+        XCTAssertGreaterThanOrEqual(store.writesDone, ticket)
+        XCTAssertNotNil(FileManager.default.contents(atPath: store.objectPath(sha256Hex(Data("one".utf8)))))
+        store.resetWake()
+        XCTAssertFalse(readable(), "a wake no one waits for any more does not stay readable")
+        // Armed, then forgotten (a commit took the lines): the later write leaves the fd quiet.
+        store.wakeWhenDone(through: ticket + 1)
+        store.resetWake()
+        try store.put(Data("two".utf8))
+        try store.sync()
+        XCTAssertFalse(readable())
+    }
+
+    /// At the quota, bytes whose object exists are stored (they take no room); new bytes are
+    /// refused with EDQUOT.
+    func testQuotaRefusesNewObjectsOnlyNotExistingOnes() throws {
+        let store = try ObjectStore(root: dir)
+        let old = Data(repeating: 7, count: 1000)
+        try store.put(old)
+        try store.sync()
+        store.setUsage(ObjectStore.measure(root: dir), addedAtStart: store.added)
+        store.maxBytes = 1000
+        XCTAssertEqual(store.usage?.bytes, 1000)
+        XCTAssertFalse(try store.put(old).isNew, "existing bytes are not refused")
+        XCTAssertThrowsError(try store.put(Data(repeating: 8, count: 10))) { e in
+            XCTAssertEqual((e as? SystemError)?.errno, EDQUOT)
+        }
+        try store.sync()
+        XCTAssertEqual(store.usage?.bytes, 1000)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: store.objectsDir).count, 1)
+    }
+
     func testManifestReadStopsAtAPartialLastLineAndCutsItOff() throws {
         let files = RegionFiles(dir: dir + "/r")
         try Files.makeDirectories(files.dir)
