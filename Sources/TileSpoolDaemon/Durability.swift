@@ -131,11 +131,12 @@ struct CommitInFlight {
 
 extension Daemon {
     /// Appends to each region's journal the waiting lines whose objects the store has written
-    /// (`TileStore.writesDone`: the writer thread, or the uploads, may still hold the newest), so
-    /// that a `kill -9` before the next commit loses no downloaded object and the journal never
-    /// names one that was still in memory. Lines not yet journaled go to the manifest with the
-    /// next commit all the same.
+    /// (`TileStore.writesDone`: the writer thread may still hold the newest), so that a `kill -9`
+    /// before the next commit loses no downloaded object and the journal never names one that was
+    /// still in memory. Lines not yet journaled go to the manifest with the next commit all the
+    /// same. Nothing to do for a store without journals (S3).
     func writeJournals() {
+        guard store.keepsJournals else { return }
         store.resetWake()
         var done: Int?
         var waitFor = 0

@@ -68,6 +68,7 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
 
     public var location: String { "s3://\(config.bucket)" + (config.prefix.isEmpty ? "" : "/" + config.prefix) }
     public var isShared: Bool { true }
+    public var keepsJournals: Bool { false }
     public var lockPath: String? { nil }
     public var maxBytes: Int? { get { nil } set {} }
     public var usage: (objects: Int, bytes: Int)? { nil }
