@@ -114,7 +114,7 @@ public final class ObjectStore: @unchecked Sendable {
     /// journal names only written objects: what was in memory is fetched again).
     public var maxQueuedWrites = 4
     /// The writes `put` hands to the writer thread, and what became of them.
-    private let writes: ObjectWriter
+    let writes: ObjectWriter
 
     /// Opens (creating when needed) the store at `root`.
     /// - Throws: `SystemError` when the folders cannot be made.
@@ -405,7 +405,7 @@ final class ObjectWriter: @unchecked Sendable {
     }
 
     /// How `write` gives a finished file its name; it steps down on the first refusal and stays there.
-    private enum Naming {
+    enum Naming {
         /// O_TMPFILE in the object's folder, then linkat(2) with AT_EMPTY_PATH (needs Linux 6.10+ or
         /// CAP_DAC_READ_SEARCH).
         case emptyPath
@@ -416,6 +416,10 @@ final class ObjectWriter: @unchecked Sendable {
     }
     /// Read and changed under `cond` (the writer thread and `writeHere` both write).
     private var namingState = Naming.emptyPath
+    /// Starts the writes at a given step (tests of the fallbacks; the store starts at `emptyPath`).
+    func startNaming(at step: Naming) {
+        cond.lock(); namingState = step; mustProbe = step == .rename; cond.unlock()
+    }
     private var naming: Naming {
         get { cond.lock(); defer { cond.unlock() }; return namingState }
         set { cond.lock(); namingState = newValue; cond.unlock() }

@@ -172,6 +172,30 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: store.objectsDir).count, 1)
     }
 
+    /// The fallbacks for older kernels and other filesystems: `linkat` of `/proc/self/fd/N`
+    /// (Linux before 6.10 without CAP_DAC_READ_SEARCH), and a temp file renamed into place
+    /// (no O_TMPFILE: NFS, overlayfs before 6.6). Each stores every body once under its hash,
+    /// deduplicates, and leaves no temp file.
+    func testFallbackWritePathsStoreTheSameObjects() throws {
+        for step in [ObjectWriter.Naming.procPath, .rename] {
+            let root = dir + "-\(step)"
+            defer { try? FileManager.default.removeItem(atPath: root) }
+            let store = try ObjectStore(root: root)
+            store.writes.startNaming(at: step)
+            store.maxQueuedWrites = step == .rename ? 0 : 4 // the loop's own writes, and the writer's
+            let bodies = (0..<20).map { Data("fallback \($0)".utf8) }
+            for b in bodies + bodies { try store.put(b) }
+            try store.sync()
+            for b in bodies {
+                XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b, "\(step)")
+            }
+            XCTAssertEqual(ObjectStore.measure(root: root).objects, 20, "\(step)")
+            XCTAssertEqual(store.added.objects, 20, "each written once (\(step))")
+            XCTAssertNil(store.writeFailure(among: bodies.map(sha256Hex)), "\(step)")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/tmp"), [], "\(step)")
+        }
+    }
+
     func testManifestReadStopsAtAPartialLastLineAndCutsItOff() throws {
         let files = RegionFiles(dir: dir + "/r")
         try Files.makeDirectories(files.dir)
