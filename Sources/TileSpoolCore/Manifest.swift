@@ -92,19 +92,9 @@ public struct ManifestLine: Sendable, Equatable {
         out.append(0x0A)
     }
 
-    /// Appends `v` in decimal ASCII digits (a leading `-` when negative).
-    static func appendDecimal(_ v: Int64, to out: inout [UInt8]) {
-        if v < 0 { out.append(UInt8(ascii: "-")) }
-        var m = v.magnitude
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var n = 0
-        withUnsafeMutableBytes(of: &digits) { d in
-            repeat { d[n] = UInt8(48 + m % 10); m /= 10; n += 1 } while m > 0
-            while n > 0 { n -= 1; out.append(d[n]) }
-        }
-    }
+    /// Appends `v` in decimal ASCII digits (a leading `-` when negative). Up to 15 digits the
+    /// `String` stays inline (Swift's small strings): no allocation.
+    static func appendDecimal(_ v: Int64, to out: inout [UInt8]) { out.append(contentsOf: String(v).utf8) }
 
     /// `t` rounded to whole milliseconds, as the manifest writes it.
     public static func roundedToMilliseconds(_ t: Double) -> Double { (t * 1000).rounded() / 1000 }
@@ -133,22 +123,8 @@ public struct ManifestLine: Sendable, Equatable {
         }
         func string(_ r: Range<Int>) -> String { String(decoding: UnsafeBufferPointer(rebasing: b[r]), as: UTF8.self) }
         func isDash(_ r: Range<Int>) -> Bool { r.count == 1 && b[r.lowerBound] == UInt8(ascii: "-") }
-        // A decimal integer with an optional sign (as `Int64(_: String)` reads it).
-        func integer(_ r: Range<Int>) -> Int64? {
-            var k = r.lowerBound, negative = false
-            if k < r.upperBound && (b[k] == UInt8(ascii: "-") || b[k] == UInt8(ascii: "+")) { negative = b[k] == UInt8(ascii: "-"); k += 1 }
-            guard k < r.upperBound else { return nil }
-            var v: Int64 = 0
-            while k < r.upperBound {
-                let c = b[k]
-                guard c >= 0x30 && c <= 0x39 else { return nil }
-                let (m, o1) = v.multipliedReportingOverflow(by: 10)
-                let (a, o2) = m.addingReportingOverflow(Int64(c - 0x30))
-                guard !o1 && !o2 else { return nil }
-                v = a; k += 1
-            }
-            return negative ? -v : v
-        }
+        // A decimal integer with an optional sign; nil on overflow (a short column: an inline string).
+        func integer(_ r: Range<Int>) -> Int64? { Int64(string(r)) }
         guard let c0 = column(), let c1 = column(), let c2 = column(), let c3 = column(), let c4 = column(),
               let kind = ResourceKind(rawValue: string(c0)), let bytes = integer(c2), bytes >= 0, bytes <= Int64(Int.max) else { return nil }
         let failed = c1.count == 1 && b[c1.lowerBound] == UInt8(ascii: "!")

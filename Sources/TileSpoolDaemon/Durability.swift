@@ -134,9 +134,9 @@ extension Daemon {
     /// (`TileStore.writesDone`: the writer thread may still hold the newest), so that a `kill -9`
     /// before the next commit loses no downloaded object and the journal never names one that was
     /// still in memory. Lines not yet journaled go to the manifest with the next commit all the
-    /// same. Nothing to do for a store without journals (S3).
+    /// same. (A store without journals, S3, hands out no tickets: its lines go at once, to a
+    /// no-op.)
     func writeJournals() {
-        guard store.keepsJournals else { return }
         store.resetWake()
         var done: Int?
         var waitFor = 0

@@ -6,7 +6,6 @@ import Glibc
 import TileSpoolCore
 
 extension ObjectStore: TileStore {
-    public var keepsJournals: Bool { true }
     public var location: String { root }
     public var isShared: Bool { false }
     public var lockPath: String? { root + "/daemon.lock" }

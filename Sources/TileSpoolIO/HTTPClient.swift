@@ -185,10 +185,10 @@ public final class HTTPClient: @unchecked Sendable {
         idle.append(t)
     }
 
-    /// Waits up to `timeout` seconds for network activity or for one of `fds` to become readable.
-    /// The corresponding C function is `curl_multi_poll`.
+    /// Waits up to `timeout` seconds for network activity or for one of `fds` to become readable
+    /// (a negative fd, "none", is left out). The corresponding C function is `curl_multi_poll`.
     public func wait(timeout: Double, fds: [Int32]) {
-        var waitfds = fds.map { curl_waitfd(fd: $0, events: Int16(CURL_WAIT_POLLIN), revents: 0) }
+        var waitfds = fds.filter { $0 >= 0 }.map { curl_waitfd(fd: $0, events: Int16(CURL_WAIT_POLLIN), revents: 0) }
         var n: Int32 = 0
         _ = waitfds.withUnsafeMutableBufferPointer { buf in
             curl_multi_poll(multi, buf.baseAddress, UInt32(buf.count), Int32((max(0, min(timeout, 60)) * 1000).rounded(.up)), &n)

@@ -68,7 +68,6 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
 
     public var location: String { "s3://\(config.bucket)" + (config.prefix.isEmpty ? "" : "/" + config.prefix) }
     public var isShared: Bool { true }
-    public var keepsJournals: Bool { false }
     public var lockPath: String? { nil }
     public var maxBytes: Int? { get { nil } set {} }
     public var usage: (objects: Int, bytes: Int)? { nil }
@@ -98,28 +97,14 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         return (sha, true)
     }
 
-    /// Wakes the event loop once the uploads it waits for are answered.
-    private let wake = WriteWake()
-    /// `TileStore.writesWakeFD`.
-    public var writesWakeFD: Int32 { wake.fd }
-    /// `TileStore.wakeWhenDone(through:)`.
-    public func wakeWhenDone(through ticket: Int) {
-        cond.lock(); defer { cond.unlock() }
-        wake.arm(ticket, done: doneLocked)
-    }
-    /// `TileStore.resetWake()`.
-    public func resetWake() { cond.lock(); wake.reset(); cond.unlock() }
-
-    /// The ticket of the last upload queued (`TileStore.writesQueued`).
-    public var writesQueued: Int { cond.lock(); defer { cond.unlock() }; return nextSeq }
-    /// Uploads with a ticket up to this have been answered (`TileStore.writesDone`): the ones
-    /// before the oldest still queued or running (they run in parallel and end in any order).
-    public var writesDone: Int { cond.lock(); defer { cond.unlock() }; return doneLocked }
-    private var doneLocked: Int {
-        var oldest = head < queue.count ? queue[head].seq : nextSeq
-        if let r = running.min() { oldest = min(oldest, r) }
-        return oldest
-    }
+    /// No journal waits on an upload (the S3 store keeps none: its journal operations are
+    /// no-ops), so no write tickets are handed out (`TileStore.writesQueued` is 0), none is ever
+    /// outstanding, and there is no wake fd (-1, which poll(2) ignores).
+    public var writesQueued: Int { 0 }
+    public var writesDone: Int { 0 }
+    public var writesWakeFD: Int32 { -1 }
+    public func wakeWhenDone(through ticket: Int) {}
+    public func resetWake() {}
 
     /// Waits until every upload queued before the call has been answered (failed ones:
     /// `writeFailure(among:)`). Never throws.
@@ -160,7 +145,6 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
             let failure = upload(client, job.key, job.body)
             cond.lock()
             running.remove(job.seq)
-            wake.reached(doneLocked)
             if let failure { failures[job.key] = failure } else if !failures.isEmpty { failures.removeValue(forKey: job.key) }
             cond.broadcast()
             cond.unlock()

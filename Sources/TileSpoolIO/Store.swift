@@ -441,12 +441,8 @@ final class ObjectWriter: @unchecked Sendable {
         if mode == .rename { try writeRenaming(sha, bytes); return true }
         let folder = String(sha.prefix(2))
         var fd = CLinux.tilespool_open_tmpfile(objectsFD, folder, 0o666)
-        // The object's folder `ab/` is made when the first write into it finds none (256 times in
-        // a store's life, and again if something removed it).
         if fd < 0 && CLinux.tilespool_errno() == ENOENT {
-            if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {
-                throw SystemError("mkdir", objectsDir + "/" + folder)
-            }
+            try makeFolder(folder)
             fd = CLinux.tilespool_open_tmpfile(objectsFD, folder, 0o666)
         }
         if fd < 0 {
@@ -460,9 +456,9 @@ final class ObjectWriter: @unchecked Sendable {
         }
         let name = ObjectWriter.relative(sha)
         do throws(SystemError) {
-            try Files.writeAll(fd, bytes, path: objectsDir + "/" + name)
+            try Files.writeAll(fd, bytes, path: name) // the full path is made only for an error
         } catch {
-            Glibc.close(fd); throw error
+            Glibc.close(fd); throw SystemError(error.operation, objectsDir + "/" + name, errno: error.errno)
         }
         var attempts = 0
         while true {
@@ -500,6 +496,15 @@ final class ObjectWriter: @unchecked Sendable {
         return true
     }
 
+    /// Makes the object folder `objects/<folder>/` (an existing one is fine): called when a write
+    /// into it finds none (256 times in a store's life, and again if something removed it).
+    /// - Throws: `SystemError` "mkdir".
+    private func makeFolder(_ folder: String) throws(SystemError) {
+        if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {
+            throw SystemError("mkdir", objectsDir + "/" + folder)
+        }
+    }
+
     /// `write` where the filesystem has no O_TMPFILE: temp file in `tmp/`, write, close, rename
     /// into place.
     private func writeRenaming(_ sha: String, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
@@ -516,12 +521,7 @@ final class ObjectWriter: @unchecked Sendable {
         let name = ObjectWriter.relative(sha)
         var renamed = renameat(tmpFD, tmp, objectsFD, name) == 0
         if !renamed && CLinux.tilespool_errno() == ENOENT {
-            let folder = String(sha.prefix(2))
-            if mkdirat(objectsFD, folder, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST {
-                let e = SystemError("mkdir", objectsDir + "/" + folder)
-                unlinkat(tmpFD, tmp, 0)
-                throw e
-            }
+            do throws(SystemError) { try makeFolder(String(sha.prefix(2))) } catch { unlinkat(tmpFD, tmp, 0); throw error }
             renamed = renameat(tmpFD, tmp, objectsFD, name) == 0
         }
         if !renamed {

@@ -27,11 +27,9 @@ public protocol TileStore: AnyObject, Sendable {
     ///   `writeFailure(among:)` after the next `sync`.
     @discardableResult
     func put(_ data: Data) throws -> (sha256: String, isNew: Bool)
-    /// True when region files keep a journal of lines not yet in a manifest (disk); false where
-    /// the journal operations are no-ops (S3: the restart fetches those resources again).
-    var keepsJournals: Bool { get }
-    /// How many objects `put` has handed to the writer thread (disk) or the uploads (S3) so far:
-    /// the ticket of the last one handed over (1 for the first). Read on the caller's thread.
+    /// The journal's write tickets: how many objects `put` has handed to the writer thread so far,
+    /// the ticket of the last one (1 for the first). Read on the caller's thread. A store whose
+    /// region files keep no journal (S3) hands out none: 0.
     var writesQueued: Int { get }
     /// Every write with a ticket up to this has run (the file is in place, though perhaps not yet
     /// durable; the PUT was answered) or failed. Whatever names an object (the journal) waits for

@@ -18,6 +18,14 @@ final class S3StoreTests: CephTestCase {
 
     static func newPrefix() -> String { "t-\(UUID().uuidString.prefix(8).lowercased())" }
 
+    /// A fresh prefix, a client on it (to check the bucket), and a spool fixture with the options
+    /// that point the daemon at it (the caller stops the fixture).
+    func freshPrefixSpool(_ rgw: CephRGW) throws -> (s3: S3Client, fx: SpoolFixture, opts: [String]) {
+        let prefix = S3StoreTests.newPrefix()
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        return (S3Client(config: rgw.config(prefix: prefix)), fx, opts)
+    }
+
     let monacoBounds: [Double] = [7.409205, 43.72335, 7.448637, 43.75169]
 
     func monacoRequest(_ nginx: NginxServer, bounds: [Double]? = nil) -> [String: Any] {
@@ -159,9 +167,7 @@ final class S3StoreTests: CephTestCase {
         // Every response at 128 KiB/s per connection: the download takes several seconds.
         let nginx = try NginxServer(root: mapdata, extraLocations: "limit_rate 128k;")
         defer { nginx.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        let (s3, fx, opts) = try freshPrefixSpool(rgw)
         defer { fx.stop() }
         try fx.start(opts)
         try fx.drop("monaco.json", monacoRequest(nginx))
@@ -193,9 +199,7 @@ final class S3StoreTests: CephTestCase {
         let rgw = try server()
         let faults = try FaultServer()
         defer { faults.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        let (s3, fx, opts) = try freshPrefixSpool(rgw)
         defer { fx.stop() }
         func slow(_ id: String) -> [String: Any] {
             ["id": id, "tiles": [faults.baseURL + "/slow/30/\(id)/{z}/{x}/{y}.png"], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 4]
@@ -268,9 +272,7 @@ final class S3StoreTests: CephTestCase {
             location ~ ^/raster/osm_carto/3/ { if ($arg_key = OLD) { return 403; } }
             """)
         defer { nginx.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        let (s3, fx, opts) = try freshPrefixSpool(rgw)
         defer { fx.stop() }
         func carto(_ key: String) -> [String: Any] {
             ["tiles": [nginx.baseURL + "/raster/osm_carto/{z}/{x}/{y}.png?key=" + key], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 3]
@@ -303,9 +305,7 @@ final class S3StoreTests: CephTestCase {
         let mapdata = try MapData.require()
         let nginx = try NginxServer(root: mapdata)
         defer { nginx.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (fx, opts) = try s3Spool(rgw, prefix: prefix)
+        let (s3, fx, opts) = try freshPrefixSpool(rgw)
         defer { fx.stop() }
         try fx.start(opts)
         try fx.drop("monaco.json", monacoRequest(nginx))
