@@ -2,7 +2,8 @@
 // signalfd and the durability writer's eventfd, and calling in turn the intake (Intake.swift), the scheduler (Scheduler.swift), each
 // region's download (RegionDownload.swift), the durability step (Durability.swift) and the
 // exports (Exports.swift). It is also the one place that changes a region's state and writes
-// its status.
+// its status. A second download loop (`DownloadLane`, on its own thread) fetches and stores part
+// of the tiles; their results come back here like the loop's own.
 import Foundation
 import Glibc
 import TileSpoolCore
@@ -21,6 +22,11 @@ public struct DaemonOptions: Sendable {
     public var maxActiveRegions = 2
     /// Requests in flight for one region.
     public var maxRequestsPerRegion = 8
+    /// `--download-threads`: 2 runs a second download loop on a thread of its own (disk store
+    /// only), with its own multi handle and half of `http`'s connection limits, which downloads
+    /// tiles the event loop hands it and writes their objects itself (`DownloadLane`); 1 keeps
+    /// every transfer on the event loop.
+    public var downloadThreads = 2
     /// The largest plan accepted, in tiles (a request's `maxTiles` can only lower it).
     public var maxTiles = DaemonOptions.defaultMaxTiles
     /// The default of `maxTiles` (`--max-tiles`), also `tilespool plan`'s.
@@ -71,6 +77,8 @@ public final class Daemon {
     let store: any TileStore
     let status: StatusWriter
     let http: HTTPClient
+    /// The second download loop (`DaemonOptions.downloadThreads`), nil when there is none.
+    let lane: DownloadLane?
     let watcher: FolderWatcher
     let signals: SignalFD
     let lock: SpoolLock
@@ -113,9 +121,24 @@ public final class Daemon {
         store = try StoreSpec.open(options.store, endpoint: options.s3Endpoint, pathStyle: options.s3PathStyle)
         storeLock = try store.lockPath.map { try SpoolLock(path: $0) }
         status = StatusWriter(layout: layout)
-        http = HTTPClient(options: options.http)
         watcher = try FolderWatcher()
         signals = try SignalFD()
+        // After the signal mask (SignalFD): a thread started before it could take SIGTERM.
+        if options.downloadThreads > 1, let disk = store as? ObjectStore,
+           options.http.maxConnections > 1, options.http.maxConnectionsPerHost > 1 {
+            // The connection limits hold for both loops together: the lane has half (rounded
+            // down), the event loop the rest.
+            var mine = options.http, its = options.http
+            its.maxConnections /= 2
+            its.maxConnectionsPerHost /= 2
+            mine.maxConnections -= its.maxConnections
+            mine.maxConnectionsPerHost -= its.maxConnectionsPerHost
+            http = HTTPClient(options: mine)
+            lane = try DownloadLane(options: its, store: disk)
+        } else {
+            http = HTTPClient(options: options.http)
+            lane = nil
+        }
         writer = try DurabilityWriter(store: store)
         try watcher.watch(layout.requests)
         try watcher.watch(layout.control)
@@ -232,7 +255,8 @@ public final class Daemon {
         rescan(layout.control)
         while !stopping {
             schedule()
-            http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD])
+            lane?.flush()
+            http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD, lane?.fd ?? -1])
             if !signals.drain().isEmpty { stopping = true; break }
             for ev in watcher.drain() {
                 switch ev {
@@ -242,6 +266,7 @@ public final class Daemon {
                 }
             }
             for r in http.collect() { handle(r) }
+            if let lane { for r in lane.collect() { handle(r) } }
             collectExports()
             collectCommit()
             writeJournals()
@@ -271,6 +296,7 @@ public final class Daemon {
             stopDownload(r)
             if r.state == .downloading { setState(r, .queued, note: "daemon stopped") }
         }
+        lane?.stop()
         commitAndWait() // the writer is drained before the process exits
         writer.stop()
         for r in regions.values where r.statusDirty { writeStatus(r) }

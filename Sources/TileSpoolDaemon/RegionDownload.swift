@@ -211,9 +211,20 @@ extension Daemon {
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
         let validators = d.previousLine(kind, key)?.freshness
-        http.start(url: url, tag: tag, validators: validators?.hasValidator == true ? validators : nil,
-                   headers: r.request.headerList)
+        let conditional = validators?.hasValidator == true ? validators : nil
+        // Tiles go to the less busy of the two download loops; everything else stays here.
+        if kind == .tile, let lane, lane.inFlight < http.inFlight {
+            lane.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList,
+                       policy: LaneStorePolicy(emptyStatuses: r.request.emptyStatuses))
+        } else {
+            http.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList)
+        }
         return true
+    }
+
+    /// Stops transfer `tag`, on whichever download loop has it.
+    func cancelTransfer(_ tag: Int) {
+        if let lane, lane.owns(tag) { lane.cancel(tag: tag) } else { http.cancel(tag: tag) }
     }
 
     /// True when the rate limits let a request to `url` start now (the limiter is debited);
@@ -236,11 +247,11 @@ extension Daemon {
     func stopDownload(_ r: Region, commitPending: Bool = true) {
         finishCommit() // no batch at the writer still appends to this region's files
         if r.probing {
-            for (tag, v) in transfers where v.0 == r.id && v.1 == nil { http.cancel(tag: tag); transfers.removeValue(forKey: tag) }
+            for (tag, v) in transfers where v.0 == r.id && v.1 == nil { cancelTransfer(tag); transfers.removeValue(forKey: tag) }
             r.probing = false
         }
         guard let d = r.download else { return }
-        for tag in d.inFlight.keys { http.cancel(tag: tag); transfers.removeValue(forKey: tag) }
+        for tag in d.inFlight.keys { cancelTransfer(tag); transfers.removeValue(forKey: tag) }
         d.inFlight.removeAll()
         if commitPending {
             commitAndWait()
@@ -319,7 +330,7 @@ extension Daemon {
             failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             return
         }
-        if kind == .tile && !empty, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
+        if kind == .tile && !empty && res.storedSHA256 == nil, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
             // Never stored: an HTML login page or a text error with 200 is not a tile.
             Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
             retry(r, d, item, after: nil, exhausted: {
@@ -329,7 +340,10 @@ extension Daemon {
         }
         d.attempts.removeValue(forKey: item)
         var sha: String?
-        if !empty && !missing {
+        if let e = res.storeFailure { storageFailed(r, e); return }
+        if let stored = res.storedSHA256 {
+            sha = stored // a download lane wrote it (`LaneStorePolicy`: the same answers as here)
+        } else if !empty && !missing {
             do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
         }
         let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url,

@@ -60,6 +60,11 @@ public struct TransferResult: Sendable {
     public var notModified = false
     /// The response's `Content-Type` header (after redirects), if any.
     public var contentType: String?
+    /// Set by a `DownloadLane` that stored the body itself (a tile its `LaneStorePolicy` accepts):
+    /// the object's SHA-256 (hex), already written to the store when the result arrives.
+    public var storedSHA256: String?
+    /// The store's refusal (quota) when a lane tried to store the body: nothing was stored.
+    public var storeFailure: SystemError?
 }
 
 /// One transfer's receive state, reached from libcurl's write callback through `CURLOPT_WRITEDATA`.
@@ -184,6 +189,10 @@ public final class HTTPClient: @unchecked Sendable {
         if let h = t.headers { curl_slist_free_all(h); t.headers = nil }
         idle.append(t)
     }
+
+    /// Makes a `wait` under way on another thread return at once (`curl_multi_wakeup`, the one
+    /// call of this class that is thread-safe).
+    public func wakeup() { curl_multi_wakeup(multi) }
 
     /// Waits up to `timeout` seconds for network activity or for one of `fds` to become readable
     /// (a negative fd, "none", is left out). The corresponding C function is `curl_multi_poll`.

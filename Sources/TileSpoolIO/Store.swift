@@ -74,9 +74,10 @@ public final class ObjectStore: @unchecked Sendable {
     /// `setUsage` plus what `put` added since (counting objects still queued for the writer
     /// thread, less those it found already there); nil until `setUsage` is called.
     public var usage: (objects: Int, bytes: Int)? {
-        guard let u = usageBase else { return nil }
+        counters.lock(); let (base, atBase) = (usageBase, unwrittenAtBase); counters.unlock()
+        guard let u = base else { return nil }
         let e = writes.unwritten
-        return (u.objects - (e.objects - unwrittenAtBase.objects), u.bytes - (e.bytes - unwrittenAtBase.bytes))
+        return (u.objects - (e.objects - atBase.objects), u.bytes - (e.bytes - atBase.bytes))
     }
     /// `usage` before subtracting what the writer thread found already there since `setUsage`.
     private var usageBase: (objects: Int, bytes: Int)?
@@ -85,11 +86,15 @@ public final class ObjectStore: @unchecked Sendable {
     /// for the writer thread, nor those it found already there).
     public var added: (objects: Int, bytes: Int) {
         let (q, e) = writes.counts
-        return (queuedTotal.objects - q.objects - e.objects, queuedTotal.bytes - q.bytes - e.bytes)
+        counters.lock(); let total = queuedTotal; counters.unlock()
+        return (total.objects - q.objects - e.objects, total.bytes - q.bytes - e.bytes)
     }
     /// Objects and bytes `put` has handed to the writer thread, or written itself, since this
     /// store was opened.
     private var queuedTotal: (objects: Int, bytes: Int) = (0, 0)
+    /// Guards `queuedTotal`, `usageBase` and `unwrittenAtBase`: `put` runs on the event loop and,
+    /// with `writeHere`, on a download lane's thread at the same time.
+    private let counters = NSLock()
     /// Writes handed to the writer thread so far.
     private var jobsQueued = 0
     /// The ticket of the last write handed to the writer thread (`TileStore.writesQueued`; an
@@ -149,7 +154,14 @@ public final class ObjectStore: @unchecked Sendable {
     ///   write (ENOSPC and friends: `isStorageFailure`) is answered by `writeFailure(among:)` after
     ///   the next `sync()`; no file then exists under the final name.
     @discardableResult
-    public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) {
+    public func put(_ data: Data) throws(SystemError) -> (sha256: String, isNew: Bool) { try put(data, writeHere: false) }
+
+    /// `put`, and with `writeHere` the object is written on the caller's thread before the call
+    /// returns, never handed to the writer thread (a download lane's thread, which writes what it
+    /// downloads: `DownloadLane`). Safe on any thread, beside `put` on another.
+    /// - Throws: as `put`.
+    @discardableResult
+    public func put(_ data: Data, writeHere: Bool) throws(SystemError) -> (sha256: String, isNew: Bool) {
         let sha = SHA256.hex(data)
         let probed = writes.probeFirst
         if probed {
@@ -161,13 +173,16 @@ public final class ObjectStore: @unchecked Sendable {
             if !probed && writes.touch(sha) { writes.noteOutcome(present: true); return (sha, false) }
             throw SystemError("quota", objectsDir, errno: EDQUOT)
         }
-        if writes.submit(sha: sha, body: data, probed: probed, limit: maxQueuedWrites) {
+        // Counted before the write, as the writer's outcome (`unwritten`) may come first.
+        counters.lock()
+        queuedTotal.objects += 1; queuedTotal.bytes += data.count
+        if let u = usageBase { usageBase = (u.objects + 1, u.bytes + data.count) }
+        counters.unlock()
+        if !writeHere && writes.submit(sha: sha, body: data, probed: probed, limit: maxQueuedWrites) {
             jobsQueued += 1
         } else {
             writes.writeHere(sha: sha, body: data, probed: probed)
         }
-        queuedTotal.objects += 1; queuedTotal.bytes += data.count
-        if let u = usageBase { usageBase = (u.objects + 1, u.bytes + data.count) }
         return (sha, true)
     }
 
@@ -176,6 +191,7 @@ public final class ObjectStore: @unchecked Sendable {
     /// written during the scan may be counted twice until the next measure: the usage errs on the
     /// high side, never under the quota).
     public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {
+        counters.lock(); defer { counters.unlock() }
         let (q, e) = writes.counts
         let now = (queuedTotal.objects - q.objects - e.objects, queuedTotal.bytes - q.bytes - e.bytes)
         unwrittenAtBase = e

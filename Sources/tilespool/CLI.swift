@@ -157,6 +157,8 @@ options:
   --s3-addressing path|virtual    S3 path-style URLs (default) or virtual-hosted ones
   --max-active-regions N          regions downloading at once (default 2)
   --max-requests-per-region N     requests in flight per region (default 8)
+  --download-threads N            download loops, 1 or 2 (default 2: a second thread downloads and
+                                  writes tiles beside the event loop; disk store only)
   --max-connections N             connections open at once, all hosts (default 16)
   --max-connections-per-host N    connections to one host (default 8)
   --max-tiles N                   largest plan accepted, in tiles (default 1000000)
@@ -229,7 +231,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
                                                  "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
                                                  "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
                                                  "--events-keep", "--user-agent", "--allow-host",
-                                                 "--max-requests-per-second-per-host", "--max-bytes-per-second"])
+                                                 "--max-requests-per-second-per-host", "--max-bytes-per-second", "--download-threads"])
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
@@ -240,6 +242,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     if loc.isS3 { _ = try loc.openStore() } // a malformed URL or missing credentials: said now, exit 1
     o.maxActiveRegions = try a.int("--max-active-regions", default: o.maxActiveRegions, range: 1...1000)
     o.maxRequestsPerRegion = try a.int("--max-requests-per-region", default: o.maxRequestsPerRegion, range: 1...1000)
+    o.downloadThreads = try a.int("--download-threads", default: o.downloadThreads, range: 1...2)
     o.http.maxConnections = try a.int("--max-connections", default: o.http.maxConnections, range: 1...10000)
     o.http.maxConnectionsPerHost = try a.int("--max-connections-per-host", default: o.http.maxConnectionsPerHost, range: 1...10000)
     o.maxTiles = try a.int("--max-tiles", default: o.maxTiles, range: 0...Int.max)

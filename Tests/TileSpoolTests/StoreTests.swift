@@ -33,6 +33,66 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(SHA256.hex(Data()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     }
 
+    /// A download lane (the second download loop, on its own thread) stores exactly the answers
+    /// the event loop would (a tile's 2xx with a tile body) and hands every other answer back
+    /// untouched: a 404, an HTML page with 200, a job without a policy; a cancelled job gives
+    /// no result. Against nginx serving the real map data.
+    func testDownloadLaneStoresTileAnswersItselfAndReturnsTheRest() throws {
+        let mapdata = try MapData.require()
+        let server = try NginxServer(root: mapdata, extraLocations: """
+            location /login/ { default_type text/html; return 200 "<html><body>Please sign in</body></html>"; }
+            """)
+        let store = try ObjectStore(root: dir)
+        let lane = try DownloadLane(options: HTTPOptions(), store: store)
+        defer { lane.stop() }
+        let policy = LaneStorePolicy(emptyStatuses: [204])
+        let tilePath = "vector/taipei/0/0/0.pbf"
+        lane.start(url: server.baseURL + "/" + tilePath, tag: 1, validators: nil, headers: [], policy: policy)
+        lane.start(url: server.baseURL + "/tiles/monaco/14/8530/5975.pbf", tag: 2, validators: nil, headers: [], policy: policy)
+        lane.start(url: server.baseURL + "/login/1/2/3.png", tag: 3, validators: nil, headers: [], policy: policy)
+        lane.start(url: server.baseURL + "/raster/osm_carto/0/0/0.png", tag: 4, validators: nil, headers: [], policy: nil)
+        lane.flush()
+        XCTAssertEqual(lane.inFlight, 4)
+        var results: [Int: TransferResult] = [:]
+        try waitUntil("the lane answered the four jobs") {
+            for r in lane.collect() { results[r.tag] = r }
+            return results.count == 4
+        }
+        XCTAssertEqual(lane.inFlight, 0)
+
+        let tile = try XCTUnwrap(results[1])
+        let onDisk = try Data(contentsOf: mapdata.appendingPathComponent(tilePath))
+        XCTAssertEqual(tile.status, 200)
+        XCTAssertEqual(tile.storedSHA256, sha256Hex(onDisk))
+        // Written before the result came back: the object is in place without a sync.
+        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(onDisk))), onDisk)
+        XCTAssertEqual(results[2]?.status, 404)
+        XCTAssertNil(results[2]?.storedSHA256)
+        XCTAssertEqual(results[3]?.status, 200)
+        XCTAssertNil(results[3]?.storedSHA256, "an HTML page is not a tile")
+        XCTAssertEqual(results[4]?.status, 200)
+        XCTAssertNil(results[4]?.storedSHA256, "no policy: the event loop judges it")
+        XCTAssertGreaterThan(results[4]?.body.count ?? 0, 0)
+        try store.sync()
+        XCTAssertEqual(store.added.objects, 1)
+        XCTAssertEqual(store.added.bytes, onDisk.count)
+
+        // A cancelled job reports nothing, even when its answer was already on its way.
+        lane.start(url: server.baseURL + "/" + tilePath, tag: 5, validators: nil, headers: [], policy: policy)
+        lane.start(url: server.baseURL + "/tiles/monaco/14/8529/5975.pbf", tag: 6, validators: nil, headers: [], policy: policy)
+        lane.flush()
+        lane.cancel(tag: 5)
+        lane.flush()
+        var later: [TransferResult] = []
+        try waitUntil("the uncancelled job answered") {
+            later += lane.collect()
+            return !later.isEmpty
+        }
+        XCTAssertEqual(later.map(\.tag), [6])
+        XCTAssertNotNil(later.first?.storedSHA256)
+        XCTAssertEqual(lane.inFlight, 0)
+    }
+
     /// Storing bytes whose object exists refreshes its mtime (gc's grace period counts from it:
     /// docs/gc.md), whether `put` looked first or the writer thread found the name taken; once
     /// most puts find their object there, `put` looks first and answers "was there" at once.
