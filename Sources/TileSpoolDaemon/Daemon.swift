@@ -2,7 +2,7 @@
 // signalfd and the durability writer's eventfd, and calling in turn the intake (Intake.swift), the scheduler (Scheduler.swift), each
 // region's download (RegionDownload.swift), the durability step (Durability.swift) and the
 // exports (Exports.swift). It is also the one place that changes a region's state and writes
-// its status. A second download loop (`DownloadLane`, on its own thread) fetches and stores part
+// its status. With `--download-threads 2` a second download loop (`DownloadLane`, on its own thread) fetches and stores part
 // of the tiles; their results come back here like the loop's own.
 import Foundation
 import Glibc
@@ -25,8 +25,10 @@ public struct DaemonOptions: Sendable {
     /// `--download-threads`: 2 runs a second download loop on a thread of its own (disk store
     /// only), with its own multi handle and half of `http`'s connection limits, which downloads
     /// tiles the event loop hands it and writes their objects itself (`DownloadLane`); 1 keeps
-    /// every transfer on the event loop.
-    public var downloadThreads = 2
+    /// every transfer on the event loop, the default: on the benchmark host the second loop made
+    /// downloads 4-7% faster on tmpfs but 12% slower on ext4, at 8-25% more CPU per tile
+    /// (docs/benchmarks.md, "fourth pass").
+    public var downloadThreads = 1
     /// The largest plan accepted, in tiles (a request's `maxTiles` can only lower it).
     public var maxTiles = DaemonOptions.defaultMaxTiles
     /// The default of `maxTiles` (`--max-tiles`), also `tilespool plan`'s.

@@ -157,8 +157,8 @@ options:
   --s3-addressing path|virtual    S3 path-style URLs (default) or virtual-hosted ones
   --max-active-regions N          regions downloading at once (default 2)
   --max-requests-per-region N     requests in flight per region (default 8)
-  --download-threads N            download loops, 1 or 2 (default 2: a second thread downloads and
-                                  writes tiles beside the event loop; disk store only)
+  --download-threads N            download loops, 1 or 2 (default 1; 2: a second thread downloads
+                                  and writes tiles beside the event loop; disk store only)
   --max-connections N             connections open at once, all hosts (default 16)
   --max-connections-per-host N    connections to one host (default 8)
   --max-tiles N                   largest plan accepted, in tiles (default 1000000)

@@ -3,14 +3,22 @@ import XCTest
 
 /// Issue 4, crashes and durability: `kill -9` at 20 random moments of one download.
 final class CrashTests: XCTestCase {
-    func testKill9AtTwentyRandomMomentsLosesNothingAndRefetchesLittle() throws {
+    func testKill9AtTwentyRandomMomentsLosesNothingAndRefetchesLittle() throws { try killTwentyTimes([]) }
+
+    /// The same with the second download loop (`--download-threads 2`), whose thread writes the
+    /// objects of the tiles it fetches before the event loop hears of them.
+    func testKill9AtTwentyRandomMomentsWithTwoDownloadLoops() throws { try killTwentyTimes(["--download-threads", "2"]) }
+
+    /// 20 kills of one download started with `options`; then completed, `verify` clean, `tmp/`
+    /// empty, at most 1.5 x the pack's bytes sent.
+    func killTwentyTimes(_ options: [String]) throws {
         let mapdata = try MapData.require()
         // Every response at 512 KiB/s per connection, so that a kill often finds transfers half done.
         let nginx = try NginxServer(root: mapdata, extraLocations: "limit_rate 512k;")
         defer { nginx.stop() }
         let fx = try SpoolFixture()
         defer { fx.stop() }
-        try fx.start()
+        try fx.start(options)
         try fx.drop("monaco.json", ["style": nginx.baseURL + "/styles/bright/style.local-template.json",
                                     "bounds": [7.409205, 43.72335, 7.448637, 43.75169], "minZoom": 0, "maxZoom": 14])
         // 20 random moments of the download, as points in its progress (resources written so far,
@@ -29,7 +37,7 @@ final class CrashTests: XCTestCase {
             fx.kill9()
             // What the status reported done is in the manifest.
             XCTAssertGreaterThanOrEqual(fx.manifest("monaco").count, reported, "kill \(kill)")
-            try fx.start()
+            try fx.start(options)
         }
         try fx.waitForState("monaco", "completed", timeout: 120)
         fx.assertStoreMatchesManifest("monaco")

@@ -147,6 +147,29 @@ final class EndToEndTests: XCTestCase {
     }
 
     /// Two regions sharing tiles store each body once.
+    /// The second download loop (`--download-threads 2`, `DownloadLane`) end to end: a region
+    /// downloaded with two loops records the same tiles with the same objects as with one loop,
+    /// each tile asked once, every object stored once and hashing to its name.
+    func testTwoDownloadLoopsRecordTheSameTilesAsOne() throws {
+        let request: [String: Any] = ["tiles": [nginx.baseURL + "/tiles/liechtenstein/{z}/{x}/{y}.pbf"],
+                                      "bounds": [9.47, 47.04, 9.64, 47.28], "minZoom": 0, "maxZoom": 14]
+        try fx.drop("one.json", request)
+        try fx.waitForState("one", "completed")
+        _ = fx.stop()
+        try fx.start(["--download-threads", "2"])
+        try fx.drop("two.json", request)
+        try fx.waitForState("two", "completed")
+        let one = fx.manifest("one"), two = fx.manifest("two")
+        XCTAssertGreaterThan(one.count, 100)
+        XCTAssertEqual(two.count, one.count, "one line per planned tile")
+        XCTAssertEqual(Set(two.map { "\($0.key) \($0.sha) \($0.bytes)" }), Set(one.map { "\($0.key) \($0.sha) \($0.bytes)" }))
+        fx.assertStoreMatchesManifest("two")
+        XCTAssertEqual(fx.objects().count, Set(two.map(\.sha).filter { $0 != "-" }).count, "every object once")
+        for l in two where l.sha != "-" {
+            XCTAssertEqual(nginx.requestCount(path: URL(string: l.url)!.path), 2, "asked once per region: \(l.key)")
+        }
+    }
+
     func testIdenticalTilesAcrossRegionsAreStoredOnce() throws {
         for id in ["a", "b"] {
             try fx.drop("\(id).json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
