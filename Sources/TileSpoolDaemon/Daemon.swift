@@ -190,8 +190,7 @@ public final class Daemon {
                     failed.state = .failed
                     failed.error = RegionError(code: .storeDamaged, message: "store/regions/\(id)/request.json is missing or invalid; drop the request again, or delete the region")
                     failed.updatedAt = Date()
-                    try? status.write(failed)
-                    status.event(id: id, state: failed.state.rawValue, error: failed.error)
+                    status.record(failed)
                 }
                 continue
             }

@@ -91,9 +91,7 @@ extension Daemon {
                 reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
                 return
             }
-            let st = RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: NSNull())
-            try? status.write(st)
-            status.event(id: id, state: RegionState.failed.rawValue, error: e)
+            status.record(RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: NSNull()))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         } catch {
@@ -166,9 +164,8 @@ extension Daemon {
             }
             if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
             files.remove()
-            try? status.write(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
-                                           request: request.redactedJSONObject, context: request.context))
-            status.event(id: request.id, state: RegionState.failed.rawValue, error: e)
+            status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
+                                       request: request.redactedJSONObject, context: request.context))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         }

@@ -154,8 +154,7 @@ public enum StoreMaintenance {
                     st.progress.bytesCompleted = max(0, st.progress.bytesCompleted - droppedBytes)
                     st.progress.tileBytesCompleted = max(0, st.progress.tileBytesCompleted - droppedTileBytes)
                     st.updatedAt = Date()
-                    try? status.write(st)
-                    status.event(id: id, state: st.state.rawValue, error: st.error, extra: ["note": "verify --repair"])
+                    status.record(st, extra: ["note": "verify --repair"])
                 }
                 report.regionsMarked.append(id)
             }

@@ -169,6 +169,14 @@ public final class StatusWriter: @unchecked Sendable {
         try Files.writeAtomically(Data((status.state.rawValue + "\n").utf8), to: layout.statusState(status.id))
     }
 
+    /// Records a state that no live region carries (a refused request, a region whose files are
+    /// damaged, a repair): its event is appended first, then `<id>.json` and `<id>.state` are written, so
+    /// whoever reads the new state in the status files finds its event too.
+    public func record(_ status: RegionStatus, extra: [String: Any] = [:]) {
+        event(id: status.id, state: status.state.rawValue, error: status.error, extra: extra)
+        do { try write(status) } catch { Log.error("cannot write status: \(error)", region: status.id) }
+    }
+
     /// Appends one line to `events.jsonl`: `{"time","id","state","error"}` plus `extra` fields
     /// (e.g. `action` and `ignored` for an action that did not apply).
     public func event(id: String, state: String, error: RegionError?, extra: [String: Any] = [:]) {
