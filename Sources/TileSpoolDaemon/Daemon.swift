@@ -257,9 +257,9 @@ public final class Daemon {
         while !stopping {
             schedule()
             lane?.flush()
-            http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD, lane?.fd ?? -1])
-            if !signals.drain().isEmpty { stopping = true; break }
-            for ev in watcher.drain() {
+            let ready = http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD, lane?.fd ?? -1])
+            if ready[1] && !signals.drain().isEmpty { stopping = true; break }
+            for ev in ready[0] ? watcher.drain() : [] {
                 switch ev {
                 case .file(let folder, let name): handleFile(folder: folder, name: name)
                 case .rescan(let folder):

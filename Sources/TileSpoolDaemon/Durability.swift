@@ -61,13 +61,16 @@ final class DurabilityWriter: @unchecked Sendable {
         cond.unlock()
     }
 
-    /// The finished job, if any (does not block).
+    /// The finished job, if any (does not block). The eventfd is read only when a job is taken
+    /// (the loop asks every turn while a batch is at the writer: no system call for a "not yet").
     func takeFinished() -> CommitJob? {
-        var v: UInt64 = 0
-        _ = read(fd, &v, 8)
-        cond.lock(); defer { cond.unlock() }
+        cond.lock()
         let j = finished
         finished = nil
+        cond.unlock()
+        guard j != nil else { return nil }
+        var v: UInt64 = 0
+        _ = read(fd, &v, 8)
         return j
     }
 

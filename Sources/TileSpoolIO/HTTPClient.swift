@@ -196,11 +196,21 @@ public final class HTTPClient: @unchecked Sendable {
 
     /// Waits up to `timeout` seconds for network activity or for one of `fds` to become readable
     /// (a negative fd, "none", is left out). The corresponding C function is `curl_multi_poll`.
-    public func wait(timeout: Double, fds: [Int32]) {
+    /// - Returns: per entry of `fds`, whether it was readable on return (false for a negative fd),
+    ///   so the caller reads only those (no failing `read` per turn).
+    @discardableResult
+    public func wait(timeout: Double, fds: [Int32]) -> [Bool] {
         var waitfds = fds.filter { $0 >= 0 }.map { curl_waitfd(fd: $0, events: Int16(CURL_WAIT_POLLIN), revents: 0) }
         var n: Int32 = 0
-        _ = waitfds.withUnsafeMutableBufferPointer { buf in
+        let rc = waitfds.withUnsafeMutableBufferPointer { buf in
             curl_multi_poll(multi, buf.baseAddress, UInt32(buf.count), Int32((max(0, min(timeout, 60)) * 1000).rounded(.up)), &n)
+        }
+        var k = 0
+        return fds.map { fd in
+            guard fd >= 0 else { return false }
+            defer { k += 1 }
+            // Should the poll itself fail, every fd counts as readable: the caller's reads find out.
+            return rc != CURLM_OK || waitfds[k].revents != 0
         }
     }
 
