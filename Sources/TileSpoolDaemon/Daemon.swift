@@ -97,6 +97,8 @@ public final class Daemon {
     var lastSync = 0.0
     var lastRescan = Daemon.now()
     var pendingCount = 0
+    /// Completed regions whose manifest the next commit job joins into one piece (S3).
+    var compactionsWanted: [(id: String, files: any RegionStorage)] = []
     var stopping = false
     /// Exports run here, one at a time, off the event loop (Exports.swift).
     let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)
@@ -272,7 +274,7 @@ public final class Daemon {
             collectCommit()
             writeJournals()
             let now = Daemon.now()
-            if commitInFlight == nil && (pendingCount >= options.syncBatch
+            if commitInFlight == nil && (pendingCount >= options.syncBatch || !compactionsWanted.isEmpty
                 || (pendingCount > 0 && (now - lastSync >= options.syncInterval || aRegionHasNothingLeftToFetch()))) {
                 commit()
             }

@@ -27,7 +27,15 @@ final class CommitJob: @unchecked Sendable {
     var entries: [Entry]
     /// Set by the writer when `TileStore.sync` failed; then no manifest was touched.
     var syncError: Error?
-    init(entries: [Entry]) { self.entries = entries }
+    /// Manifests of completed regions to join into one piece after the entries
+    /// (`RegionStorage.compactManifest`; S3 only does something), with the region's id.
+    var compactions: [(id: String, files: any RegionStorage)] = []
+    /// Set by the writer: the compactions that failed (the manifest stays in pieces).
+    var compactionErrors: [(id: String, error: Error)] = []
+    init(entries: [Entry], compactions: [(id: String, files: any RegionStorage)] = []) {
+        self.entries = entries
+        self.compactions = compactions
+    }
 }
 
 /// The writer thread: runs one `CommitJob` at a time, off the event loop, and posts it back as
@@ -116,12 +124,17 @@ final class DurabilityWriter: @unchecked Sendable {
     /// written and flushed (`TileStore.sync`), and only then are lines naming them appended to a
     /// manifest; an entry naming an object whose write failed gets that failure instead.
     private func run(_ job: CommitJob) {
-        do { try store.sync() } catch { job.syncError = error; return }
+        if !job.entries.isEmpty {
+            do { try store.sync() } catch { job.syncError = error; return }
+        }
         for k in job.entries.indices {
             if let e = store.writeFailure(among: job.entries[k].objects) { job.entries[k].error = e; continue }
             do { try job.entries[k].files.appendToManifest(text: job.entries[k].text) } catch {
                 job.entries[k].error = error
             }
+        }
+        for c in job.compactions {
+            do { try c.files.compactManifest() } catch { job.compactionErrors.append((c.id, error)) }
         }
     }
 }
@@ -191,7 +204,7 @@ extension Daemon {
     /// before the manifest write loses only work that was never reported.
     func commit() {
         lastSync = Daemon.now()
-        guard pendingCount > 0, commitInFlight == nil else { return }
+        guard pendingCount > 0 || !compactionsWanted.isEmpty, commitInFlight == nil else { return }
         var entries: [CommitJob.Entry] = []
         var inFlight = CommitInFlight(owners: [])
         for r in live.values {
@@ -206,9 +219,10 @@ extension Daemon {
             d.journaledLines = 0
         }
         pendingCount = 0
-        guard !entries.isEmpty else { return }
+        guard !entries.isEmpty || !compactionsWanted.isEmpty else { return }
         commitInFlight = inFlight
-        writer.submit(CommitJob(entries: entries))
+        writer.submit(CommitJob(entries: entries, compactions: compactionsWanted))
+        compactionsWanted = []
     }
 
     /// Applies the writer's result if it is back (the loop calls this every turn).
@@ -237,6 +251,7 @@ extension Daemon {
     func applyCommit(_ job: CommitJob) {
         guard let inFlight = commitInFlight else { return }
         commitInFlight = nil
+        for (id, e) in job.compactionErrors { Log.error("cannot compact the manifest (it stays in pieces, read as before): \(e)", region: id) }
         if job.syncError == nil {
             ops.lastCommit = Date()
             ops.committedSinceUnique = true

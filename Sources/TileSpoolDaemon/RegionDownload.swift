@@ -499,6 +499,7 @@ extension Daemon {
         if r.refreshing { finishRefresh(r, d); return }
         writeFailedList(r, d)
         setState(r, next)
+        if next == .completed { compactionsWanted.append((r.id, r.files)) }
         ops.uniqueWanted = true
         if next == .completed && !r.request.exports.isEmpty { startExports(r) }
     }

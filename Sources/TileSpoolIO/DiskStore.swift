@@ -111,6 +111,9 @@ extension RegionFiles: RegionStorage {
 
     public func manifestModified() -> Double? { StoreMaintenance.mtime(manifestPath) }
 
+    /// The manifest is one file already.
+    public func compactManifest() throws -> Int { 0 }
+
     public func remove() { closeManifest(); Files.removeTree(dir) }
 
     public func saveFailedList(_ text: String?) throws {

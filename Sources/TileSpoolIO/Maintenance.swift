@@ -8,6 +8,9 @@ public struct GCReport: Sendable {
     public var bytesFreed = 0
     public var tempFilesRemoved = 0
     public var objectsKept = 0
+    /// S3: manifest segments removed because a compacted object older than the grace period
+    /// holds their lines (`ManifestSegments`); always 0 on disk.
+    public var segmentsRemoved = 0
 }
 
 /// What `tilespool verify` found.

@@ -4,6 +4,9 @@
 //     PREFIX/regions/<id>/request.json, plan.json, failed.tsv
 //     PREFIX/regions/<id>/manifest/<10-digit number>.tsv       the manifest, one immutable segment
 //                                                              per commit batch, in number order
+//     PREFIX/regions/<id>/manifest/<10-digit N>.all.tsv        segments 0...N in one object, byte
+//                                                              for byte (written once a region is
+//                                                              completed; see ManifestSegments)
 //
 // `put` hashes on the caller's thread and queues the upload for a small pool of worker threads
 // (one S3 client each), so uploads run concurrently with the downloads; `sync` waits for the
@@ -254,6 +257,20 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
             report.objectsRemoved += 1
             report.bytesFreed += o.size
         }
+        // Manifest segments joined into a compacted object more than `grace` ago.
+        var byRegion: [Substring: [S3Object]] = [:]
+        for o in try clients.with({ c in try c.list(prefix: "regions/") }) {
+            guard let folder = o.key.range(of: "/manifest/") else { continue }
+            byRegion[o.key[..<folder.upperBound], default: []].append(o)
+        }
+        for (_, objects) in byRegion {
+            let layout = ManifestSegments(listing: objects)
+            guard let at = layout.compactedAt, now - at >= grace else { continue }
+            for o in layout.obsolete {
+                try clients.with { c in try c.delete(o.key) }
+                report.segmentsRemoved += 1
+            }
+        }
         return report
     }
 
@@ -295,6 +312,51 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         if let e = results.error { throw e }
         results.check.bad.sort()
         return results.check
+    }
+}
+
+/// How a listing of `regions/<id>/manifest/` is read (pure: keys in, keys out).
+///
+/// Segment `<N>.tsv` holds the lines of one commit; a compacted object `<N>.all.tsv` holds the
+/// bytes of segments 0...N concatenated in number order. Readers take the newest compacted object
+/// and the segments numbered above it; the segments it covers (and older compacted objects) are
+/// obsolete: never read again, and removed by `gc` once the compacted object is older than the
+/// grace period, so a reader that listed before the compaction still finds every segment it
+/// listed. The next segment's number is one above every number listed.
+public struct ManifestSegments: Sendable, Equatable {
+    /// The objects to read, in order.
+    public var read: [S3Object] = []
+    /// The objects covered by the newest compacted one.
+    public var obsolete: [S3Object] = []
+    /// The newest compacted object's Last-Modified (seconds since 1970), if there is one.
+    public var compactedAt: Double?
+    /// The number the next segment gets.
+    public var next = 0
+
+    /// The number of a segment or compacted object's key (`.../0000000042.tsv` or
+    /// `.../0000000042.all.tsv`), and whether it is compacted; nil for any other key.
+    public static func parse(_ key: String) -> (number: Int, compacted: Bool)? {
+        let name = key.split(separator: "/").last ?? ""
+        if name.hasSuffix(".all.tsv"), let n = Int(name.dropLast(8)) { return (n, true) }
+        if name.hasSuffix(".tsv"), let n = Int(name.dropLast(4)) { return (n, false) }
+        return nil
+    }
+
+    /// The reading of one listing (any order).
+    public init(listing: [S3Object]) {
+        var segments: [(Int, S3Object)] = []
+        var compacted: [(Int, S3Object)] = []
+        for o in listing {
+            guard let (n, isAll) = ManifestSegments.parse(o.key) else { continue }
+            if isAll { compacted.append((n, o)) } else { segments.append((n, o)) }
+            next = max(next, n + 1)
+        }
+        segments.sort { $0.0 < $1.0 }
+        compacted.sort { $0.0 < $1.0 }
+        guard let (through, base) = compacted.last else { read = segments.map(\.1); return }
+        read = [base] + segments.filter { $0.0 > through }.map(\.1)
+        obsolete = compacted.dropLast().map(\.1) + segments.filter { $0.0 <= through }.map(\.1)
+        compactedAt = base.lastModified
     }
 }
 
@@ -351,32 +413,51 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         }
     }
 
-    /// The segments, in order.
-    private func segments() throws -> [S3Object] {
-        try client { c in try c.list(prefix: base + "manifest/") }
-            .filter { $0.key.hasSuffix(".tsv") }.sorted { $0.key < $1.key }
+    /// Every segment and compacted object of the manifest (`ManifestSegments`).
+    private func listing() throws -> [S3Object] {
+        try client { c in try c.list(prefix: base + "manifest/") }.filter { ManifestSegments.parse($0.key) != nil }
     }
 
-    private static func number(_ key: String) -> Int? {
-        Int(key.split(separator: "/").last?.dropLast(4) ?? "")
-    }
+    private func layout() throws -> ManifestSegments { ManifestSegments(listing: try listing()) }
 
-    /// Lists the segments and reads each in order. A segment is whole or absent (S3 writes an
-    /// object at once), so `cutPartialLine` has nothing to cut.
+    /// Reads the manifest's objects in order (`ManifestSegments.read`). An object is whole or
+    /// absent (S3 writes an object at once), so `cutPartialLine` has nothing to cut.
     public func readManifest(cutPartialLine: Bool, _ body: (ManifestLine) -> Void) {
         readFailure = nil
         do {
-            let list = try segments()
-            for s in list {
+            let layout = try layout()
+            for s in layout.read {
                 guard let data = try client({ c in try c.get(s.key) }) else { continue }
                 for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
                     if let l = ManifestLine(line) { body(l) }
                 }
             }
-            if nextSegment == nil { nextSegment = (list.last.flatMap { S3RegionFiles.number($0.key) } ?? -1) + 1 }
+            if nextSegment == nil { nextSegment = layout.next }
         } catch {
             readFailure = error
         }
+    }
+
+    /// Writes the manifest's segments as one object (`<N>.all.tsv`, the bytes of segments 0...N
+    /// in order, `If-None-Match: *`), so that reading a completed region costs one GET instead of
+    /// one per commit. Nothing is deleted: `gc` removes the covered segments once the compacted
+    /// object is older than its grace period (`ManifestSegments`).
+    /// - Returns: the number of objects that were joined (0 when there was nothing to join).
+    /// - Throws: `S3Error` from the listing, a GET or the PUT; the manifest is then as it was.
+    @discardableResult
+    public func compactManifest() throws -> Int {
+        let layout = try layout()
+        guard layout.read.count > 1, let last = layout.read.last, let (n, _) = ManifestSegments.parse(last.key) else { return 0 }
+        var joined = Data()
+        for s in layout.read {
+            guard let data = try client({ c in try c.get(s.key) }) else {
+                throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(s.key) vanished while the manifest was compacted")
+            }
+            joined.append(data)
+        }
+        let key = base + "manifest/" + String(format: "%010d.all.tsv", n)
+        _ = try client { c in try c.put(key, joined, ifNoneMatch: true) } // 412: made already, from the same segments
+        return layout.read.count
     }
 
     public func readJournal(cutPartialLine: Bool, _ body: (ManifestLine) -> Void) {}
@@ -391,7 +472,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     /// - Throws: `S3Error`; status 412 with code `SegmentExists` when another writer took the number.
     public func appendToManifest(text bytes: [UInt8]) throws {
         guard !bytes.isEmpty else { return }
-        if nextSegment == nil { nextSegment = (try segments().last.flatMap { S3RegionFiles.number($0.key) } ?? -1) + 1 }
+        if nextSegment == nil { nextSegment = try layout().next }
         let n = nextSegment!
         let data = Data(((n == 0 ? ManifestLine.header : "")).utf8) + Data(bytes)
         let key = base + "manifest/" + String(format: "%010d.tsv", n)
@@ -406,14 +487,14 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         nextSegment = n + 1
     }
 
-    /// Deletes every segment and writes `lines` as segment 0 (daemon stopped).
+    /// Deletes every segment and compacted object and writes `lines` as segment 0 (daemon stopped).
     public func replaceManifest(_ lines: [ManifestLine]) throws {
-        for s in try segments() { try client { c in try c.delete(s.key) } }
+        for s in try listing() { try client { c in try c.delete(s.key) } }
         nextSegment = 0
         try appendToManifest(lines)
     }
 
-    public func manifestModified() -> Double? { (try? segments())?.map(\.lastModified).max() }
+    public func manifestModified() -> Double? { (try? layout())?.read.map(\.lastModified).max() }
 
     public func appendToJournal(text bytes: ArraySlice<UInt8>) throws {}
     public func replaceJournal(with bytes: ArraySlice<UInt8>) {}
@@ -422,7 +503,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
 
     public func resetDownload() {
         nextSegment = nil
-        for s in (try? segments()) ?? [] { try? client { c in try c.delete(s.key) } }
+        for s in (try? listing()) ?? [] { try? client { c in try c.delete(s.key) } }
         try? client { c in try c.delete(base + "plan.json") }
         try? client { c in try c.delete(base + "failed.tsv") }
     }

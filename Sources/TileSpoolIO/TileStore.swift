@@ -152,6 +152,12 @@ public protocol RegionStorage: AnyObject, Sendable {
     func clearJournal()
     /// Releases open handles (reopened on the next append).
     func closeManifest()
+    /// Joins a manifest kept in pieces into one (S3: the segments of every commit into one
+    /// object, `ManifestSegments`); nothing on disk, where the manifest is one file.
+    /// - Returns: how many pieces were joined (0: nothing to do).
+    /// - Throws: the store's error; the manifest is then as it was.
+    @discardableResult
+    func compactManifest() throws -> Int
     /// Removes the manifest, journal and plan (a fresh download of the same id).
     func resetDownload()
     /// A request that changes only credentials: keeps the manifest's lines (without the style and

@@ -148,7 +148,8 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     try loc.requireStore()
     let store = try loc.openStore()
     let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
-    out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects")
+    out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects"
+        + (r.segmentsRemoved > 0 ? ", removed \(r.segmentsRemoved) compacted manifest segments" : ""))
     return 0
 }
 

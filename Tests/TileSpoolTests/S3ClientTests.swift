@@ -115,6 +115,27 @@ final class S3ClientTests: CephTestCase {
         }
     }
 
+    /// How a manifest folder's listing is read (no server): segments alone in number order; the
+    /// newest compacted object and the segments above it, the rest obsolete; the next number
+    /// above everything listed; other keys ignored.
+    func testManifestSegmentsLayout() {
+        func o(_ name: String, _ t: Double = 0) -> S3Object { S3Object(key: "regions/r/manifest/" + name, size: 1, lastModified: t) }
+        let plain = ManifestSegments(listing: [o("0000000002.tsv"), o("0000000000.tsv"), o("0000000001.tsv"), o("notes.txt")])
+        XCTAssertEqual(plain.read.map(\.key), ["0000000000.tsv", "0000000001.tsv", "0000000002.tsv"].map { "regions/r/manifest/" + $0 })
+        XCTAssertEqual(plain.obsolete, [])
+        XCTAssertNil(plain.compactedAt)
+        XCTAssertEqual(plain.next, 3)
+        let compacted = ManifestSegments(listing: [o("0000000000.tsv"), o("0000000001.tsv"), o("0000000001.all.tsv", 50),
+                                                   o("0000000002.tsv"), o("0000000000.all.tsv", 40), o("0000000003.tsv")])
+        XCTAssertEqual(compacted.read.map(\.key), ["0000000001.all.tsv", "0000000002.tsv", "0000000003.tsv"].map { "regions/r/manifest/" + $0 })
+        XCTAssertEqual(Set(compacted.obsolete.map(\.key)), Set(["0000000000.tsv", "0000000001.tsv", "0000000000.all.tsv"].map { "regions/r/manifest/" + $0 }))
+        XCTAssertEqual(compacted.compactedAt, 50)
+        XCTAssertEqual(compacted.next, 4)
+        // After gc removed the covered segments, a new segment follows the compacted object's number.
+        XCTAssertEqual(ManifestSegments(listing: [o("0000000007.all.tsv")]).next, 8)
+        XCTAssertEqual(ManifestSegments(listing: []).next, 0)
+    }
+
     func testConfigFromURLAndEnvironment() throws {
         let env = ["AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_ENDPOINT_URL": "http://h:1/", "AWS_REGION": "eu-west-1"]
         let c = try S3Config.from(url: "s3://bucket/some/prefix/", endpoint: nil, environment: env)

@@ -32,9 +32,16 @@ final class S3StoreTests: CephTestCase {
         ["style": nginx.baseURL + "/styles/bright/style.local-template.json", "bounds": bounds ?? monacoBounds, "minZoom": 0, "maxZoom": 14]
     }
 
-    /// The region's manifest as stored in the bucket: the segments in order, concatenated.
+    /// The region's manifest as stored in the bucket (docs/s3.md, object layout): the newest
+    /// compacted object `<N>.all.tsv` if there is one, then the segments numbered above N, in order,
+    /// concatenated. (Read here from the key names, not through the store's own reader.)
     func s3Manifest(_ s3: S3Client, _ id: String) throws -> (text: String, segments: Int, lines: [SpoolFixture.Line]) {
-        let keys = try s3.list(prefix: "regions/\(id)/manifest/").map(\.key).sorted()
+        let all = try s3.list(prefix: "regions/\(id)/manifest/").map(\.key).sorted()
+        let number = { (k: String) in Int(k.split(separator: "/").last!.prefix(10))! }
+        var keys = all.filter { !$0.hasSuffix(".all.tsv") }
+        if let compacted = all.filter({ $0.hasSuffix(".all.tsv") }).max(by: { number($0) < number($1) }) {
+            keys = [compacted] + keys.filter { number($0) > number(compacted) }
+        }
         var text = ""
         for k in keys { text += String(decoding: try XCTUnwrap(try s3.get(k)), as: UTF8.self) }
         let lines = text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { l in
@@ -299,17 +306,34 @@ final class S3StoreTests: CephTestCase {
     }
 
     /// gc on a bucket: an object no manifest references is kept while younger than the grace
-    /// period (its Last-Modified), and removed after it; every referenced object stays.
-    func testGCRemovesUnreferencedObjectsOnlyAfterTheGracePeriod() throws {
+    /// period (its Last-Modified), and removed after it; every referenced object stays. The
+    /// completed region's manifest segments (a commit every 50 ms: many) are joined into one
+    /// compacted object, byte for byte; gc removes the segments it covers only once it is older
+    /// than the grace period, and the manifest reads the same before and after.
+    func testGCRemovesUnreferencedObjectsAndCompactedSegmentsOnlyAfterTheGracePeriod() throws {
         let rgw = try server()
         let mapdata = try MapData.require()
         let nginx = try NginxServer(root: mapdata)
         defer { nginx.stop() }
         let (s3, fx, opts) = try freshPrefixSpool(rgw)
         defer { fx.stop() }
-        try fx.start(opts)
+        try fx.start(opts + ["--sync-interval", "0.05"])
         try fx.drop("monaco.json", monacoRequest(nginx))
         try fx.waitForState("monaco", "completed", timeout: 90)
+        let folder = "regions/monaco/manifest/"
+        try waitUntil("the manifest is compacted", timeout: 20, poll: 0.1) {
+            try s3.list(prefix: folder).contains { $0.key.hasSuffix(".all.tsv") }
+        }
+        let keys = try s3.list(prefix: folder).map(\.key).sorted()
+        let segments = keys.filter { !$0.hasSuffix(".all.tsv") }
+        let compacted = try XCTUnwrap(keys.first { $0.hasSuffix(".all.tsv") })
+        XCTAssertGreaterThan(segments.count, 2, "a commit every 50 ms writes many segments")
+        XCTAssertEqual(keys.filter { $0.hasSuffix(".all.tsv") }.count, 1)
+        XCTAssertEqual(compacted, segments.last!.dropLast(4) + ".all.tsv", "named after the last segment it covers")
+        var joined = Data()
+        for k in segments { joined.append(try XCTUnwrap(try s3.get(k))) }
+        XCTAssertEqual(try s3.get(compacted), joined, "the segments' bytes, in order")
+        try assertBucketMatchesManifest(fx, s3, "monaco", expected: 419)
         let referenced = try s3Objects(s3)
         let orphan = Data("an object no region references \(UUID())".utf8)
         let orphanSHA = SHA256.hex(orphan)
@@ -318,18 +342,27 @@ final class S3StoreTests: CephTestCase {
         let (rc1, out1) = try fx.cli(["gc", "--grace", "3600", "--spool", fx.spool] + opts)
         XCTAssertEqual(rc1, 0, out1)
         XCTAssertTrue(out1.contains("removed 0 objects"), out1)
+        XCTAssertFalse(out1.contains("manifest segments"), out1)
         XCTAssertNotNil(try s3Objects(s3)[orphanSHA], "younger than the grace period: kept")
+        XCTAssertEqual(try s3.list(prefix: folder).map(\.key).sorted(), keys, "segments kept within the grace period")
 
-        try waitUntil("the orphan is 2 s old by its Last-Modified", timeout: 10, poll: 0.2) {
+        try waitUntil("the orphan and the compacted manifest are 2 s old by their Last-Modified", timeout: 10, poll: 0.2) {
             let o = try s3.list(prefix: "objects/\(orphanSHA.prefix(2))/\(orphanSHA)").first
             return Date().timeIntervalSince1970 - (o?.lastModified ?? .infinity) >= 2.5
         }
         let (rc2, out2) = try fx.cli(["gc", "--grace", "2", "--spool", fx.spool] + opts)
         XCTAssertEqual(rc2, 0, out2)
         XCTAssertTrue(out2.contains("removed 1 objects, freed \(orphan.count) bytes"), out2)
+        XCTAssertTrue(out2.contains("removed \(segments.count) compacted manifest segments"), out2)
         XCTAssertEqual(try s3Objects(s3), referenced, "only the orphan went")
+        XCTAssertEqual(try s3.list(prefix: folder).map(\.key), [compacted], "only the compacted manifest is left")
+        try assertBucketMatchesManifest(fx, s3, "monaco", expected: 419)
         let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
         XCTAssertEqual(vrc, 0, vout)
+        XCTAssertTrue(vout.contains("1 manifests, 419 lines checked; 0 faults"), vout)
+        let (src, sout) = try fx.cli(["status", "monaco", "--spool", fx.spool] + opts)
+        XCTAssertEqual(src, 0, sout)
+        XCTAssertTrue(sout.contains("resources 419/419"), sout)
     }
 
     /// Two daemons with their own spools on one bucket and prefix, downloading overlapping
