@@ -366,15 +366,18 @@ public struct ManifestSegments: Sendable, Equatable {
 /// `manifest.tsv`). A segment is written with `If-None-Match: *`: a 412 means another daemon
 /// writes the same region, and the append fails instead of overwriting (docs/s3.md). No journal:
 /// an upload is durable once answered, and objects uploaded but not yet recorded are fetched
-/// again after a crash (their PUT then answers 412). No refresh yet.
+/// again after a crash (their PUT then answers 412). A refresh works in `regions/<id>/refresh/`.
 public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     let store: S3ObjectStore
     public let id: String
-    private var base: String { "regions/\(id)/" }
+    /// `regions/<id>/`, or `regions/<id>/refresh/` for the files of a refresh under way.
+    private let base: String
     private var nextSegment: Int?
     public private(set) var readFailure: Error?
 
-    init(store: S3ObjectStore, id: String) { self.store = store; self.id = id }
+    convenience init(store: S3ObjectStore, id: String) { self.init(store: store, id: id, base: "regions/\(id)/") }
+    private init(store: S3ObjectStore, id: String, base: String) { self.store = store; self.id = id; self.base = base }
+    private var isRefresh: Bool { base.hasSuffix("/refresh/") }
 
     public var location: String { "\(store.location)/\(base)" }
 
@@ -502,6 +505,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     public func closeManifest() {}
 
     public func resetDownload() {
+        abandonRefresh()
         nextSegment = nil
         for s in (try? listing()) ?? [] { try? client { c in try c.delete(s.key) } }
         try? client { c in try c.delete(base + "plan.json") }
@@ -511,6 +515,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     /// Keeps the manifest (rewritten without the style and TileJSON lines when `dropDocuments`)
     /// and drops the plan.
     public func keepForNewCredentials(dropDocuments: Bool) throws {
+        abandonRefresh()
         nextSegment = nil
         if dropDocuments {
             var kept: [ManifestLine] = []
@@ -533,12 +538,92 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         try client { c in try c.put(base + "failed.tsv", Data(text.utf8)) }
     }
 
-    public var refreshStorage: any RegionStorage { self }
+    // MARK: - Refresh (docs/refresh.md, docs/s3.md)
+    //
+    // A refresh writes its plan and manifest segments under `regions/<id>/refresh/`, beside
+    // `refresh.json` (its scope); the pack's own files are not touched meanwhile. The swap is one
+    // PUT: the refreshed manifest, whole, as the compacted object `manifest/<M>.all.tsv` with M
+    // above every number listed, which readers take over every older segment (ManifestSegments).
+    // `refresh/commit.json` (naming M) is written first, so a crash during the swap is finished
+    // by the next start (roll forward), as on disk.
+
+    /// The files of a refresh under way (the refresh's own storage has none).
+    private lazy var refreshFiles = S3RegionFiles(store: store, id: id, base: base + "refresh/")
+    public var refreshStorage: any RegionStorage { isRefresh ? self : refreshFiles }
+    private var refreshInfoKey: String { base + "refresh/refresh.json" }
+    private var refreshCommitKey: String { base + "refresh/commit.json" }
+
+    /// Starts a refresh: any earlier refresh's files go, then `refresh/refresh.json` is written.
+    /// - Throws: `S3Error` from the DELETEs or the PUT.
     public func beginRefresh(scope: RefreshScope) throws {
-        throw S3Error(message: "refresh is not supported on an S3 store yet (docs/s3.md); delete the region and drop the request again")
+        try deleteRefreshFiles()
+        try client { c in try c.put(refreshInfoKey, JSONKind.serialize(scope.jsonObject)) }
     }
-    public func refreshUnderWay() -> RefreshScope? { nil }
-    public func commitRefresh() throws { throw S3Error(message: "refresh is not supported on an S3 store yet") }
-    public func finishInterruptedRefreshCommit() throws -> Bool { false }
-    public func abandonRefresh() {}
+
+    /// The scope of the refresh under way; nil when there is none (or the bucket did not answer:
+    /// nothing is dropped then, the next start asks again).
+    public func refreshUnderWay() -> RefreshScope? {
+        guard let data = try? client({ c in try c.get(refreshInfoKey) }),
+              let o = (try? JSONKind.parse(data)) as? [String: Any] else { return nil }
+        return RefreshScope(jsonObject: o)
+    }
+
+    /// Swaps the refreshed manifest (and plan, when it differs) in, then removes `refresh/`.
+    /// - Throws: `S3Error` from any request; before the commit mark the old pack stays as it was,
+    ///   after it the next start finishes the swap.
+    public func commitRefresh() throws {
+        let through = try layout().next
+        try client { c in try c.put(refreshCommitKey, JSONKind.serialize(["manifestNumber": through])) }
+        try finishRefreshCommit(number: through)
+    }
+
+    /// True when a refresh's swap was cut short (`refresh/commit.json` exists): it is finished.
+    /// - Throws: `S3Error` from the requests of the swap.
+    public func finishInterruptedRefreshCommit() throws -> Bool {
+        guard let data = try client({ c in try c.get(refreshCommitKey) }) else { return false }
+        guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0 else {
+            throw S3Error(message: "\(store.location)/\(refreshCommitKey) is not a commit mark")
+        }
+        try finishRefreshCommit(number: n)
+        return true
+    }
+
+    /// The swap proper (repeatable): the plan, the manifest as `<number>.all.tsv` (a 412 means an
+    /// earlier try wrote it), then every refresh key, the commit mark last.
+    private func finishRefreshCommit(number: Int) throws {
+        let refresh = refreshFiles
+        let key = base + "manifest/" + String(format: "%010d.all.tsv", number)
+        if try client({ c in try c.get(key) }) == nil {
+            if let plan = try client({ c in try c.get(refresh.base + "plan.json") }),
+               try client({ c in try c.get(base + "plan.json") }) != plan {
+                try client { c in try c.put(base + "plan.json", plan) }
+            }
+            var joined = Data()
+            for o in try refresh.layout().read {
+                guard let data = try client({ c in try c.get(o.key) }) else {
+                    throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(o.key) vanished during the refresh's swap")
+                }
+                joined.append(data)
+            }
+            if joined.isEmpty { joined = Data(ManifestLine.header.utf8) }
+            _ = try client { c in try c.put(key, joined, ifNoneMatch: true) }
+        }
+        nextSegment = number + 1
+        try deleteRefreshFiles()
+    }
+
+    /// Drops a refresh under way and its files; the pack's files are left as they were.
+    public func abandonRefresh() {
+        guard !isRefresh else { return }
+        try? deleteRefreshFiles()
+    }
+
+    /// Deletes every key under `refresh/`, the scope and commit mark last.
+    private func deleteRefreshFiles() throws {
+        refreshFiles.nextSegment = nil
+        let keys = try client { c in try c.list(prefix: base + "refresh/") }.map(\.key)
+        let last = [refreshInfoKey, refreshCommitKey]
+        for k in keys where !last.contains(k) { try client { c in try c.delete(k) } }
+        for k in last where keys.contains(k) { try client { c in try c.delete(k) } }
+    }
 }

@@ -168,7 +168,7 @@ public protocol RegionStorage: AnyObject, Sendable {
     /// Writes the list of failed tiles (`failed.tsv`), or removes it when `text` is nil.
     func saveFailedList(_ text: String?) throws
 
-    /// Refresh (docs/refresh.md); see `RegionFiles`. The S3 backend refuses `beginRefresh`.
+    /// Refresh (docs/refresh.md); see `RegionFiles` and, for S3, `S3RegionFiles`.
     var refreshStorage: any RegionStorage { get }
     func beginRefresh(scope: RefreshScope) throws
     func refreshUnderWay() -> RefreshScope?

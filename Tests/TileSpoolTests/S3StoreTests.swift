@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import TileSpoolIO
+import TileSpoolCore
 
 /// Issue 12: the store in S3, end to end against a real Ceph RADOS Gateway (started once for the
 /// class): the real `tilespool` binary downloads from the test nginx into `--store s3://tiles/P`,
@@ -268,6 +269,112 @@ final class S3StoreTests: CephTestCase {
         let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
         XCTAssertEqual(vrc, 0, vout)
         XCTAssertTrue(vout.contains("1 manifests"), vout)
+    }
+
+    /// Refresh on S3 (docs/s3.md, Refresh): one tile of a completed region changes on the server;
+    /// `refresh` asks again, the bucket's manifest then names the new object for that tile and the
+    /// same objects for the 20 others, through one new compacted object numbered above every
+    /// earlier key; nothing is left under `regions/<id>/refresh/`; `verify` is clean.
+    func testRefreshOnS3SwapsTheNewManifestIn() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let served = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-served-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: served) }
+        try FileManager.default.createDirectory(at: served.appendingPathComponent("raster"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(at: mapdata.appendingPathComponent("raster/osm_carto"), to: served.appendingPathComponent("raster/osm_carto"))
+        let nginx = try NginxServer(root: served)
+        defer { nginx.stop() }
+        let (s3, fx, opts) = try freshPrefixSpool(rgw)
+        defer { fx.stop() }
+        try fx.start(opts)
+        try fx.drop("carto.json", ["tiles": [nginx.baseURL + "/raster/osm_carto/{z}/{x}/{y}.png"], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2])
+        try fx.waitForState("carto", "completed", timeout: 30)
+        let folder = "regions/carto/manifest/"
+        try waitUntil("the manifest is compacted", timeout: 20, poll: 0.1) { try s3.list(prefix: folder).contains { $0.key.hasSuffix(".all.tsv") } }
+        let before = try s3Manifest(s3, "carto").lines
+        XCTAssertEqual(before.count, 21)
+        let keysBefore = try s3.list(prefix: folder).map(\.key)
+
+        let changed = "raster/osm_carto/2/1/1.png"
+        let newBytes = try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/2/1/1.png"))
+        try newBytes.write(to: served.appendingPathComponent(changed))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(100)], ofItemAtPath: served.appendingPathComponent(changed).path)
+        let (code, text) = try fx.cli(["refresh", "carto", "--spool", fx.spool])
+        XCTAssertEqual(code, 0, text)
+        try waitUntil("refresh finished", timeout: 30) {
+            if let d = fx.daemon, !d.isRunning { XCTFail("daemon exited: \(fx.log().suffix(2000))"); return true }
+            return fx.events("carto").contains { $0["refresh"] as? String == "finished" } && (fx.status("carto")?["refreshing"] as? Bool) == false
+        }
+        XCTAssertEqual(fx.state("carto"), "completed", fx.log().suffix(2000).description)
+        let after = try s3Manifest(s3, "carto").lines
+        XCTAssertEqual(after.count, 21)
+        XCTAssertEqual(after.first { $0.key.hasSuffix("/2/1/1") }?.sha, sha256Hex(newBytes), "the changed tile's new object")
+        XCTAssertEqual(Set(after.filter { !$0.key.hasSuffix("/2/1/1") }.map { "\($0.key) \($0.sha)" }),
+                       Set(before.filter { !$0.key.hasSuffix("/2/1/1") }.map { "\($0.key) \($0.sha)" }), "the others unchanged")
+        let p = fx.progress("carto")
+        XCTAssertEqual(p["resourcesChanged"], 1)
+        XCTAssertEqual(p["resourcesUnchanged"], 20)
+        XCTAssertEqual(p["resourcesCompleted"], 21)
+        let number = { (k: String) in Int(k.split(separator: "/").last!.prefix(10))! }
+        let newKeys = Set(try s3.list(prefix: folder).map(\.key)).subtracting(keysBefore)
+        XCTAssertEqual(newKeys.count, 1, "the swap is one new object")
+        let swapped = try XCTUnwrap(newKeys.first)
+        XCTAssertTrue(swapped.hasSuffix(".all.tsv"), swapped)
+        XCTAssertGreaterThan(number(swapped), keysBefore.map(number).max()!, "numbered above every earlier key")
+        XCTAssertEqual(try s3.list(prefix: "regions/carto/refresh/").map(\.key), [], "no refresh files left")
+        try assertBucketMatchesManifest(fx, s3, "carto", expected: 21)
+        let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+    }
+
+    /// A refresh's swap cut short after its commit mark (as by a kill -9 there) is finished by the
+    /// next start: the refreshed lines and plan replace the pack's, the refresh keys go, and a
+    /// second call finds nothing to do. Before the mark, an abandoned refresh leaves the pack.
+    func testInterruptedRefreshSwapIsFinishedAtTheNextStart() throws {
+        let rgw = try server()
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let store = S3ObjectStore(config: rgw.config(prefix: prefix))
+        func line(_ key: String, _ sha: String) -> ManifestLine {
+            ManifestLine(kind: .tile, sha256: String(repeating: sha, count: 64), bytes: 10, key: key, url: "http://x/" + key)
+        }
+        func keys(_ files: any RegionStorage) -> [String] {
+            var out: [String] = []
+            files.readManifest(cutPartialLine: true) { out.append($0.key + "=" + ($0.sha256?.prefix(1) ?? "-")) }
+            return out
+        }
+        let files = store.region("r")
+        try files.appendToManifest([line("t/0/0/0", "a")])
+        try files.appendToManifest([line("t/1/0/0", "a")])
+        try XCTUnwrap(s3.put("regions/r/plan.json", Data("old plan".utf8)))
+
+        try files.beginRefresh(scope: .all)
+        XCTAssertEqual(files.refreshUnderWay(), .all)
+        try files.refreshStorage.appendToManifest([line("t/0/0/0", "b")])
+        try files.refreshStorage.appendToManifest([line("t/1/0/0", "c")])
+        files.abandonRefresh()
+        XCTAssertNil(files.refreshUnderWay())
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=a", "t/1/0/0=a"], "an abandoned refresh leaves the pack")
+        XCTAssertEqual(try s3.list(prefix: "regions/r/refresh/").map(\.key), [])
+
+        try files.beginRefresh(scope: .olderThan(60))
+        try files.refreshStorage.appendToManifest([line("t/0/0/0", "b")])
+        try files.refreshStorage.appendToManifest([line("t/1/0/0", "c")])
+        try XCTUnwrap(s3.put("regions/r/refresh/plan.json", Data("new plan".utf8)))
+        // The swap stops right after its commit mark (the number above the two segments).
+        XCTAssertEqual(try s3.put("regions/r/refresh/commit.json", Data(#"{"manifestNumber":2}"#.utf8)), .created)
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=a", "t/1/0/0=a"], "not swapped yet")
+
+        let restarted = store.region("r")
+        XCTAssertTrue(try restarted.finishInterruptedRefreshCommit())
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c"], "the refreshed lines")
+        XCTAssertEqual(try s3.get("regions/r/plan.json"), Data("new plan".utf8), "the refreshed plan")
+        XCTAssertEqual(try s3.list(prefix: "regions/r/refresh/").map(\.key), [], "the refresh keys are gone")
+        XCTAssertEqual(try s3.list(prefix: "regions/r/manifest/").map(\.key).filter { $0.hasSuffix(".all.tsv") }, ["regions/r/manifest/0000000002.all.tsv"])
+        XCTAssertFalse(try store.region("r").finishInterruptedRefreshCommit(), "nothing left to finish")
+        // The next segment follows the swapped manifest.
+        try store.region("r").appendToManifest([line("t/2/0/0", "d")])
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c", "t/2/0/0=d"])
     }
 
     /// A tiles region whose token expired (osm_carto's z3 answers 403 to key=OLD) fails; the same
