@@ -416,6 +416,9 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         }
     }
 
+    /// The largest manifest `compactManifest` joins (bytes).
+    public static let maxCompactedBytes = 64 << 20
+
     /// Every segment and compacted object of the manifest (`ManifestSegments`).
     private func listing() throws -> [S3Object] {
         try client { c in try c.list(prefix: base + "manifest/") }.filter { ManifestSegments.parse($0.key) != nil }
@@ -451,6 +454,9 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     public func compactManifest() throws -> Int {
         let layout = try layout()
         guard layout.read.count > 1, let last = layout.read.last, let (n, _) = ManifestSegments.parse(last.key) else { return 0 }
+        // The joined bytes are held in memory: a manifest above this stays in pieces (about
+        // 400,000 resources), read as before.
+        guard layout.read.reduce(0, { $0 + $1.size }) <= S3RegionFiles.maxCompactedBytes else { return 0 }
         var joined = Data()
         for s in layout.read {
             guard let data = try client({ c in try c.get(s.key) }) else {
