@@ -427,13 +427,17 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     private func layout() throws -> ManifestSegments { ManifestSegments(listing: try listing()) }
 
     /// Reads the manifest's objects in order (`ManifestSegments.read`). An object is whole or
-    /// absent (S3 writes an object at once), so `cutPartialLine` has nothing to cut.
+    /// absent (S3 writes an object at once), so `cutPartialLine` has nothing to cut. One listed
+    /// but gone when read (removed meanwhile by a `delete`, a repair, or a gc with a grace period
+    /// shorter than the read) is a `readFailure`: what was read is incomplete.
     public func readManifest(cutPartialLine: Bool, _ body: (ManifestLine) -> Void) {
         readFailure = nil
         do {
             let layout = try layout()
             for s in layout.read {
-                guard let data = try client({ c in try c.get(s.key) }) else { continue }
+                guard let data = try client({ c in try c.get(s.key) }) else {
+                    throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(s.key) was listed but is gone: the manifest changed while it was read; read it again")
+                }
                 for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
                     if let l = ManifestLine(line) { body(l) }
                 }
