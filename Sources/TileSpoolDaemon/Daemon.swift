@@ -213,6 +213,8 @@ public final class Daemon {
             r.arrival = arrivals
             regions[r.id] = r
             recoverRefresh(r)
+            // A compaction cut short (kill -9 right after completion) or failed is tried again.
+            if r.state == .completed && !r.refreshing { compactionsWanted.append((r.id, r.files)) }
             if r.state.resumesOnRestart || r.state == .pausedNetwork {
                 if r.state != .queued { setState(r, .queued, note: "daemon restarted") } else { writeStatus(r) }
             }
@@ -230,9 +232,17 @@ public final class Daemon {
     func recoverRefresh(_ r: Region) {
         do {
             if try r.files.finishInterruptedRefreshCommit() {
+                // The refresh's tallies as the status last reported them (the swap began after
+                // the last resource was counted, so they are the final ones or just short of them).
+                let reported = r.progress
                 r.progress = packProgress(r)
+                r.progress.resourcesChecked = reported.resourcesChecked
+                r.progress.resourcesChanged = reported.resourcesChanged
+                r.progress.resourcesUnchanged = reported.resourcesUnchanged
                 r.refreshing = false
-                setState(r, .completed, note: "daemon restarted", extra: ["refresh": "finished"])
+                setState(r, .completed, note: "daemon restarted",
+                         extra: ["refresh": "finished", "resourcesChecked": reported.resourcesChecked,
+                                 "resourcesChanged": reported.resourcesChanged, "resourcesUnchanged": reported.resourcesUnchanged])
                 return
             }
         } catch {

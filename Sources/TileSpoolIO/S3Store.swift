@@ -260,8 +260,10 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         // Manifest segments joined into a compacted object more than `grace` ago.
         var byRegion: [Substring: [S3Object]] = [:]
         for o in try clients.with({ c in try c.list(prefix: "regions/") }) {
-            guard let folder = o.key.range(of: "/manifest/") else { continue }
-            byRegion[o.key[..<folder.upperBound], default: []].append(o)
+            // regions/<id>/manifest/<name>: a region's manifest (not a refresh's, one level deeper).
+            let parts = o.key.split(separator: "/", omittingEmptySubsequences: false)
+            guard parts.count == 4, parts[2] == "manifest" else { continue }
+            byRegion[o.key.dropLast(parts[3].count), default: []].append(o)
         }
         for (_, objects) in byRegion {
             let layout = ManifestSegments(listing: objects)
@@ -468,8 +470,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
             }
             joined.append(data)
         }
-        let key = base + "manifest/" + String(format: "%010d.all.tsv", n)
-        _ = try client { c in try c.put(key, joined, ifNoneMatch: true) } // 412: made already, from the same segments
+        try putCompacted(number: n, joined) // 412: made already, from the same segments
         return layout.read.count
     }
 
@@ -500,11 +501,23 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         nextSegment = n + 1
     }
 
-    /// Deletes every segment and compacted object and writes `lines` as segment 0 (daemon stopped).
+    /// Replaces the manifest by `lines` in one PUT (a compacted object numbered above every key):
+    /// a reader sees the old manifest or the new one, never a part (docs/s3.md).
     public func replaceManifest(_ lines: [ManifestLine]) throws {
-        for s in try listing() { try client { c in try c.delete(s.key) } }
-        nextSegment = 0
-        try appendToManifest(lines)
+        var text = ManifestLine.header
+        for l in lines { text += l.text }
+        let number = try layout().next
+        try putCompacted(number: number, Data(text.utf8))
+        nextSegment = number + 1
+    }
+
+    /// Writes `manifest/<number>.all.tsv` (`If-None-Match: *`; a 412 means an earlier try of the
+    /// same swap wrote it). With `number` above every key listed, this one PUT replaces the whole
+    /// manifest for every reader (`ManifestSegments`): the swap of a repair, a credentials
+    /// change and a refresh. The keys it supersedes go with `gc` after the grace period.
+    private func putCompacted(number: Int, _ data: Data) throws {
+        let key = base + "manifest/" + String(format: "%010d.all.tsv", number)
+        _ = try client { c in try c.put(key, data, ifNoneMatch: true) }
     }
 
     public func manifestModified() -> Double? { (try? layout())?.read.map(\.lastModified).max() }
@@ -563,9 +576,11 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     private var refreshInfoKey: String { base + "refresh/refresh.json" }
     private var refreshCommitKey: String { base + "refresh/commit.json" }
 
-    /// Starts a refresh: any earlier refresh's files go, then `refresh/refresh.json` is written.
-    /// - Throws: `S3Error` from the DELETEs or the PUT.
+    /// Starts a refresh: a swap left unfinished is finished first, any earlier refresh's files go,
+    /// then `refresh/refresh.json` is written.
+    /// - Throws: `S3Error` from the requests.
     public func beginRefresh(scope: RefreshScope) throws {
+        _ = try finishInterruptedRefreshCommit()
         try deleteRefreshFiles()
         try client { c in try c.put(refreshInfoKey, JSONKind.serialize(scope.jsonObject)) }
     }
@@ -579,12 +594,20 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     }
 
     /// Swaps the refreshed manifest (and plan, when it differs) in, then removes `refresh/`.
-    /// - Throws: `S3Error` from any request; before the commit mark the old pack stays as it was,
-    ///   after it the next start finishes the swap.
+    /// - Throws: `S3Error` when the swap did not happen: the commit mark could not be written, or
+    ///   the new manifest's PUT failed (the mark is then taken back, and the pack is as it was).
+    ///   Once the manifest is in, the rest (plan, clean-up) is not an error here: what fails is
+    ///   finished by the next start or the next refresh (the mark stays).
     public func commitRefresh() throws {
         let through = try layout().next
         try client { c in try c.put(refreshCommitKey, JSONKind.serialize(["manifestNumber": through])) }
-        try finishRefreshCommit(number: through)
+        do { try putRefreshedManifest(number: through) } catch {
+            try? client { c in try c.delete(refreshCommitKey) }
+            throw error
+        }
+        do { try finishRefreshCommit(number: through) } catch {
+            Log.error("the refreshed manifest is in; the rest of the swap is finished at the next start: \(error)", region: id)
+        }
     }
 
     /// True when a refresh's swap was cut short (`refresh/commit.json` exists): it is finished.
@@ -598,33 +621,39 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         return true
     }
 
-    /// The swap proper (repeatable): the plan, the manifest as `<number>.all.tsv` (a 412 means an
-    /// earlier try wrote it), then every refresh key, the commit mark last.
-    private func finishRefreshCommit(number: Int) throws {
-        let refresh = refreshFiles
+    /// The refreshed segments, concatenated, as `manifest/<number>.all.tsv`, unless there already.
+    private func putRefreshedManifest(number: Int) throws {
         let key = base + "manifest/" + String(format: "%010d.all.tsv", number)
-        if try client({ c in try c.get(key) }) == nil {
-            if let plan = try client({ c in try c.get(refresh.base + "plan.json") }),
-               try client({ c in try c.get(base + "plan.json") }) != plan {
-                try client { c in try c.put(base + "plan.json", plan) }
+        if try client({ c in try c.get(key) }) != nil { return }
+        var joined = Data()
+        for o in try refreshFiles.layout().read {
+            guard let data = try client({ c in try c.get(o.key) }) else {
+                throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(o.key) vanished during the refresh's swap")
             }
-            var joined = Data()
-            for o in try refresh.layout().read {
-                guard let data = try client({ c in try c.get(o.key) }) else {
-                    throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(o.key) vanished during the refresh's swap")
-                }
-                joined.append(data)
-            }
-            if joined.isEmpty { joined = Data(ManifestLine.header.utf8) }
-            _ = try client { c in try c.put(key, joined, ifNoneMatch: true) }
+            joined.append(data)
         }
+        if joined.isEmpty { joined = Data(ManifestLine.header.utf8) }
+        try putCompacted(number: number, joined)
+    }
+
+    /// The swap proper, repeatable: the manifest (`putRefreshedManifest`), the plan when the
+    /// refresh's differs, then every refresh key, the commit mark last.
+    private func finishRefreshCommit(number: Int) throws {
+        try putRefreshedManifest(number: number)
         nextSegment = number + 1
+        if let plan = try client({ c in try c.get(refreshFiles.base + "plan.json") }),
+           try client({ c in try c.get(base + "plan.json") }) != plan {
+            try client { c in try c.put(base + "plan.json", plan) }
+        }
         try deleteRefreshFiles()
     }
 
-    /// Drops a refresh under way and its files; the pack's files are left as they were.
+    /// Drops a refresh under way and its files; the pack's files are left as they were. A swap
+    /// whose manifest is in already (its commit mark stays after `commitRefresh`) is finished
+    /// instead, as the next start would.
     public func abandonRefresh() {
         guard !isRefresh else { return }
+        if (try? finishInterruptedRefreshCommit()) == true { return }
         try? deleteRefreshFiles()
     }
 

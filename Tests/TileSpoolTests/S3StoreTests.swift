@@ -52,6 +52,29 @@ final class S3StoreTests: CephTestCase {
         return (text, keys.count, lines)
     }
 
+    /// A tile line whose SHA-256 is `sha` repeated (a placeholder: no object behind it).
+    func line(_ key: String, _ sha: String) -> ManifestLine {
+        ManifestLine(kind: .tile, sha256: String(repeating: sha, count: 64), bytes: 10, key: key, url: "http://x/" + key)
+    }
+
+    /// The manifest as the store reads it, one "key=first hex digit of its SHA-256" per line.
+    func keys(_ files: any RegionStorage) -> [String] {
+        var out: [String] = []
+        files.readManifest(cutPartialLine: true) { out.append($0.key + "=" + ($0.sha256?.prefix(1) ?? "-")) }
+        return out
+    }
+
+    /// A store on a fresh prefix (and a client on it) with region `id`'s manifest in two
+    /// segments, t/0/0/0 and t/1/0/0, both "a".
+    func regionWithTwoSegments(_ rgw: CephRGW, _ id: String) throws -> (S3Client, S3ObjectStore, any RegionStorage) {
+        let prefix = S3StoreTests.newPrefix()
+        let store = S3ObjectStore(config: rgw.config(prefix: prefix))
+        let files = store.region(id)
+        try files.appendToManifest([line("t/0/0/0", "a")])
+        try files.appendToManifest([line("t/1/0/0", "a")])
+        return (S3Client(config: rgw.config(prefix: prefix)), store, files)
+    }
+
     /// The object names in the bucket under the prefix, with their sizes.
     func s3Objects(_ s3: S3Client) throws -> [String: Int] {
         var out: [String: Int] = [:]
@@ -331,21 +354,7 @@ final class S3StoreTests: CephTestCase {
     /// next start: the refreshed lines and plan replace the pack's, the refresh keys go, and a
     /// second call finds nothing to do. Before the mark, an abandoned refresh leaves the pack.
     func testInterruptedRefreshSwapIsFinishedAtTheNextStart() throws {
-        let rgw = try server()
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let store = S3ObjectStore(config: rgw.config(prefix: prefix))
-        func line(_ key: String, _ sha: String) -> ManifestLine {
-            ManifestLine(kind: .tile, sha256: String(repeating: sha, count: 64), bytes: 10, key: key, url: "http://x/" + key)
-        }
-        func keys(_ files: any RegionStorage) -> [String] {
-            var out: [String] = []
-            files.readManifest(cutPartialLine: true) { out.append($0.key + "=" + ($0.sha256?.prefix(1) ?? "-")) }
-            return out
-        }
-        let files = store.region("r")
-        try files.appendToManifest([line("t/0/0/0", "a")])
-        try files.appendToManifest([line("t/1/0/0", "a")])
+        let (s3, store, files) = try regionWithTwoSegments(try server(), "r")
         try XCTUnwrap(s3.put("regions/r/plan.json", Data("old plan".utf8)))
 
         try files.beginRefresh(scope: .all)
@@ -375,6 +384,36 @@ final class S3StoreTests: CephTestCase {
         // The next segment follows the swapped manifest.
         try store.region("r").appendToManifest([line("t/2/0/0", "d")])
         XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c", "t/2/0/0=d"])
+    }
+
+    /// Rewriting a manifest (a repair, new credentials for a style) is one PUT of a compacted
+    /// object above every key: the old segments stay until gc, a reader sees the old lines or the
+    /// new ones. gc groups keys by region exactly: for a region named `manifest`, a refresh's
+    /// segments (`regions/manifest/refresh/manifest/...`) are not taken for covered segments.
+    func testManifestRewriteIsOnePutAndGCTellsARefreshFromThePack() throws {
+        let (s3, store, files) = try regionWithTwoSegments(try server(), "manifest")
+        try files.replaceManifest([line("t/1/0/0", "b")])
+        let folder = "regions/manifest/manifest/"
+        XCTAssertEqual(try s3.list(prefix: folder).map(\.key).sorted(),
+                       [folder + "0000000000.tsv", folder + "0000000001.tsv", folder + "0000000002.all.tsv"], "nothing deleted, one PUT")
+        XCTAssertEqual(keys(store.region("manifest")), ["t/1/0/0=b"])
+        try files.appendToManifest([line("t/2/0/0", "c")])
+        XCTAssertEqual(keys(store.region("manifest")), ["t/1/0/0=b", "t/2/0/0=c"])
+
+        try files.beginRefresh(scope: .all)
+        try files.refreshStorage.appendToManifest([line("t/1/0/0", "d")])
+        try files.refreshStorage.appendToManifest([line("t/2/0/0", "d")])
+        try waitUntil("the rewrite is 2 s old by its Last-Modified", timeout: 10, poll: 0.2) {
+            let o = try s3.list(prefix: folder + "0000000002.all.tsv").first
+            return Date().timeIntervalSince1970 - (o?.lastModified ?? .infinity) >= 2.5
+        }
+        let report = try store.collectGarbage(grace: 2) { [] }
+        XCTAssertEqual(report.segmentsRemoved, 2, "the two segments the rewrite covers")
+        XCTAssertEqual(try s3.list(prefix: folder).map(\.key).sorted(), [folder + "0000000002.all.tsv", folder + "0000000003.tsv"])
+        XCTAssertEqual(try s3.list(prefix: "regions/manifest/refresh/manifest/").count, 2, "the refresh's segments stay")
+        try files.commitRefresh()
+        XCTAssertEqual(keys(store.region("manifest")), ["t/1/0/0=d", "t/2/0/0=d"])
+        XCTAssertEqual(try s3.list(prefix: "regions/manifest/refresh/").map(\.key), [])
     }
 
     /// A tiles region whose token expired (osm_carto's z3 answers 403 to key=OLD) fails; the same
@@ -441,6 +480,13 @@ final class S3StoreTests: CephTestCase {
         for k in segments { joined.append(try XCTUnwrap(try s3.get(k))) }
         XCTAssertEqual(try s3.get(compacted), joined, "the segments' bytes, in order")
         try assertBucketMatchesManifest(fx, s3, "monaco", expected: 419)
+        // A compaction lost (as to a kill -9 right after completion) is made again at the next start.
+        XCTAssertEqual(fx.stop(), 0)
+        try s3.delete(compacted)
+        try fx.start(opts)
+        try waitUntil("the manifest is compacted again", timeout: 20, poll: 0.1) { try s3.get(compacted) != nil }
+        XCTAssertEqual(try s3.get(compacted), joined)
+        XCTAssertEqual(try s3.list(prefix: folder).map(\.key).sorted(), keys)
         let referenced = try s3Objects(s3)
         let orphan = Data("an object no region references \(UUID())".utf8)
         let orphanSHA = SHA256.hex(orphan)
