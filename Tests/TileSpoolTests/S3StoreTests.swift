@@ -355,7 +355,7 @@ final class S3StoreTests: CephTestCase {
     /// second call finds nothing to do. Before the mark, an abandoned refresh leaves the pack.
     func testInterruptedRefreshSwapIsFinishedAtTheNextStart() throws {
         let (s3, store, files) = try regionWithTwoSegments(try server(), "r")
-        try XCTUnwrap(s3.put("regions/r/plan.json", Data("old plan".utf8)))
+        XCTAssertEqual(try s3.put("regions/r/plan.json", Data("old plan".utf8)), .created)
 
         try files.beginRefresh(scope: .all)
         XCTAssertEqual(files.refreshUnderWay(), .all)
@@ -369,7 +369,7 @@ final class S3StoreTests: CephTestCase {
         try files.beginRefresh(scope: .olderThan(60))
         try files.refreshStorage.appendToManifest([line("t/0/0/0", "b")])
         try files.refreshStorage.appendToManifest([line("t/1/0/0", "c")])
-        try XCTUnwrap(s3.put("regions/r/refresh/plan.json", Data("new plan".utf8)))
+        XCTAssertEqual(try s3.put("regions/r/refresh/plan.json", Data("new plan".utf8)), .created)
         // The swap stops right after its commit mark (the number above the two segments).
         XCTAssertEqual(try s3.put("regions/r/refresh/commit.json", Data(#"{"manifestNumber":2}"#.utf8)), .created)
         XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=a", "t/1/0/0=a"], "not swapped yet")
