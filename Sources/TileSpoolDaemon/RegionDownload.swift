@@ -12,9 +12,12 @@ extension Daemon {
     /// same way on the files in `refresh/`, with the pack's manifest lines as `previous`.
     func start(_ r: Region) {
         let d = Download(files: r.refreshing ? r.files.refreshStorage : r.files)
+        var previousReadError: Error?
         if r.refreshing {
             var previous: [String: ManifestLine] = [:]
             r.files.readManifest { previous["\($0.kind.rawValue)\t\($0.key)"] = $0 }
+            // The pack's manifest not read in full: a refresh would ask everything unconditionally.
+            previousReadError = r.files.readFailure
             d.previous = previous
             d.scope = r.files.refreshUnderWay() ?? .all
         }
@@ -24,7 +27,7 @@ extension Daemon {
         var lines: [ManifestLine] = []
         var journalError: Error?
         var savedPlan = d.files.loadPlan()
-        var readError = d.files.readFailure // a store that did not answer: what was read is incomplete
+        var readError = previousReadError ?? d.files.readFailure // a store that did not answer: what was read is incomplete
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
             let plan = Planner.plan(request: r.request, templates: templates)
@@ -529,6 +532,7 @@ extension Daemon {
     /// The refresh's manifest is complete: it replaces the pack's in one rename, the region is
     /// `completed` again, and the request's exports are written again when anything changed.
     func finishRefresh(_ r: Region, _ d: Download) {
+        writeStatus(r) // the final counts, for a swap cut short and finished by the next start
         do { try r.files.commitRefresh() } catch {
             r.error = RegionError(code: .storageError, message: "cannot swap the refreshed manifest in: \(error)")
             abandonRefresh(r, "failed")

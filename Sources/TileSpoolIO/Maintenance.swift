@@ -148,7 +148,9 @@ public enum StoreMaintenance {
                 }
             }
             if repair && dropped > 0 {
-                try? files.replaceManifest(kept)
+                // A rewrite that fails stops verify with its error (exit 1): the region is not
+                // marked, and the manifest still names what was dropped (a second repair retries).
+                try files.replaceManifest(kept)
                 if var st {
                     st.state = .failed
                     st.error = RegionError(code: .storeDamaged, message: "\(dropped) resources were damaged or missing in the store; resume fetches them again")

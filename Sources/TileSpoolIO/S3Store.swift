@@ -516,8 +516,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     /// manifest for every reader (`ManifestSegments`): the swap of a repair, a credentials
     /// change and a refresh. The keys it supersedes go with `gc` after the grace period.
     private func putCompacted(number: Int, _ data: Data) throws {
-        let key = base + "manifest/" + String(format: "%010d.all.tsv", number)
-        _ = try client { c in try c.put(key, data, ifNoneMatch: true) }
+        _ = try client { c in try c.put(compactedKey(number), data, ifNoneMatch: true) }
     }
 
     public func manifestModified() -> Double? { (try? layout())?.read.map(\.lastModified).max() }
@@ -602,8 +601,13 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         let through = try layout().next
         try client { c in try c.put(refreshCommitKey, JSONKind.serialize(["manifestNumber": through])) }
         do { try putRefreshedManifest(number: through) } catch {
-            try? client { c in try c.delete(refreshCommitKey) }
-            throw error
+            // A PUT that landed but whose answer was lost is a swap that happened.
+            if (try? client({ c in try c.get(compactedKey(through)) })) ?? nil == nil {
+                // Not swapped: the mark goes (if it cannot, the refresh's files stay with it and
+                // the next start or abandonRefresh finishes the swap from them).
+                try? client { c in try c.delete(refreshCommitKey) }
+                throw error
+            }
         }
         do { try finishRefreshCommit(number: through) } catch {
             Log.error("the refreshed manifest is in; the rest of the swap is finished at the next start: \(error)", region: id)
@@ -612,27 +616,40 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
 
     /// True when a refresh's swap was cut short (`refresh/commit.json` exists): it is finished.
     /// - Throws: `S3Error` from the requests of the swap.
+    /// A mark whose swap cannot have happened (no new manifest, no refreshed segments left to make
+    /// it from) is removed instead: false, the pack as it was.
     public func finishInterruptedRefreshCommit() throws -> Bool {
         guard let data = try client({ c in try c.get(refreshCommitKey) }) else { return false }
         guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0 else {
             throw S3Error(message: "\(store.location)/\(refreshCommitKey) is not a commit mark")
         }
+        if try client({ c in try c.get(compactedKey(n)) }) == nil, try refreshFiles.layout().read.isEmpty {
+            Log.error("a refresh's commit mark without its manifest: removed, the pack stays as it was", region: id)
+            try client { c in try c.delete(refreshCommitKey) }
+            return false
+        }
         try finishRefreshCommit(number: n)
         return true
     }
 
+    private func compactedKey(_ number: Int) -> String { base + "manifest/" + String(format: "%010d.all.tsv", number) }
+
     /// The refreshed segments, concatenated, as `manifest/<number>.all.tsv`, unless there already.
+    /// - Throws: `S3Error`; also when the refresh has no segment (a swap never writes an empty
+    ///   manifest for lack of its lines).
     private func putRefreshedManifest(number: Int) throws {
-        let key = base + "manifest/" + String(format: "%010d.all.tsv", number)
-        if try client({ c in try c.get(key) }) != nil { return }
+        if try client({ c in try c.get(compactedKey(number)) }) != nil { return }
         var joined = Data()
-        for o in try refreshFiles.layout().read {
+        let objects = try refreshFiles.layout().read
+        guard !objects.isEmpty else {
+            throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(refreshFiles.base)manifest/ has no segment: nothing to swap in")
+        }
+        for o in objects {
             guard let data = try client({ c in try c.get(o.key) }) else {
                 throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(o.key) vanished during the refresh's swap")
             }
             joined.append(data)
         }
-        if joined.isEmpty { joined = Data(ManifestLine.header.utf8) }
         try putCompacted(number: number, joined)
     }
 
@@ -648,13 +665,17 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         try deleteRefreshFiles()
     }
 
-    /// Drops a refresh under way and its files; the pack's files are left as they were. A swap
-    /// whose manifest is in already (its commit mark stays after `commitRefresh`) is finished
-    /// instead, as the next start would.
+    /// Drops a refresh under way and its files; the pack's files are left as they were. While a
+    /// commit mark is there (`commitRefresh` could not take it back), the swap is finished instead,
+    /// as the next start would; if that fails too, every refresh file stays for the next start
+    /// (never the mark without the segments it is finished from).
     public func abandonRefresh() {
         guard !isRefresh else { return }
-        if (try? finishInterruptedRefreshCommit()) == true { return }
-        try? deleteRefreshFiles()
+        switch Result(catching: { try client { c in try c.get(refreshCommitKey) } }) {
+        case .success(nil): try? deleteRefreshFiles()
+        case .success: _ = try? finishInterruptedRefreshCommit()
+        case .failure: break // the bucket does not answer: nothing is dropped, the next start looks again
+        }
     }
 
     /// Deletes every key under `refresh/`, the scope and commit mark last.

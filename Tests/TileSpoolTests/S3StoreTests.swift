@@ -381,9 +381,24 @@ final class S3StoreTests: CephTestCase {
         XCTAssertEqual(try s3.list(prefix: "regions/r/refresh/").map(\.key), [], "the refresh keys are gone")
         XCTAssertEqual(try s3.list(prefix: "regions/r/manifest/").map(\.key).filter { $0.hasSuffix(".all.tsv") }, ["regions/r/manifest/0000000002.all.tsv"])
         XCTAssertFalse(try store.region("r").finishInterruptedRefreshCommit(), "nothing left to finish")
+        // A mark whose refreshed segments are gone (and no new manifest) is dropped, never swapped
+        // in as an empty manifest.
+        XCTAssertEqual(try s3.put("regions/r/refresh/commit.json", Data(#"{"manifestNumber":3}"#.utf8)), .created)
+        XCTAssertFalse(try store.region("r").finishInterruptedRefreshCommit())
+        XCTAssertNil(try s3.get("regions/r/refresh/commit.json"))
+        XCTAssertNil(try s3.get("regions/r/manifest/0000000003.all.tsv"))
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c"])
+        // abandonRefresh with a mark and its segments there finishes the swap instead of dropping it.
+        let again = store.region("r")
+        try again.beginRefresh(scope: .all)
+        try again.refreshStorage.appendToManifest([line("t/0/0/0", "e")])
+        XCTAssertEqual(try s3.put("regions/r/refresh/commit.json", Data(#"{"manifestNumber":3}"#.utf8)), .created)
+        again.abandonRefresh()
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=e"])
+        XCTAssertEqual(try s3.list(prefix: "regions/r/refresh/").map(\.key), [])
         // The next segment follows the swapped manifest.
         try store.region("r").appendToManifest([line("t/2/0/0", "d")])
-        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c", "t/2/0/0=d"])
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=e", "t/2/0/0=d"])
     }
 
     /// Rewriting a manifest (a repair, new credentials for a style) is one PUT of a compacted
