@@ -271,6 +271,7 @@ public final class Daemon {
             lane?.flush()
             let ready = http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD, lane?.fd ?? -1])
             if ready[1] && !signals.drain().isEmpty { stopping = true; break }
+            if ready[2] { writer.clearWake() }
             for ev in ready[0] ? watcher.drain() : [] {
                 switch ev {
                 case .file(let folder, let name): handleFile(folder: folder, name: name)

@@ -69,17 +69,22 @@ final class DurabilityWriter: @unchecked Sendable {
         cond.unlock()
     }
 
-    /// The finished job, if any (does not block). The eventfd is read only when a job is taken
-    /// (the loop asks every turn while a batch is at the writer: no system call for a "not yet").
+    /// The finished job, if any (does not block; no system call). The loop empties the eventfd
+    /// with `clearWake` whenever poll finds it readable.
     func takeFinished() -> CommitJob? {
-        cond.lock()
+        cond.lock(); defer { cond.unlock() }
         let j = finished
         finished = nil
-        cond.unlock()
-        guard j != nil else { return nil }
+        return j
+    }
+
+    /// Empties the eventfd (call when poll found it readable, before `takeFinished`). The thread
+    /// sets `finished` before it writes the eventfd, so a job whose signal is read here is seen by
+    /// the `takeFinished` that follows, and a signal is never left readable for a job already
+    /// taken (the loop would spin).
+    func clearWake() {
         var v: UInt64 = 0
         _ = read(fd, &v, 8)
-        return j
     }
 
     /// Waits until the job handed over last has finished and returns it.
