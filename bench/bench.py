@@ -1178,9 +1178,17 @@ class CephRGW:
             token = root.findtext(S3_NS + "NextContinuationToken")
 
     def manifest(self, bucket, rid):
-        """read_manifest's summary of a region's manifest in the bucket (its segments, in order)."""
+        """read_manifest's summary of a region's manifest in the bucket (docs/s3.md, object layout:
+        the newest compacted <N>.all.tsv if any, then the segments numbered above N, in order)."""
+        keys = sorted(self.list(bucket, "regions/%s/manifest/" % rid))
+        number = lambda k: int(k.rsplit("/", 1)[-1][:10])
+        compacted = [k for k in keys if k.endswith(".all.tsv")]
+        read = [k for k in keys if not k.endswith(".all.tsv")]
+        if compacted:
+            newest = max(compacted, key=number)
+            read = [newest] + [k for k in read if number(k) > number(newest)]
         def lines():
-            for seg in sorted(self.list(bucket, "regions/%s/manifest/" % rid)):
+            for seg in read:
                 yield from self.curl("GET", "/%s/%s" % (bucket, seg)).decode().splitlines()
         return summarize_manifest(lines())
 
