@@ -117,7 +117,9 @@ public final class ObjectStore: @unchecked Sendable {
     /// slow or busy disk (ext4 may take 300 us to allocate an inode after mass deletions) the two
     /// write side by side, and nothing piles up in memory, where a `kill -9` would lose it (the
     /// journal names only written objects: what was in memory is fetched again).
-    public var maxQueuedWrites = 4
+    public var maxQueuedWrites = ObjectStore.defaultMaxQueuedWrites
+    /// `maxQueuedWrites` by default: bodies a kill -9 can lose before they are written.
+    public static let defaultMaxQueuedWrites = 4
     /// The writes `put` hands to the writer thread, and what became of them.
     let writes: ObjectWriter
 
