@@ -270,9 +270,10 @@ public final class Daemon {
             schedule()
             lane?.flush()
             let ready = http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD, lane?.fd ?? -1])
-            if ready[1] && !signals.drain().isEmpty { stopping = true; break }
-            if ready[2] { writer.clearWake() }
-            for ev in ready[0] ? watcher.drain() : [] {
+            let (watcherReady, signalsReady, writerReady) = (ready[0], ready[1], ready[2])
+            if signalsReady && !signals.drain().isEmpty { stopping = true; break }
+            if writerReady { writer.clearWake() }
+            for ev in watcherReady ? watcher.drain() : [] {
                 switch ev {
                 case .file(let folder, let name): handleFile(folder: folder, name: name)
                 case .rescan(let folder):

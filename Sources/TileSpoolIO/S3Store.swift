@@ -437,9 +437,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         do {
             let layout = try layout()
             for s in layout.read {
-                guard let data = try client({ c in try c.get(s.key) }) else {
-                    throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(s.key) was listed but is gone: the manifest changed while it was read; read it again")
-                }
+                let data = try getListed(s)
                 for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
                     if let l = ManifestLine(line) { body(l) }
                 }
@@ -463,15 +461,30 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         // The joined bytes are held in memory: a manifest above this stays in pieces (about
         // 400,000 resources), read as before.
         guard layout.read.reduce(0, { $0 + $1.size }) <= S3RegionFiles.maxCompactedBytes else { return 0 }
-        var joined = Data()
-        for s in layout.read {
-            guard let data = try client({ c in try c.get(s.key) }) else {
-                throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(s.key) vanished while the manifest was compacted")
-            }
-            joined.append(data)
-        }
-        try putCompacted(number: n, joined) // 412: made already, from the same segments
+        try putCompacted(number: n, try joined(layout.read)) // 412: made already, from the same segments
         return layout.read.count
+    }
+
+    /// The bytes of `objects`, concatenated in order.
+    /// - Throws: `S3Error` from a GET, also for one listed but gone (the manifest changed meanwhile).
+    private func joined(_ objects: [S3Object]) throws -> Data {
+        var out = Data()
+        for o in objects { out.append(try getListed(o)) }
+        return out
+    }
+
+    /// The bytes of an object a listing gave.
+    /// - Throws: `S3Error` from the GET, also when it is gone (the manifest changed meanwhile).
+    private func getListed(_ o: S3Object) throws -> Data {
+        guard let data = try client({ c in try c.get(o.key) }) else {
+            throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(o.key) was listed but is gone: the manifest changed while it was read; read it again")
+        }
+        return data
+    }
+
+    /// Whether `key` exists, by a listing of that exact key (no body is sent, however large).
+    private func exists(_ key: String) throws -> Bool {
+        try client { c in try c.list(prefix: key) }.contains { $0.key == key }
     }
 
     public func readJournal(cutPartialLine: Bool, _ body: (ManifestLine) -> Void) {}
@@ -602,7 +615,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         try client { c in try c.put(refreshCommitKey, JSONKind.serialize(["manifestNumber": through])) }
         do { try putRefreshedManifest(number: through) } catch {
             // A PUT that landed but whose answer was lost is a swap that happened.
-            if (try? client({ c in try c.get(compactedKey(through)) })) ?? nil == nil {
+            if (try? exists(compactedKey(through))) != true {
                 // Not swapped: the mark goes (if it cannot, the refresh's files stay with it and
                 // the next start or abandonRefresh finishes the swap from them).
                 try? client { c in try c.delete(refreshCommitKey) }
@@ -623,7 +636,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0 else {
             throw S3Error(message: "\(store.location)/\(refreshCommitKey) is not a commit mark")
         }
-        if try client({ c in try c.get(compactedKey(n)) }) == nil, try refreshFiles.layout().read.isEmpty {
+        if try !exists(compactedKey(n)), try refreshFiles.layout().read.isEmpty {
             Log.error("a refresh's commit mark without its manifest: removed, the pack stays as it was", region: id)
             try client { c in try c.delete(refreshCommitKey) }
             return false
@@ -638,19 +651,12 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     /// - Throws: `S3Error`; also when the refresh has no segment (a swap never writes an empty
     ///   manifest for lack of its lines).
     private func putRefreshedManifest(number: Int) throws {
-        if try client({ c in try c.get(compactedKey(number)) }) != nil { return }
-        var joined = Data()
+        if try exists(compactedKey(number)) { return }
         let objects = try refreshFiles.layout().read
         guard !objects.isEmpty else {
             throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(refreshFiles.base)manifest/ has no segment: nothing to swap in")
         }
-        for o in objects {
-            guard let data = try client({ c in try c.get(o.key) }) else {
-                throw S3Error(status: 404, code: "NoSuchKey", message: "\(store.location)/\(o.key) vanished during the refresh's swap")
-            }
-            joined.append(data)
-        }
-        try putCompacted(number: number, joined)
+        try putCompacted(number: number, try joined(objects))
     }
 
     /// The swap proper, repeatable: the manifest (`putRefreshedManifest`), the plan when the
