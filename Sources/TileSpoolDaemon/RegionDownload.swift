@@ -371,9 +371,10 @@ extension Daemon {
         if failedSoFar >= budget {
             var over = e
             over.message += "; \(failedSoFar + 1) tiles failed, more than the request's maxFailedTiles (\(budget)); see failed.tsv"
-            let refreshing = r.refreshing
+            // failed.tsv is written before the status says `failed` (a script reads it then): the
+            // download is stopped first, which records the failed tiles still waiting.
+            if !r.refreshing { stopDownload(r); writeFailedList(r, d) }
             fail(r, over)
-            if !refreshing { writeFailedList(r, d) }
             return
         }
         d.attempts.removeValue(forKey: item)

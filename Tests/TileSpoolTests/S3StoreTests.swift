@@ -326,7 +326,9 @@ final class S3StoreTests: CephTestCase {
         XCTAssertEqual(code, 0, text)
         try waitUntil("refresh finished", timeout: 30) {
             if let d = fx.daemon, !d.isRunning { XCTFail("daemon exited: \(fx.log().suffix(2000))"); return true }
+            // `<id>.state` is written after `<id>.json` (docs/contract.md): wait until both say the same.
             return fx.events("carto").contains { $0["refresh"] as? String == "finished" } && (fx.status("carto")?["refreshing"] as? Bool) == false
+                && fx.state("carto") == fx.status("carto")?["state"] as? String
         }
         XCTAssertEqual(fx.state("carto"), "completed", fx.log().suffix(2000).description)
         let after = try s3Manifest(s3, "carto").lines

@@ -256,6 +256,26 @@ final class StoreTests: XCTestCase {
         }
     }
 
+    /// Objects are made in `tmp/` and linked into `objects/ab/`: the object folders are made as
+    /// needed, and should `tmp/` be removed under a running store (an operator's cleanup), the
+    /// writes go on in the objects' own folders instead of failing.
+    func testObjectsAreStoredWithAndWithoutTheTmpFolder() throws {
+        let store = try ObjectStore(root: dir)
+        let before = (0..<10).map { Data("with tmp \($0)".utf8) }
+        for b in before { try store.put(b) }
+        try store.sync()
+        try FileManager.default.removeItem(atPath: store.tmpDir)
+        let after = (0..<10).map { Data("without tmp \($0)".utf8) }
+        for b in after { try store.put(b) }
+        try store.sync()
+        for b in before + after {
+            XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b)
+        }
+        XCTAssertNil(store.writeFailure(among: (before + after).map(sha256Hex)))
+        XCTAssertEqual(ObjectStore.measure(root: dir).objects, 20)
+        XCTAssertEqual(store.added.objects, 20)
+    }
+
     func testManifestReadStopsAtAPartialLastLineAndCutsItOff() throws {
         let files = RegionFiles(dir: dir + "/r")
         try Files.makeDirectories(files.dir)
