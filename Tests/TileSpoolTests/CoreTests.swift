@@ -436,6 +436,22 @@ final class RealWorldCoreTests: XCTestCase {
         XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "text/plain; charset=utf-8", body: Data("x".utf8)))
         XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "application/x-protobuf", body: Data([0x1f, 0x8b, 8])))
         XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "text/html", body: Data()), "empty is an empty tile")
+        // The byte scans: extension case, query and fragment, a dot only in the host, media type
+        // parameters, white space and case.
+        XCTAssertEqual(TileBody.expectedFormat(url: "http://h/1/2/3.PNG"), "PNG")
+        XCTAssertEqual(TileBody.expectedFormat(url: "http://h/1/2/3.Jpeg#a.webp"), "JPEG")
+        XCTAssertEqual(TileBody.expectedFormat(url: "http://h/1/2/3.webp?f=x.png"), "WebP")
+        XCTAssertNil(TileBody.expectedFormat(url: "http://tiles.example.org/1/2/3"))
+        XCTAssertNil(TileBody.expectedFormat(url: "http://h/1/2/3.pbf"))
+        XCTAssertNil(TileBody.expectedFormat(url: "http://h/a.png/3"))
+        XCTAssertNil(TileBody.expectedFormat(url: ""))
+        XCTAssertEqual(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: " TEXT/Plain ; charset=utf-8", body: Data("x".utf8))?
+            .hasPrefix("the body is text (text/plain), not a tile"), true)
+        XCTAssertEqual(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "Application/XHTML+XML", body: Data("x".utf8))?
+            .hasPrefix("the body is an HTML page"), true)
+        XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "textual/x", body: Data("x".utf8)))
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "image/png", body: png.prefix(7)), "a short signature")
+        XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.jpg", contentType: nil, body: Data([0xFF, 0xD8])))
     }
 }
 
