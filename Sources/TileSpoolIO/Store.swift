@@ -495,38 +495,29 @@ final class ObjectWriter: @unchecked Sendable {
         var attempts = 0
         var madeFolder = false
         while true {
-            var linked = false
-            if mode == .emptyPath {
-                linked = linkat(fd, "", objectsFD, name, AT_EMPTY_PATH) == 0
-                let e = CLinux.tilespool_errno()
-                if !linked && e == ENOENT && !madeFolder {
-                    // The object's folder may not exist yet (ENOENT is also what a kernel without
-                    // AT_EMPTY_PATH for this user answers: then the retry tells, below).
-                    do throws(SystemError) { try makeFolder(String(sha.prefix(2))) } catch { Glibc.close(fd); throw error }
-                    madeFolder = true
-                    continue
-                }
-                if !linked && (e == ENOENT || e == EPERM) {
-                    // No /proc either (a chroot): temp files renamed into place from now on.
-                    if access("/proc/self/fd", F_OK) != 0 {
-                        Glibc.close(fd)
-                        cond.lock(); namingState = .rename; mustProbe = true; cond.unlock()
-                        try writeRenaming(sha, bytes)
-                        return true
-                    }
-                    mode = .procPath; naming = .procPath
-                }
-            }
-            if !linked && mode == .procPath {
-                linked = linkat(AT_FDCWD, "/proc/self/fd/\(fd)", objectsFD, name, AT_SYMLINK_FOLLOW) == 0
-                if !linked && CLinux.tilespool_errno() == ENOENT && !madeFolder {
-                    do throws(SystemError) { try makeFolder(String(sha.prefix(2))) } catch { Glibc.close(fd); throw error }
-                    madeFolder = true
-                    continue
-                }
-            }
+            let linked = mode == .emptyPath
+                ? linkat(fd, "", objectsFD, name, AT_EMPTY_PATH) == 0
+                : linkat(AT_FDCWD, "/proc/self/fd/\(fd)", objectsFD, name, AT_SYMLINK_FOLLOW) == 0
             if linked { break }
             let e = SystemError("link", objectsDir + "/" + name)
+            if e.errno == ENOENT && !madeFolder {
+                // The object's folder may not exist yet (with AT_EMPTY_PATH, ENOENT is also what a
+                // kernel answers a user it does not allow: the retry tells the two apart).
+                do throws(SystemError) { try makeFolder(String(sha.prefix(2))) } catch { Glibc.close(fd); throw error }
+                madeFolder = true
+                continue
+            }
+            if mode == .emptyPath && (e.errno == ENOENT || e.errno == EPERM) {
+                // No /proc either (a chroot): temp files renamed into place from now on.
+                if access("/proc/self/fd", F_OK) != 0 {
+                    Glibc.close(fd)
+                    cond.lock(); namingState = .rename; mustProbe = true; cond.unlock()
+                    try writeRenaming(sha, bytes)
+                    return true
+                }
+                mode = .procPath; naming = .procPath
+                continue
+            }
             attempts += 1
             if e.errno == EEXIST {
                 if touch(sha) { Glibc.close(fd); return false }

@@ -436,7 +436,7 @@ final class RealWorldCoreTests: XCTestCase {
         XCTAssertNotNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "text/plain; charset=utf-8", body: Data("x".utf8)))
         XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "application/x-protobuf", body: Data([0x1f, 0x8b, 8])))
         XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.png", contentType: "text/html", body: Data()), "empty is an empty tile")
-        // The byte scans: extension case, query and fragment, a dot only in the host, media type
+        // Edge cases: extension case, query and fragment, a dot only in the host, media type
         // parameters, white space and case.
         XCTAssertEqual(TileBody.expectedFormat(url: "http://h/1/2/3.PNG"), "PNG")
         XCTAssertEqual(TileBody.expectedFormat(url: "http://h/1/2/3.Jpeg#a.webp"), "JPEG")
