@@ -81,25 +81,30 @@ public struct RateLimiter: Sendable {
     /// The host of an absolute URL, lower-cased by the caller when needed: the bytes between
     /// `://` (after any `user@`) and the next `/`, `?` or `#`, without the port. Cheap: no URL parsing.
     public static func host(of url: String) -> Substring {
+        // One pass over the UTF-8 bytes (called once per request); the offsets found are ASCII
+        // positions, so they are also valid String indices.
+        var url = url
+        let (from, to) = url.withUTF8 { u -> (Int, Int) in
+            let n = u.count
+            var i = 0
+            // After "://": the authority runs to the next "/", "?" or "#".
+            while i < n, u[i] != UInt8(ascii: ":") { i += 1 }
+            guard i + 2 < n, u[i + 1] == UInt8(ascii: "/"), u[i + 2] == UInt8(ascii: "/") else { return (0, 0) }
+            var start = i + 3, end = start
+            while end < n, u[end] != UInt8(ascii: "/"), u[end] != UInt8(ascii: "?"), u[end] != UInt8(ascii: "#") {
+                if u[end] == UInt8(ascii: "@") { start = end + 1 }
+                end += 1
+            }
+            var j = start
+            if j < end, u[j] == UInt8(ascii: "[") {
+                while j < end, u[j] != UInt8(ascii: "]") { j += 1 }
+                return (start, j < end ? j + 1 : end)
+            }
+            while j < end, u[j] != UInt8(ascii: ":") { j += 1 }
+            return (start, j)
+        }
         let u = url.utf8
-        var i = u.startIndex
-        // After "://": the authority runs to the next "/", "?" or "#".
-        while i != u.endIndex, u[i] != UInt8(ascii: ":") { i = u.index(after: i) }
-        guard i != u.endIndex, u[i...].starts(with: "://".utf8) else { return "" }
-        var start = u.index(i, offsetBy: 3), end = start
-        while end != u.endIndex, u[end] != UInt8(ascii: "/"), u[end] != UInt8(ascii: "?"), u[end] != UInt8(ascii: "#") {
-            if u[end] == UInt8(ascii: "@") { start = u.index(after: end) }
-            end = u.index(after: end)
-        }
-        var hostEnd = end, j = start
-        if j != end, u[j] == UInt8(ascii: "[") {
-            while j != end, u[j] != UInt8(ascii: "]") { j = u.index(after: j) }
-            if j != end { hostEnd = u.index(after: j) }
-        } else {
-            while j != end, u[j] != UInt8(ascii: ":") { j = u.index(after: j) }
-            hostEnd = j
-        }
-        return url[start..<hostEnd]
+        return url[u.index(u.startIndex, offsetBy: from)..<u.index(u.startIndex, offsetBy: to)]
     }
 
     /// True for `localhost`, an IPv4 address in 127.0.0.0/8 and `[::1]`.

@@ -267,30 +267,51 @@ public final class HTTPClient: @unchecked Sendable {
 }
 
 extension HTTPClient {
-    /// The response headers the daemon reads, from one walk over the last response's headers
-    /// (after redirects; the first of repeated ones). The corresponding C function is
-    /// `curl_easy_nextheader` (libcurl's header API, 7.84 and later).
+    /// The response headers the daemon reads, of the last response (after redirects): the
+    /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
+    /// `Last-Modified`, `Cache-Control` and `Expires`. `Expires` is read only when
+    /// `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be ignored). The
+    /// corresponding C function is `curl_easy_header` (libcurl's header API, 7.84 and later): one
+    /// lookup per name (walking every header with `curl_easy_nextheader` costs a pass over all
+    /// of them per header, more in all).
     struct ResponseHeaders {
-        var contentType, etag, lastModified, cacheControl, expires: String?
+        var contentType, etag, lastModified, expires: String?
+        /// `Cache-Control`'s lifetime (`maxAge`).
+        var maxAge: Int64?
     }
 
     private func headers(_ easy: UnsafeMutableRawPointer) -> ResponseHeaders {
+        func value(_ name: String) -> String? {
+            var h: UnsafeMutablePointer<curl_header>?
+            guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK,
+                  let v = h?.pointee.value else { return nil }
+            return String(cString: v)
+        }
         var out = ResponseHeaders()
-        var prev: UnsafeMutablePointer<curl_header>?
-        while let h = curl_easy_nextheader(easy, UInt32(CURLH_HEADER), -1, prev) {
-            prev = h
-            guard let name = h.pointee.name, let value = h.pointee.value else { continue }
-            func take(_ field: inout String?, _ wanted: String) {
-                if field == nil && strcasecmp(name, wanted) == 0 { field = String(cString: value) }
-            }
-            switch UInt8(bitPattern: name.pointee) | 0x20 {
-            case UInt8(ascii: "c"): take(&out.contentType, "Content-Type"); take(&out.cacheControl, "Cache-Control")
-            case UInt8(ascii: "e"): take(&out.etag, "ETag"); take(&out.expires, "Expires")
-            case UInt8(ascii: "l"): take(&out.lastModified, "Last-Modified")
-            default: break
+        var type: UnsafeMutablePointer<CChar>?
+        tilespool_easy_getinfo_string(easy, CURLINFO_CONTENT_TYPE, &type)
+        out.contentType = type.map { String(cString: $0) }
+        out.etag = value("ETag")
+        out.lastModified = value("Last-Modified")
+        out.maxAge = HTTPClient.maxAge(value("Cache-Control"))
+        if out.maxAge == nil { out.expires = value("Expires") }
+        return out
+    }
+
+    /// What `Cache-Control` says of a response's lifetime, in seconds from now: 0 when it has
+    /// `no-cache` or `no-store` (wherever they stand), else the last `max-age=N` (N, at least 0);
+    /// nil when it has none of these (or is absent).
+    static func maxAge(_ cacheControl: String?) -> Int64? {
+        guard let cc = cacheControl?.lowercased() else { return nil }
+        var age: Int64?
+        for directive in cc.split(separator: ",") {
+            let d = directive.trimmingCharacters(in: .whitespaces)
+            if d == "no-cache" || d == "no-store" { return 0 }
+            if d.hasPrefix("max-age="), let n = Int64(d.dropFirst(8).trimmingCharacters(in: CharacterSet(charactersIn: "\""))) {
+                age = max(0, n)
             }
         }
-        return out
+        return age
     }
 
     /// An HTTP date (RFC 9110 section 5.6.7) in seconds since 1970, or -1 when invalid
@@ -314,15 +335,7 @@ extension HTTPClient {
             let t = httpDate(lm)
             if t >= 0 { f.lastModified = Int64(t) }
         }
-        if let cc = h.cacheControl?.lowercased() {
-            for directive in cc.split(separator: ",") {
-                let d = directive.trimmingCharacters(in: .whitespaces)
-                if d == "no-cache" || d == "no-store" { f.expires = now; break }
-                if d.hasPrefix("max-age="), let n = Int64(d.dropFirst(8).trimmingCharacters(in: CharacterSet(charactersIn: "\""))) {
-                    f.expires = now + max(0, n)
-                }
-            }
-        }
+        if let age = h.maxAge { f.expires = now + age }
         if f.expires == nil, let ex = h.expires {
             let t = httpDate(ex)
             f.expires = t >= 0 ? Int64(t) : now // an invalid date means already expired (RFC 9111 section 5.3)

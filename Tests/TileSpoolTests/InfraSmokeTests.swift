@@ -83,7 +83,7 @@ final class InfraSmokeTests: XCTestCase {
 
     // MARK: fault server
 
-    /// The validators and expiry a response carries, read from libcurl's header list in one walk:
+    /// The validators and expiry a response carries, looked up by name in libcurl's header list:
     /// names in any case, the first of repeated headers, max-age over Expires, an HTTP date.
     func testResponseHeadersGiveContentTypeValidatorsAndExpiry() throws {
         let server = try FaultServer()
@@ -103,6 +103,20 @@ final class InfraSmokeTests: XCTestCase {
         XCTAssertEqual(expires.freshness.expires, 1_767_225_600, "Thu, 01 Jan 2026 00:00:00 GMT")
         XCTAssertNil(expires.freshness.etag)
         XCTAssertNil(expires.freshness.lastModified)
+    }
+
+    /// Cache-Control's lifetime (RFC 9111 section 5.2.2): no-cache and no-store win wherever they
+    /// stand, else the last max-age (quoted or not, never below 0); nothing else sets it.
+    func testCacheControlLifetime() {
+        XCTAssertEqual(HTTPClient.maxAge("max-age=60"), 60)
+        XCTAssertEqual(HTTPClient.maxAge("public, Max-Age=\"3600\""), 3600)
+        XCTAssertEqual(HTTPClient.maxAge("max-age=60, no-cache"), 0)
+        XCTAssertEqual(HTTPClient.maxAge("no-store, max-age=60"), 0)
+        XCTAssertEqual(HTTPClient.maxAge("max-age=10,max-age=20"), 20)
+        XCTAssertEqual(HTTPClient.maxAge("max-age=-5"), 0)
+        XCTAssertNil(HTTPClient.maxAge("public, s-maxage=60"))
+        XCTAssertNil(HTTPClient.maxAge("max-age=soon"))
+        XCTAssertNil(HTTPClient.maxAge(nil))
     }
 
     func testFaultServerFlakyThenRestartOnSamePort() throws {
