@@ -66,14 +66,14 @@ public struct ManifestLine: Sendable, Equatable {
     /// uses once per resource (journal and manifest), with no intermediate strings.
     public func appendText(to out: inout [UInt8]) {
         let tab: UInt8 = 0x09, dash = UInt8(ascii: "-")
-        out.append(contentsOf: kind.rawValue.utf8); out.append(tab)
-        if failed { out.append(UInt8(ascii: "!")) } else if let sha256 { out.append(contentsOf: sha256.utf8) } else { out.append(dash) }
+        ManifestLine.appendUTF8(kind.rawValue, to: &out); out.append(tab)
+        if failed { out.append(UInt8(ascii: "!")) } else if let sha256 { ManifestLine.appendUTF8(sha256, to: &out) } else { out.append(dash) }
         out.append(tab)
         ManifestLine.appendDecimal(Int64(bytes), to: &out); out.append(tab)
-        out.append(contentsOf: key.utf8); out.append(tab)
-        out.append(contentsOf: ManifestLine.sanitizeKey(Redaction.redact(url)).utf8); out.append(tab)
+        ManifestLine.appendUTF8(key, to: &out); out.append(tab)
+        ManifestLine.appendUTF8(ManifestLine.sanitizeKey(Redaction.redact(url)), to: &out); out.append(tab)
         let f = freshness
-        if let etag = f.etag { out.append(contentsOf: ManifestLine.sanitizeKey(etag).utf8) } else { out.append(dash) }
+        if let etag = f.etag { ManifestLine.appendUTF8(ManifestLine.sanitizeKey(etag), to: &out) } else { out.append(dash) }
         out.append(tab)
         if let t = f.lastModified { ManifestLine.appendDecimal(t, to: &out) } else { out.append(dash) }
         out.append(tab)
@@ -94,7 +94,13 @@ public struct ManifestLine: Sendable, Equatable {
 
     /// Appends `v` in decimal ASCII digits (a leading `-` when negative). Up to 15 digits the
     /// `String` stays inline (Swift's small strings): no allocation.
-    static func appendDecimal(_ v: Int64, to out: inout [UInt8]) { out.append(contentsOf: String(v).utf8) }
+    static func appendDecimal(_ v: Int64, to out: inout [UInt8]) { appendUTF8(String(v), to: &out) }
+
+    /// Appends the UTF-8 bytes of `s` in one copy (appending `s.utf8` goes byte by byte).
+    static func appendUTF8(_ s: String, to out: inout [UInt8]) {
+        var s = s
+        s.withUTF8 { out.append(contentsOf: $0) }
+    }
 
     /// `t` rounded to whole milliseconds, as the manifest writes it.
     public static func roundedToMilliseconds(_ t: Double) -> Double { (t * 1000).rounded() / 1000 }

@@ -14,19 +14,24 @@ public enum TileBody {
     /// The raster format a tile URL's path extension names, or nil (vector, unknown, none).
     /// - Parameter url: a tile URL or template; the query and fragment are ignored.
     public static func expectedFormat(url: String) -> String? {
-        // Once per tile: a byte scan, no Substring or lower-casing (the answer is one of three).
-        var u = url.utf8[...]
-        if let q = u.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) { u = url.utf8[..<q] }
-        guard let dot = u.lastIndex(of: UInt8(ascii: ".")) else { return nil }
-        let ext = u[u.index(after: dot)...]
-        guard ext.count >= 3 && ext.count <= 4, !ext.contains(UInt8(ascii: "/")) else { return nil }
-        func isExt(_ name: String) -> Bool {
-            ext.count == name.utf8.count && zip(ext, name.utf8).allSatisfy { ($0 | 0x20) == $1 }
+        // Once per tile: a scan over the URL's bytes, no Substring or lower-casing (the answer is
+        // one of three).
+        var url = url
+        return url.withUTF8 { u -> String? in
+            var end = u.count
+            if let q = u.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) { end = q }
+            guard let dot = u[..<end].lastIndex(of: UInt8(ascii: ".")) else { return nil }
+            let ext = u[(dot + 1)..<end]
+            guard ext.count >= 3 && ext.count <= 4, !ext.contains(UInt8(ascii: "/")) else { return nil }
+            func isExt(_ name: StaticString) -> Bool {
+                ext.count == name.utf8CodeUnitCount
+                    && ext.indices.allSatisfy { (ext[$0] | 0x20) == name.utf8Start[$0 - ext.startIndex] }
+            }
+            if isExt("png") { return "PNG" }
+            if isExt("jpg") || isExt("jpeg") { return "JPEG" }
+            if isExt("webp") { return "WebP" }
+            return nil
         }
-        if isExt("png") { return "PNG" }
-        if isExt("jpg") || isExt("jpeg") { return "JPEG" }
-        if isExt("webp") { return "WebP" }
-        return nil
     }
 
     /// Why `body` is not a tile, naming what was received (Content-Type, size, the first bytes),
@@ -37,23 +42,17 @@ public enum TileBody {
     ///   - body: the body after content decoding.
     public static func problem(url: String, contentType: String?, body: Data) -> String? {
         if body.isEmpty { return nil }
-        // Once per tile: the common answer (a real tile) is decided on bytes, and the message is
-        // built only for a body that is refused.
-        var type: String?
-        if let contentType {
-            // The media type before any parameter, without white space, in lower case (ASCII).
-            let bare = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }
-            let trimmed = bare.drop { $0 == 0x20 || $0 == 0x09 }.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed()
-            type = String(decoding: trimmed.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
-        }
+        // Once per tile: the common answer (a real tile) is decided on bytes in place, and the
+        // message is built only for a body that is refused.
+        let kind = contentType.map(mediaKind) ?? .other
         func received() -> String {
             "received \(body.count) bytes" + (contentType.map { " of Content-Type '\($0.prefix(80))'" } ?? "") + " starting \(preview(body))"
         }
-        if type == "text/html" || type == "application/xhtml+xml" || looksLikeHTML(body) {
+        if kind == .html || looksLikeHTML(body) {
             return "the body is an HTML page, not a tile: \(received())"
         }
-        if let type, type.hasPrefix("text/") {
-            return "the body is text (\(type)), not a tile: \(received())"
+        if kind == .text, let contentType {
+            return "the body is text (\(bareMediaType(contentType))), not a tile: \(received())"
         }
         if let format = expectedFormat(url: url), !hasSignature(body, format) {
             return "the body is not a \(format) image (its first bytes are not the \(format) signature): \(received())"
@@ -61,14 +60,52 @@ public enum TileBody {
         return nil
     }
 
+    /// What a `Content-Type` says of a body, as `problem` sorts it.
+    enum MediaKind { case html, text, other }
+
+    /// The media type of `contentType` (before any parameter, white space trimmed, ASCII
+    /// letters compared without case): `text/html` and `application/xhtml+xml` are HTML, any
+    /// other `text/*` is text. A scan over the header's bytes: no string is made.
+    static func mediaKind(_ contentType: String) -> MediaKind {
+        var contentType = contentType
+        return contentType.withUTF8 { b -> MediaKind in
+            var start = 0, end = b.firstIndex(of: UInt8(ascii: ";")) ?? b.count
+            while start < end && (b[start] == 0x20 || b[start] == 0x09) { start += 1 }
+            while end > start && (b[end - 1] == 0x20 || b[end - 1] == 0x09) { end -= 1 }
+            func starts(with name: StaticString, exactly: Bool) -> Bool {
+                let n = name.utf8CodeUnitCount
+                guard exactly ? end - start == n : end - start >= n else { return false }
+                for i in 0..<n {
+                    let c = b[start + i]
+                    if (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) != name.utf8Start[i] { return false }
+                }
+                return true
+            }
+            if starts(with: "text/html", exactly: true) || starts(with: "application/xhtml+xml", exactly: true) { return .html }
+            return starts(with: "text/", exactly: false) ? .text : .other
+        }
+    }
+
+    /// The media type of `contentType` for a message: before any parameter, without white
+    /// space, in lower case (ASCII).
+    static func bareMediaType(_ contentType: String) -> String {
+        let bare = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }
+        let trimmed = bare.drop { $0 == 0x20 || $0 == 0x09 }.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed()
+        return String(decoding: trimmed.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
+
     /// True when `body` starts with the signature of `format` ("PNG", "JPEG" or "WebP").
     public static func hasSignature(_ body: Data, _ format: String) -> Bool {
-        let b = [UInt8](body.prefix(12))
-        switch format {
-        case "PNG": return b.starts(with: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
-        case "JPEG": return b.starts(with: [0xFF, 0xD8, 0xFF])
-        case "WebP": return b.count >= 12 && b[0..<4].elementsEqual("RIFF".utf8) && b[8..<12].elementsEqual("WEBP".utf8)
-        default: return true
+        body.withUnsafeBytes { b in
+            func starts(_ signature: [UInt8], at offset: Int = 0) -> Bool {
+                b.count >= offset + signature.count && signature.indices.allSatisfy { b[offset + $0] == signature[$0] }
+            }
+            switch format {
+            case "PNG": return starts([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+            case "JPEG": return starts([0xFF, 0xD8, 0xFF])
+            case "WebP": return starts([0x52, 0x49, 0x46, 0x46]) && starts([0x57, 0x45, 0x42, 0x50], at: 8) // RIFF, WEBP
+            default: return true
+            }
         }
     }
 
@@ -76,8 +113,10 @@ public enum TileBody {
     /// `<!doctype html` or `<html` (ASCII case-insensitive).
     static func looksLikeHTML(_ body: Data) -> Bool {
         // Only a body starting (after a BOM or white space) with "<" can be HTML.
-        guard let first = body.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D && $0 != 0xEF && $0 != 0xBB && $0 != 0xBF }),
-              first == UInt8(ascii: "<") else { return false }
+        let first = body.withUnsafeBytes { b in
+            b.first { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D && $0 != 0xEF && $0 != 0xBB && $0 != 0xBF }
+        }
+        guard first == UInt8(ascii: "<") else { return false }
         var b = [UInt8](body.prefix(64))
         if b.starts(with: [0xEF, 0xBB, 0xBF]) { b.removeFirst(3) }
         while let f = b.first, f == 0x20 || f == 0x09 || f == 0x0A || f == 0x0D { b.removeFirst() }

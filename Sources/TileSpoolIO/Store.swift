@@ -14,10 +14,12 @@ public enum SHA256 {
 
     /// The SHA-256 of `bytes` as 64 lower-case hex digits.
     public static func hex(_ bytes: UnsafeRawBufferPointer) -> String {
-        var md = [UInt8](repeating: 0, count: 32)
-        var len: UInt32 = 0
-        _ = EVP_Digest(bytes.baseAddress, bytes.count, &md, &len, digest, nil)
-        return hexString(md)
+        // Once per tile: the digest on the stack, the hex written straight into the string.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { md in
+            var len: UInt32 = 0
+            _ = EVP_Digest(bytes.baseAddress, bytes.count, md.baseAddress, &len, digest, nil)
+            return hexString(UnsafeBufferPointer(md))
+        }
     }
 
     /// The SHA-256 of `data` as hex.
@@ -42,14 +44,16 @@ public enum SHA256 {
         var md = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 0
         EVP_DigestFinal_ex(ctx, &md, &len)
-        return hexString(md)
+        return md.withUnsafeBufferPointer { hexString($0) }
     }
 
-    static let digits = Array("0123456789abcdef".utf8)
-    static func hexString(_ md: [UInt8]) -> String {
-        var out = [UInt8](repeating: 0, count: 64)
-        for (i, b) in md.enumerated() { out[2 * i] = digits[Int(b >> 4)]; out[2 * i + 1] = digits[Int(b & 15)] }
-        return String(decoding: out, as: UTF8.self)
+    /// `md` (a 32-byte digest) as 64 lower-case hex digits.
+    static func hexString(_ md: UnsafeBufferPointer<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: 2 * md.count) { out in
+            func digit(_ v: UInt8) -> UInt8 { v < 10 ? 0x30 + v : 0x57 + v } // 0-9, a-f
+            for (i, b) in md.enumerated() { out[2 * i] = digit(b >> 4); out[2 * i + 1] = digit(b & 15) }
+            return 2 * md.count
+        }
     }
 }
 
