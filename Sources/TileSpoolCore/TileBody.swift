@@ -21,11 +21,12 @@ public enum TileBody {
             var end = u.count
             if let q = u.firstIndex(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) { end = q }
             guard let dot = u[..<end].lastIndex(of: UInt8(ascii: ".")) else { return nil }
-            let ext = u[(dot + 1)..<end]
-            guard ext.count >= 3 && ext.count <= 4, !ext.contains(UInt8(ascii: "/")) else { return nil }
+            let start = dot + 1, count = end - start
+            guard count >= 3 && count <= 4, !u[start..<end].contains(UInt8(ascii: "/")) else { return nil }
             func isExt(_ name: StaticString) -> Bool {
-                ext.count == name.utf8CodeUnitCount
-                    && ext.indices.allSatisfy { (ext[$0] | 0x20) == name.utf8Start[$0 - ext.startIndex] }
+                guard count == name.utf8CodeUnitCount else { return false }
+                for i in 0..<count where (u[start + i] | 0x20) != name.utf8Start[i] { return false }
+                return true
             }
             if isExt("png") { return "PNG" }
             if isExt("jpg") || isExt("jpeg") { return "JPEG" }
