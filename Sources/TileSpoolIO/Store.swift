@@ -16,6 +16,7 @@ public enum SHA256 {
     public static func hex(_ bytes: UnsafeRawBufferPointer) -> String {
         // Once per tile: the digest on the stack, the hex written straight into the string.
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { md in
+            md.initialize(repeating: 0)
             var len: UInt32 = 0
             _ = EVP_Digest(bytes.baseAddress, bytes.count, md.baseAddress, &len, digest, nil)
             return hexString(UnsafeBufferPointer(md))
