@@ -64,22 +64,29 @@ public enum TileBody {
     /// What a `Content-Type` says of a body, as `problem` sorts it.
     enum MediaKind { case html, text, other }
 
-    /// The media type of `contentType` (before any parameter, white space trimmed, ASCII
-    /// letters compared without case): `text/html` and `application/xhtml+xml` are HTML, any
-    /// other `text/*` is text. A scan over the header's bytes: no string is made.
+    /// Where the media type lies in a `Content-Type`'s bytes: before any parameter (`;`), white
+    /// space (space, tab) trimmed at both ends.
+    static func mediaTypeBounds(_ b: UnsafeBufferPointer<UInt8>) -> Range<Int> {
+        var start = 0, end = b.firstIndex(of: UInt8(ascii: ";")) ?? b.count
+        while start < end && (b[start] == 0x20 || b[start] == 0x09) { start += 1 }
+        while end > start && (b[end - 1] == 0x20 || b[end - 1] == 0x09) { end -= 1 }
+        return start..<end
+    }
+
+    /// ASCII upper-case letters in lower case, other bytes as they are.
+    static func lowerASCII(_ c: UInt8) -> UInt8 { c >= 0x41 && c <= 0x5A ? c | 0x20 : c }
+
+    /// The media type of `contentType` (`mediaTypeBounds`, ASCII letters compared without case):
+    /// `text/html` and `application/xhtml+xml` are HTML, any other `text/*` is text. A scan over
+    /// the header's bytes: no string is made.
     static func mediaKind(_ contentType: String) -> MediaKind {
         var contentType = contentType
         return contentType.withUTF8 { b -> MediaKind in
-            var start = 0, end = b.firstIndex(of: UInt8(ascii: ";")) ?? b.count
-            while start < end && (b[start] == 0x20 || b[start] == 0x09) { start += 1 }
-            while end > start && (b[end - 1] == 0x20 || b[end - 1] == 0x09) { end -= 1 }
+            let type = mediaTypeBounds(b)
             func starts(with name: StaticString, exactly: Bool) -> Bool {
                 let n = name.utf8CodeUnitCount
-                guard exactly ? end - start == n : end - start >= n else { return false }
-                for i in 0..<n {
-                    let c = b[start + i]
-                    if (c >= 0x41 && c <= 0x5A ? c | 0x20 : c) != name.utf8Start[i] { return false }
-                }
+                guard exactly ? type.count == n : type.count >= n else { return false }
+                for i in 0..<n where lowerASCII(b[type.lowerBound + i]) != name.utf8Start[i] { return false }
                 return true
             }
             if starts(with: "text/html", exactly: true) || starts(with: "application/xhtml+xml", exactly: true) { return .html }
@@ -87,12 +94,10 @@ public enum TileBody {
         }
     }
 
-    /// The media type of `contentType` for a message: before any parameter, without white
-    /// space, in lower case (ASCII).
+    /// The media type of `contentType` for a message (`mediaTypeBounds`), in lower case (ASCII).
     static func bareMediaType(_ contentType: String) -> String {
-        let bare = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }
-        let trimmed = bare.drop { $0 == 0x20 || $0 == 0x09 }.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed()
-        return String(decoding: trimmed.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
+        var contentType = contentType
+        return contentType.withUTF8 { b in String(decoding: b[mediaTypeBounds(b)].map(lowerASCII), as: UTF8.self) }
     }
 
     /// True when `body` starts with the signature of `format` ("PNG", "JPEG" or "WebP").
