@@ -1509,6 +1509,11 @@ def report(results, mach):
                      "curl/mapproxy-seed = %.1f." % (t["tiles_s"] / c["tiles_s"], spread, t["tiles_s"] / m["tiles_s"], c["tiles_s"] / m["tiles_s"]))
         else:
             L.append("Ratio of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; %s)." % (t["tiles_s"] / c["tiles_s"], spread))
+        # The CPU target (issue 13: TileSpool's CPU per tile <= curl's), with its spread the same way.
+        cpu_pairs = sorted(a["cpu"] / b["cpu"] for a, b in zip(tp["runs"]["TileSpool"], tp["runs"]["curl"]))
+        L.append("")
+        L.append("Ratio of median CPU per tile: TileSpool/curl = **%.2f** (target <= 1.0; pairs %s)." % (
+            t["cpu"] / c["cpu"], ", ".join("%.2f" % x for x in cpu_pairs)))
         if "TileSpool-baseline" in meds:
             b = meds["TileSpool-baseline"]
             pb = sorted(a["tiles_s"] / x["tiles_s"] for a, x in zip(tp["runs"]["TileSpool"], tp["runs"]["TileSpool-baseline"]))
