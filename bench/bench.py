@@ -1461,6 +1461,12 @@ def machine():
             "load_start": sh("cut -d' ' -f1-3 /proc/loadavg")}
 
 
+def pair_ratios(runs_a, runs_b, key):
+    """The spread of an A/B: for each alternating pair (run i of both), run_a[key] / run_b[key],
+    lowest to highest, as "0.95, 1.02, ..."."""
+    return ", ".join("%.2f" % x for x in sorted(a[key] / b[key] for a, b in zip(runs_a, runs_b)))
+
+
 def report(results, mach):
     L = []
     L.append("Machine: %s cores (`nproc`), %s, %s RAM, %s, kernel %s; run folders (%s) on %s (%s)." % (
@@ -1501,8 +1507,7 @@ def report(results, mach):
         L.append("")
         t, c = meds["TileSpool"], meds["curl"]
         # Spread: the ratio of each alternating pair (run i of both), lowest to highest.
-        pairs = sorted(a["tiles_s"] / b["tiles_s"] for a, b in zip(tp["runs"]["TileSpool"], tp["runs"]["curl"]))
-        spread = "pairs %s" % ", ".join("%.2f" % x for x in pairs)
+        spread = "pairs %s" % pair_ratios(tp["runs"]["TileSpool"], tp["runs"]["curl"], "tiles_s")
         if "mapproxy-seed" in meds:
             m = meds["mapproxy-seed"]
             L.append("Ratios of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; %s), TileSpool/mapproxy-seed = **%.1f** (target >= 5); "
@@ -1510,16 +1515,15 @@ def report(results, mach):
         else:
             L.append("Ratio of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; %s)." % (t["tiles_s"] / c["tiles_s"], spread))
         # The CPU target (issue 13: TileSpool's CPU per tile <= curl's), with its spread the same way.
-        cpu_pairs = sorted(a["cpu"] / b["cpu"] for a, b in zip(tp["runs"]["TileSpool"], tp["runs"]["curl"]))
         L.append("")
         L.append("Ratio of median CPU per tile: TileSpool/curl = **%.2f** (target <= 1.0; pairs %s)." % (
-            t["cpu"] / c["cpu"], ", ".join("%.2f" % x for x in cpu_pairs)))
+            t["cpu"] / c["cpu"], pair_ratios(tp["runs"]["TileSpool"], tp["runs"]["curl"], "cpu")))
         if "TileSpool-baseline" in meds:
             b = meds["TileSpool-baseline"]
-            pb = sorted(a["tiles_s"] / x["tiles_s"] for a, x in zip(tp["runs"]["TileSpool"], tp["runs"]["TileSpool-baseline"]))
             L.append("")
             L.append("TileSpool/baseline = **%.2f** (pairs %s); baseline/curl = %.2f." % (
-                t["tiles_s"] / b["tiles_s"], ", ".join("%.2f" % x for x in pb), b["tiles_s"] / c["tiles_s"]))
+                t["tiles_s"] / b["tiles_s"], pair_ratios(tp["runs"]["TileSpool"], tp["runs"]["TileSpool-baseline"], "tiles_s"),
+                b["tiles_s"] / c["tiles_s"]))
         L.append("")
         if all(r.get("disk") for runs in tp["runs"].values() for r in runs):
             L.append("Disk cost of what each downloader leaves (medians): allocated bytes (st_blocks x 512, folders included) "
@@ -1654,9 +1658,8 @@ def report(results, mach):
                 m["rgw_cpu"], m["rgw_cpu"] / s3["tiles"] * 1e6, m["rss_kb"] / 1024))
         L.append("")
         t, c = meds["TileSpool"], meds["curl"]
-        pairs = sorted(a["tiles_s"] / b["tiles_s"] for a, b in zip(s3["runs"]["TileSpool"], s3["runs"]["curl"]))
         L.append("Ratio of median tiles/s: TileSpool/curl = **%.2f** (target >= 1.0; pairs %s); CPU per tile TileSpool/curl = %.2f "
-                 "(TileSpool's includes the download from nginx)." % (t["tiles_s"] / c["tiles_s"], ", ".join("%.2f" % x for x in pairs), t["cpu"] / c["cpu"]))
+                 "(TileSpool's includes the download from nginx)." % (t["tiles_s"] / c["tiles_s"], pair_ratios(s3["runs"]["TileSpool"], s3["runs"]["curl"], "tiles_s"), t["cpu"] / c["cpu"]))
         L.append("")
         ops = {name: runs[0].get("rgw_ops") or {} for name, runs in s3["runs"].items()}
         L.append("Requests RGW counted during each side's first run (`perf dump`: req, of which put / get / failed): %s." % "; ".join(
