@@ -118,15 +118,24 @@ public final class ObjectStore: @unchecked Sendable {
     /// The store quota (`--max-store-bytes`): `put` refuses a new object that would take `usage`
     /// past it. Only enforced once `usage` is known.
     public var maxBytes: Int?
-    /// At most this many objects wait for the writer thread; beyond it `put` writes the object
-    /// itself, on the caller's thread, while the writer works on its own. The writer keeps up with
-    /// a download on a sound disk (an object takes it 20-30 us), so the caller seldom writes; on a
-    /// slow or busy disk (ext4 may take 300 us to allocate an inode after mass deletions) the two
-    /// write side by side, and nothing piles up in memory, where a `kill -9` would lose it (the
-    /// journal names only written objects: what was in memory is fetched again).
+    /// At most this many objects (and `maxQueuedBytes` of their bodies) wait for the writer
+    /// thread; beyond it `put` writes the object itself, on the caller's thread, while the writer
+    /// works on its own. Answers come to the event loop in bursts (a loop turn collects several),
+    /// so a short queue overflows even while the writer keeps up on average: with 4, the loop wrote
+    /// about a third of the objects itself, beside the writer, and a download took 8% more CPU than
+    /// with 64 (docs/benchmarks.md, issue 13 ninth pass). On a slow or busy disk (ext4 may take
+    /// 300 us to allocate an inode after mass deletions) the two write side by side, and nothing
+    /// piles up in memory beyond the limits, where a `kill -9` would lose it (the journal names
+    /// only written objects: what was in memory is fetched again).
     public var maxQueuedWrites = ObjectStore.defaultMaxQueuedWrites
     /// `maxQueuedWrites` by default: bodies a kill -9 can lose before they are written.
-    public static let defaultMaxQueuedWrites = 4
+    public static let defaultMaxQueuedWrites = 64
+    /// At most this many bytes of bodies wait for the writer thread (one body of any size is
+    /// always queued when none waits): bounds the memory of the queue, and what a kill -9 can lose,
+    /// when the bodies are large.
+    public var maxQueuedBytes = ObjectStore.defaultMaxQueuedBytes
+    /// `maxQueuedBytes` by default: 4 MiB.
+    public static let defaultMaxQueuedBytes = 4 << 20
     /// The writes `put` hands to the writer thread, and what became of them.
     let writes: ObjectWriter
 
@@ -187,7 +196,7 @@ public final class ObjectStore: @unchecked Sendable {
         queuedTotal.objects += 1; queuedTotal.bytes += data.count
         if let u = usageBase { usageBase = (u.objects + 1, u.bytes + data.count) }
         counters.unlock()
-        if !writeHere && writes.submit(sha: sha, body: data, probed: probed, limit: maxQueuedWrites) {
+        if !writeHere && writes.submit(sha: sha, body: data, probed: probed, limit: maxQueuedWrites, byteLimit: maxQueuedBytes) {
             jobsQueued += 1
         } else {
             writes.writeHere(sha: sha, body: data, probed: probed)
@@ -339,12 +348,13 @@ final class ObjectWriter: @unchecked Sendable {
     /// it does not (yet) exist. The corresponding C function is `utimensat`.
     func touch(_ sha: String) -> Bool { utimensat(objectsFD, ObjectWriter.relative(sha), nil, 0) == 0 }
 
-    /// Queues a write unless `limit` writes are queued or running; false then (the caller writes
-    /// it with `writeHere`).
-    func submit(sha: String, body: Data, probed: Bool, limit: Int) -> Bool {
+    /// Queues a write unless `limit` writes are queued or running, or the bodies queued or being
+    /// written would pass `byteLimit` bytes with this one (unless none is); false then (the caller
+    /// writes it with `writeHere`).
+    func submit(sha: String, body: Data, probed: Bool, limit: Int, byteLimit: Int) -> Bool {
         cond.lock()
         defer { cond.unlock() }
-        if nextSeq - doneThrough >= limit { return false }
+        if nextSeq - doneThrough >= limit || pendingCount.bytes > 0 && pendingCount.bytes + body.count > byteLimit { return false }
         queue.append((nextSeq, sha, body, probed))
         pendingCount.objects += 1; pendingCount.bytes += body.count
         nextSeq += 1
