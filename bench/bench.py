@@ -1506,7 +1506,6 @@ def report(results, mach):
         L.append("(Each column is a median over the runs on its own, so CPU s is not always user + sys of one run.)")
         L.append("")
         t, c = meds["TileSpool"], meds["curl"]
-        # Spread: the ratio of each alternating pair (run i of both), lowest to highest.
         spread = "pairs %s" % pair_ratios(tp["runs"]["TileSpool"], tp["runs"]["curl"], "tiles_s")
         if "mapproxy-seed" in meds:
             m = meds["mapproxy-seed"]

@@ -182,31 +182,38 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
     }
 
-    /// The writer's queue is bounded in bytes as well as in objects: with `maxQueuedBytes` 0, a body
-    /// is queued only when none waits (so one large body still goes to the writer), and every
-    /// other `put` writes its object itself before it returns. Every object ends up stored once.
-    func testQueuedBodiesStayWithinTheByteLimit() throws {
-        let store = try ObjectStore(root: dir)
-        store.maxQueuedBytes = 0
-        let bodies = (0..<60).map { Data(repeating: UInt8($0), count: 20_000 + $0) }
-        var queued = 0
-        for b in bodies {
-            let before = store.writesQueued
-            XCTAssertTrue(try store.put(b).isNew)
-            let pending = store.writes.pending
-            XCTAssertLessThanOrEqual(pending.objects, 1, "at most the one body queued while none waited")
-            XCTAssertLessThanOrEqual(pending.bytes, b.count)
-            if store.writesQueued == before {
-                XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b, "written before put returns")
-            } else {
-                queued += 1
+    /// The writer's queue is bounded in bytes as well as in objects. With `maxQueuedBytes` 0, a body
+    /// is queued only when none waits (so one large body still goes to the writer); with
+    /// `maxQueuedWrites` 2, at most two wait. Every other `put` writes its object itself before it
+    /// returns, and every object ends up stored once.
+    func testQueuedBodiesStayWithinTheByteAndObjectLimits() throws {
+        for (objects, bytes) in [(ObjectStore.defaultMaxQueuedWrites, 0), (2, ObjectStore.defaultMaxQueuedBytes)] {
+            let root = dir + "-\(objects)-\(bytes)"
+            defer { try? FileManager.default.removeItem(atPath: root) }
+            let store = try ObjectStore(root: root)
+            store.maxQueuedWrites = objects
+            store.maxQueuedBytes = bytes
+            let bodies = (0..<60).map { Data(repeating: UInt8($0), count: 20_000 + $0) }
+            var queued = 0
+            for b in bodies {
+                let before = store.writesQueued
+                XCTAssertTrue(try store.put(b).isNew)
+                let pending = store.writes.pending
+                let most = bytes == 0 ? 1 : objects
+                XCTAssertLessThanOrEqual(pending.objects, most, "at most \(most) bodies wait")
+                XCTAssertLessThanOrEqual(pending.bytes, most * b.count)
+                if store.writesQueued == before {
+                    XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b, "written before put returns")
+                } else {
+                    queued += 1
+                }
             }
+            XCTAssertGreaterThan(queued, 0, "the first body, at least, went to the writer")
+            try store.sync()
+            for b in bodies { XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b) }
+            XCTAssertEqual(store.added.objects, 60)
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/tmp"), [])
         }
-        XCTAssertGreaterThan(queued, 0, "the first body, at least, went to the writer")
-        try store.sync()
-        for b in bodies { XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b) }
-        XCTAssertEqual(store.added.objects, 60)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
     }
 
     /// Write tickets: a put handed to the writer thread is done once `writesDone` reaches its
