@@ -187,7 +187,8 @@ final class StoreTests: XCTestCase {
     /// `maxQueuedWrites` 2, at most two wait. Every other `put` writes its object itself before it
     /// returns, and every object ends up stored once.
     func testQueuedBodiesStayWithinTheByteAndObjectLimits() throws {
-        for (objects, bytes) in [(ObjectStore.defaultMaxQueuedWrites, 0), (2, ObjectStore.defaultMaxQueuedBytes)] {
+        // (maxQueuedWrites, maxQueuedBytes, bodies that may wait at once)
+        for (objects, bytes, most) in [(ObjectStore.defaultMaxQueuedWrites, 0, 1), (2, ObjectStore.defaultMaxQueuedBytes, 2)] {
             let root = dir + "-\(objects)-\(bytes)"
             defer { try? FileManager.default.removeItem(atPath: root) }
             let store = try ObjectStore(root: root)
@@ -199,7 +200,6 @@ final class StoreTests: XCTestCase {
                 let before = store.writesQueued
                 XCTAssertTrue(try store.put(b).isNew)
                 let pending = store.writes.pending
-                let most = bytes == 0 ? 1 : objects
                 XCTAssertLessThanOrEqual(pending.objects, most, "at most \(most) bodies wait")
                 XCTAssertLessThanOrEqual(pending.bytes, most * b.count)
                 if store.writesQueued == before {
