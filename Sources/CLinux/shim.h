@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <errno.h>
+#include <stdio.h>
 
 static inline int tilespool_errno(void) { return errno; }
 // posix_spawn_file_actions_addclosefrom_np(3) (glibc 2.34+): the child keeps no descriptor from `from` up.
@@ -23,6 +24,12 @@ static inline int tilespool_errno(void) { return errno; }
 extern int posix_spawn_file_actions_addclosefrom_np(void *a, int from);
 static inline int tilespool_spawn_closefrom(void *a, int from) { return posix_spawn_file_actions_addclosefrom_np(a, from); }
 static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
+// renameat2(2) (glibc 2.28+) and its flags, which are macros Swift may not import.
+static inline int tilespool_renameat2(int olddir, const char *oldname, int newdir, const char *newname, unsigned int flags) {
+    return renameat2(olddir, oldname, newdir, newname, flags);
+}
+static inline unsigned int tilespool_rename_noreplace(void) { return RENAME_NOREPLACE; }
+static inline unsigned int tilespool_rename_exchange(void) { return RENAME_EXCHANGE; }
 // copy_file_range(2) from the current offsets of both fds: exports append temp files in the kernel.
 static inline ssize_t tilespool_copy_file_range(int in, int out, size_t len) { return copy_file_range(in, NULL, out, NULL, len, 0); }
 static inline int tilespool_open(const char *path, int flags, int mode) { return open(path, flags, (mode_t)mode); }

@@ -13,13 +13,13 @@ public enum ExportFormat: String, Sendable, CaseIterable, Codable {
     case site
 
     /// The file name extension of the export written under `<spool>/exports/`: `.db`, `.mbtiles`,
-    /// `.pmtiles`, or `""` for a folder.
+    /// `.pmtiles`, or `.site` for a site folder (none ends another: names stay unambiguous).
     public var fileExtension: String {
         switch self {
         case .maplibre: return ".db"
         case .mbtiles: return ".mbtiles"
         case .pmtiles: return ".pmtiles"
-        case .site: return ""
+        case .site: return ".site"
         }
     }
 
@@ -39,12 +39,28 @@ public struct ExportSpec: Sendable, Equatable {
         self.format = format; self.source = source; self.baseURL = baseURL
     }
 
-    /// The file or folder name under `<spool>/exports/`: `<id>.<ext>`, with the source for a
-    /// single-source format when one is named (`<id>.<source>.pmtiles`), so that two exports of
-    /// one region never share a path.
+    /// The file or folder name under `<spool>/exports/`: `<id><ext>` (`<id>.pmtiles`,
+    /// `<id>.site` for a site folder), with the source for a single-source format when one is
+    /// named (`<id>+<source>.pmtiles`). No two exports share a name: a region id never holds
+    /// `+`, so the id is what comes before the first `+`; no extension ends another, so the
+    /// extension is unambiguous too (`<id>.<source>.pmtiles` would be region `t` with source
+    /// `tiles0` and region `t.tiles0` alike).
     public func outputName(id: String) -> String {
-        if format.isSingleSource, let source { return "\(id).\(source)\(format.fileExtension)" }
+        if format.isSingleSource, let source { return "\(id)+\(source)\(format.fileExtension)" }
         return id + format.fileExtension
+    }
+
+    /// Why `url` cannot be a site export's base URL, or nil: it must be an absolute http or https
+    /// URL without credentials (they would be written into the published style.json), without a
+    /// query or fragment (the site's URLs are made by appending paths), and its path must be
+    /// expressible in an nginx `location` (no control characters: `NginxConfig.quoted`).
+    public static func baseURLProblem(_ url: String) -> String? {
+        if let p = RequestValidator.urlProblem(url) { return "'\(Redaction.redact(url))' \(p)" }
+        guard let u = URLComponents(string: url) else { return "is not a valid URL" }
+        if u.user != nil || u.password != nil { return "must not hold credentials (user:password@): they would be published in the site's style.json" }
+        if u.query != nil || u.fragment != nil { return "must not have a query or a fragment: the site's URLs are made by appending paths to it" }
+        do { _ = try NginxConfig.quoted(u.path, variablesExpanded: false) } catch { return "its path cannot be written in an nginx configuration: \(error.message)" }
+        return nil
     }
 
     /// The JSON object written back in requests and status files.
@@ -78,9 +94,8 @@ public struct ExportSpec: Sendable, Equatable {
                 spec.source = s
             }
             if let b = o["baseURL"] {
-                guard let b = b as? String, RequestValidator.urlProblem(b) == nil else {
-                    return .failure(ExportSpecError("exports[\(i)].baseURL: must be an absolute http or https URL"))
-                }
+                guard let b = b as? String else { return .failure(ExportSpecError("exports[\(i)].baseURL: must be an absolute http or https URL")) }
+                if let p = ExportSpec.baseURLProblem(b) { return .failure(ExportSpecError("exports[\(i)].baseURL: \(p)")) }
                 spec.baseURL = b
             }
             if out.contains(where: { $0.outputName(id: "x") == spec.outputName(id: "x") }) {
@@ -315,4 +330,46 @@ public enum PMTiles {
 
     /// Header plus root directory must fit in the first 16,384 bytes (spec 2).
     public static let rootLimit = 16_384
+}
+
+/// Which of a region's exports must be (re)written: a region's exports are a function of its
+/// pack, so after a download, a refresh's swap, a request that adds an export, or a restart
+/// after any of them was cut short, every export that is missing or stale is written again, and
+/// only those (docs/export.md, "From the spool"). Pure: the caller says whether an output exists.
+public enum ExportReconcile {
+    /// One export entry of a status (`RegionStatus.exports`), read back.
+    public struct Entry: Sendable, Equatable {
+        public var spec: ExportSpec
+        /// `writing`, `written` or `failed`.
+        public var state: String
+        /// The pack version it was written from (`ExportResult.pack`), if written.
+        public var pack: String?
+        public var path: String?
+        /// Reads an entry written by the daemon; nil when it is not one.
+        public init?(_ o: [String: Any]) {
+            guard let f = o["format"] as? String, let format = ExportFormat(rawValue: f) else { return nil }
+            spec = ExportSpec(format: format, source: o["source"] as? String, baseURL: o["baseURL"] as? String)
+            state = o["state"] as? String ?? ""
+            pack = o["pack"] as? String
+            path = o["path"] as? String
+        }
+    }
+
+    /// For each of `specs` (the request's `exports`, in order), true when it must be written:
+    /// no entry in `entries` has the same format, source and base URL; or that entry is not
+    /// `written`, or was written from another pack version than `packVersion` (or from an
+    /// unknown one), or `outputExists` says its output is gone.
+    /// - Parameters:
+    ///   - entries: the status's `exports` entries (any order; nil when none were written).
+    ///   - packVersion: the pack's version now (`RegionStorage.packVersion`); nil: unknown, all due.
+    ///   - outputExists: whether an entry's output is in place (its `path` and spec).
+    public static func due(specs: [ExportSpec], entries: [[String: Any]]?, packVersion: String?,
+                           outputExists: (Entry) -> Bool) -> [Bool] {
+        let known = (entries ?? []).compactMap(Entry.init)
+        return specs.map { spec in
+            guard let e = known.first(where: { $0.spec == spec }) else { return true }
+            guard e.state == "written", let v = packVersion, e.pack == v else { return true }
+            return !outputExists(e)
+        }
+    }
 }

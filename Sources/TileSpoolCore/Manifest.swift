@@ -156,11 +156,7 @@ public struct ManifestLine: Sendable, Equatable {
     }
 
     /// Replaces the characters that would break the line format (tab, CR, LF) by percent escapes.
-    public static func sanitizeKey(_ s: String) -> String {
-        guard s.utf8Contains(where: { $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }) else { return s }
-        return s.replacingOccurrences(of: "\t", with: "%09").replacingOccurrences(of: "\n", with: "%0A")
-            .replacingOccurrences(of: "\r", with: "%0D")
-    }
+    public static func sanitizeKey(_ s: String) -> String { TSV.field(s) }
 
     /// The manifest key of a tile: `<source>/<z>/<x>/<y>`.
     public static func tileKey(source: String, _ t: TileID) -> String { "\(source)/\(t.z)/\(t.x)/\(t.y)" }

@@ -241,6 +241,15 @@ public enum URLResolver {
 
 /// Builds a region's `ResourcePlan` from its request and the documents fetched so far. Pure.
 public enum Planner {
+    /// The URL of one sprite file: `suffix` (`.json`, `.png`, `@2x.json`, `@2x.png`) goes at the
+    /// end of the base URL's path, before any query or fragment, as MapLibre does
+    /// (maplibre-native `Resource::spriteJSON`/`spriteImage`, maplibre-gl-js `normalizeSpriteURL`):
+    /// `https://h/sprite?key=K` -> `https://h/sprite@2x.png?key=K`.
+    public static func spriteURL(_ base: String, _ suffix: String) -> String {
+        guard let cut = base.firstIndex(where: { $0 == "?" || $0 == "#" }) else { return base + suffix }
+        return String(base[..<cut]) + suffix + String(base[cut...])
+    }
+
     /// The plan of a style request once the style and every TileJSON are known, in MapLibre Native's
     /// order (`offline_download.cpp`): style, TileJSON, sprites, glyphs, source data, then tiles per
     /// source (sources sorted by name) and zoom.
@@ -257,7 +266,7 @@ public enum Planner {
         for sprite in style.sprites {
             let prefix = sprite.id.isEmpty ? "" : sprite.id + ":"
             for suffix in [".json", ".png", "@2x.json", "@2x.png"] {
-                resources.append(PlannedResource(kind: .sprite, key: prefix + "sprite" + suffix, url: sprite.url + suffix))
+                resources.append(PlannedResource(kind: .sprite, key: prefix + "sprite" + suffix, url: spriteURL(sprite.url, suffix)))
             }
         }
         if let glyphs = style.glyphs {

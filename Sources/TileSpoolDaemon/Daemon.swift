@@ -168,8 +168,9 @@ public final class Daemon {
     func cleanTemporaryFiles() {
         store.recoverLeftovers()
         for name in Files.list(layout.status) where name.hasPrefix(".tmp-") { Files.remove(layout.status + "/" + name) }
-        for name in Files.list(layout.exports) where name.hasPrefix(".") && name.contains(".tmp-") {
-            Files.removeTree(layout.exports + "/" + name)
+        // Work folders of exports a stop cut short (`.<name>.tmp-<pid>-<n>`, ours by name).
+        if let exports = try? Directory(path: layout.exports, followFinal: false) {
+            for name in exports.list() where name.hasPrefix(".") && name.contains(".tmp-") { exports.removeTree(name) }
         }
     }
 
@@ -218,11 +219,9 @@ public final class Daemon {
             if r.state.resumesOnRestart || r.state == .pausedNetwork {
                 if r.state != .queued { setState(r, .queued, note: "daemon restarted") } else { writeStatus(r) }
             }
-            // Exports cut short by a stop are written again.
-            if r.state == .completed && !r.request.exports.isEmpty
-                && (r.exports == nil || r.exports!.contains { $0["state"] as? String == "writing" }) {
-                startExports(r)
-            }
+            // Exports cut short by a stop, or made stale by a swap finished just above, or never
+            // written, are written (again).
+            reconcileExports(r)
         }
     }
 

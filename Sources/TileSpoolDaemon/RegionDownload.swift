@@ -505,7 +505,7 @@ extension Daemon {
         setState(r, next)
         if next == .completed { compactionsWanted.append((r.id, r.files)) }
         ops.uniqueWanted = true
-        if next == .completed && !r.request.exports.isEmpty { startExports(r) }
+        if next == .completed { reconcileExports(r) }
     }
 
     // MARK: - Refresh
@@ -534,6 +534,7 @@ extension Daemon {
     /// `completed` again, and the request's exports are written again when anything changed.
     func finishRefresh(_ r: Region, _ d: Download) {
         writeStatus(r) // the final counts, for a swap cut short and finished by the next start
+        let versionBefore = r.files.packVersion()
         do { try r.files.commitRefresh() } catch {
             r.error = RegionError(code: .storageError, message: "cannot swap the refreshed manifest in: \(error)")
             abandonRefresh(r, "failed")
@@ -548,7 +549,11 @@ extension Daemon {
         setState(r, .completed, note: "refresh finished",
                  extra: ["refresh": "finished", "resourcesChecked": p.resourcesChecked,
                          "resourcesChanged": p.resourcesChanged, "resourcesUnchanged": p.resourcesUnchanged])
-        if changed && !r.request.exports.isEmpty { startExports(r) }
+        // Exports follow the pack: rewritten when it changed; when it did not, the ones written
+        // from it stay (their entries take the new version); missing ones (an export the re-drop
+        // added) are written either way.
+        if !changed { carryExportsOver(r, from: versionBefore) }
+        reconcileExports(r)
     }
 
     /// Ends a refresh that will not complete (failed or cancelled): its files are dropped, the
@@ -562,6 +567,7 @@ extension Daemon {
         r.progress = r.progressBeforeRefresh ?? packProgress(r)
         r.progressBeforeRefresh = nil
         setState(r, .completed, note: "refresh \(why)", extra: ["refresh": why])
+        reconcileExports(r) // a re-drop that added an export gets it even when its refresh fails
     }
 
     /// The progress of the region's pack as recorded (plan and manifest), for a completed region.

@@ -19,13 +19,37 @@ public struct ExportResult: Sendable, Equatable {
     public var tiles: Int
     /// The SHA-256 of the file, in hex; nil for a site (a folder).
     public var sha256: String?
+    /// The version of the pack exported (`RegionPack.version`).
+    public var pack: String?
 
     /// `{"format", "source"?, "path", "bytes", "tiles", "sha256"}`.
     public var jsonObject: [String: Any] {
         var o: [String: Any] = ["format": format.rawValue, "path": path, "bytes": bytes, "tiles": tiles,
                                 "sha256": sha256 ?? NSNull()]
         if let source { o["source"] = source }
+        if let pack { o["pack"] = pack }
         return o
+    }
+}
+
+/// The folders an export must stay out of: the spool and the store (a site export with
+/// `--force` over either would delete it), except the spool's own `exports/` folder.
+public struct ExportGuard: Sendable {
+    /// Folders an output may not be, contain, or lie inside (missing ones are skipped).
+    public var protected: [String]
+    /// The one folder inside them where outputs may go (`<spool>/exports`); it must be a real
+    /// folder, not a symlink.
+    public var exportsFolder: String?
+    /// True when the output must go in `exportsFolder` (the daemon's exports).
+    public var onlyInExportsFolder = false
+    public init(protected: [String], exportsFolder: String?, onlyInExportsFolder: Bool = false) {
+        self.protected = protected; self.exportsFolder = exportsFolder; self.onlyInExportsFolder = onlyInExportsFolder
+    }
+    /// No folder protected (tests, or an export with no spool or store on this host).
+    public static let none = ExportGuard(protected: [], exportsFolder: nil)
+    /// The guard of a spool and a disk store (an S3 store, `s3://...`, is not a path).
+    public static func spool(_ spool: String, store: String) -> ExportGuard {
+        ExportGuard(protected: [spool] + (store.hasPrefix("s3://") ? [] : [store]), exportsFolder: spool + "/exports")
     }
 }
 
@@ -34,30 +58,55 @@ public enum Exporter {
     /// Called with (tiles written, tiles planned) every few thousand tiles.
     public typealias Progress = (Int, Int) -> Void
 
+    /// The file in a site folder that says TileSpool made it: only a folder holding it is ever
+    /// replaced by another site export (`--force`, or the daemon's exports).
+    public static let siteMarker = ".tilespool-site"
+
     /// Writes `pack` as `spec` to `output`.
+    ///
+    /// The path is used as given (made absolute against the working folder, never resolved):
+    /// its folder is opened once, and everything after that is done relative to that descriptor
+    /// (`Directory`). The export is written in a private work folder beside the output
+    /// (`.<name>.tmp-<pid>-<n>`, mode 0700), checked against the plan, made durable, then moved
+    /// into place with one `renameat2`: RENAME_NOREPLACE when nothing is there; over a regular
+    /// file (files) or, for a site, swapped with the old folder (RENAME_EXCHANGE) when that
+    /// folder carries `siteMarker`. Nothing else is ever replaced: not a symlink (never
+    /// followed), not a folder we did not make, not another kind of file.
     /// - Parameters:
-    ///   - output: the file (or, for `site`, folder) to create; its parent folder must exist.
+    ///   - output: the file (or, for `site`, folder) to create; its folder must exist.
     ///   - force: replace an existing `output` (else it is refused).
-    /// - Returns: what was written.
-    /// - Throws: `ExportError` for a refused output, a region the format cannot hold, an object
-    ///   that vanished, a SQLite or file error. Nothing is left at `output` then, and the temp
-    ///   file or folder is removed.
+    ///   - guard: folders the output must stay out of (`ExportGuard.spool`).
+    /// - Returns: what was written; `pack` is the pack's version (`RegionPack.version`).
+    /// - Throws: `ExportError` for a refused output, a region the format cannot hold, a pack
+    ///   that does not match its plan, an object that vanished, a SQLite or file error. Nothing is
+    ///   left at `output` then (an old export stays as it was), and the work folder is removed.
     public static func export(_ pack: RegionPack, _ spec: ExportSpec, to output: String, force: Bool = false,
-                              progress: Progress? = nil) throws(ExportError) -> ExportResult {
+                              guard protection: ExportGuard = .none, progress: Progress? = nil) throws(ExportError) -> ExportResult {
         let path = absolute(output)
-        let parent = (path as NSString).deletingLastPathComponent
-        let name = (path as NSString).lastPathComponent
-        guard Files.entryType(parent) == .directory else { throw ExportError("the folder \(parent) does not exist") }
-        let existing = Files.entryType(path)
-        if existing != .missing && !force { throw ExportError("\(path) exists (use --force to replace it)") }
-        if existing != .missing && (spec.format == .site) != (existing == .directory) {
-            throw ExportError("\(path) exists and is a \(existing == .directory ? "folder" : "file"); a \(spec.format.rawValue) export is a \(spec.format == .site ? "folder" : "file")")
+        let (parentPath, name) = Files.split(path)
+        guard Directory.isEntryName(name) else { throw ExportError("\(path) cannot be an export's name (give a file or folder name)") }
+        let parent: Directory
+        do { parent = try Directory(path: parentPath) } catch {
+            throw ExportError(error.errno == ENOENT ? "the folder \(parentPath) does not exist" : "cannot open the folder \(parentPath): \(error.errnoDescription)")
         }
+        try check(parent: parent, name: name, path: path, guard: protection)
+        try checkReplaceable(parent, name, path: path, format: spec.format, force: force)
         if case .tiles = pack.request.source, spec.format == .maplibre {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style (a MapLibre region names a style URL)")
         }
-        let temp = "\(parent)/.\(name).tmp-\(getpid())"
-        Files.removeTree(temp)
+        var base = name
+        while base.utf8.count > 160 { base.removeLast() }
+        let workName = ".\(base).tmp-\(getpid())-\(workCounter.next())"
+        let work: Directory
+        do throws(SystemError) {
+            try parent.makeDirectory(workName, mode: 0o700)
+            work = try parent.subdirectory(workName)
+        } catch {
+            throw ExportError("cannot make a work folder in \(parentPath): \(error.errnoDescription)")
+        }
+        defer { parent.removeTree(workName) }
+        // Writers take paths: this one reaches the work folder through its descriptor.
+        let temp = work.procPath("out")
         var result: ExportResult
         do {
             switch spec.format {
@@ -72,23 +121,97 @@ public enum Exporter {
             }
             try syncTree(temp)
             if spec.format != .site { result.sha256 = SHA256.hex(file: temp) }
-            try place(temp, at: path, folder: spec.format == .site)
+            try place(work, "out", in: parent, name, path: path, format: spec.format, force: force)
         } catch {
-            Files.removeTree(temp)
-            throw (error as? ExportError) ?? ExportError("\(spec.format.rawValue) export of '\(pack.id)': \(error)")
+            let message = (error as? ExportError)?.message ?? "\(spec.format.rawValue) export of '\(pack.id)': \(error)"
+            // Messages name the output, not the descriptor path the writers were given.
+            throw ExportError(message.replacingOccurrences(of: temp, with: path))
         }
         result.path = path
+        result.pack = pack.version
         return result
     }
+
+    private static let workCounter = Directory.Counter()
 
     /// The default output path of `spec` under `<spool>/exports/`.
     public static func spoolOutput(spool: String, id: String, spec: ExportSpec) -> String {
         absolute("\(spool)/exports/\(spec.outputName(id: id))")
     }
 
+    /// `p` made absolute against the working folder, lexically: `.` components and repeated
+    /// slashes dropped; `..` and symlinks left for the kernel (resolving them here could lead
+    /// somewhere else than the path the user gave).
     static func absolute(_ p: String) -> String {
-        if p.hasPrefix("/") { return (p as NSString).standardizingPath }
-        return ((FileManager.default.currentDirectoryPath + "/" + p) as NSString).standardizingPath
+        let full = p.hasPrefix("/") ? p : FileManager.default.currentDirectoryPath + "/" + p
+        let parts = full.split(separator: "/", omittingEmptySubsequences: true).filter { $0 != "." }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    /// The real path of an open folder (the kernel's name for its descriptor), for comparisons only.
+    static func realPath(_ dir: Directory) -> String? {
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/fd/\(dir.fd)", &buf, buf.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The real path of `path` when it exists, for comparisons only.
+    static func realPath(_ path: String) -> String? {
+        guard let r = Glibc.realpath(path, nil) else { return nil }
+        defer { free(r) }
+        return String(cString: r)
+    }
+
+    /// Refuses an output that is, contains or lies inside a protected folder (the spool, the
+    /// store), unless it lies directly in the exports folder; with `onlyInExportsFolder`, refuses
+    /// any other place, and an exports folder that is a symlink.
+    static func check(parent: Directory, name: String, path: String, guard g: ExportGuard) throws(ExportError) {
+        guard !g.protected.isEmpty || g.onlyInExportsFolder else { return }
+        guard let realParent = realPath(parent) else { throw ExportError("cannot tell where \(path) is (no /proc?)") }
+        let out = realParent == "/" ? "/" + name : realParent + "/" + name
+        var exportsReal: String?
+        if let e = g.exportsFolder, Files.entryType(e) == .directory { exportsReal = realPath(e) }
+        if g.onlyInExportsFolder {
+            guard let e = g.exportsFolder else { throw ExportError("no exports folder") }
+            guard Files.entryType(e) == .directory else {
+                throw ExportError("\(e) is not a folder (a symlink there is never followed): exports are not written")
+            }
+            guard exportsReal == realParent else { throw ExportError("\(path) is not in \(e)") }
+        }
+        for p in g.protected {
+            guard let real = realPath(p), real != "/" else { continue }
+            if out == real || out.hasPrefix(real + "/") {
+                if let e = exportsReal, realParent == e { continue }
+                throw ExportError("\(path) lies inside \(p): an export may not be written in the spool or the store (except the spool's exports/ folder)")
+            }
+            if real.hasPrefix(out + "/") {
+                throw ExportError("\(path) contains \(p): an export may not replace a folder holding the spool or the store")
+            }
+        }
+    }
+
+    /// Refuses what may not be replaced at `name`: anything without `force`; with it, anything
+    /// but a regular file (files) or a folder carrying `siteMarker` (a site).
+    static func checkReplaceable(_ parent: Directory, _ name: String, path: String, format: ExportFormat, force: Bool) throws(ExportError) {
+        let existing = parent.entryType(name)
+        guard existing != .missing else { return }
+        if !force { throw ExportError("\(path) exists (use --force to replace it)") }
+        switch (existing, format == .site) {
+        case (.symlink, _):
+            throw ExportError("\(path) is a symbolic link: an export never replaces or writes through one")
+        case (.regular, false):
+            return
+        case (.directory, true):
+            let marked = (try? parent.subdirectory(name))?.entryType(siteMarker) == .regular
+            if !marked { throw ExportError("\(path) is a folder TileSpool did not make (no \(siteMarker) in it): it is not replaced") }
+        case (.directory, false):
+            throw ExportError("\(path) exists and is a folder; a \(format.rawValue) export is a file")
+        case (.regular, true):
+            throw ExportError("\(path) exists and is a file; a site export is a folder")
+        default:
+            throw ExportError("\(path) exists and is not a regular file or folder: it is not replaced")
+        }
     }
 
     /// Makes the export durable: fsync of the file, or syncfs for a site folder.
@@ -104,25 +227,27 @@ public enum Exporter {
         do { try Files.syncFilesystem(path) } catch { throw ExportError("cannot sync \(path): \(error.errnoDescription)") }
     }
 
-    /// Renames `temp` to `path` (a file replaces atomically; a folder replaces an old one by moving
-    /// it aside first), then fsyncs the parent folder.
-    static func place(_ temp: String, at path: String, folder: Bool) throws(ExportError) {
-        let parent = (path as NSString).deletingLastPathComponent
-        var aside: String?
-        if folder && Files.entryType(path) == .directory {
-            let a = "\(parent)/.\((path as NSString).lastPathComponent).old-\(getpid())"
-            Files.removeTree(a)
-            guard Glibc.rename(path, a) == 0 else { throw ExportError("cannot move the old \(path) aside: \(SystemError("rename", path).errnoDescription)") }
-            aside = a
+    /// Moves `work/temp` to `parent/name`: RENAME_NOREPLACE when nothing is there, a plain
+    /// rename over a regular file, RENAME_EXCHANGE with a marked site folder (the old one then
+    /// lies in `work` and goes with it); what is there is checked again just before, then the
+    /// parent folder is fsynced.
+    static func place(_ work: Directory, _ temp: String, in parent: Directory, _ name: String, path: String,
+                      format: ExportFormat, force: Bool) throws(ExportError) {
+        for _ in 0..<3 {
+            try checkReplaceable(parent, name, path: path, format: format, force: force)
+            let existing = parent.entryType(name)
+            let mode: Directory.RenameMode = existing == .missing ? .noReplace : (existing == .directory ? .exchange : .replace)
+            do {
+                try work.rename(temp, to: parent, name, mode: mode)
+            } catch {
+                // Something appeared or went meanwhile: look again.
+                if error.errno == EEXIST || error.errno == ENOENT { continue }
+                throw ExportError("cannot move the export into place at \(path): \(error.errnoDescription)")
+            }
+            try? parent.sync()
+            return
         }
-        guard Glibc.rename(temp, path) == 0 else {
-            let e = SystemError("rename", path)
-            if let aside { Glibc.rename(aside, path) }
-            throw ExportError("cannot rename the export into place at \(path): \(e.errnoDescription)")
-        }
-        if let aside { Files.removeTree(aside) }
-        let fd = Glibc.open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { fsync(fd); Glibc.close(fd) }
+        throw ExportError("\(path) keeps changing while the export is moved into place: not written")
     }
 }
 

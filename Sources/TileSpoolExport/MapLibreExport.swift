@@ -73,6 +73,7 @@ enum MapLibreExport {
         guard case .style(let styleURL) = pack.request.source else {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style")
         }
+        try pack.requireResources()
         do {
             let db = try SQLiteDatabase(path: path)
             defer { db.close() }

@@ -21,14 +21,19 @@ public final class RegionPack: @unchecked Sendable {
     public let request: RegionRequest
     public let plan: ResourcePlan
     let files: any RegionStorage
+    /// The manifest as it was when the pack was opened: every read of the export goes to this
+    /// version, so a refresh's swap or an append meanwhile never mixes two packs.
+    let manifest: any ManifestSnapshot
+    /// Names the version of the pack read (`ManifestSnapshot.version`): a status records it with
+    /// each export, so a later swap is known to make the export stale.
+    public var version: String { manifest.version }
     /// Manifest lines of every resource that is not a tile, by `kind<TAB>key` (a few thousand at most).
     let resources: [String: ManifestLine]
     /// The manifest's modification time in seconds since 1970: when the last object was recorded.
     public let downloadedAt: Int64
 
-    /// Reads the region's request, plan and non-tile manifest lines.
-    /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
-    /// Reads the region's request, plan and non-tile manifest lines from `store`.
+    /// Reads the region's request, plan and non-tile manifest lines from `store`, and holds its
+    /// manifest as it is now (`RegionStorage.manifestSnapshot`).
     /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
     public init(store: any TileStore, id: String) throws(ExportError) {
         guard RequestValidator.isValidID(id) else { throw ExportError("'\(id)' is not a valid region id") }
@@ -43,13 +48,29 @@ public final class RegionPack: @unchecked Sendable {
             throw ExportError("region '\(id)': no plan in \(files.location)" + (files.readFailure.map { " (\($0))" } ?? ""))
         }
         self.plan = plan
-        var res: [String: ManifestLine] = [:]
-        files.readManifest { line in
-            if line.kind != .tile { res["\(line.kind.rawValue)\t\(line.key)"] = line }
+        do { manifest = try files.manifestSnapshot() } catch {
+            throw ExportError("region '\(id)': cannot read its manifest in \(files.location) (\(error)); nothing was exported")
         }
-        if let e = files.readFailure { throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(e)") }
+        var res: [String: ManifestLine] = [:]
+        do {
+            try manifest.forEachLine { line in
+                if line.kind != .tile { res["\(line.kind.rawValue)\t\(line.key)"] = line }
+            }
+        } catch {
+            throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(error)")
+        }
         resources = res
         downloadedAt = Int64(files.manifestModified() ?? Date().timeIntervalSince1970)
+    }
+
+    /// Checks that every non-tile resource of the plan has its manifest line (with a body, or
+    /// recorded as missing: a 404 sprite or glyph range), as the formats that carry the style
+    /// (maplibre, site) need.
+    /// - Throws: `ExportError` naming how many are absent and the first one.
+    func requireResources() throws(ExportError) {
+        let absent = plan.resources.filter { line($0.kind, $0.key) == nil }
+        guard let first = absent.first else { return }
+        throw ExportError("region '\(id)': its manifest lacks \(absent.count) of the \(plan.resources.count) resources its plan names other than tiles (first: \(first.kind.rawValue) '\(first.key)'); the pack is incomplete or was replaced while it was read: nothing was exported")
     }
 
     /// The manifest line of a non-tile resource, or nil when it was not recorded.
@@ -75,17 +96,37 @@ public final class RegionPack: @unchecked Sendable {
         return plan.tileSets[0]
     }
 
-    /// Calls `body` with every tile line of `source` in the manifest, in manifest order.
+    /// Calls `body` with every tile line of `source` in the manifest, in manifest order, once per
+    /// planned tile (later lines of a tile already met, e.g. recorded twice around a crash, are
+    /// skipped). Then checks that every tile the plan names for `source` was met: a manifest that
+    /// is missing, cut short or holds another plan's tiles fails the export instead of writing a
+    /// short one.
     /// - Throws: the first error `body` throws (the rest of the manifest is then skipped), or
-    ///   `ExportError` when the manifest could not be read to its end.
+    ///   `ExportError` when the manifest could not be read to its end or misses planned tiles.
     func forEachTile(of source: String, _ body: (TileID, ManifestLine) throws -> Void) throws {
+        guard let set = plan.tileSets.first(where: { $0.source == source }) else {
+            throw ExportError("region '\(id)' has no tile source '\(source)'")
+        }
+        var seen = [UInt64](repeating: 0, count: (plan.indexSpace + 63) / 64)
+        var met = 0, unplanned = 0
         var failure: Error?
-        files.readManifest { line in
-            guard failure == nil, line.kind == .tile, let (s, t) = ManifestLine.parseTileKey(line.key), s == source else { return }
-            do { try body(t, line) } catch { failure = error }
+        do {
+            try manifest.forEachLine { line in
+                guard failure == nil, line.kind == .tile, let (s, t) = ManifestLine.parseTileKey(line.key), s == source else { return }
+                guard let i = plan.index(kind: .tile, key: line.key) else { unplanned += 1; return }
+                let bit: UInt64 = 1 << UInt64(i & 63)
+                guard seen[i >> 6] & bit == 0 else { return }
+                seen[i >> 6] |= bit
+                met += 1
+                do { try body(t, line) } catch { failure = error }
+            }
+        } catch {
+            throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(error)")
         }
         if let failure { throw failure }
-        if let e = files.readFailure { throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(e)") }
+        if met != set.count {
+            throw ExportError("region '\(id)': its manifest holds \(met) of the \(set.count) tiles its plan names for source '\(source)'\(unplanned > 0 ? " (and \(unplanned) tiles the plan does not name)" : ""); the pack is incomplete or was replaced while it was read (check 'tilespool status \(id)' and 'tilespool verify'): nothing was exported")
+        }
     }
 
     /// The path of object `sha256` on the local filesystem, nil when the store is remote (S3).

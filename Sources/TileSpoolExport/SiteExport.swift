@@ -7,6 +7,7 @@
 //     fonts/<fontstack>/<start>-<end>.pbf the glyph ranges
 //     data/<source>.<ext>                 GeoJSON data and image-source pictures
 //     nginx.conf                          a location block that serves the folder
+//     .tilespool-site                     the marker: TileSpool made this folder (`Exporter.siteMarker`)
 import Foundation
 import Glibc
 import TileSpoolCore
@@ -58,7 +59,9 @@ enum SiteExport {
 
     static func write(_ pack: RegionPack, baseURL: String?, finalPath: String, to dir: String,
                       progress: Exporter.Progress?) throws -> ExportResult {
-        do { try Files.makeDirectories(dir) } catch { throw ExportError("cannot create \(dir): \(error.errnoDescription)") }
+        try pack.requireResources()
+        // `dir` is new, in the exporter's private work folder (reached through /proc/self/fd).
+        if Glibc.mkdir(dir, 0o755) != 0 { throw ExportError("cannot create \(dir): \(SystemError("mkdir", dir).errnoDescription)") }
         let w = Writer(root: dir)
         var prefix = baseURL ?? ""
         if !prefix.isEmpty && !prefix.hasSuffix("/") { prefix += "/" }
@@ -167,18 +170,22 @@ enum SiteExport {
             sources[name] = s
         }
         style["sources"] = sources
-        if style["sprite"] is String, let base = spriteBases[""] {
-            style["sprite"] = "\(prefix)sprites/\(base)"
+        // Every sprite points into the site; one the server did not have (404: recorded missing)
+        // is left out rather than pointing back at the origin, whose URL may carry a key.
+        if style["sprite"] is String {
+            if let base = spriteBases[""] { style["sprite"] = "\(prefix)sprites/\(base)" } else { style.removeValue(forKey: "sprite") }
         } else if let arr = style["sprite"] as? [Any] {
-            style["sprite"] = arr.map { e -> Any in
-                guard var o = e as? [String: Any], let id = o["id"] as? String, let base = spriteBases[id] else { return e }
+            style["sprite"] = arr.compactMap { e -> Any? in
+                guard var o = e as? [String: Any], let id = o["id"] as? String, let base = spriteBases[id] else { return nil }
                 o["url"] = "\(prefix)sprites/\(base)"
                 return o
             }
         }
         if style["glyphs"] != nil { style["glyphs"] = "\(prefix)fonts/{fontstack}/{range}.pbf" }
         try w.file("style.json", [UInt8](JSONKind.serialize(style, pretty: true)))
-        try w.file("nginx.conf", [UInt8](nginxSnippet(id: pack.id, baseURL: baseURL, path: finalPath).utf8))
+        try w.file("nginx.conf", [UInt8](try nginxSnippet(id: pack.id, baseURL: baseURL, path: finalPath).utf8))
+        // Says that TileSpool made this folder: only such a folder is replaced by a later export.
+        try w.file(Exporter.siteMarker, [UInt8]("TileSpool site export of region \(pack.id)\n".utf8))
         progress?(done, total)
         return ExportResult(format: .site, source: nil, path: dir, bytes: w.bytes, tiles: tiles, sha256: nil)
     }
@@ -195,17 +202,27 @@ enum SiteExport {
     /// An nginx `location` block serving the folder at `path`: under the path of `baseURL`, or
     /// `/<id>/` without one; the right Content-Type per extension, CORS for pages on other origins,
     /// and gzip in transit for JSON and vector tiles (the files themselves are stored decoded).
-    static func nginxSnippet(id: String, baseURL: String?, path: String) -> String {
+    /// Both values are written as quoted nginx strings (`NginxConfig.quoted`).
+    /// - Throws: `ExportError` when one cannot be written in nginx's syntax (a control character
+    ///   in the base URL's path; a `$` in the folder's path, which `alias` would read as a variable).
+    static func nginxSnippet(id: String, baseURL: String?, path: String) throws(ExportError) -> String {
         var location = "/\(id)/"
-        if let baseURL, let u = URL(string: baseURL) {
+        if let baseURL, let u = URLComponents(string: baseURL) {
             location = u.path.isEmpty ? "/" : u.path
             if !location.hasSuffix("/") { location += "/" }
         }
+        let quotedLocation: String, quotedAlias: String
+        do {
+            quotedLocation = try NginxConfig.quoted(location, variablesExpanded: false)
+        } catch { throw ExportError("the base URL's path cannot be written in nginx.conf: \(error.message)") }
+        do {
+            quotedAlias = try NginxConfig.quoted(path + "/", variablesExpanded: true)
+        } catch { throw ExportError("the site folder's path \(NginxConfig.comment(path)) cannot be written in nginx.conf: \(error.message)") }
         return """
         # nginx: serves the TileSpool site export of region '\(id)'. Put this block inside a
-        # `server { ... }` and reload nginx. The style is at \(location)style.json.
-        location ^~ \(location) {
-            alias "\(path.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))/";
+        # `server { ... }` and reload nginx. The style is at \(NginxConfig.comment(location))style.json.
+        location ^~ \(quotedLocation) {
+            alias \(quotedAlias);
             types {
                 application/json json;
                 application/x-protobuf pbf;

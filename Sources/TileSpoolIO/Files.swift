@@ -83,20 +83,23 @@ public enum Files {
         if mkdir(path, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST { throw SystemError("mkdir", path) }
     }
 
-    /// Writes `data` to `path` atomically: a temp file in the same folder, written, optionally
-    /// fsynced, then renamed over `path`. Readers see the old file or the new one, never a mix.
+    /// Writes `data` to `path` atomically: a new temp file in the same folder (made with O_EXCL,
+    /// so never a planted link's target), written, optionally fsynced, then renamed over `path`.
+    /// Readers see the old file or the new one, never a mix. Only a regular file (or nothing) at
+    /// `path` is replaced (`Directory.writeAtomically`).
     public static func writeAtomically(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
-        let dir = (path as NSString).deletingLastPathComponent
-        let tmp = dir + "/.tmp-" + (path as NSString).lastPathComponent + "-\(getpid())"
-        let fd = try open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o666)
-        do throws(SystemError) {
-            try writeAll(fd, data, path: tmp)
-            if sync { try fsync(fd, path: tmp) }
-        } catch {
-            Glibc.close(fd); unlink(tmp); throw error
-        }
-        Glibc.close(fd)
-        do throws(SystemError) { try rename(tmp, path) } catch { unlink(tmp); throw error }
+        let (parent, name) = split(path)
+        try Directory(path: parent).writeAtomically(data, to: name, sync: sync)
+    }
+
+    /// `path` as (parent folder, last component), trailing slashes ignored: `a/b/c` -> (`a/b`, `c`),
+    /// `c` -> (`.`, `c`), `/c` -> (`/`, `c`).
+    public static func split(_ path: String) -> (parent: String, name: String) {
+        var p = Substring(path)
+        while p.count > 1 && p.hasSuffix("/") { p = p.dropLast() }
+        guard let slash = p.lastIndex(of: "/") else { return (".", String(p)) }
+        let parent = p[..<slash]
+        return (parent.isEmpty ? "/" : String(parent), String(p[p.index(after: slash)...]))
     }
 
     /// Appends `data` to `path` (creating it) in one `write` with O_APPEND.
@@ -166,33 +169,23 @@ public enum Files {
         return data
     }
 
-    /// The names in a directory (no `.` and `..`), unsorted; empty when it cannot be read.
+    /// The names in a directory (no `.` and `..`), unsorted; empty when it cannot be read or is
+    /// a symlink (never followed).
     public static func list(_ path: String) -> [String] {
-        guard let d = opendir(path) else { return [] }
-        defer { closedir(d) }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafePointer(to: e.pointee.d_name) { p in
-                p.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
+        (try? Directory(path: path, followFinal: false))?.list() ?? []
     }
 
     /// Removes a file; true when it existed.
     @discardableResult
     public static func remove(_ path: String) -> Bool { unlink(path) == 0 }
 
-    /// Removes a directory tree without following symlinks out of it.
+    /// Removes `path` and, for a folder, everything in it, walking by descriptor without
+    /// following any symlink (`Directory.removeTree`); a symlink at `path` itself is removed as a
+    /// link. The leading components of `path` are resolved as given.
     public static func removeTree(_ path: String) {
-        switch entryType(path) {
-        case .directory:
-            for name in list(path) { removeTree(path + "/" + name) }
-            rmdir(path)
-        case .missing: return
-        default: unlink(path)
-        }
+        let (parent, name) = split(path)
+        guard Directory.isEntryName(name), let dir = try? Directory(path: parent) else { return }
+        dir.removeTree(name)
     }
 
     /// Makes the entries of directory `path` (renames, new and removed names) durable. The

@@ -139,15 +139,32 @@ public final class RegionFiles: @unchecked Sendable {
     private func readLines(_ path: String, cut: Bool, _ body: (ManifestLine) -> Void) {
         guard let fd = try? Files.open(path, O_RDONLY | O_NOFOLLOW) else { return }
         defer { close(fd) }
+        let consumed = RegionFiles.scanLines(read: { buf, n in
+            while true {
+                let r = read(fd, buf, n)
+                if r < 0 && errno == EINTR { continue }
+                return r
+            }
+        }, body)
+        if cut, let consumed, truncate(path, off_t(consumed)) != 0 {
+            Log.error("cannot cut the partial last line of \(path): \(SystemError("truncate", path).errnoDescription)")
+        }
+    }
+
+    /// Splits what `read` returns (up to `n` bytes into the buffer each call; 0 at the end, < 0 on
+    /// an error) into manifest lines, calling `body` for each complete one, in 1 MiB blocks.
+    /// - Returns: the bytes up to and including the last newline when a partial line follows it
+    ///   (what a cut keeps), else nil.
+    /// - Throws: what `body` throws, or `SystemError` "read" when `read` fails.
+    static func scanLines(read: (UnsafeMutablePointer<UInt8>, Int) -> Int, _ body: (ManifestLine) throws -> Void) rethrows -> Int? {
         let blockSize = 1 << 20
         var carry: [UInt8] = []
         var offset = 0          // bytes of the file consumed up to the last newline
         let buf = UnsafeMutablePointer<UInt8>.allocate(capacity: blockSize)
         defer { buf.deallocate() }
         while true {
-            let n = read(fd, buf, blockSize)
-            if n < 0 { if errno == EINTR { continue }; return }
-            if n == 0 { break }
+            let n = read(buf, blockSize)
+            if n <= 0 { break }
             var start = 0
             for i in 0..<n where buf[i] == 0x0A {
                 offset += carry.count + (i - start) + 1 // in bytes, before any decoding
@@ -159,15 +176,18 @@ public final class RegionFiles: @unchecked Sendable {
                     line = carry.withUnsafeBufferPointer { ManifestLine(utf8: $0) }
                     carry.removeAll(keepingCapacity: true)
                 }
-                if let line { body(line) }
+                if let line { try body(line) }
                 start = i + 1
             }
             carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: n - start))
         }
-        if cut && !carry.isEmpty && truncate(path, off_t(offset)) != 0 {
-            Log.error("cannot cut the partial last line of \(path): \(SystemError("truncate", path).errnoDescription)")
-        }
+        return carry.isEmpty ? nil : offset
     }
+
+    /// The manifest as it is now (`RegionStorage.manifestSnapshot`): the file held open, read up
+    /// to its present size; a swap or an append afterwards is not seen.
+    /// - Throws: `SystemError` when there is no manifest or it cannot be opened.
+    public func manifestSnapshot() throws -> any ManifestSnapshot { try FileManifestSnapshot(path: manifestPath) }
 
     /// Appends lines to the manifest and fdatasyncs it. Call only after the objects the lines name
     /// are durable (`TileStore.sync`).
@@ -283,5 +303,44 @@ public final class RegionFiles: @unchecked Sendable {
         Files.remove(journalPath)
         Files.remove(journalPath + ".tmp")
         Files.remove(planPath)
+    }
+}
+
+/// A manifest file held open (`RegionFiles.manifestSnapshot`): every read goes through the same
+/// descriptor with `pread`, up to the size it had when opened, so a refresh's swap (a rename over
+/// the path) or an append in between changes nothing of what is read.
+final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
+    let path: String
+    private let fd: Int32
+    private let size: Int
+    let version: String
+
+    init(path: String) throws(SystemError) {
+        self.path = path
+        fd = try Files.open(path, O_RDONLY | O_NOFOLLOW)
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { let e = SystemError("fstat", path); close(fd); throw e }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { close(fd); throw SystemError("read", path, errno: EINVAL) }
+        size = Int(st.st_size)
+        version = "file:\(st.st_dev):\(st.st_ino):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)"
+    }
+    deinit { close(fd) }
+
+    func forEachLine(_ body: (ManifestLine) throws -> Void) throws {
+        var offset = 0
+        var failure: SystemError?
+        _ = try RegionFiles.scanLines(read: { buf, n in
+            let want = min(n, size - offset)
+            guard want > 0 else { return 0 }
+            while true {
+                let r = pread(fd, buf, want, off_t(offset))
+                if r < 0 && errno == EINTR { continue }
+                if r < 0 { failure = SystemError("read", path); return -1 }
+                offset += r
+                return r
+            }
+        }, body)
+        if let failure { throw failure }
+        if offset < size { throw SystemError("read", path, errno: EIO) } // shorter than it was: cut meanwhile
     }
 }

@@ -448,6 +448,20 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         }
     }
 
+    /// The objects of the manifest listed now (`RegionStorage.manifestSnapshot`): reads GET those
+    /// keys, which are never rewritten; one removed meanwhile (a gc after a compaction older than
+    /// its grace period, a delete) makes the read fail instead of coming out short.
+    /// - Throws: `S3Error` when the listing fails or there is no manifest.
+    public func manifestSnapshot() throws -> any ManifestSnapshot {
+        let read = try layout().read
+        guard let last = read.last else {
+            throw S3Error(status: 404, code: "NoSuchKey", message: "\(location)manifest/ has no objects")
+        }
+        // A compaction joins segments 0...N into N.all.tsv: the same lines, the same number.
+        let number = ManifestSegments.parse(last.key)?.number ?? -1
+        return S3ManifestSnapshot(objects: read, version: "s3:\(number)", get: { [self] o in try getListed(o) })
+    }
+
     /// Writes the manifest's segments as one object (`<N>.all.tsv`, the bytes of segments 0...N
     /// in order, `If-None-Match: *`), so that reading a completed region costs one GET instead of
     /// one per commit. Nothing is deleted: `gc` removes the covered segments once the compacted
@@ -691,5 +705,23 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         let last = [refreshInfoKey, refreshCommitKey]
         for k in keys where !last.contains(k) { try client { c in try c.delete(k) } }
         for k in last where keys.contains(k) { try client { c in try c.delete(k) } }
+    }
+}
+
+/// The objects of an S3 manifest as listed once (`S3RegionFiles.manifestSnapshot`).
+final class S3ManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
+    let objects: [S3Object]
+    let version: String
+    private let get: (S3Object) throws -> Data
+    init(objects: [S3Object], version: String, get: @escaping (S3Object) throws -> Data) {
+        self.objects = objects; self.version = version; self.get = get
+    }
+    func forEachLine(_ body: (ManifestLine) throws -> Void) throws {
+        for o in objects {
+            let data = try get(o)
+            for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+                if let l = ManifestLine(line) { try body(l) }
+            }
+        }
     }
 }

@@ -133,6 +133,10 @@ public protocol RegionStorage: AnyObject, Sendable {
     func loadPlan() -> ResourcePlan?
     /// Calls `body` for every complete line of the manifest, in order (see `RegionFiles`).
     func readManifest(cutPartialLine: Bool, _ body: (ManifestLine) -> Void)
+    /// The manifest as it is now, to be read (several times, in order) without seeing a later
+    /// append or swap: what an export reads, so that it is one version of the pack.
+    /// - Throws: the store's error when there is no manifest or it cannot be listed or opened.
+    func manifestSnapshot() throws -> any ManifestSnapshot
     /// Calls `body` for every complete line of the journal (nothing on a backend without one).
     func readJournal(cutPartialLine: Bool, _ body: (ManifestLine) -> Void)
     /// Set when the last `readManifest` or `loadPlan` could not read the store (a network
@@ -177,7 +181,20 @@ public protocol RegionStorage: AnyObject, Sendable {
     func abandonRefresh()
 }
 
+/// One version of a region's manifest (`RegionStorage.manifestSnapshot`).
+public protocol ManifestSnapshot: AnyObject, Sendable {
+    /// Names this version of the pack: it differs after any append, swap or rewrite of the
+    /// manifest (disk: the file's device, inode, size and mtime; S3: the newest object read).
+    var version: String { get }
+    /// Calls `body` for every complete line, in order, as they were when the snapshot was taken.
+    /// - Throws: what `body` throws; the store's error when a part can no longer be read.
+    func forEachLine(_ body: (ManifestLine) throws -> Void) throws
+}
+
 extension RegionStorage {
+    /// The version of the pack's manifest now (`ManifestSnapshot.version`), nil when it has none.
+    public func packVersion() -> String? { (try? manifestSnapshot())?.version }
+
     /// `readManifest` without cutting a partial line (readers beside the daemon).
     public func readManifest(_ body: (ManifestLine) -> Void) { readManifest(cutPartialLine: false, body) }
     /// `readJournal` without cutting a partial line.

@@ -15,12 +15,16 @@ Writes a completed region as a pack a map client opens offline (docs/export.md):
   site       a folder for a static web server: style.json, TileJSON, tiles (hard links), sprites,
              fonts and an nginx.conf snippet
 
-The export is written to a temp file beside PATH and renamed into place; an existing PATH is
-refused unless --force. It reads the store only: safe beside a running daemon and gc.
+The export is written in a work folder beside PATH, checked against the region's plan, and
+renamed into place; an existing PATH is refused unless --force, and even then only a regular file
+(or, for a site, a folder an earlier site export made) is replaced: never a symlink. PATH may not
+be in the spool or the store (but <spool>/exports/). It reads the store only: safe beside a
+running daemon and gc.
 
 options:
   --format FORMAT    maplibre, mbtiles, pmtiles or site (required)
-  --output PATH      the file or folder to write (default <spool>/exports/<id>.<ext>)
+  --output PATH      the file or folder to write (default <spool>/exports/<id>.<ext>, or
+                     <id>+<source>.<ext> with --source; .db, .mbtiles, .pmtiles, .site)
   --source NAME      the tile source for mbtiles and pmtiles (required when the region has several)
   --base-url URL     site: the URL the folder will be served at (absolute URLs in style.json);
                      without it the URLs are relative paths
@@ -38,8 +42,8 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     guard let format = ExportFormat(rawValue: f) else {
         throw UsageError("--format must be one of \(ExportFormat.allCases.map(\.rawValue).joined(separator: ", ")), not '\(f)'")
     }
-    if let b = a.options["--base-url"], RequestValidator.urlProblem(b) != nil {
-        throw UsageError("--base-url must be an absolute http or https URL")
+    if let b = a.options["--base-url"], let p = ExportSpec.baseURLProblem(b) {
+        throw UsageError("--base-url \(p)")
     }
     guard RequestValidator.isValidID(id) else { throw CommandFailure("'\(id)' is not a valid region id") }
     let loc = try Locations(a)
@@ -72,7 +76,8 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         FileHandle.standardError.write(Data(String(format: "\rexport %@: %d/%d tiles (%.0f%%)", id, done, total, pct).utf8))
     } : nil
     let started = Date()
-    let result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"), progress: progress)
+    let result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
+                                     guard: .spool(loc.spool, store: loc.store), progress: progress)
     if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
     if a.flags.contains("--json") {
         out(String(decoding: JSONKind.serialize(result.jsonObject, pretty: true), as: UTF8.self))

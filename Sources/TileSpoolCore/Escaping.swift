@@ -1,0 +1,62 @@
+// One escaper per format TileSpool writes for another program to read. Each takes any string
+// and returns text that the reader takes back as that string, or refuses what the format cannot
+// express. JSON goes through JSONSerialization (`JSONKind.serialize`), logfmt through `LogFmt`,
+// Prometheus labels through `PrometheusText`; the two below are the rest: nginx configuration
+// (the site export's `nginx.conf`) and TSV fields (manifests, `failed.tsv`). Hook arguments are
+// passed as an argument vector, never through a shell (`Spawn`), so they need none.
+import Foundation
+
+/// A value an escaper cannot express in its format.
+public struct EscapeError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var message: String
+    public init(_ m: String) { message = m }
+    public var description: String { message }
+}
+
+/// Strings for nginx configuration files.
+///
+/// nginx reads a double-quoted token with `\"` and `\\` unescaped, and `{`, `}`, `;`, `#` and
+/// spaces taken literally (`ngx_conf_read_token`, src/core/ngx_conf_file.c). A directive whose
+/// value is a "complex value" (`alias`, `root`, `return`, ...) expands `$name` as a variable there,
+/// and nginx has no escape for `$`; control characters are legal in a quoted token but would
+/// break the comment lines of a snippet. So `quoted` escapes `\` and `"`, and refuses control
+/// characters, and `$` where variables are expanded.
+public enum NginxConfig {
+    /// `s` as one double-quoted nginx token that reads back as exactly `s`.
+    /// - Parameter variablesExpanded: true for a directive that expands variables (`alias`): a
+    ///   `$` is then refused.
+    /// - Throws: `EscapeError` for a NUL or other control character (U+0000-U+001F, U+007F), and
+    ///   for `$` when `variablesExpanded`.
+    public static func quoted(_ s: String, variablesExpanded: Bool) throws(EscapeError) -> String {
+        var out = "\""
+        for u in s.unicodeScalars {
+            if u.value < 0x20 || u.value == 0x7F {
+                throw EscapeError("a control character (U+\(String(format: "%04X", u.value))) cannot be written in an nginx configuration")
+            }
+            if u == "$" && variablesExpanded {
+                throw EscapeError("'$' cannot be written where nginx expands variables (it has no escape for it)")
+            }
+            if u == "\\" || u == "\"" { out += "\\" }
+            out.unicodeScalars.append(u)
+        }
+        return out + "\""
+    }
+
+    /// `s` for a `#` comment line: control characters (a newline would end the comment) become
+    /// `?`. Comments are for people; nothing in them is read by nginx.
+    public static func comment(_ s: String) -> String {
+        String(String.UnicodeScalarView(s.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
+    }
+}
+
+/// Fields of the tab-separated files TileSpool writes (manifests, `failed.tsv`): a field never
+/// holds a TAB, LF or CR; they are written percent-encoded (`%09`, `%0A`, `%0D`), as in a URL, so
+/// `cut -f` and `awk -F'\t'` always see the same columns.
+public enum TSV {
+    /// `s` with TAB, LF and CR percent-encoded.
+    public static func field(_ s: String) -> String {
+        guard s.utf8.contains(where: { $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }) else { return s }
+        return s.replacingOccurrences(of: "\t", with: "%09").replacingOccurrences(of: "\n", with: "%0A")
+            .replacingOccurrences(of: "\r", with: "%0D")
+    }
+}
