@@ -355,6 +355,59 @@ final class TrustCoreTests: XCTestCase {
         XCTAssertEqual(ExportReconcile.due(specs: [a], entries: entries, packVersion: nil) { _ in true }, [true])
     }
 
+    /// Finding 4: a tree someone else can write changes while it is removed (a folder in it
+    /// swapped, atomically and again and again from another thread, with a symlink to a folder
+    /// outside): the files outside survive every round. A walk by path (`lstat`, then `opendir`
+    /// of the same path) follows the swapped-in link now and then and empties the folder outside.
+    func testRemoveTreeRacingASymlinkSwapNeverLeavesTheTree() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-race-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let outside = root + "/outside", stage = root + "/stage"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: stage, withIntermediateDirectories: true)
+        final class Flag: @unchecked Sendable {
+            var stop = false
+            var tree: Directory?, stage: Directory?
+            let started = DispatchSemaphore(value: 0), done = DispatchSemaphore(value: 0)
+        }
+        let flag = Flag()
+        /// Spins for about `us` microseconds (no syscall, so the other thread's timing is its own).
+        @Sendable func spin(_ us: Double) { let end = Date().addingTimeInterval(us / 1e6); while Date() < end {} }
+        var rounds = 0
+        let deadline = Date().addingTimeInterval(4)
+        while Date() < deadline && rounds < 3000 {
+            rounds += 1
+            for i in 0..<8 { FileManager.default.createFile(atPath: "\(outside)/f\(i)", contents: Data("keep".utf8)) }
+            let tree = "\(root)/t\(rounds)"
+            try FileManager.default.createDirectory(atPath: tree + "/d", withIntermediateDirectories: true)
+            for i in 0..<8 { FileManager.default.createFile(atPath: "\(tree)/d/g\(i)", contents: Data()) }
+            try? FileManager.default.removeItem(atPath: stage + "/d") // the folder or the link a round left there
+            XCTAssertEqual(symlink(outside, stage + "/d"), 0)
+            flag.tree = try Directory(path: tree)
+            flag.stage = try Directory(path: stage)
+            flag.stop = false
+            let swapper = Thread {
+                var signalled = false
+                // tree/d <-> stage/d: a folder and a symlink to `outside` trade places atomically.
+                while !flag.stop, (try? flag.stage!.rename("d", to: flag.tree!, "d", mode: .exchange)) != nil {
+                    spin(Double.random(in: 20...200))
+                    if !signalled { signalled = true; flag.started.signal() }
+                }
+                if !signalled { flag.started.signal() }
+                flag.done.signal()
+            }
+            swapper.start()
+            flag.started.wait() // the swapping is under way before the walk starts
+            Files.removeTree(tree)
+            flag.stop = true
+            flag.done.wait()
+            let left = (try? FileManager.default.contentsOfDirectory(atPath: outside)) ?? []
+            XCTAssertEqual(left.count, 8, "round \(rounds): the walk went into the folder outside")
+            if left.count != 8 { break }
+            try? FileManager.default.removeItem(atPath: tree)
+        }
+    }
+
     /// `Files.removeTree` deletes a tree holding symlinks to a folder outside it without entering
     /// them, and a folder swapped for a symlink is removed as a link.
     func testRemoveTreeNeverFollowsASymlink() throws {
