@@ -120,6 +120,9 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     /// Tiles recorded as failed within the request's `maxFailedTiles` (counted in
     /// `resourcesCompleted` and `tilesCompleted` too, like empty tiles).
     public var tilesFailed = 0
+    /// Completed tiles that are empty (an empty status, 404 or 204 by default, or an empty body;
+    /// counted in `tilesCompleted` too).
+    public var tilesEmpty = 0
     public init() {}
 
     /// Counts one refreshed resource in `resourcesChecked`, `resourcesChanged`, `resourcesUnchanged`.
@@ -138,7 +141,7 @@ public struct RegionProgress: Sendable, Equatable, Codable {
          "tilesCompleted": tilesCompleted, "tilesExpected": tilesExpected,
          "tileBytesCompleted": tileBytesCompleted, "resourcesMissing": resourcesMissing,
          "resourcesChecked": resourcesChecked, "resourcesChanged": resourcesChanged,
-         "resourcesUnchanged": resourcesUnchanged, "tilesFailed": tilesFailed]
+         "resourcesUnchanged": resourcesUnchanged, "tilesFailed": tilesFailed, "tilesEmpty": tilesEmpty]
     }
 
     /// Reads back a `progress` object (missing fields are 0).
@@ -153,5 +156,6 @@ public struct RegionProgress: Sendable, Equatable, Codable {
         resourcesChecked = i("resourcesChecked"); resourcesChanged = i("resourcesChanged")
         resourcesUnchanged = i("resourcesUnchanged")
         tilesFailed = i("tilesFailed")
+        tilesEmpty = i("tilesEmpty")
     }
 }

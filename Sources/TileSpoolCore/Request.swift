@@ -14,6 +14,9 @@ public enum ErrorCode: String, Sendable, Codable {
     case invalidTileJSON
     /// A server answered with an HTTP status that is not retried, or retries ran out.
     case httpError
+    /// Every tile of the region was empty (an empty status such as 404 or 204, or an empty
+    /// body): most often a wrong tile URL template. A request with `"allowEmpty": true` completes.
+    case allTilesEmpty
     /// A body was malformed in transit (truncated, undecodable, too large).
     case badResponse
     /// The network failed (connection refused, timeout, DNS) and retries ran out.
@@ -106,6 +109,9 @@ public struct RegionRequest: Sendable, Equatable {
     /// What `{s}` in a `tiles` template becomes (`subdomains`), spread by tile as Leaflet does;
     /// default `["a", "b", "c"]`. Tiles are keyed by z/x/y, so a pack does not depend on it.
     public var subdomains = TileURLTemplate.defaultSubdomains
+    /// True when a region whose every tile is empty may complete (`allowEmpty`); by default it
+    /// fails with `allTilesEmpty` (a wrong template answers 404 everywhere).
+    public var allowEmpty = false
     /// The most requests per second this region sends to any one host (`maxRequestsPerSecond`),
     /// on top of the daemon's `--max-requests-per-second-per-host`; nil: only the daemon's limit.
     public var maxRequestsPerSecond: Double?
@@ -123,7 +129,7 @@ public struct RegionRequest: Sendable, Equatable {
     }
 
     /// Fields that change what is reported, done afterwards or how fast, not what is fetched.
-    static let notFetchedFields = ["context", "exports", "refreshAfter", "maxRequestsPerSecond"]
+    static let notFetchedFields = ["context", "exports", "refreshAfter", "maxRequestsPerSecond", "allowEmpty"]
 
     /// True when `other` downloads exactly what this request downloads: every field equal except
     /// `context`, `exports`, `refreshAfter` and `maxRequestsPerSecond`. A re-dropped request for
@@ -179,6 +185,7 @@ public struct RegionRequest: Sendable, Equatable {
         if maxFailedTiles != 0 { o["maxFailedTiles"] = maxFailedTiles }
         if subdomains != TileURLTemplate.defaultSubdomains { o["subdomains"] = subdomains }
         if let maxRequestsPerSecond { o["maxRequestsPerSecond"] = maxRequestsPerSecond }
+        if allowEmpty { o["allowEmpty"] = true }
         if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
@@ -209,7 +216,8 @@ public enum RequestValidator {
 
     static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
                                            "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
-                                           "emptyStatuses", "headers", "maxFailedTiles", "subdomains", "maxRequestsPerSecond"]
+                                           "emptyStatuses", "headers", "maxFailedTiles", "subdomains", "maxRequestsPerSecond",
+                                           "allowEmpty"]
 
     /// Header names a request's `headers` may not set: libcurl and the daemon set them
     /// (framing, conditional requests, content decoding). Lower-case.
@@ -445,6 +453,11 @@ public enum RequestValidator {
             }
             maxRequestsPerSecond = d
         }
+        var allowEmpty = false
+        if let v = o["allowEmpty"], !(v is NSNull) {
+            guard JSONKind.isBool(v), let flag = v as? Bool else { throw bad("allowEmpty: must be true or false, not a \(JSONKind.name(v))") }
+            allowEmpty = flag
+        }
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                                     pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
                                     maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
@@ -455,6 +468,7 @@ public enum RequestValidator {
         request.maxFailedTiles = maxFailedTiles
         request.subdomains = subdomains
         request.maxRequestsPerSecond = maxRequestsPerSecond
+        request.allowEmpty = allowEmpty
         return request
     }
 

@@ -207,6 +207,7 @@ public final class Daemon {
             r.completedAt = st?.completedAt
             r.stateChangedAt = st?.stateChangedAt
             r.uniqueBytes = st?.uniqueBytes
+            r.warnings = st?.warnings ?? RegionWarning.of(request)
             loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0)))
         }
         for (r, _) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
@@ -346,6 +347,8 @@ public final class Daemon {
         st.completedAt = r.completedAt
         st.stateChangedAt = r.stateChangedAt
         st.uniqueBytes = r.uniqueBytes
+        st.warnings = r.warnings
+        st.area = RegionArea.jsonObject(r.request)
         if r.state == .downloading {
             r.rates.add(time: Daemon.now(), progress: r.progress)
             let rates = r.rates.rates

@@ -137,9 +137,22 @@ extension Daemon {
     /// `keepingManifest` (only new credentials), the manifest stays and only the rest is fetched.
     func accept(_ request: RegionRequest, plan: ResourcePlan?, path: String, name: String, keepingManifest: Bool = false) {
         let files = store.region(request.id)
-        if let old = regions[request.id] { stopDownload(old) }
+        let old = regions[request.id]
+        if let old { stopDownload(old) }
         arrivals += 1
         let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
+        r.warnings = RegionWarning.of(request)
+        // A completed pack replaced by another download of the same id: said loudly (a status
+        // warning, the event, a log warning), as it is gone once the new download starts.
+        var replaced: [String: Any] = [:]
+        if let old, old.state == .completed || old.refreshing, !keepingManifest {
+            let when = old.completedAt.map { " (completed \(Timestamp.iso8601($0)))" } ?? ""
+            r.warnings.append(RegionWarning(code: RegionWarning.packReplaced,
+                                            message: "this request replaced the completed pack of region '\(request.id)'\(when) with another download; to keep a pack, give the new request another id"))
+            replaced = ["replaced": ["state": old.state.rawValue, "completedAt": old.completedAt.map(Timestamp.iso8601) ?? NSNull(),
+                                     "resources": old.progress.resourcesCompleted, "bytes": old.progress.bytesCompleted]]
+            Log.warning("\(name) replaces the completed pack of region \(request.id)", region: request.id, state: old.state.rawValue, [("file", name)])
+        }
         do {
             if keepingManifest {
                 var isStyle = false
@@ -177,7 +190,8 @@ extension Daemon {
         }
         Files.remove(path)
         Log.info("accepted \(name)", region: r.id, [("file", name)])
-        setState(r, .queued)
+        for w in r.warnings where w.code != RegionWarning.packReplaced { Log.warning(w.message, region: r.id, [("code", w.code)]) }
+        setState(r, .queued, extra: replaced.merging(r.warnings.isEmpty ? [:] : ["warnings": r.warnings.map(\.jsonObject)]) { a, _ in a })
     }
 
     func handleControl(path: String, name: String) {
@@ -264,6 +278,8 @@ extension Daemon {
             abandonRefresh(r, "cancelled")
         case .to(let next):
             stopDownload(r)
+            // Space was freed, or so the user says: the quota's count of the store is taken again.
+            if action == .resume && r.state == .failedStorage { store.recountBeforeNextRefusal() }
             if next == .queued { r.error = nil; r.probeURL = nil }
             setState(r, next, note: action.rawValue)
         }

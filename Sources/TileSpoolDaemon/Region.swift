@@ -71,6 +71,9 @@ final class Region {
     var completedAt: Date?
     var stateChangedAt: Date?
     var uniqueBytes: Int?
+    /// See `RegionStatus.warnings`: the request's own (`RegionWarning.of`), a replaced pack, and
+    /// after completion the sources whose every tile was empty.
+    var warnings: [RegionWarning] = []
 
     init(id: String, request: RegionRequest, state: RegionState, files: any RegionStorage, arrival: Int) {
         self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival
@@ -115,6 +118,9 @@ final class Download {
     var journaledLines = 0
     /// Lines of this download in the batch at the writer thread (not yet in `pending`, not yet counted).
     var committing = 0
+    /// Tiles with content (a body) recorded so far, by source: a source without any at the end
+    /// gets a `sourceEmpty` warning.
+    var tilesWithContent: [String: Int] = [:]
     /// Why each tile recorded as failed (`maxFailedTiles`) failed, by manifest key, for failed.tsv.
     var failureReasons: [String: String] = [:]
     /// No new request before this time (a server's Retry-After).

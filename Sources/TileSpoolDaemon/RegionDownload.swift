@@ -114,6 +114,7 @@ extension Daemon {
         d.plan = plan
         d.done = Bitmap(count: plan.indexSpace)
         var p = RegionProgress()
+        d.tilesWithContent = [:]
         d.files.readManifest(cutPartialLine: true) { line in
             guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
             d.done[i] = true
@@ -370,7 +371,9 @@ extension Daemon {
         let failedSoFar = r.progress.tilesFailed + d.pending.filter { $0.line.failed }.count + atWriter
         if failedSoFar >= budget {
             var over = e
-            over.message += "; \(failedSoFar + 1) tiles failed, more than the request's maxFailedTiles (\(budget)); see failed.tsv"
+            // A refresh that fails this way is abandoned (the pack stays as it was): no failed.tsv.
+            over.message += "; \(failedSoFar + 1) tiles failed, more than the request's maxFailedTiles (\(budget))"
+                + (r.refreshing ? ": the refresh was abandoned and the pack is unchanged" : "; see failed.tsv")
             // failed.tsv is written before the status says `failed` (a script reads it then): the
             // download is stopped first, which records the failed tiles still waiting.
             if !r.refreshing { stopDownload(r); writeFailedList(r, d) }
@@ -497,6 +500,23 @@ extension Daemon {
     func finishIfDone(_ r: Region, _ d: Download) {
         guard let plan = d.plan, r.state == .downloading, d.inFlight.isEmpty, d.pending.isEmpty, d.committing == 0, d.retries.isEmpty else { return }
         guard r.progress.resourcesCompleted >= plan.count else { return }
+        // No tile with content at all: most often a wrong template (404 everywhere), never a
+        // `completed` of 0 bytes unless the request says so (`allowEmpty`).
+        let p = r.progress
+        if plan.tileCount > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {
+            let sample = plan.tileSets.first.map { set -> String in
+                let t = set.rects.first.map { $0.tile(at: 0) }
+                return t.map { " (e.g. \(Redaction.redact(set.template.url(for: $0))))" } ?? ""
+            } ?? ""
+            fail(r, RegionError(code: .allTilesEmpty,
+                                message: "every one of the \(plan.tileCount) tiles was empty (\(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body)\(sample): check the tile URL template; if the area really has no tiles, add \"allowEmpty\": true to the request"))
+            return
+        }
+        r.warnings.removeAll { $0.code == RegionWarning.sourceEmpty }
+        for set in plan.tileSets where set.count > 0 && d.tilesWithContent[set.source, default: 0] == 0 {
+            r.warnings.append(RegionWarning(code: RegionWarning.sourceEmpty,
+                                            message: "source '\(set.source)': every one of its \(set.count) tiles was empty (\(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body)"))
+        }
         r.download = nil
         d.files.closeManifest()
         guard case .to(let next) = RegionStateMachine.apply(.finish, to: r.state, refreshing: r.refreshing) else { return }

@@ -26,6 +26,8 @@ public struct VerifyReport: Sendable {
     public var countMismatches: [String] = []
     public var quarantined = 0
     public var regionsMarked: [String] = []
+    /// Regions whose refresh swap, cut short, `verify --repair` finished before checking.
+    public var refreshesFinished: [String] = []
     public var faults: Int { badObjects.count + missingObjects.count + tempFiles.count + countMismatches.count }
 }
 
@@ -104,10 +106,36 @@ public enum StoreMaintenance {
         return report
     }
 
+    /// The lines of one manifest (a region's, or its refresh's) whose objects are intact and
+    /// present (`kept`), and the others (`dropped`), reported in `report.missingObjects` (a line
+    /// naming an object that is present but bad is counted in `badObjects` already).
+    /// - Throws: the store's error when the manifest cannot be read to its end.
+    static func checkManifest(_ files: any RegionStorage, id: String, label: String, store: any TileStore, objects: ObjectCheck,
+                              report: inout VerifyReport) throws -> (kept: [ManifestLine], dropped: [ManifestLine], lines: Int) {
+        var kept: [ManifestLine] = [], dropped: [ManifestLine] = []
+        var lines = 0
+        let bad = objects.badNames
+        files.readManifest { line in
+            lines += 1
+            report.linesChecked += 1
+            if let s = line.sha256, bad.contains(s) || (objects.present?.contains(s) != true && !store.contains(s)) {
+                if !bad.contains(s) { report.missingObjects.append("\(label): \(line.key) -> \(s)") }
+                dropped.append(line)
+            } else {
+                kept.append(line)
+            }
+        }
+        if let e = files.readFailure { throw e }
+        return (kept, dropped, lines)
+    }
+
     /// Re-hashes every object and checks every manifest, temp folder and completed region's counts.
     /// With `repair`, bad objects move to `<store>/quarantine/` (S3: are deleted), the manifest
     /// lines that used bad or missing objects are dropped, and those regions become `failed` with
-    /// code `storeDamaged`, so that `resume` fetches exactly what is missing. Nothing else is deleted.
+    /// code `storeDamaged`, so that `resume` fetches exactly what is missing. A refresh under way
+    /// (`regions/<id>/refresh/`) is checked too: its bad lines are dropped (it fetches them again),
+    /// or, when the pack itself was damaged, the refresh is abandoned; journal lines naming a bad
+    /// object are dropped; a refresh swap cut short is finished first. Nothing else is deleted.
     /// Only regions with a status in `status`'s spool have their counts checked.
     /// - Throws: the store's error when it cannot be listed.
     public static func verify(store: any TileStore, status: StatusWriter, repair: Bool) throws -> VerifyReport {
@@ -122,46 +150,66 @@ public enum StoreMaintenance {
 
         for id in try store.regionIDs().sorted() {
             let files = store.region(id)
-            report.manifestsChecked += 1
-            var kept: [ManifestLine] = []
-            var dropped = 0
-            var droppedTiles = 0, droppedBytes = 0, droppedTileBytes = 0
-            var lines = 0
-            files.readManifest { line in
-                lines += 1
-                report.linesChecked += 1
-                if let s = line.sha256, bad.contains(s) || (objects.present?.contains(s) != true && !store.contains(s)) {
-                    if !bad.contains(s) { report.missingObjects.append("\(id): \(line.key) -> \(s)") }
-                    dropped += 1
-                    droppedBytes += line.bytes
-                    if line.kind == .tile { droppedTiles += 1; droppedTileBytes += line.bytes }
-                } else {
-                    kept.append(line)
-                }
+            // A refresh's swap cut short is finished first, as the daemon's next start would
+            // (only with --repair: the daemon is stopped then, and verify alone changes nothing).
+            if repair, (try? files.finishInterruptedRefreshCommit()) == true {
+                report.refreshesFinished.append(id)
             }
-            if let e = files.readFailure { throw e }
+            report.manifestsChecked += 1
+            let own = try checkManifest(files, id: id, label: id, store: store, objects: objects, report: &report)
             let st = status.read(id: id)
             if let st, st.state == .completed {
                 let planned = files.loadPlan()?.count
-                if st.progress.resourcesCompleted != lines || (planned != nil && planned != lines) {
-                    report.countMismatches.append("\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(lines)" + (planned.map { ", plan has \($0)" } ?? ""))
+                if st.progress.resourcesCompleted != own.lines || (planned != nil && planned != own.lines) {
+                    report.countMismatches.append("\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(own.lines)" + (planned.map { ", plan has \($0)" } ?? ""))
                 }
             }
-            if repair && dropped > 0 {
+            // The pack a refresh under way is making: a later swap installs it, so a line naming a
+            // damaged or missing object there is as bad as one in the pack in use.
+            let refresh = files.refreshStorage
+            var refreshDropped = 0
+            if refresh !== files, files.refreshUnderWay() != nil {
+                report.manifestsChecked += 1
+                let r = try checkManifest(refresh, id: id, label: id + " (refresh)", store: store, objects: objects, report: &report)
+                refreshDropped = r.dropped.count
+                if repair && !r.dropped.isEmpty {
+                    // The refresh fetches them again when it goes on (they are no longer recorded).
+                    try refresh.replaceManifest(r.kept)
+                }
+            }
+            if repair {
+                // Journal lines naming a bad object: a restart re-hashes them anyway (and skips
+                // them); they are dropped here so that nothing recorded names a quarantined object.
+                for f in refresh === files ? [files] : [files, refresh] {
+                    var text: [UInt8] = [], dropped = 0
+                    f.readJournal { line in
+                        if let s = line.sha256, objects.badNames.contains(s) { dropped += 1 } else { text += Array(line.text.utf8) }
+                    }
+                    if dropped > 0 { f.replaceJournal(with: text[...]) }
+                }
+            }
+            if repair && !own.dropped.isEmpty {
                 // A rewrite that fails stops verify with its error (exit 1): the region is not
                 // marked, and the manifest still names what was dropped (a second repair retries).
-                try files.replaceManifest(kept)
+                try files.replaceManifest(own.kept)
                 if var st {
+                    let d = own.dropped
                     st.state = .failed
-                    st.error = RegionError(code: .storeDamaged, message: "\(dropped) resources were damaged or missing in the store; resume fetches them again")
-                    st.progress.resourcesCompleted = max(0, st.progress.resourcesCompleted - dropped)
-                    st.progress.tilesCompleted = max(0, st.progress.tilesCompleted - droppedTiles)
-                    st.progress.bytesCompleted = max(0, st.progress.bytesCompleted - droppedBytes)
-                    st.progress.tileBytesCompleted = max(0, st.progress.tileBytesCompleted - droppedTileBytes)
+                    st.refreshing = false
+                    st.error = RegionError(code: .storeDamaged, message: "\(d.count) resources were damaged or missing in the store; resume fetches them again")
+                    st.progress.resourcesCompleted = max(0, st.progress.resourcesCompleted - d.count)
+                    st.progress.tilesCompleted = max(0, st.progress.tilesCompleted - d.filter { $0.kind == .tile }.count)
+                    st.progress.bytesCompleted = max(0, st.progress.bytesCompleted - d.reduce(0) { $0 + $1.bytes })
+                    st.progress.tileBytesCompleted = max(0, st.progress.tileBytesCompleted - d.filter { $0.kind == .tile }.reduce(0) { $0 + $1.bytes })
                     st.updatedAt = Date()
                     status.record(st, extra: ["note": "verify --repair"])
                 }
+                // The region is failed now: a refresh under way would swap in a pack over a
+                // manifest that is being fetched again; it goes (resume downloads what is missing).
+                if refresh !== files { files.abandonRefresh() }
                 report.regionsMarked.append(id)
+            } else if repair && refreshDropped > 0 {
+                report.regionsMarked.append(id + " (refresh)")
             }
         }
         return report

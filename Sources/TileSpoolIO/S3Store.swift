@@ -76,6 +76,7 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
     public var usage: (objects: Int, bytes: Int)? { nil }
     public var added: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return addedCount }
     public func measureUsage() -> (objects: Int, bytes: Int)? { nil }
+    public func recountBeforeNextRefusal() {}
     public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {}
     public func recoverLeftovers() {}
 

@@ -84,6 +84,10 @@ public struct RegionStatus: @unchecked Sendable {
     /// While a downloading region waits on a server's `Retry-After`: when it will ask again
     /// (written as `throttledUntil`, RFC 3339 UTC); nil otherwise (the field is then absent).
     public var throttledUntil: Date?
+    /// What a person should look at although the region goes on (`RegionWarning`); empty: none.
+    public var warnings: [RegionWarning] = []
+    /// The ground the request covers (`RegionArea.jsonObject`); nil for a request not read.
+    public var area: [String: Any]?
 
     public init(id: String, state: RegionState, progress: RegionProgress, error: RegionError?, request: [String: Any]?, context: Any, updatedAt: Date = Date()) {
         self.id = id; self.state = state; self.progress = progress; self.error = error
@@ -105,6 +109,8 @@ public struct RegionStatus: @unchecked Sendable {
         o["uniqueBytes"] = uniqueBytes ?? null
         if let exports { o["exports"] = exports }
         if let throttledUntil { o["throttledUntil"] = Timestamp.iso8601(throttledUntil) }
+        o["warnings"] = warnings.map(\.jsonObject)
+        o["area"] = area ?? null
         return o
     }
 
@@ -125,6 +131,8 @@ public struct RegionStatus: @unchecked Sendable {
         stateChangedAt = (o["stateChangedAt"] as? String).flatMap(Timestamp.parse)
         uniqueBytes = o["uniqueBytes"].flatMap(JSONKind.integer)
         throttledUntil = (o["throttledUntil"] as? String).flatMap(Timestamp.parse)
+        warnings = (o["warnings"] as? [Any] ?? []).compactMap(RegionWarning.init(jsonObject:))
+        area = o["area"] as? [String: Any]
     }
 }
 

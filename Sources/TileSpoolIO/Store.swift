@@ -189,7 +189,11 @@ public final class ObjectStore: @unchecked Sendable {
         }
         if let m = maxBytes, let u = usage, u.bytes + data.count > m {
             if !probed && writes.touch(sha) { writes.noteOutcome(present: true); return (sha, false) }
-            throw SystemError("quota", objectsDir, errno: EDQUOT)
+            // The count may be stale (a gc freed space since it was taken): count again before
+            // refusing, at most once every `quotaRecountInterval` seconds.
+            guard recountForQuota(), let fresh = usage, fresh.bytes + data.count <= m else {
+                throw SystemError("quota", objectsDir, errno: EDQUOT)
+            }
         }
         // Counted before the write, as the writer's outcome (`unwritten`) may come first.
         counters.lock()
@@ -215,6 +219,34 @@ public final class ObjectStore: @unchecked Sendable {
         unwrittenAtBase = e
         usageBase = (measured.objects + now.0 - addedAtStart.objects + q.objects,
                      measured.bytes + now.1 - addedAtStart.bytes + q.bytes)
+        lastCount = ObjectStore.monotonic()
+    }
+
+    /// The shortest time between two recounts of the store that a refusal for the quota makes
+    /// (`put`): 2 seconds. A recount lists every object (about a second per million).
+    public static let quotaRecountInterval = 2.0
+    /// When `usage` was last set from a count (monotonic seconds), or nil.
+    private var lastCount: Double?
+
+    /// `TileStore.recountBeforeNextRefusal`: the next refusal for the quota counts the store
+    /// again, however recent the last count.
+    public func recountBeforeNextRefusal() { counters.lock(); lastCount = nil; counters.unlock() }
+
+    /// Counts the store again (`measure`) when the last count is older than
+    /// `quotaRecountInterval`, and sets `usage` from it; true when it did.
+    private func recountForQuota() -> Bool {
+        let now = ObjectStore.monotonic()
+        counters.lock(); let last = lastCount; counters.unlock()
+        if let last, now - last < ObjectStore.quotaRecountInterval { return false }
+        let start = added
+        setUsage(ObjectStore.measure(root: root), addedAtStart: start)
+        return true
+    }
+
+    static func monotonic() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 
     /// Counts the object files under `<root>/objects/` and sums their sizes (`lstat` each; one

@@ -78,6 +78,9 @@ public protocol TileStore: AnyObject, Sendable {
     var usage: (objects: Int, bytes: Int)? { get }
     /// Objects and bytes this process has put since it opened the store.
     var added: (objects: Int, bytes: Int) { get }
+    /// Space may have been freed (a user resumes a region that hit the quota, after a gc): the
+    /// next refusal for the quota counts the store again first (disk; nothing on S3).
+    func recountBeforeNextRefusal()
     /// Counts the objects and their bytes (a full listing: safe on any thread); nil when the
     /// backend does not measure (S3).
     func measureUsage() -> (objects: Int, bytes: Int)?

@@ -185,6 +185,7 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     let store = try loc.openStore()
     let r = try StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
     for b in r.badObjects { out("bad object (content does not hash to its name): objects/\(b)") }
+    for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }
     for m in r.missingObjects { out("missing object: \(m)") }
     for t in r.tempFiles { out("temp file left over: \(t)") }
     for c in r.countMismatches { out("count mismatch: \(c)") }
