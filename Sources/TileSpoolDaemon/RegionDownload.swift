@@ -203,8 +203,9 @@ extension Daemon {
     }
 
     /// Starts the transfer of `item`: a conditional GET during a refresh when the pack's line has
-    /// validators. False when a rate limit holds it back: nothing started, and `d.rateWaitUntil`
-    /// says when to ask again.
+    /// validators (which header: `ConditionalRequest.headers(for:)`, applied by `HTTPClient.start`
+    /// on either download loop). False when a rate limit holds it back: nothing started, and
+    /// `d.rateWaitUntil` says when to ask again.
     func issue(_ r: Region, _ d: Download, _ item: WorkItem, now: Double) -> Bool {
         let (url, kind, key) = describe(item, d)
         if !admitted(r, d, url: url, now: now) { return false }
@@ -213,8 +214,7 @@ extension Daemon {
         d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key)
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
-        let validators = d.previousLine(kind, key)?.freshness
-        let conditional = validators?.hasValidator == true ? validators : nil
+        let conditional = d.previousLine(kind, key)?.freshness
         // Tiles go to the less busy of the two download loops; everything else stays here.
         if kind == .tile, let lane, lane.inFlight < http.inFlight {
             lane.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList,

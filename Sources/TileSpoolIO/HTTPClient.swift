@@ -55,8 +55,8 @@ public struct TransferResult: Sendable {
     /// The response's validators and expiry (`ETag`, `Last-Modified`, `Cache-Control: max-age`,
     /// `Expires`), with `fetched` = when it was received.
     public var freshness = Freshness()
-    /// True when the server answered a conditional request with 304 Not Modified (or libcurl found
-    /// the `If-Modified-Since` condition unmet and skipped the body): the stored copy is current.
+    /// True when the server answered 304 Not Modified (to a conditional request): the stored copy
+    /// is current. Only a 304 sets it; a 200 is always a new body.
     public var notModified = false
     /// The response's `Content-Type` header (after redirects), if any.
     public var contentType: String?
@@ -144,9 +144,11 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     /// Starts a GET of `url`. `tag` identifies the transfer in `collect`'s results and must be unique
-    /// among transfers under way. With `validators`, the GET is conditional (RFC 9110 section 13.1):
-    /// `If-None-Match` with the ETag, `If-Modified-Since` with the Last-Modified time
-    /// (`CURLOPT_TIMECONDITION`); a 304 comes back with `notModified` set and an empty body.
+    /// among transfers under way. `validators` (the stored response's, if any) make the GET
+    /// conditional as `ConditionalRequest.headers(for:)` says (RFC 9110 section 13.1: the ETag as
+    /// `If-None-Match` when there is one, else `If-Modified-Since`); only a 304 answer comes back
+    /// with `notModified` set, a 200 always with its body. libcurl's `CURLOPT_TIMECONDITION` is
+    /// not used: it drops the body of a 200 whose `Last-Modified` did not move.
     /// `headers` (name, value) are sent as well, in the same per-transfer header list; values with
     /// CR or LF are skipped (they would split the request).
     public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = []) {
@@ -156,20 +158,12 @@ public final class HTTPClient: @unchecked Sendable {
         t.limit = options.maxObjectSize
         t.tooLarge = false
         tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
-        if let etag = validators?.etag, !etag.contains(where: { $0 == "\r" || $0 == "\n" }) {
-            t.headers = curl_slist_append(nil, "If-None-Match: \(etag)")
-        }
-        for (name, value) in extra where !(name + value).contains(where: { $0 == "\r" || $0 == "\n" }) {
+        for (name, value) in ConditionalRequest.headers(for: validators) + extra
+        where !(name + value).contains(where: { $0 == "\r" || $0 == "\n" }) {
             // "Name;" is libcurl's way to send a header with an empty value.
             t.headers = curl_slist_append(t.headers, value.isEmpty ? "\(name);" : "\(name): \(value)")
         }
         tilespool_easy_setopt_slist(t.easy, CURLOPT_HTTPHEADER, t.headers)
-        if let lm = validators?.lastModified {
-            tilespool_easy_setopt_long(t.easy, CURLOPT_TIMECONDITION, Int(CURL_TIMECOND_IFMODSINCE.rawValue))
-            tilespool_easy_setopt_off(t.easy, CURLOPT_TIMEVALUE_LARGE, curl_off_t(lm))
-        } else {
-            tilespool_easy_setopt_long(t.easy, CURLOPT_TIMECONDITION, Int(CURL_TIMECOND_NONE.rawValue))
-        }
         active[tag] = t
         byEasy[t.easy] = t
         curl_multi_add_handle(multi, t.easy)
@@ -244,9 +238,7 @@ public final class HTTPClient: @unchecked Sendable {
             let h = headers(t.easy)
             r.freshness = freshness(h)
             r.contentType = h.contentType
-            var unmet = 0
-            tilespool_easy_getinfo_long(t.easy, CURLINFO_CONDITION_UNMET, &unmet)
-            r.notModified = status == 304 || unmet != 0
+            r.notModified = status == 304 // a 200 is a new body, whatever its Last-Modified says
             if r.notModified { r.body = Data() }
             return r
         }

@@ -1,0 +1,223 @@
+// Issue 29, "Trust first", the HTTP slice: conditional requests that never keep stale data,
+// request headers that stay on their origin across redirects, tile usage policies that hold for
+// every `{s}` expansion and every redirect, a deadline per transfer, and a capped Retry-After.
+// Pure rules first (TileSpoolCore), then the HTTP client against the fault server, then the real
+// daemon.
+import Foundation
+import XCTest
+@testable import TileSpoolCore
+@testable import TileSpoolIO
+
+// MARK: - Pure rules
+
+/// `ConditionalRequest`: which conditional header a stored `Freshness` gives (RFC 9110 13.1.3).
+final class ConditionalRequestTests: XCTestCase {
+    let lastModified: Int64 = 1_735_689_600 // Wed, 01 Jan 2025 00:00:00 GMT
+
+    func testAnETagIsSentAloneAndLastModifiedOnlyWithoutOne() {
+        func names(_ f: Freshness?) -> [String] { ConditionalRequest.headers(for: f).map(\.0) }
+        let both = Freshness(etag: "\"abc\"", lastModified: lastModified, expires: 1, fetched: 2)
+        XCTAssertEqual(ConditionalRequest.headers(for: both).map { "\($0.0): \($0.1)" }, ["If-None-Match: \"abc\""])
+        XCTAssertEqual(ConditionalRequest.headers(for: Freshness(etag: "W/\"x\"")).map(\.1), ["W/\"x\""], "a weak ETag as sent")
+        XCTAssertEqual(ConditionalRequest.headers(for: Freshness(lastModified: lastModified)).map { "\($0.0): \($0.1)" },
+                       ["If-Modified-Since: Wed, 01 Jan 2025 00:00:00 GMT"])
+        XCTAssertEqual(names(nil), [])
+        XCTAssertEqual(names(Freshness()), [])
+        XCTAssertEqual(names(Freshness(expires: 5, fetched: 6)), [], "expiry alone is no validator")
+        // An ETag that cannot be sent (it would split the request) counts as absent.
+        XCTAssertEqual(names(Freshness(etag: "\"a\"\r\nX-Evil: 1", lastModified: lastModified)), ["If-Modified-Since"])
+        XCTAssertEqual(names(Freshness(etag: "", lastModified: lastModified)), ["If-Modified-Since"])
+        XCTAssertEqual(names(Freshness(etag: "\"a\"\n")), [])
+        // A time the date format cannot carry is not sent.
+        XCTAssertEqual(names(Freshness(lastModified: -1)), [])
+        XCTAssertEqual(names(Freshness(lastModified: 253_402_300_800)), [])
+    }
+
+    /// IMF-fixdate (RFC 9110 5.6.7): the RFC's own example, the edges, and a sweep compared with
+    /// Foundation's formatter (an independent implementation).
+    func testIMFFixdate() {
+        XCTAssertEqual(ConditionalRequest.imfFixdate(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT")
+        XCTAssertEqual(ConditionalRequest.imfFixdate(0), "Thu, 01 Jan 1970 00:00:00 GMT")
+        XCTAssertEqual(ConditionalRequest.imfFixdate(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT")
+        XCTAssertEqual(ConditionalRequest.imfFixdate(lastModified), "Wed, 01 Jan 2025 00:00:00 GMT")
+        XCTAssertNotNil(ConditionalRequest.imfFixdate(253_402_300_799))
+        XCTAssertNil(ConditionalRequest.imfFixdate(-1))
+        XCTAssertNil(ConditionalRequest.imfFixdate(253_402_300_800))
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "GMT")
+        f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        var t: Int64 = 0
+        while t < 253_402_300_800 {
+            XCTAssertEqual(ConditionalRequest.imfFixdate(t), f.string(from: Date(timeIntervalSince1970: Double(t))), "\(t)")
+            t += 7_777_777_777 / 1000 + 12_345 // about 90 days and a bit: every month and weekday over the range
+        }
+    }
+}
+
+// MARK: - The HTTP client against the fault server
+
+/// `HTTPClient` and `DownloadLane` at the edge: what the server received and what came back.
+final class HTTPClientTrustTests: XCTestCase {
+    var server: FaultServer!
+
+    override func setUpWithError() throws { server = try FaultServer() }
+    override func tearDown() { server?.stop() }
+
+    /// Runs one GET to completion on `client`.
+    func fetch(_ client: HTTPClient, _ url: String, validators: Freshness? = nil, headers: [(String, String)] = [],
+               timeout: TimeInterval = 30) throws -> TransferResult {
+        client.start(url: url, tag: 1, validators: validators, headers: headers)
+        var result: TransferResult?
+        try waitUntil("the transfer of \(url) ends", timeout: timeout, poll: 0) {
+            client.wait(timeout: 0.1, fds: [])
+            result = client.collect().first
+            return result != nil
+        }
+        return result!
+    }
+
+    /// The conditional headers the server received with each request for `path`, in order:
+    /// `INM=<value>` and `IMS=<value>`, or `plain`.
+    func conditionalHeaders(_ path: String) -> [String] {
+        server.requests().filter { $0.path == path }.map { r in
+            let c = [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }
+            return c.isEmpty ? "plain" : c.joined(separator: " ")
+        }
+    }
+
+    /// Finding 1: a 200 with a new body and a new ETag but the same Last-Modified is a new body,
+    /// not "not modified"; with an ETag only `If-None-Match` goes out; a real 304 is reported as
+    /// such; without an ETag `If-Modified-Since` goes out as an IMF-fixdate.
+    func testA200IsANewBodyAndOnlyIfNoneMatchGoesOutWithAnETag() throws {
+        let client = HTTPClient(options: HTTPOptions())
+        let path = "/changing/2/hc/0/0/0.png", lm: Int64 = 1_735_689_600
+        // The stored copy is "v0"; the server has v1 now, under the same Last-Modified.
+        let first = try fetch(client, server.url(path), validators: Freshness(etag: "\"v0\"", lastModified: lm))
+        XCTAssertEqual(first.status, 200)
+        XCTAssertFalse(first.notModified)
+        XCTAssertEqual(first.body, FaultServer.okBody(path) + Data(" v1".utf8))
+        XCTAssertEqual(first.freshness.etag, "\"v1\"")
+        XCTAssertEqual(first.freshness.lastModified, lm)
+        // v2 is current and asked with its ETag: a real 304.
+        _ = try fetch(client, server.url(path)) // v2 goes out (a plain GET)
+        let current = try fetch(client, server.url(path), validators: Freshness(etag: "\"v2\"", lastModified: lm))
+        XCTAssertEqual(current.status, 304)
+        XCTAssertTrue(current.notModified)
+        XCTAssertEqual(current.body, Data())
+        // No ETag: If-Modified-Since with the time.
+        let byDate = try fetch(client, server.url(path), validators: Freshness(lastModified: lm))
+        XCTAssertTrue(byDate.notModified)
+        XCTAssertEqual(conditionalHeaders(path), ["INM=\"v0\"", "plain", "INM=\"v2\"", "IMS=Wed, 01 Jan 2025 00:00:00 GMT"])
+    }
+
+    /// Finding 1, the second download loop: a `DownloadLane` follows the same rule (only
+    /// If-None-Match with an ETag) and stores the new body of a 200 itself.
+    func testDownloadLaneStoresTheNewBodyOfA200AndSendsOnlyIfNoneMatch() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("lane-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = try ObjectStore(root: dir)
+        let lane = try DownloadLane(options: HTTPOptions(), store: store)
+        defer { lane.stop() }
+        let path = "/changing/1/lane/0/0/0.png"
+        lane.start(url: server.url(path), tag: 7, validators: Freshness(etag: "\"v0\"", lastModified: 1_735_689_600), headers: [],
+                   policy: LaneStorePolicy(emptyStatuses: [204, 404]))
+        lane.flush()
+        var results: [TransferResult] = []
+        try waitUntil("the lane answered") { results += lane.collect(); return !results.isEmpty }
+        let body = FaultServer.okBody(path) + Data(" v1".utf8)
+        XCTAssertEqual(results.first?.status, 200)
+        XCTAssertEqual(results.first?.notModified, false)
+        XCTAssertEqual(results.first?.storedSHA256, sha256Hex(body))
+        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(body))), body)
+        XCTAssertEqual(conditionalHeaders(path), ["INM=\"v0\""])
+    }
+}
+
+// MARK: - The daemon
+
+/// The real daemon against the fault server.
+final class HTTPTrustTests: FaultServerSpoolTestCase {
+    /// Waits for the `n`th `refresh` event `what` of `id`, and the status to say so.
+    func waitForRefresh(_ id: String, _ what: String, count n: Int, timeout: TimeInterval = 30) throws {
+        try waitUntil("refresh \(what) (#\(n)) of \(id)", timeout: timeout) {
+            if let d = fx.daemon, !d.isRunning { XCTFail("daemon exited: \(fx.log().suffix(2000))"); return true }
+            guard fx.events(id).filter({ $0["refresh"] as? String == what }).count >= n else { return false }
+            return (fx.status(id)?["refreshing"] as? Bool) == (what == "started")
+        }
+    }
+
+    /// The manifest's lines of `id` as columns (comments left out).
+    func manifestColumns(_ id: String) -> [[String]] {
+        let text = (try? String(contentsOfFile: "\(fx.store)/regions/\(id)/manifest.tsv", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
+    }
+
+    /// The conditional headers the server received with each request for `path`, in order.
+    func conditionalHeaders(_ path: String) -> [String] {
+        server.requests().filter { $0.path == path }.map { r in
+            let c = [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }
+            return c.isEmpty ? "plain" : c.joined(separator: " ")
+        }
+    }
+
+    func refresh(_ id: String) throws {
+        let (code, out) = try fx.cli(["refresh", id, "--spool", fx.spool])
+        XCTAssertEqual(code, 0, out)
+    }
+
+    // MARK: Finding 1: refresh never keeps stale data
+
+    /// A tile whose body and ETag change while its Last-Modified does not: the first refresh
+    /// stores the NEW body (the manifest's SHA-256 and the object's bytes are v2's), and the
+    /// second asks with `If-None-Match` "v2" alone, gets a 304 and keeps v2.
+    func testRefreshStoresANewBodyWhoseLastModifiedDidNotChange() throws {
+        try fx.start()
+        let path = "/changing/2/rt/0/0/0.png"
+        try fx.drop("rt.json", server.tilesRequest(["/changing/2/rt/{z}/{x}/{y}.png"]))
+        try fx.waitForState("rt", "completed", timeout: 20)
+        let v1 = FaultServer.okBody(path) + Data(" v1".utf8), v2 = FaultServer.okBody(path) + Data(" v2".utf8)
+        XCTAssertEqual(fx.manifest("rt").map(\.sha), [sha256Hex(v1)])
+
+        try refresh("rt")
+        try waitForRefresh("rt", "finished", count: 1)
+        let line = try XCTUnwrap(manifestColumns("rt").first)
+        XCTAssertEqual(line[1], sha256Hex(v2), "the new body is recorded")
+        XCTAssertEqual(line[5], "\"v2\"", "next to its own ETag")
+        XCTAssertEqual(FileManager.default.contents(atPath: fx.objectPath(sha256Hex(v2))), v2)
+        XCTAssertEqual(fx.progress("rt")["resourcesChanged"], 1)
+
+        try refresh("rt")
+        try waitForRefresh("rt", "finished", count: 2)
+        XCTAssertEqual(conditionalHeaders(path), ["plain", "INM=\"v1\"", "INM=\"v2\""], "If-None-Match alone once an ETag is known")
+        XCTAssertEqual(fx.manifest("rt").map(\.sha), [sha256Hex(v2)], "the 304 keeps v2")
+        XCTAssertEqual(fx.progress("rt")["resourcesUnchanged"], 1)
+        fx.assertStoreMatchesManifest("rt")
+    }
+
+    /// The same for a style document: the refreshed style is the new one, byte for byte.
+    func testRefreshStoresANewStyleWhoseLastModifiedDidNotChange() throws {
+        let doc = """
+            {"version": 8, "name": "changing v__VERSION__",
+             "sources": {"r": {"type": "raster", "tiles": ["__BASE__/ok/rs/{z}/{x}/{y}.png"], "maxzoom": 0}},
+             "layers": [{"id": "r", "type": "raster", "source": "r"}]}
+            """
+        try server.register("changing-style", json: doc)
+        func version(_ v: Int) -> Data {
+            Data(doc.replacingOccurrences(of: "__BASE__", with: server.baseURL).replacingOccurrences(of: "__VERSION__", with: "\(v)").utf8)
+        }
+        try fx.start()
+        try fx.drop("rs.json", ["style": server.url("/changingjson/2/changing-style"), "bounds": [-180, -85, 180, 85],
+                                "minZoom": 0, "maxZoom": 0])
+        try fx.waitForState("rs", "completed", timeout: 20)
+        XCTAssertEqual(fx.manifest("rs").first { $0.kind == "style" }?.sha, sha256Hex(version(1)))
+        try refresh("rs")
+        try waitForRefresh("rs", "finished", count: 1)
+        let style = try XCTUnwrap(manifestColumns("rs").first { $0[0] == "style" })
+        XCTAssertEqual(style[1], sha256Hex(version(2)), "the new style is recorded")
+        XCTAssertEqual(style[5], "\"v2\"")
+        XCTAssertEqual(FileManager.default.contents(atPath: fx.objectPath(sha256Hex(version(2)))), version(2))
+        XCTAssertEqual(conditionalHeaders("/changingjson/2/changing-style"), ["plain", "INM=\"v1\""])
+        fx.assertStoreMatchesManifest("rs")
+    }
+}
