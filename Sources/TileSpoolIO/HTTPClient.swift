@@ -15,7 +15,8 @@ public struct HTTPOptions: Sendable {
     /// Largest body accepted, after content decoding (`CURLOPT_MAXFILESIZE_LARGE` and a check while
     /// receiving). Default 32 MiB.
     public var maxObjectSize = 32 << 20
-    /// Redirects followed at most (`CURLOPT_MAXREDIRS`).
+    /// Redirects followed at most; one more fails the transfer (`TransferFailure.refused`).
+    /// `HTTPClient` follows them itself, hop by hop (`Redirect`).
     public var maxRedirects = 5
     /// The User-Agent sent (`--user-agent`); by default it names TileSpool, its version and the
     /// project's URL, as tile usage policies ask (e.g. https://operations.osmfoundation.org/policies/tiles/).
@@ -38,7 +39,8 @@ public enum TransferFailure: Sendable, Equatable {
     case network(String)
     /// The body arrived damaged: shorter than announced, undecodable content encoding, too large.
     case badResponse(String)
-    /// The transfer cannot succeed by retrying: a scheme other than http(s), a redirect loop.
+    /// The transfer cannot succeed by retrying: a scheme other than http(s) (also by redirect),
+    /// more than `maxRedirects` redirects, a malformed URL.
     case refused(String)
 }
 
@@ -67,14 +69,26 @@ public struct TransferResult: Sendable {
     public var storeFailure: SystemError?
 }
 
-/// One transfer's receive state, reached from libcurl's write callback through `CURLOPT_WRITEDATA`.
+/// One transfer's state: what its hops send, and the receive state reached from libcurl's write
+/// callback through `CURLOPT_WRITEDATA`.
 final class Transfer {
     var tag = 0
     var body = Data()
     var limit = 0
     var tooLarge = false
-    /// The conditional-request header list of the transfer under way (freed when it ends).
+    /// The header list of the hop under way (freed when the next hop starts or the transfer ends).
     var headers: UnsafeMutablePointer<curl_slist>?
+    /// The conditional headers (sent on every hop) and the caller's own (sent while
+    /// `sendsRequestHeaders`), CR/LF-free.
+    var conditional: [(String, String)] = []
+    var requestHeaders: [(String, String)] = []
+    var sendsRequestHeaders = true
+    /// The URL first asked, its origin once a redirect needed it, the URL of the hop under way,
+    /// and how many redirects were followed.
+    var firstURL = ""
+    var firstOrigin: HTTPOrigin??
+    var url = ""
+    var redirects = 0
     let easy: UnsafeMutableRawPointer
     init(easy: UnsafeMutableRawPointer) { self.easy = easy }
 }
@@ -90,9 +104,13 @@ private func writeBody(_ ptr: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb
 }
 
 /// An HTTP client over libcurl's multi interface (https://curl.se/libcurl/c/libcurl-multi.html):
-/// many transfers at once on one thread, connections kept alive and reused, redirects followed
-/// (http and https only, `CURLOPT_PROTOCOLS_STR`/`CURLOPT_REDIR_PROTOCOLS_STR`), gzip accepted.
-/// Not thread-safe: use it from one thread, which also calls `wait` and `collect`.
+/// many transfers at once on one thread, connections kept alive and reused, gzip accepted.
+/// Redirects are followed here, not by libcurl (`CURLOPT_FOLLOWLOCATION` is off): on a 3xx with a
+/// Location (`CURLINFO_REDIRECT_URL`, libcurl's parse) the same transfer starts again at the
+/// target, under the same tag, at most `maxRedirects` times, only to http and https
+/// (`Redirect.followedSchemes`), and the request's own headers go along only while every hop stays
+/// on the first URL's origin (`Redirect.keepsRequestHeaders`). Not thread-safe: use it from one
+/// thread, which also calls `wait` and `collect`.
 public final class HTTPClient: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let options: HTTPOptions
@@ -126,10 +144,8 @@ public final class HTTPClient: @unchecked Sendable {
         if let t = idle.popLast() { return t }
         let easy = curl_easy_init()!
         let t = Transfer(easy: easy)
-        tilespool_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-        tilespool_easy_setopt_long(easy, CURLOPT_MAXREDIRS, options.maxRedirects)
+        tilespool_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0) // followed in `collect`, hop by hop
         tilespool_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        tilespool_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         tilespool_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "") // every encoding libcurl decodes
         tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(options.connectTimeout * 1000))
         tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
@@ -149,24 +165,88 @@ public final class HTTPClient: @unchecked Sendable {
     /// `If-None-Match` when there is one, else `If-Modified-Since`); only a 304 answer comes back
     /// with `notModified` set, a 200 always with its body. libcurl's `CURLOPT_TIMECONDITION` is
     /// not used: it drops the body of a 200 whose `Last-Modified` did not move.
-    /// `headers` (name, value) are sent as well, in the same per-transfer header list; values with
-    /// CR or LF are skipped (they would split the request).
+    /// `headers` (name, value) are sent as well, in the same per-transfer header list, to the
+    /// first URL's origin only (a redirect to another origin drops them); values with CR or LF are
+    /// skipped (they would split the request).
     public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = []) {
         let t = makeTransfer()
         t.tag = tag
-        t.body = Data()
         t.limit = options.maxObjectSize
-        t.tooLarge = false
-        tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
-        for (name, value) in ConditionalRequest.headers(for: validators) + extra
-        where !(name + value).contains(where: { $0 == "\r" || $0 == "\n" }) {
-            // "Name;" is libcurl's way to send a header with an empty value.
-            t.headers = curl_slist_append(t.headers, value.isEmpty ? "\(name);" : "\(name): \(value)")
-        }
-        tilespool_easy_setopt_slist(t.easy, CURLOPT_HTTPHEADER, t.headers)
+        func sendable(_ h: (String, String)) -> Bool { !(h.0 + h.1).contains(where: { $0 == "\r" || $0 == "\n" }) }
+        t.conditional = ConditionalRequest.headers(for: validators).filter(sendable)
+        t.requestHeaders = extra.filter(sendable)
+        t.sendsRequestHeaders = true
+        t.firstURL = url
+        t.firstOrigin = nil
+        t.redirects = 0
         active[tag] = t
         byEasy[t.easy] = t
+        begin(t, url: url)
+    }
+
+    /// Starts (or starts again, after a redirect) the request of `t` to `url`.
+    private func begin(_ t: Transfer, url: String) {
+        t.url = url
+        t.body = Data()
+        t.tooLarge = false
+        var list: UnsafeMutablePointer<curl_slist>?
+        for (name, value) in t.sendsRequestHeaders ? t.conditional + t.requestHeaders : t.conditional {
+            // "Name;" is libcurl's way to send a header with an empty value.
+            list = curl_slist_append(list, value.isEmpty ? "\(name);" : "\(name): \(value)")
+        }
+        tilespool_easy_setopt_slist(t.easy, CURLOPT_HTTPHEADER, list)
+        if let old = t.headers { curl_slist_free_all(old) }
+        t.headers = list
+        tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
         curl_multi_add_handle(multi, t.easy)
+    }
+
+    /// What to do with a finished hop of `t`: nil when it was not a redirect (the transfer is
+    /// done); `.success(())` when the next hop started; `.failure` when the redirect is refused.
+    private func followRedirect(_ t: Transfer) -> Result<Void, RedirectRefused>? {
+        var status = 0
+        tilespool_easy_getinfo_long(t.easy, CURLINFO_RESPONSE_CODE, &status)
+        guard (300...399).contains(status), status != 304 else { return nil }
+        var location: UnsafeMutablePointer<CChar>?
+        tilespool_easy_getinfo_string(t.easy, CURLINFO_REDIRECT_URL, &location)
+        guard let location else { return nil } // a 3xx without a Location: the answer itself
+        let next = String(cString: location)
+        guard t.redirects < options.maxRedirects else {
+            return .failure(RedirectRefused(.refused("more than \(options.maxRedirects) redirects (the last to \(Redaction.redact(next)))")))
+        }
+        guard let parts = HTTPClient.urlParts(next) else {
+            return .failure(RedirectRefused(.refused("redirect to a malformed URL")))
+        }
+        guard Redirect.followedSchemes.contains(parts.scheme), let target = parts.origin else {
+            return .failure(RedirectRefused(.refused("redirect to an unsupported protocol '\(parts.scheme)' (only http and https are followed)")))
+        }
+        if t.firstOrigin == nil { t.firstOrigin = .some(HTTPClient.urlParts(t.firstURL)?.origin) }
+        t.sendsRequestHeaders = Redirect.keepsRequestHeaders(sentSoFar: t.sendsRequestHeaders, first: t.firstOrigin!, next: target)
+        t.redirects += 1
+        begin(t, url: next)
+        return .success(())
+    }
+
+    /// Why a redirect is not followed: the transfer's failure.
+    private struct RedirectRefused: Error { var failure: TransferFailure; init(_ f: TransferFailure) { failure = f } }
+
+    /// The scheme (lower-case) of `url` and, for a URL with a host, its origin (the port filled in
+    /// with the scheme's default); nil when libcurl cannot parse it. The corresponding C
+    /// functions are `curl_url_set` and `curl_url_get` (libcurl's URL API).
+    static func urlParts(_ url: String) -> (scheme: String, origin: HTTPOrigin?)? {
+        guard let h = curl_url() else { return nil }
+        defer { curl_url_cleanup(h) }
+        guard curl_url_set(h, CURLUPART_URL, url, UInt32(CURLU_NON_SUPPORT_SCHEME)) == CURLUE_OK else { return nil }
+        func part(_ p: CURLUPart, _ flags: Int32 = 0) -> String? {
+            var out: UnsafeMutablePointer<CChar>?
+            guard curl_url_get(h, p, &out, UInt32(flags)) == CURLUE_OK, let out else { return nil }
+            defer { curl_free(out) }
+            return String(cString: out)
+        }
+        guard let scheme = part(CURLUPART_SCHEME)?.lowercased() else { return nil }
+        guard let host = part(CURLUPART_HOST), !host.isEmpty else { return (scheme, nil) }
+        let port = part(CURLUPART_PORT, CURLU_DEFAULT_PORT).flatMap { Int($0) }
+        return (scheme, HTTPOrigin(scheme: scheme, host: host, port: port))
     }
 
     /// Stops a transfer under way; no result is reported for it.
@@ -218,10 +298,21 @@ public final class HTTPClient: @unchecked Sendable {
         while let msg = curl_multi_info_read(multi, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
             let code = msg.pointee.data.result
-            guard let t = byEasy.removeValue(forKey: easy) else { continue }
-            active.removeValue(forKey: t.tag)
+            guard let t = byEasy[easy] else { continue }
             curl_multi_remove_handle(multi, easy)
-            results.append(result(of: t, code: code))
+            var refused: TransferFailure?
+            if code == CURLE_OK {
+                switch followRedirect(t) {
+                case .success?: continue // the next hop is under way, same tag
+                case .failure(let why)?: refused = why.failure
+                case nil: break
+                }
+            }
+            byEasy.removeValue(forKey: easy)
+            active.removeValue(forKey: t.tag)
+            var r = result(of: t, code: code)
+            if let refused { r.failure = refused; r.body = Data(); r.notModified = false }
+            results.append(r)
             recycle(t)
         }
         return results

@@ -45,6 +45,9 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
     /redirectloop/...    302 to itself
     /redirectfile/...    302 to file:///etc/passwd
     /redirect/REST       302 to /ok/REST (query kept)
+    /redirectto/SCHEME/HOSTPORT/REST
+                         302 to SCHEME://HOSTPORT/REST (query kept): another server, origin or
+                         host, e.g. /redirectto/http/localhost:PORT/ok/1/2/3.png
     /json/<name>         the registered document, with every "__BASE__" replaced by
                          http://127.0.0.1:PORT; 404 when not registered
     /changing/N/...      a resource whose body and ETag change while Last-Modified does not:
@@ -488,6 +491,12 @@ class Handler(BaseHTTPRequestHandler):
                 return None
             return doc.replace(b"__BASE__", self.base_url.encode()).replace(b"__VERSION__", b"%d" % v)
         self.changing(segments, count, document, "application/json")
+
+    def fault_redirectto(self, path, query, segments, count):
+        if len(segments) < 5:
+            return self.send_body(400, b"use /redirectto/SCHEME/HOSTPORT/REST\n")
+        target = "%s://%s/%s" % (segments[2], segments[3], "/".join(segments[4:]))
+        self.send_no_body(302, headers=[("Location", target + ("?" + query if query else ""))])
 
     def fault_json(self, path, query, segments, count):
         name = "/".join(segments[2:])

@@ -55,6 +55,37 @@ final class ConditionalRequestTests: XCTestCase {
     }
 }
 
+/// `HTTPOrigin` and `Redirect`: same-origin rules and which headers follow a redirect.
+final class RedirectRuleTests: XCTestCase {
+    func testOrigins() {
+        XCTAssertEqual(HTTPOrigin(scheme: "HTTP", host: "Tiles.Example.ORG", port: nil), HTTPOrigin(scheme: "http", host: "tiles.example.org", port: 80))
+        XCTAssertEqual(HTTPOrigin(scheme: "https", host: "h", port: nil).port, 443)
+        XCTAssertNotEqual(HTTPOrigin(scheme: "http", host: "h", port: 8080), HTTPOrigin(scheme: "http", host: "h", port: nil), "another port")
+        XCTAssertNotEqual(HTTPOrigin(scheme: "https", host: "h", port: 443), HTTPOrigin(scheme: "http", host: "h", port: 443), "another scheme")
+        XCTAssertNotEqual(HTTPOrigin(scheme: "http", host: "127.0.0.1", port: 80), HTTPOrigin(scheme: "http", host: "localhost", port: 80), "another host")
+        XCTAssertEqual(Redirect.followedSchemes, ["http", "https"])
+    }
+
+    func testRequestHeadersStayOnTheFirstOrigin() {
+        let a = HTTPOrigin(scheme: "https", host: "a.example", port: nil), b = HTTPOrigin(scheme: "https", host: "b.example", port: nil)
+        XCTAssertTrue(Redirect.keepsRequestHeaders(sentSoFar: true, first: a, next: a))
+        XCTAssertFalse(Redirect.keepsRequestHeaders(sentSoFar: true, first: a, next: b))
+        XCTAssertFalse(Redirect.keepsRequestHeaders(sentSoFar: false, first: a, next: a), "dropped once: not back on a later hop")
+        XCTAssertFalse(Redirect.keepsRequestHeaders(sentSoFar: true, first: nil, next: a), "an unknown first origin keeps nothing")
+    }
+
+    /// libcurl's URL API gives the parts the rules compare.
+    func testURLPartsThroughLibcurl() {
+        XCTAssertEqual(HTTPClient.urlParts("http://127.0.0.1:8080/x?y=1")?.origin, HTTPOrigin(scheme: "http", host: "127.0.0.1", port: 8080))
+        XCTAssertEqual(HTTPClient.urlParts("HTTPS://Tiles.Example.org/a")?.origin, HTTPOrigin(scheme: "https", host: "tiles.example.org", port: 443))
+        XCTAssertEqual(HTTPClient.urlParts("http://user:pw@h:80/")?.origin, HTTPOrigin(scheme: "http", host: "h", port: 80))
+        XCTAssertEqual(HTTPClient.urlParts("file:///etc/passwd")?.scheme, "file")
+        XCTAssertNil(HTTPClient.urlParts("file:///etc/passwd")?.origin ?? nil)
+        XCTAssertEqual(HTTPClient.urlParts("gopher://h/x")?.scheme, "gopher")
+        XCTAssertNil(HTTPClient.urlParts("not a url"))
+    }
+}
+
 // MARK: - The HTTP client against the fault server
 
 /// `HTTPClient` and `DownloadLane` at the edge: what the server received and what came back.
@@ -111,6 +142,55 @@ final class HTTPClientTrustTests: XCTestCase {
         XCTAssertEqual(conditionalHeaders(path), ["INM=\"v0\"", "plain", "INM=\"v2\"", "IMS=Wed, 01 Jan 2025 00:00:00 GMT"])
     }
 
+    /// Finding 2: the request's headers follow a same-origin redirect and no other: not to
+    /// another port (a second server), not to another host name of the same server (`localhost`
+    /// for 127.0.0.1), and not back to the first origin once they were dropped. Conditional
+    /// headers go with every hop. The transfer keeps its tag and ends with the target's body.
+    func testRequestHeadersAreDroppedOnACrossOriginRedirect() throws {
+        let other = try FaultServer()
+        defer { other.stop() }
+        let client = HTTPClient(options: HTTPOptions())
+        let key = [("X-Api-Key", "k-123")], stale = Freshness(etag: "\"old\"")
+        func apiKeys(_ s: FaultServer, _ path: String) -> [String] { s.requests().filter { $0.path == path }.map { $0.headers["X-Api-Key"] ?? "-" } }
+        func etags(_ s: FaultServer, _ path: String) -> [String] { s.requests().filter { $0.path == path }.map { $0.headers["If-None-Match"] ?? "-" } }
+
+        let same = try fetch(client, server.url("/redirect/so/1/2/3.png"), validators: stale, headers: key)
+        XCTAssertEqual(same.status, 200)
+        XCTAssertEqual(same.body, FaultServer.okBody("/ok/so/1/2/3.png"))
+        XCTAssertEqual(apiKeys(server, "/ok/so/1/2/3.png"), ["k-123"], "same origin: kept")
+
+        let cross = try fetch(client, server.url("/redirectto/http/127.0.0.1:\(other.port)/ok/xo/1/2/3.png"), validators: stale, headers: key)
+        XCTAssertEqual(cross.tag, 1)
+        XCTAssertEqual(cross.status, 200)
+        XCTAssertEqual(cross.body, FaultServer.okBody("/ok/xo/1/2/3.png"))
+        XCTAssertEqual(apiKeys(server, "/redirectto/http/127.0.0.1:\(other.port)/ok/xo/1/2/3.png"), ["k-123"], "the first origin has it")
+        XCTAssertEqual(apiKeys(other, "/ok/xo/1/2/3.png"), ["-"], "another port: dropped")
+        XCTAssertEqual(etags(other, "/ok/xo/1/2/3.png"), ["\"old\""], "conditional headers go along")
+
+        _ = try fetch(client, server.url("/redirectto/http/localhost:\(server.port)/ok/lh/1/2/3.png"), headers: key)
+        XCTAssertEqual(apiKeys(server, "/ok/lh/1/2/3.png"), ["-"], "another host name: dropped")
+
+        let back = "/redirectto/http/127.0.0.1:\(other.port)/redirectto/http/127.0.0.1:\(server.port)/ok/back/1/2/3.png"
+        let backAgain = try fetch(client, server.url(back), headers: key)
+        XCTAssertEqual(backAgain.body, FaultServer.okBody("/ok/back/1/2/3.png"))
+        XCTAssertEqual(apiKeys(server, "/ok/back/1/2/3.png"), ["-"], "not back once dropped")
+    }
+
+    /// Redirects followed by the client itself still stop after `maxRedirects` and never leave
+    /// http(s): a loop fails as refused after the request and 5 redirects; `file:` is refused
+    /// without being read.
+    func testRedirectLimitsHold() throws {
+        let client = HTTPClient(options: HTTPOptions())
+        let loop = try fetch(client, server.url("/redirectloop/c/1/2/3.png"))
+        guard case .refused(let why)? = loop.failure else { return XCTFail("\(String(describing: loop.failure))") }
+        XCTAssertTrue(why.contains("redirect"), why)
+        XCTAssertEqual(server.hits("/redirectloop/c/1/2/3.png"), 6)
+        let file = try fetch(client, server.url("/redirectfile/c/1/2/3.png"))
+        guard case .refused(let fileWhy)? = file.failure else { return XCTFail("\(String(describing: file.failure))") }
+        XCTAssertTrue(fileWhy.contains("protocol 'file'"), fileWhy)
+        XCTAssertEqual(file.body, Data())
+    }
+
     /// Finding 1, the second download loop: a `DownloadLane` follows the same rule (only
     /// If-None-Match with an ETag) and stores the new body of a 200 itself.
     func testDownloadLaneStoresTheNewBodyOfA200AndSendsOnlyIfNoneMatch() throws {
@@ -164,6 +244,30 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
     func refresh(_ id: String) throws {
         let (code, out) = try fx.cli(["refresh", id, "--spool", fx.spool])
         XCTAssertEqual(code, 0, out)
+    }
+
+    // MARK: Finding 2: request headers stay on their origin
+
+    /// A region with an API key in its `headers`: the tiles behind a same-origin redirect get
+    /// the key, those behind a redirect to another server do not; both complete with the
+    /// target's bytes under the URL asked.
+    func testRegionHeadersDoNotFollowACrossOriginRedirect() throws {
+        let other = try FaultServer()
+        defer { other.stop() }
+        try fx.start()
+        var request = server.tilesRequest(["/redirect/so/{z}/{x}/{y}.png", "/redirectto/http/127.0.0.1:\(other.port)/ok/xo/{z}/{x}/{y}.png"])
+        request["headers"] = ["X-Api-Key": "k-123"]
+        try fx.drop("hd.json", request)
+        try fx.waitForState("hd", "completed", timeout: 20)
+        func apiKeys(_ s: FaultServer, _ path: String) -> [String] { s.requests().filter { $0.path == path }.map { $0.headers["X-Api-Key"] ?? "-" } }
+        XCTAssertEqual(apiKeys(server, "/redirect/so/0/0/0.png"), ["k-123"])
+        XCTAssertEqual(apiKeys(server, "/ok/so/0/0/0.png"), ["k-123"], "same origin: kept")
+        XCTAssertEqual(apiKeys(server, "/redirectto/http/127.0.0.1:\(other.port)/ok/xo/0/0/0.png"), ["k-123"])
+        XCTAssertEqual(apiKeys(other, "/ok/xo/0/0/0.png"), ["-"], "another origin: dropped")
+        let lines = fx.manifest("hd").sorted { $0.key < $1.key }
+        XCTAssertEqual(lines.map(\.sha), [sha256Hex(FaultServer.okBody("/ok/so/0/0/0.png")), sha256Hex(FaultServer.okBody("/ok/xo/0/0/0.png"))])
+        XCTAssertEqual(lines.map(\.url), [server.url("/redirect/so/0/0/0.png"), server.url("/redirectto/http/127.0.0.1:\(other.port)/ok/xo/0/0/0.png")])
+        fx.assertStoreMatchesManifest("hd")
     }
 
     // MARK: Finding 1: refresh never keeps stale data
