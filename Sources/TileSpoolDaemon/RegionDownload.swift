@@ -99,7 +99,7 @@ extension Daemon {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
         // A style's tile servers are known only now: a listed one is refused before any tile is asked.
-        let policy = TileUsagePolicy.refusal(urls: plan.tileSets.map(\.template.template), allowedHosts: options.allowedHosts)
+        let policy = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: options.allowedHosts)
         if let e = policy ?? tileLimitError(r, plan) {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
@@ -284,6 +284,9 @@ extension Daemon {
             switch f {
             case .refused(let why):
                 fail(r, RegionError(code: .httpError, message: "\(why) (\(Redaction.redact(url)))", url: url))
+            case .policyRefused(let why):
+                // A redirect to a host whose tile usage policy forbids bulk downloading: not fetched.
+                fail(r, RegionError(code: .policyRefused, message: "\(why) (redirected from \(Redaction.redact(url)))", url: url))
             case .network(let why):
                 retry(r, d, item, after: nil, exhausted: {
                     self.networkLost(r, url: url, why: why)

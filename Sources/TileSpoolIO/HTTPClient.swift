@@ -21,6 +21,10 @@ public struct HTTPOptions: Sendable {
     /// The User-Agent sent (`--user-agent`); by default it names TileSpool, its version and the
     /// project's URL, as tile usage policies ask (e.g. https://operations.osmfoundation.org/policies/tiles/).
     public var userAgent = TileSpoolVersion.defaultUserAgent
+    /// Hosts (lower-case) a redirect may lead to although `TileUsagePolicy` lists them (the
+    /// daemon's `--allow-host`); a redirect to any other listed host fails the transfer with
+    /// `TransferFailure.policyRefused` before anything is asked from it.
+    public var allowedHosts: Set<String> = []
     public init() {}
 }
 
@@ -42,6 +46,10 @@ public enum TransferFailure: Sendable, Equatable {
     /// The transfer cannot succeed by retrying: a scheme other than http(s) (also by redirect),
     /// more than `maxRedirects` redirects, a malformed URL.
     case refused(String)
+    /// A redirect led to a host whose tile usage policy forbids bulk downloading
+    /// (`TileUsagePolicy`, not in `HTTPOptions.allowedHosts`): not fetched. The message names the
+    /// host and the policy.
+    case policyRefused(String)
 }
 
 /// The outcome of one transfer: an HTTP status and body, or a failure.
@@ -108,7 +116,8 @@ private func writeBody(_ ptr: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb
 /// Redirects are followed here, not by libcurl (`CURLOPT_FOLLOWLOCATION` is off): on a 3xx with a
 /// Location (`CURLINFO_REDIRECT_URL`, libcurl's parse) the same transfer starts again at the
 /// target, under the same tag, at most `maxRedirects` times, only to http and https
-/// (`Redirect.followedSchemes`), and the request's own headers go along only while every hop stays
+/// (`Redirect.followedSchemes`), never to a host a tile usage policy lists (`TileUsagePolicy`,
+/// unless in `allowedHosts`), and the request's own headers go along only while every hop stays
 /// on the first URL's origin (`Redirect.keepsRequestHeaders`). Not thread-safe: use it from one
 /// thread, which also calls `wait` and `collect`.
 public final class HTTPClient: @unchecked Sendable {
@@ -219,6 +228,9 @@ public final class HTTPClient: @unchecked Sendable {
         }
         guard Redirect.followedSchemes.contains(parts.scheme), let target = parts.origin else {
             return .failure(RedirectRefused(.refused("redirect to an unsupported protocol '\(parts.scheme)' (only http and https are followed)")))
+        }
+        if let e = TileUsagePolicy.refusal(host: target.host, url: next, allowedHosts: options.allowedHosts) {
+            return .failure(RedirectRefused(.policyRefused("redirect to \(Redaction.redact(next)): \(e.message)")))
         }
         if t.firstOrigin == nil { t.firstOrigin = .some(HTTPClient.urlParts(t.firstURL)?.origin) }
         t.sendsRequestHeaders = Redirect.keepsRequestHeaders(sentSoFar: t.sendsRequestHeaders, first: t.firstOrigin!, next: target)

@@ -86,6 +86,49 @@ final class RedirectRuleTests: XCTestCase {
     }
 }
 
+/// `TileUsagePolicy` over every expansion of a template (finding 3).
+final class PolicyExpansionTests: XCTestCase {
+    func testSubdomainExpansions() {
+        XCTAssertEqual(TileURLTemplate("https://{s}/x/{z}/{x}/{y}.png", subdomains: ["tile.openstreetmap.org"]).subdomainExpansions,
+                       ["https://tile.openstreetmap.org/x/{z}/{x}/{y}.png"])
+        XCTAssertEqual(TileURLTemplate("https://{s}.t.example/{z}/{x}/{y}{ratio}.png", ratio: "@2x").subdomainExpansions,
+                       ["https://a.t.example/{z}/{x}/{y}@2x.png", "https://b.t.example/{z}/{x}/{y}@2x.png", "https://c.t.example/{z}/{x}/{y}@2x.png"])
+        XCTAssertEqual(TileURLTemplate("https://{s}.t.example/{quadkey}/{s}", subdomains: ["x", "y", "x"]).subdomainExpansions,
+                       ["https://x.t.example/{quadkey}/x", "https://y.t.example/{quadkey}/y"], "every {s} takes the same value; duplicates dropped")
+        XCTAssertEqual(TileURLTemplate("https://t.example/{z}/{x}/{-y}.pbf").subdomainExpansions, ["https://t.example/{z}/{x}/{-y}.pbf"])
+        // The expansions cover every URL the template gives: each tile's host is one of them.
+        let t = TileURLTemplate("https://{s}.t{ratio}.example/{z}/{x}/{y}.png", ratio: "", subdomains: ["p", "q", "r", "s", "t"])
+        let hosts = Set(TileUsagePolicy.hosts(of: t))
+        XCTAssertEqual(hosts, ["p.t.example", "q.t.example", "r.t.example", "s.t.example", "t.t.example"])
+        for z in 0...4 { for x in 0..<(1 << z) { for y in 0..<(1 << z) {
+            XCTAssertTrue(hosts.contains(TileUsagePolicy.host(of: t.url(for: TileID(z: z, x: x, y: y)))!))
+        } } }
+    }
+
+    func testEveryExpansionIsJudged() throws {
+        // The bypass of issue 29: `{s}` standing for the whole host.
+        let bypass = try XCTUnwrap(TileUsagePolicy.refusal(urls: ["https://{s}/x/{z}/{x}/{y}.png"], subdomains: ["tile.openstreetmap.org"], allowedHosts: []))
+        XCTAssertEqual(bypass.code, .policyRefused)
+        XCTAssertTrue(bypass.message.hasPrefix("tile.openstreetmap.org: "), bypass.message)
+        XCTAssertEqual(bypass.url, "https://{s}/x/{z}/{x}/{y}.png")
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://{s}/x/{z}/{x}/{y}.png"], subdomains: ["tile.openstreetmap.org"],
+                                             allowedHosts: ["tile.openstreetmap.org"]))
+        // One listed expansion among others is enough; none listed passes.
+        XCTAssertEqual(TileUsagePolicy.refusal(urls: ["https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"], subdomains: ["x", "c"], allowedHosts: [])?
+            .message.hasPrefix("c.tile.openstreetmap.org: "), true)
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"], subdomains: ["x", "y"], allowedHosts: []))
+        XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://{s}/x/{z}/{x}/{y}.png"], subdomains: ["tiles.example.org"], allowedHosts: []))
+        XCTAssertNotNil(TileUsagePolicy.refusal(urls: ["https://maps.{s}.org/{z}/{x}/{y}.png"], subdomains: ["a", "wikimedia"], allowedHosts: []))
+        // Tokens that can be empty in the host: {ratio} (filled in) and {quadkey} (empty at z0).
+        XCTAssertNotNil(TileUsagePolicy.refusal(templates: [TileURLTemplate("https://tile.openstreetmap.org{ratio}/{z}/{x}/{y}.png")], allowedHosts: []))
+        XCTAssertNotNil(TileUsagePolicy.refusal(urls: ["https://tile.openstreetmap.org{quadkey}/{z}/{x}/{y}.png"], allowedHosts: []))
+        // A concrete host, as libcurl parsed it from a redirect.
+        XCTAssertNotNil(TileUsagePolicy.refusal(host: "Tile.OpenStreetMap.org.", url: "https://tile.openstreetmap.org/1/2/3.png", allowedHosts: []))
+        XCTAssertNil(TileUsagePolicy.refusal(host: "tile.openstreetmap.org", url: "u", allowedHosts: ["tile.openstreetmap.org"]))
+        XCTAssertNil(TileUsagePolicy.refusal(host: "tiles.example.org", url: "u", allowedHosts: []))
+    }
+}
+
 // MARK: - The HTTP client against the fault server
 
 /// `HTTPClient` and `DownloadLane` at the edge: what the server received and what came back.
@@ -191,6 +234,27 @@ final class HTTPClientTrustTests: XCTestCase {
         XCTAssertEqual(file.body, Data())
     }
 
+    /// Finding 3: a redirect to a host a tile usage policy lists is refused before anything is
+    /// asked from it (libcurl is never given that URL: no DNS, no connection), with
+    /// `policyRefused`; `allowedHosts` lifts it (offline here: the follow fails on the network).
+    func testRedirectToAPolicyHostIsNotFollowed() throws {
+        let client = HTTPClient(options: HTTPOptions())
+        let path = "/redirectto/https/tile.openstreetmap.org/1/2/3.png"
+        let r = try fetch(client, server.url(path))
+        guard case .policyRefused(let why)? = r.failure else { return XCTFail("\(String(describing: r.failure))") }
+        XCTAssertTrue(why.contains("tile.openstreetmap.org") && why.contains("https://operations.osmfoundation.org/policies/tiles/"), why)
+        XCTAssertEqual(r.body, Data())
+        XCTAssertEqual(server.hits(path), 1)
+        let wiki = try fetch(client, server.url("/redirectto/http/MAPS.wikimedia.org./x/1/2/3.png"))
+        guard case .policyRefused? = wiki.failure else { return XCTFail("\(String(describing: wiki.failure))") }
+
+        var allowed = HTTPOptions()
+        allowed.allowedHosts = ["tile.openstreetmap.org"]
+        allowed.connectTimeout = 2
+        let lifted = try fetch(HTTPClient(options: allowed), server.url(path))
+        guard case .network? = lifted.failure else { return XCTFail("followed, so a network failure offline: \(String(describing: lifted.failure))") }
+    }
+
     /// Finding 1, the second download loop: a `DownloadLane` follows the same rule (only
     /// If-None-Match with an ETag) and stores the new body of a 200 itself.
     func testDownloadLaneStoresTheNewBodyOfA200AndSendsOnlyIfNoneMatch() throws {
@@ -268,6 +332,45 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
         XCTAssertEqual(lines.map(\.sha), [sha256Hex(FaultServer.okBody("/ok/so/0/0/0.png")), sha256Hex(FaultServer.okBody("/ok/xo/0/0/0.png"))])
         XCTAssertEqual(lines.map(\.url), [server.url("/redirect/so/0/0/0.png"), server.url("/redirectto/http/127.0.0.1:\(other.port)/ok/xo/0/0/0.png")])
         fx.assertStoreMatchesManifest("hd")
+    }
+
+    // MARK: Finding 3: tile usage policies hold for every {s} and every redirect
+
+    /// A `tiles` template whose `{s}` is the whole host, with `subdomains` naming a listed host,
+    /// is refused on arrival (before: taken for `a` and accepted); `tilespool plan` refuses it the
+    /// same way.
+    func testSubdomainThatIsAListedHostIsRefused() throws {
+        var request = server.tilesRequest([])
+        request["tiles"] = ["https://{s}/x/{z}/{x}/{y}.png"]
+        request["subdomains"] = ["tile.openstreetmap.org"]
+        let file = fx.root.appendingPathComponent("sub.json")
+        try JSONSerialization.data(withJSONObject: request).write(to: file)
+        let (code, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(code, 1, out)
+        XCTAssertTrue(out.contains("policyRefused: tile.openstreetmap.org:"), out)
+
+        try fx.start()
+        try fx.drop("sub.json", request)
+        try fx.waitForState("sub", "failed", timeout: 20)
+        XCTAssertEqual(fx.errorCode("sub"), "policyRefused")
+        XCTAssertTrue(fx.errorMessage("sub")?.hasPrefix("tile.openstreetmap.org: ") ?? false, fx.errorMessage("sub") ?? "")
+        try waitUntil("the request is moved to rejected/ (just after its status is written)", timeout: 10) { fx.inRejected("sub.json") }
+        XCTAssertEqual(fx.eventStates("sub"), ["failed"], "refused on arrival, never queued")
+    }
+
+    /// A tile that redirects to tile.openstreetmap.org fails the region with `policyRefused` at
+    /// once (not retried, nothing asked of that host), the error naming the URL asked.
+    func testRedirectToAListedHostFailsTheRegionWithPolicyRefused() throws {
+        try fx.start(["--max-retries", "2"])
+        let path = "/redirectto/https/tile.openstreetmap.org/0/0/0.png"
+        try fx.drop("rp.json", server.tilesRequest(["/redirectto/https/tile.openstreetmap.org/{z}/{x}/{y}.png"]))
+        try fx.waitForState("rp", "failed", timeout: 20)
+        XCTAssertEqual(fx.errorCode("rp"), "policyRefused")
+        XCTAssertEqual(fx.errorObject("rp")?["url"] as? String, server.url(path))
+        let m = fx.errorMessage("rp") ?? ""
+        XCTAssertTrue(m.contains("tile.openstreetmap.org") && m.contains("--allow-host"), m)
+        XCTAssertEqual(server.hits(path), 1, "not retried")
+        XCTAssertEqual(fx.objects(), [])
     }
 
     // MARK: Finding 1: refresh never keeps stale data
