@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Glibc
 import TileSpoolCore
 
 /// Settings of the HTTP client. Times in seconds, sizes in bytes.
@@ -12,6 +13,12 @@ public struct HTTPOptions: Sendable {
     public var connectTimeout: Double = 10
     /// A transfer slower than 1 byte/s for this long is aborted (`CURLOPT_LOW_SPEED_TIME`).
     public var lowSpeedTime = 30
+    /// The most time one transfer may take, redirects included, from `start` to its last byte
+    /// (`CURLOPT_TIMEOUT_MS`, set per hop to what is left); 0: no limit. Past it the transfer
+    /// fails as `TransferFailure.network` ("transfer timeout"), like any other timeout: a
+    /// server dripping a byte a second would otherwise hold a slot for as long as it likes.
+    /// Default 300 (5 minutes: a 32 MiB body at about 110 KB/s).
+    public var transferTimeout: Double = 300
     /// Largest body accepted, after content decoding (`CURLOPT_MAXFILESIZE_LARGE` and a check while
     /// receiving). Default 32 MiB.
     public var maxObjectSize = 32 << 20
@@ -97,6 +104,8 @@ final class Transfer {
     var firstOrigin: HTTPOrigin??
     var url = ""
     var redirects = 0
+    /// When the transfer must have ended (`HTTPClient.now()` seconds; infinity: no limit).
+    var deadline = Double.infinity
     let easy: UnsafeMutableRawPointer
     init(easy: UnsafeMutableRawPointer) { self.easy = easy }
 }
@@ -188,6 +197,7 @@ public final class HTTPClient: @unchecked Sendable {
         t.firstURL = url
         t.firstOrigin = nil
         t.redirects = 0
+        t.deadline = options.transferTimeout > 0 ? HTTPClient.now() + options.transferTimeout : .infinity
         active[tag] = t
         byEasy[t.easy] = t
         begin(t, url: url)
@@ -207,7 +217,22 @@ public final class HTTPClient: @unchecked Sendable {
         if let old = t.headers { curl_slist_free_all(old) }
         t.headers = list
         tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
+        // What is left of the transfer's time (at least 1 ms: 0 would mean "no limit").
+        let left = t.deadline.isFinite ? max(1, Int(((t.deadline - HTTPClient.now()) * 1000).rounded(.up))) : 0
+        tilespool_easy_setopt_long(t.easy, CURLOPT_TIMEOUT_MS, left)
         curl_multi_add_handle(multi, t.easy)
+    }
+
+    /// Seconds on the monotonic clock (`CLOCK_MONOTONIC`), for transfer deadlines.
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// The failure of a transfer that ran out of `transferTimeout`.
+    private var transferTimedOut: TransferFailure {
+        .network("transfer timeout: not finished within \(String(format: "%g", options.transferTimeout)) s (--transfer-timeout)")
     }
 
     /// What to do with a finished hop of `t`: nil when it was not a redirect (the transfer is
@@ -229,6 +254,7 @@ public final class HTTPClient: @unchecked Sendable {
         guard Redirect.followedSchemes.contains(parts.scheme), let target = parts.origin else {
             return .failure(RedirectRefused(.refused("redirect to an unsupported protocol '\(parts.scheme)' (only http and https are followed)")))
         }
+        if HTTPClient.now() >= t.deadline { return .failure(RedirectRefused(transferTimedOut)) }
         if let e = TileUsagePolicy.refusal(host: target.host, url: next, allowedHosts: options.allowedHosts) {
             return .failure(RedirectRefused(.policyRefused("redirect to \(Redaction.redact(next)): \(e.message)")))
         }
@@ -353,6 +379,8 @@ public final class HTTPClient: @unchecked Sendable {
             r.failure = .badResponse(text)
         case CURLE_UNSUPPORTED_PROTOCOL, CURLE_TOO_MANY_REDIRECTS, CURLE_URL_MALFORMAT:
             r.failure = .refused(text)
+        case CURLE_OPERATION_TIMEDOUT where HTTPClient.now() >= t.deadline - 0.05:
+            r.failure = transferTimedOut // else the connect or low-speed timeout: libcurl's words
         default:
             r.failure = .network(text)
         }

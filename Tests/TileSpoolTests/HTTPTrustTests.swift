@@ -255,6 +255,25 @@ final class HTTPClientTrustTests: XCTestCase {
         guard case .network? = lifted.failure else { return XCTFail("followed, so a network failure offline: \(String(describing: lifted.failure))") }
     }
 
+    /// Finding 4: a body dripping a byte every 2 s (which the low-speed limit of 60 s would let
+    /// run for a minute) is cut at the transfer's deadline, redirects included, as a network
+    /// failure that says so.
+    func testTransferTimeoutCutsASlowBody() throws {
+        var options = HTTPOptions()
+        options.transferTimeout = 1.5
+        options.lowSpeedTime = 60
+        let client = HTTPClient(options: options)
+        for path in ["/slowbody/tt/1/2/3.png", "/redirectto/http/127.0.0.1:\(server.port)/slowbody/tr/1/2/3.png"] {
+            let started = Date()
+            let r = try fetch(client, server.url(path), timeout: 20)
+            let took = Date().timeIntervalSince(started)
+            guard case .network(let why)? = r.failure else { return XCTFail("\(path): \(String(describing: r.failure))") }
+            XCTAssertTrue(why.hasPrefix("transfer timeout: not finished within 1.5 s"), why)
+            XCTAssertTrue((1.4...6).contains(took), "\(path): \(took) s")
+            XCTAssertEqual(r.body, Data())
+        }
+    }
+
     /// Finding 1, the second download loop: a `DownloadLane` follows the same rule (only
     /// If-None-Match with an ETag) and stores the new body of a 200 itself.
     func testDownloadLaneStoresTheNewBodyOfA200AndSendsOnlyIfNoneMatch() throws {
@@ -371,6 +390,29 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
         XCTAssertTrue(m.contains("tile.openstreetmap.org") && m.contains("--allow-host"), m)
         XCTAssertEqual(server.hits(path), 1, "not retried")
         XCTAssertEqual(fx.objects(), [])
+    }
+
+    // MARK: Finding 4: a deadline per transfer
+
+    /// `--transfer-timeout 2` with the low-speed limit out of the way (60 s): a tile whose body
+    /// drips a byte every 2 s is cut after 2 s, retried once, and the region goes `pausedNetwork`
+    /// with a `networkError` that names the timeout; nothing is stored.
+    func testTransferTimeoutPausesARegionOnADrippingServer() throws {
+        let started = Date()
+        try fx.start(["--transfer-timeout", "2", "--low-speed-time", "60", "--max-retries", "1"])
+        let path = "/slowbody/tt/0/0/0.png"
+        try fx.drop("tt.json", server.tilesRequest(["/slowbody/tt/{z}/{x}/{y}.png"]))
+        try fx.waitForState("tt", "pausedNetwork", timeout: 30)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 20, "two attempts of 2 s, not two of 60 s")
+        XCTAssertEqual(fx.errorCode("tt"), "networkError")
+        XCTAssertEqual(fx.errorObject("tt")?["url"] as? String, server.url(path))
+        let m = fx.errorMessage("tt") ?? ""
+        XCTAssertTrue(m.contains("transfer timeout") && m.contains("--transfer-timeout"), m)
+        XCTAssertGreaterThanOrEqual(server.hits(path), 2, "retried before pausing")
+        XCTAssertEqual(fx.objects(), [])
+        XCTAssertEqual(fx.progress("tt")["tilesCompleted"] ?? 0, 0)
+        let (_, help) = try fx.cli(["run", "--help"])
+        XCTAssertTrue(help.contains("--transfer-timeout SECONDS") && help.contains("default 300"), help)
     }
 
     // MARK: Finding 1: refresh never keeps stale data
