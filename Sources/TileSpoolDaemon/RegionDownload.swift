@@ -428,8 +428,9 @@ extension Daemon {
         }
     }
 
-    /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it.
-    static let maxRetryAfter = 3600.0
+    /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it
+    /// (`HTTPClient` reports at most this already, an overflowing number as this).
+    static let maxRetryAfter = RetryAfter.maximum
 
     /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
     /// calls `exhausted` when the attempts are used up.

@@ -66,7 +66,9 @@ public struct TransferResult: Sendable {
     public var status: Int
     /// The body after HTTP content decoding (gzip, deflate).
     public var body: Data
-    /// Seconds the server asked to wait (`Retry-After`, in seconds or as an HTTP date), if any.
+    /// Seconds the server asked to wait (`Retry-After`, in seconds or as an HTTP date, read for a
+    /// 3xx (not 304), 4xx or 5xx answer), at most `RetryAfter.maximum` (1 hour): a longer wait,
+    /// or a number too large for any integer, counts as that. Nil when absent, 0, past or invalid.
     public var retryAfter: Double?
     public var failure: TransferFailure?
     /// The response's validators and expiry (`ETag`, `Last-Modified`, `Cache-Control: max-age`,
@@ -359,14 +361,17 @@ public final class HTTPClient: @unchecked Sendable {
     private func result(of t: Transfer, code: CURLcode) -> TransferResult {
         var status = 0
         tilespool_easy_getinfo_long(t.easy, CURLINFO_RESPONSE_CODE, &status)
-        var retry: curl_off_t = -1
-        tilespool_easy_getinfo_off(t.easy, CURLINFO_RETRY_AFTER, &retry)
-        var r = TransferResult(tag: t.tag, status: status, body: t.body,
-                               retryAfter: retry > 0 ? Double(retry) : nil, failure: nil)
+        var r = TransferResult(tag: t.tag, status: status, body: t.body, retryAfter: nil, failure: nil)
         if code == CURLE_OK {
-            let h = headers(t.easy)
+            // Retry-After only where it can mean something (not on every tile's 200).
+            let h = headers(t.easy, retryAfter: status >= 300 && status != 304)
             r.freshness = freshness(h)
             r.contentType = h.contentType
+            // Read here, not from CURLINFO_RETRY_AFTER: libcurl gives nothing for a number past
+            // its integer range, which must count as the longest wait, not as none.
+            r.retryAfter = h.retryAfter.flatMap { field in
+                RetryAfter.seconds(field, now: Date().timeIntervalSince1970) { let t = httpDate($0); return t >= 0 ? Double(t) : nil }
+            }
             r.notModified = status == 304 // a 200 is a new body, whatever its Last-Modified says
             if r.notModified { r.body = Data() }
             return r
@@ -392,18 +397,18 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control` and `Expires`. `Expires` is read only when
+    /// `Last-Modified`, `Cache-Control`, `Expires` and (when asked) `Retry-After`. `Expires` is read only when
     /// `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be ignored). The
     /// corresponding C function is `curl_easy_header` (libcurl's header API, 7.84 and later): one
     /// lookup per name (walking every header with `curl_easy_nextheader` costs a pass over all
     /// of them per header, more in all).
     struct ResponseHeaders {
-        var contentType, etag, lastModified, expires: String?
+        var contentType, etag, lastModified, expires, retryAfter: String?
         /// `Cache-Control`'s lifetime (`maxAge`).
         var maxAge: Int64?
     }
 
-    private func headers(_ easy: UnsafeMutableRawPointer) -> ResponseHeaders {
+    private func headers(_ easy: UnsafeMutableRawPointer, retryAfter: Bool) -> ResponseHeaders {
         func value(_ name: String) -> String? {
             var h: UnsafeMutablePointer<curl_header>?
             guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK,
@@ -418,6 +423,7 @@ extension HTTPClient {
         out.lastModified = value("Last-Modified")
         out.maxAge = HTTPClient.maxAge(value("Cache-Control"))
         if out.maxAge == nil { out.expires = value("Expires") }
+        if retryAfter { out.retryAfter = value("Retry-After") }
         return out
     }
 

@@ -129,6 +129,40 @@ final class PolicyExpansionTests: XCTestCase {
     }
 }
 
+/// `RetryAfter` (RFC 9110 10.2.3): delay-seconds or an HTTP date, capped; an overflowing number
+/// is the cap (finding 5).
+final class RetryAfterTests: XCTestCase {
+    let now = 1_800_000_000.0
+
+    func testDelaySeconds() {
+        func parse(_ s: String) -> Double? { RetryAfter.seconds(s, now: now) { _ in XCTFail("no date here: \(s)"); return nil } }
+        XCTAssertEqual(parse("120"), 120)
+        XCTAssertEqual(parse(" \t7 "), 7, "white space around it")
+        XCTAssertEqual(parse("3600"), 3600)
+        XCTAssertEqual(parse("7200"), 3600, "capped at an hour")
+        XCTAssertEqual(parse("9223372036854775807"), 3600, "Int64.max")
+        XCTAssertEqual(parse("99999999999999999999"), 3600, "too large for any integer: the cap, not nothing")
+        XCTAssertEqual(parse(String(repeating: "9", count: 400)), 3600)
+        XCTAssertEqual(parse("000042"), 42)
+        XCTAssertNil(parse("0"), "no wait")
+        XCTAssertNil(parse(""))
+        XCTAssertEqual(RetryAfter.seconds("99999999999999999999", now: now, cap: 60) { _ in nil }, 60)
+        XCTAssertEqual(RetryAfter.maximum, 3600)
+    }
+
+    func testHTTPDates() {
+        let dates = ["Wed, 01 Jan 2025 00:00:00 GMT": now + 90, "past": now - 5, "far": now + 86_400 * 365, "now": now]
+        func parse(_ s: String) -> Double? { RetryAfter.seconds(s, now: now) { dates[$0] } }
+        XCTAssertEqual(parse("Wed, 01 Jan 2025 00:00:00 GMT"), 90)
+        XCTAssertEqual(parse("far"), 3600, "capped")
+        XCTAssertNil(parse("past"))
+        XCTAssertNil(parse("now"))
+        XCTAssertNil(parse("-5"), "not delay-seconds, not a date")
+        XCTAssertNil(parse("1.5"))
+        XCTAssertNil(parse("soon"))
+    }
+}
+
 // MARK: - The HTTP client against the fault server
 
 /// `HTTPClient` and `DownloadLane` at the edge: what the server received and what came back.
@@ -274,6 +308,22 @@ final class HTTPClientTrustTests: XCTestCase {
         }
     }
 
+    /// Finding 5: the client reads Retry-After itself: an overflowing number is the cap (1 h),
+    /// seconds and HTTP dates as before; a 200 carries none.
+    func testRetryAfterIsReadAndCapped() throws {
+        let client = HTTPClient(options: HTTPOptions())
+        let huge = try fetch(client, server.url("/retryafter/99999999999999999999/1/c/1/2/3.png"))
+        XCTAssertEqual(huge.status, 429)
+        XCTAssertEqual(huge.retryAfter, 3600)
+        XCTAssertEqual(try fetch(client, server.url("/retryafter/7200/1/d/1/2/3.png")).retryAfter, 3600)
+        XCTAssertEqual(try fetch(client, server.url("/retryafter/120/1/e/1/2/3.png")).retryAfter, 120)
+        let date = try XCTUnwrap(try fetch(client, server.url("/ratelimitdate/1/f/1/2/3.png")).retryAfter)
+        XCTAssertTrue((0.01...2.01).contains(date), "an HTTP date 1-2 s ahead: \(date)")
+        let ok = try fetch(client, server.url("/retryafter/120/1/e/1/2/3.png")) // its second request: 200
+        XCTAssertEqual(ok.status, 200)
+        XCTAssertNil(ok.retryAfter)
+    }
+
     /// Finding 1, the second download loop: a `DownloadLane` follows the same rule (only
     /// If-None-Match with an ETag) and stores the new body of a 200 itself.
     func testDownloadLaneStoresTheNewBodyOfA200AndSendsOnlyIfNoneMatch() throws {
@@ -413,6 +463,28 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.progress("tt")["tilesCompleted"] ?? 0, 0)
         let (_, help) = try fx.cli(["run", "--help"])
         XCTAssertTrue(help.contains("--transfer-timeout SECONDS") && help.contains("default 300"), help)
+    }
+
+    // MARK: Finding 5: an overflowing Retry-After is capped, not ignored
+
+    /// `Retry-After: 99999999999999999999` on a 429: the region waits the longest time honoured
+    /// (1 hour, shown as `throttledUntil`) instead of retrying at once, and the server sees no
+    /// second request.
+    func testOverflowingRetryAfterThrottlesForAnHour() throws {
+        try fx.start(["--max-retries", "3"])
+        let path = "/retryafter/99999999999999999999/1/ro/0/0/0.png"
+        try fx.drop("ro.json", server.tilesRequest(["/retryafter/99999999999999999999/1/ro/{z}/{x}/{y}.png"]))
+        var throttled: Double?
+        try waitUntil("ro shows throttledUntil", timeout: 20) {
+            if let s = fx.status("ro")?["throttledUntil"] as? String { throttled = ISO8601DateFormatter().date(from: s)?.timeIntervalSinceNow }
+            return throttled != nil
+        }
+        XCTAssertTrue((3560...3601).contains(throttled!), "throttled for \(throttled!) s")
+        XCTAssertEqual(fx.state("ro"), "downloading")
+        // Time passes on the same daemon: another region completes; ro is not asked again.
+        try fx.drop("ok.json", server.tilesRequest(["/ok/ok/{z}/{x}/{y}.png"], maxZoom: 1))
+        try fx.waitForState("ok", "completed", timeout: 20)
+        XCTAssertEqual(server.hits(path), 1)
     }
 
     // MARK: Finding 1: refresh never keeps stale data
