@@ -16,7 +16,8 @@ public struct HTTPOptions: Sendable {
     /// The most time one transfer may take, redirects included, from `start` to its last byte
     /// (`CURLOPT_TIMEOUT_MS`, set per hop to what is left); 0: no limit. Past it the transfer
     /// fails as `TransferFailure.network` ("transfer timeout"), like any other timeout: a
-    /// server dripping a byte a second would otherwise hold a slot for as long as it likes.
+    /// server dripping two bytes a second (above the low-speed limit) would otherwise hold a
+    /// download slot for as long as it likes.
     /// Default 300 (5 minutes: a 32 MiB body at about 110 KB/s).
     public var transferTimeout: Double = 300
     /// Largest body accepted, after content decoding (`CURLOPT_MAXFILESIZE_LARGE` and a check while
@@ -100,11 +101,10 @@ final class Transfer {
     var conditional: [(String, String)] = []
     var requestHeaders: [(String, String)] = []
     var sendsRequestHeaders = true
-    /// The URL first asked, its origin once a redirect needed it, the URL of the hop under way,
-    /// and how many redirects were followed.
+    /// The URL first asked; its origin, parsed when the first redirect needs it (`.some(nil)`:
+    /// libcurl could not parse it); how many redirects were followed.
     var firstURL = ""
     var firstOrigin: HTTPOrigin??
-    var url = ""
     var redirects = 0
     /// When the transfer must have ended (`HTTPClient.now()` seconds; infinity: no limit).
     var deadline = Double.infinity
@@ -207,7 +207,6 @@ public final class HTTPClient: @unchecked Sendable {
 
     /// Starts (or starts again, after a redirect) the request of `t` to `url`.
     private func begin(_ t: Transfer, url: String) {
-        t.url = url
         t.body = Data()
         t.tooLarge = false
         var list: UnsafeMutablePointer<curl_slist>?
@@ -397,11 +396,11 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control`, `Expires` and (when asked) `Retry-After`. `Expires` is read only when
-    /// `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be ignored). The
-    /// corresponding C function is `curl_easy_header` (libcurl's header API, 7.84 and later): one
-    /// lookup per name (walking every header with `curl_easy_nextheader` costs a pass over all
-    /// of them per header, more in all).
+    /// `Last-Modified`, `Cache-Control`, `Expires` and (when asked) `Retry-After`. `Expires` is
+    /// read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be
+    /// ignored). The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
+    /// and later): one lookup per name (walking every header with `curl_easy_nextheader` costs a
+    /// pass over all of them per header, more in all).
     struct ResponseHeaders {
         var contentType, etag, lastModified, expires, retryAfter: String?
         /// `Cache-Control`'s lifetime (`maxAge`).
