@@ -59,6 +59,8 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          Last-Modified (always, here: the trap of a client that sends both)
     /changingjson/N/<name>  the same for a registered document: every "__BASE__" replaced as
                          for /json/ and every "__VERSION__" by v
+    /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
+                         304 when If-Modified-Since is not before it
 Control endpoints (not counted as hits):
     POST /_register/<name>   body = document; 201
     GET  /_hits?path=PATH    the hit count of PATH as a decimal number
@@ -478,6 +480,15 @@ class Handler(BaseHTTPRequestHandler):
         if doc is None:
             return self.send_body(404, b"no such document\n")
         self.send_body(200, doc, content_type, headers=headers)
+
+    def fault_lastmodified(self, path, query, segments, count):
+        headers = (("Last-Modified", self.CHANGING_LAST_MODIFIED),)
+        ims = self.headers.get("If-Modified-Since")
+        since = email.utils.parsedate_tz(ims) if ims else None
+        if since is not None and email.utils.mktime_tz(since) >= email.utils.mktime_tz(
+                email.utils.parsedate_tz(self.CHANGING_LAST_MODIFIED)):
+            return self.send_no_body(304, headers=headers)
+        self.send_body(200, ok_body(path), content_type_for(path), headers=headers)
 
     def fault_changing(self, path, query, segments, count):
         self.changing(segments, count, lambda v: ok_body(path) + b" v%d" % v, content_type_for(path))

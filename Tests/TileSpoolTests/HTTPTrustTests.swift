@@ -491,18 +491,20 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
 
     /// A tile whose body and ETag change while its Last-Modified does not: the first refresh
     /// stores the NEW body (the manifest's SHA-256 and the object's bytes are v2's), and the
-    /// second asks with `If-None-Match` "v2" alone, gets a 304 and keeps v2.
+    /// second asks with `If-None-Match` "v2" alone, gets a 304 and keeps v2. A tile served with
+    /// a Last-Modified and no ETag is asked with `If-Modified-Since` alone.
     func testRefreshStoresANewBodyWhoseLastModifiedDidNotChange() throws {
         try fx.start()
-        let path = "/changing/2/rt/0/0/0.png"
-        try fx.drop("rt.json", server.tilesRequest(["/changing/2/rt/{z}/{x}/{y}.png"]))
+        let path = "/changing/2/rt/0/0/0.png", byDate = "/lastmodified/rt/0/0/0.png"
+        try fx.drop("rt.json", server.tilesRequest(["/changing/2/rt/{z}/{x}/{y}.png", "/lastmodified/rt/{z}/{x}/{y}.png"]))
         try fx.waitForState("rt", "completed", timeout: 20)
         let v1 = FaultServer.okBody(path) + Data(" v1".utf8), v2 = FaultServer.okBody(path) + Data(" v2".utf8)
-        XCTAssertEqual(fx.manifest("rt").map(\.sha), [sha256Hex(v1)])
+        func changingLine() -> [String]? { manifestColumns("rt").first { $0[4] == server.url(path) } }
+        XCTAssertEqual(changingLine()?[1], sha256Hex(v1))
 
         try refresh("rt")
         try waitForRefresh("rt", "finished", count: 1)
-        let line = try XCTUnwrap(manifestColumns("rt").first)
+        let line = try XCTUnwrap(changingLine())
         XCTAssertEqual(line[1], sha256Hex(v2), "the new body is recorded")
         XCTAssertEqual(line[5], "\"v2\"", "next to its own ETag")
         XCTAssertEqual(FileManager.default.contents(atPath: fx.objectPath(sha256Hex(v2))), v2)
@@ -511,8 +513,10 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
         try refresh("rt")
         try waitForRefresh("rt", "finished", count: 2)
         XCTAssertEqual(conditionalHeaders(path), ["plain", "INM=\"v1\"", "INM=\"v2\""], "If-None-Match alone once an ETag is known")
-        XCTAssertEqual(fx.manifest("rt").map(\.sha), [sha256Hex(v2)], "the 304 keeps v2")
-        XCTAssertEqual(fx.progress("rt")["resourcesUnchanged"], 1)
+        XCTAssertEqual(conditionalHeaders(byDate), ["plain"] + Array(repeating: "IMS=Wed, 01 Jan 2025 00:00:00 GMT", count: 2),
+                       "If-Modified-Since only without an ETag")
+        XCTAssertEqual(changingLine()?[1], sha256Hex(v2), "the 304 keeps v2")
+        XCTAssertEqual(fx.progress("rt")["resourcesUnchanged"], 2, "both answered 304")
         fx.assertStoreMatchesManifest("rt")
     }
 
