@@ -26,9 +26,9 @@ public enum TileUsagePolicy {
               summary: "the Wikimedia Maps terms of use do not allow bulk downloading by third parties"),
     ]
 
-    /// The host of `url` (a URL or tile template), lower-case, without user info, port or a final
-    /// dot; a `{s}`-style placeholder label counts as `a` (so `{s}.tile.openstreetmap.org` is
-    /// `a.tile.openstreetmap.org`). Nil when there is no `scheme://host`.
+    /// The host of `url`, lower-case, without user info, port or a final dot; nil when there is
+    /// no `scheme://host`. Template tokens are left as written (`{s}.tile.openstreetmap.org`): a
+    /// template's hosts are those of its expansions (`hosts(of:)`).
     public static func host(of url: String) -> String? {
         guard let start = url.range(of: "://")?.upperBound else { return nil }
         var authority = url[start...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
@@ -36,22 +36,86 @@ public enum TileUsagePolicy {
         var host = String(authority)
         if host.hasPrefix("[") { return nil } // an IPv6 literal: in no list
         if let colon = host.lastIndex(of: ":") { host = String(host[..<colon]) }
-        host = host.replacingOccurrences(of: #"\{[^}]*\}"#, with: "a", options: .regularExpression).lowercased()
+        return normalized(host)
+    }
+
+    /// `host` lower-case without final dots; nil when nothing is left.
+    static func normalized(_ host: String) -> String? {
+        var host = host.lowercased()
         while host.hasSuffix(".") { host.removeLast() }
         return host.isEmpty ? nil : host
     }
 
-    /// The `policyRefused` error for the first of `urls` whose host is listed and not in
+    /// Every host a tile of `template` can be fetched from, as far as the template says: the host
+    /// of each of its `subdomainExpansions` (every value `{s}` takes, `{ratio}` filled in) and,
+    /// where a token other than those stands in the host, that host with the tokens deleted too
+    /// (`{quadkey}` is empty at zoom 0). Lower-case, without duplicates.
+    public static func hosts(of template: TileURLTemplate) -> [String] {
+        var out: [String] = []
+        for url in template.subdomainExpansions {
+            var candidates = [host(of: url)]
+            if let h = candidates[0], h.contains("{") {
+                candidates.append(normalized(h.replacingOccurrences(of: #"\{[^}]*\}"#, with: "", options: .regularExpression)))
+            }
+            for case let h? in candidates where !out.contains(h) { out.append(h) }
+        }
+        return out
+    }
+
+    /// The `policyRefused` error for the first of `templates` with a host (`hosts(of:)`, so every
+    /// expansion of `{s}` with the template's subdomains) that is listed and not in
     /// `allowedHosts` (lower-case), or nil. The message names the host, quotes the policy URL and
-    /// says how to lift the refusal.
-    public static func refusal(urls: [String], allowedHosts: Set<String>) -> RegionError? {
-        for url in urls {
-            guard let host = host(of: url), !allowedHosts.contains(host),
-                  let e = entries.first(where: { $0.hosts.contains(host) }) else { continue }
-            return RegionError(code: .policyRefused,
-                               message: "\(host): \(e.summary) (\(e.policyURL)); use another tile server or your own, or start the daemon with --allow-host \(host) if you run or license this server",
-                               url: url)
+    /// says how to lift the refusal; `url` is the template as given.
+    public static func refusal(templates: [TileURLTemplate], allowedHosts: Set<String>) -> RegionError? {
+        for template in templates {
+            for host in hosts(of: template) {
+                if let e = refusal(host: host, url: template.template, allowedHosts: allowedHosts) { return e }
+            }
         }
         return nil
+    }
+
+    /// `refusal(templates:allowedHosts:)` for URLs or tile templates given as text, `{s}` taking
+    /// each of `subdomains` (a request's `subdomains`; Leaflet's `a`, `b`, `c` by default).
+    public static func refusal(urls: [String], subdomains: [String] = TileURLTemplate.defaultSubdomains,
+                               allowedHosts: Set<String>) -> RegionError? {
+        refusal(templates: urls.map { TileURLTemplate($0, subdomains: subdomains) }, allowedHosts: allowedHosts)
+    }
+
+    /// The `policyRefused` error when `host` (any case, a final dot ignored: e.g. the host libcurl
+    /// parsed from a redirect's target) is listed and not in `allowedHosts`, or nil. `url` is the
+    /// URL the error names.
+    public static func refusal(host: String, url: String, allowedHosts: Set<String>) -> RegionError? {
+        guard let host = normalized(host), !allowedHosts.contains(host),
+              let e = entries.first(where: { $0.hosts.contains(host) }) else { return nil }
+        return RegionError(code: .policyRefused,
+                           message: "\(host): \(e.summary) (\(e.policyURL)); use another tile server or your own, or start the daemon with --allow-host \(host) if you run or license this server",
+                           url: url)
+    }
+}
+
+extension TileURLTemplate {
+    /// The template once per value of `{s}`: `{s}` replaced by each of `subdomains` in turn (in
+    /// order, duplicates dropped) and `{ratio}` by `ratio`, as `url(for:)` replaces them; every
+    /// other token kept as written. One element when there is no `{s}`. Used by the tile usage
+    /// policy (`TileUsagePolicy.hosts(of:)`): a template is judged by every host it expands to,
+    /// never by a guess (`https://{s}/...` with `subdomains: ["tile.openstreetmap.org"]` is that host).
+    public var subdomainExpansions: [String] {
+        let parts = TileURLTemplate.parse(template)
+        let values = parts.contains(.subdomain) ? subdomains : [""]
+        var out: [String] = []
+        for value in values {
+            var s = ""
+            for p in parts {
+                switch p {
+                case .text(let x): s += x
+                case .subdomain: s += value
+                case .ratio: s += ratio
+                default: s += TileURLTemplate.tokens.first { $0.1 == p }?.0 ?? ""
+                }
+            }
+            if !out.contains(s) { out.append(s) }
+        }
+        return out
     }
 }

@@ -127,12 +127,15 @@ public final class Daemon {
         status = StatusWriter(layout: layout)
         watcher = try FolderWatcher()
         signals = try SignalFD()
+        // The tile usage policy holds for redirects too, with the same --allow-host exemptions.
+        var httpOptions = options.http
+        httpOptions.allowedHosts.formUnion(options.allowedHosts)
         // After the signal mask (SignalFD): a thread started before it could take SIGTERM.
         if options.downloadThreads > 1, let disk = store as? ObjectStore,
            options.http.maxConnections > 1, options.http.maxConnectionsPerHost > 1 {
             // The connection limits hold for both loops together: the lane has half (rounded
             // down), the event loop the rest.
-            var mine = options.http, its = options.http
+            var mine = httpOptions, its = httpOptions
             its.maxConnections /= 2
             its.maxConnectionsPerHost /= 2
             mine.maxConnections -= its.maxConnections
@@ -140,7 +143,7 @@ public final class Daemon {
             http = HTTPClient(options: mine)
             lane = try DownloadLane(options: its, store: disk)
         } else {
-            http = HTTPClient(options: options.http)
+            http = HTTPClient(options: httpOptions)
             lane = nil
         }
         writer = try DurabilityWriter(store: store)

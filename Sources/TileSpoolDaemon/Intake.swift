@@ -76,7 +76,7 @@ extension Daemon {
             request = try RequestValidator.validate(data, fileName: name)
             let named: [String]
             switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
-            if let e = TileUsagePolicy.refusal(urls: named, allowedHosts: options.allowedHosts) { throw e }
+            if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: options.allowedHosts) { throw e }
             // A tiles request's plan is known now: one over the limit is refused like any bad request.
             if case .tiles(let templates) = request.source {
                 let plan = Planner.plan(request: request, templates: templates)

@@ -70,7 +70,7 @@ enum HTTPOutcome {
         switch res.failure {
         case .network?: return "network"
         case .badResponse?: return "bad_response"
-        case .refused?: return "refused"
+        case .refused?, .policyRefused?: return "refused"
         case nil:
             switch res.status {
             case 200...299: return "2xx"

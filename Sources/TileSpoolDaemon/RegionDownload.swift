@@ -99,7 +99,7 @@ extension Daemon {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
         // A style's tile servers are known only now: a listed one is refused before any tile is asked.
-        let policy = TileUsagePolicy.refusal(urls: plan.tileSets.map(\.template.template), allowedHosts: options.allowedHosts)
+        let policy = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: options.allowedHosts)
         if let e = policy ?? tileLimitError(r, plan) {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
@@ -204,8 +204,9 @@ extension Daemon {
     }
 
     /// Starts the transfer of `item`: a conditional GET during a refresh when the pack's line has
-    /// validators. False when a rate limit holds it back: nothing started, and `d.rateWaitUntil`
-    /// says when to ask again.
+    /// validators (which header: `ConditionalRequest.headers(for:)`, applied by `HTTPClient.start`
+    /// on either download loop). False when a rate limit holds it back: nothing started, and
+    /// `d.rateWaitUntil` says when to ask again.
     func issue(_ r: Region, _ d: Download, _ item: WorkItem, now: Double) -> Bool {
         let (url, kind, key) = describe(item, d)
         if !admitted(r, d, url: url, now: now) { return false }
@@ -214,8 +215,7 @@ extension Daemon {
         d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key)
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
-        let validators = d.previousLine(kind, key)?.freshness
-        let conditional = validators?.hasValidator == true ? validators : nil
+        let conditional = d.previousLine(kind, key)?.freshness
         // Tiles go to the less busy of the two download loops; everything else stays here.
         if kind == .tile, let lane, lane.inFlight < http.inFlight {
             lane.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList,
@@ -285,6 +285,9 @@ extension Daemon {
             switch f {
             case .refused(let why):
                 fail(r, RegionError(code: .httpError, message: "\(why) (\(Redaction.redact(url)))", url: url))
+            case .policyRefused(let why):
+                // A redirect to a host whose tile usage policy forbids bulk downloading: not fetched.
+                fail(r, RegionError(code: .policyRefused, message: "\(why) (redirected from \(Redaction.redact(url)))", url: url))
             case .network(let why):
                 retry(r, d, item, after: nil, exhausted: {
                     self.networkLost(r, url: url, why: why)
@@ -428,8 +431,9 @@ extension Daemon {
         }
     }
 
-    /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it.
-    static let maxRetryAfter = 3600.0
+    /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it
+    /// (`HTTPClient` reports at most this already, an overflowing number as this).
+    static let maxRetryAfter = RetryAfter.maximum
 
     /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
     /// calls `exhausted` when the attempts are used up.

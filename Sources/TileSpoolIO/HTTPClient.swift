@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Glibc
 import TileSpoolCore
 
 /// Settings of the HTTP client. Times in seconds, sizes in bytes.
@@ -12,14 +13,26 @@ public struct HTTPOptions: Sendable {
     public var connectTimeout: Double = 10
     /// A transfer slower than 1 byte/s for this long is aborted (`CURLOPT_LOW_SPEED_TIME`).
     public var lowSpeedTime = 30
+    /// The most time one transfer may take, redirects included, from `start` to its last byte
+    /// (`CURLOPT_TIMEOUT_MS`, set per hop to what is left); 0: no limit. Past it the transfer
+    /// fails as `TransferFailure.network` ("transfer timeout"), like any other timeout: a
+    /// server dripping two bytes a second (above the low-speed limit) would otherwise hold a
+    /// download slot for as long as it likes.
+    /// Default 300 (5 minutes: a 32 MiB body at about 110 KB/s).
+    public var transferTimeout: Double = 300
     /// Largest body accepted, after content decoding (`CURLOPT_MAXFILESIZE_LARGE` and a check while
     /// receiving). Default 32 MiB.
     public var maxObjectSize = 32 << 20
-    /// Redirects followed at most (`CURLOPT_MAXREDIRS`).
+    /// Redirects followed at most; one more fails the transfer (`TransferFailure.refused`).
+    /// `HTTPClient` follows them itself, hop by hop (`Redirect`).
     public var maxRedirects = 5
     /// The User-Agent sent (`--user-agent`); by default it names TileSpool, its version and the
     /// project's URL, as tile usage policies ask (e.g. https://operations.osmfoundation.org/policies/tiles/).
     public var userAgent = TileSpoolVersion.defaultUserAgent
+    /// Hosts (lower-case) a redirect may lead to although `TileUsagePolicy` lists them (the
+    /// daemon's `--allow-host`); a redirect to any other listed host fails the transfer with
+    /// `TransferFailure.policyRefused` before anything is asked from it.
+    public var allowedHosts: Set<String> = []
     public init() {}
 }
 
@@ -38,8 +51,13 @@ public enum TransferFailure: Sendable, Equatable {
     case network(String)
     /// The body arrived damaged: shorter than announced, undecodable content encoding, too large.
     case badResponse(String)
-    /// The transfer cannot succeed by retrying: a scheme other than http(s), a redirect loop.
+    /// The transfer cannot succeed by retrying: a scheme other than http(s) (also by redirect),
+    /// more than `maxRedirects` redirects, a malformed URL.
     case refused(String)
+    /// A redirect led to a host whose tile usage policy forbids bulk downloading
+    /// (`TileUsagePolicy`, not in `HTTPOptions.allowedHosts`): not fetched. The message names the
+    /// host and the policy.
+    case policyRefused(String)
 }
 
 /// The outcome of one transfer: an HTTP status and body, or a failure.
@@ -49,14 +67,16 @@ public struct TransferResult: Sendable {
     public var status: Int
     /// The body after HTTP content decoding (gzip, deflate).
     public var body: Data
-    /// Seconds the server asked to wait (`Retry-After`, in seconds or as an HTTP date), if any.
+    /// Seconds the server asked to wait (`Retry-After`, in seconds or as an HTTP date, read for a
+    /// 3xx (not 304), 4xx or 5xx answer), at most `RetryAfter.maximum` (1 hour): a longer wait,
+    /// or a number too large for any integer, counts as that. Nil when absent, 0, past or invalid.
     public var retryAfter: Double?
     public var failure: TransferFailure?
     /// The response's validators and expiry (`ETag`, `Last-Modified`, `Cache-Control: max-age`,
     /// `Expires`), with `fetched` = when it was received.
     public var freshness = Freshness()
-    /// True when the server answered a conditional request with 304 Not Modified (or libcurl found
-    /// the `If-Modified-Since` condition unmet and skipped the body): the stored copy is current.
+    /// True when the server answered 304 Not Modified (to a conditional request): the stored copy
+    /// is current. Only a 304 sets it; a 200 is always a new body.
     public var notModified = false
     /// The response's `Content-Type` header (after redirects), if any.
     public var contentType: String?
@@ -67,14 +87,27 @@ public struct TransferResult: Sendable {
     public var storeFailure: SystemError?
 }
 
-/// One transfer's receive state, reached from libcurl's write callback through `CURLOPT_WRITEDATA`.
+/// One transfer's state: what its hops send, and the receive state reached from libcurl's write
+/// callback through `CURLOPT_WRITEDATA`.
 final class Transfer {
     var tag = 0
     var body = Data()
     var limit = 0
     var tooLarge = false
-    /// The conditional-request header list of the transfer under way (freed when it ends).
+    /// The header list of the hop under way (freed when the next hop starts or the transfer ends).
     var headers: UnsafeMutablePointer<curl_slist>?
+    /// The conditional headers (sent on every hop) and the caller's own (sent while
+    /// `sendsRequestHeaders`), CR/LF-free.
+    var conditional: [(String, String)] = []
+    var requestHeaders: [(String, String)] = []
+    var sendsRequestHeaders = true
+    /// The URL first asked; its origin, parsed when the first redirect needs it (`.some(nil)`:
+    /// libcurl could not parse it); how many redirects were followed.
+    var firstURL = ""
+    var firstOrigin: HTTPOrigin??
+    var redirects = 0
+    /// When the transfer must have ended (`HTTPClient.now()` seconds; infinity: no limit).
+    var deadline = Double.infinity
     let easy: UnsafeMutableRawPointer
     init(easy: UnsafeMutableRawPointer) { self.easy = easy }
 }
@@ -90,9 +123,14 @@ private func writeBody(_ ptr: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb
 }
 
 /// An HTTP client over libcurl's multi interface (https://curl.se/libcurl/c/libcurl-multi.html):
-/// many transfers at once on one thread, connections kept alive and reused, redirects followed
-/// (http and https only, `CURLOPT_PROTOCOLS_STR`/`CURLOPT_REDIR_PROTOCOLS_STR`), gzip accepted.
-/// Not thread-safe: use it from one thread, which also calls `wait` and `collect`.
+/// many transfers at once on one thread, connections kept alive and reused, gzip accepted.
+/// Redirects are followed here, not by libcurl (`CURLOPT_FOLLOWLOCATION` is off): on a 3xx with a
+/// Location (`CURLINFO_REDIRECT_URL`, libcurl's parse) the same transfer starts again at the
+/// target, under the same tag, at most `maxRedirects` times, only to http and https
+/// (`Redirect.followedSchemes`), never to a host a tile usage policy lists (`TileUsagePolicy`,
+/// unless in `allowedHosts`), and the request's own headers go along only while every hop stays
+/// on the first URL's origin (`Redirect.keepsRequestHeaders`). Not thread-safe: use it from one
+/// thread, which also calls `wait` and `collect`.
 public final class HTTPClient: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let options: HTTPOptions
@@ -126,10 +164,8 @@ public final class HTTPClient: @unchecked Sendable {
         if let t = idle.popLast() { return t }
         let easy = curl_easy_init()!
         let t = Transfer(easy: easy)
-        tilespool_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-        tilespool_easy_setopt_long(easy, CURLOPT_MAXREDIRS, options.maxRedirects)
+        tilespool_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0) // followed in `collect`, hop by hop
         tilespool_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        tilespool_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         tilespool_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "") // every encoding libcurl decodes
         tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(options.connectTimeout * 1000))
         tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
@@ -144,35 +180,112 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     /// Starts a GET of `url`. `tag` identifies the transfer in `collect`'s results and must be unique
-    /// among transfers under way. With `validators`, the GET is conditional (RFC 9110 section 13.1):
-    /// `If-None-Match` with the ETag, `If-Modified-Since` with the Last-Modified time
-    /// (`CURLOPT_TIMECONDITION`); a 304 comes back with `notModified` set and an empty body.
-    /// `headers` (name, value) are sent as well, in the same per-transfer header list; values with
-    /// CR or LF are skipped (they would split the request).
+    /// among transfers under way. `validators` (the stored response's, if any) make the GET
+    /// conditional as `ConditionalRequest.headers(for:)` says (RFC 9110 section 13.1: the ETag as
+    /// `If-None-Match` when there is one, else `If-Modified-Since`); only a 304 answer comes back
+    /// with `notModified` set, a 200 always with its body. libcurl's `CURLOPT_TIMECONDITION` is
+    /// not used: it drops the body of a 200 whose `Last-Modified` did not move.
+    /// `headers` (name, value) are sent as well, in the same per-transfer header list, to the
+    /// first URL's origin only (a redirect to another origin drops them); values with CR or LF are
+    /// skipped (they would split the request).
     public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = []) {
         let t = makeTransfer()
         t.tag = tag
-        t.body = Data()
         t.limit = options.maxObjectSize
-        t.tooLarge = false
-        tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
-        if let etag = validators?.etag, !etag.contains(where: { $0 == "\r" || $0 == "\n" }) {
-            t.headers = curl_slist_append(nil, "If-None-Match: \(etag)")
-        }
-        for (name, value) in extra where !(name + value).contains(where: { $0 == "\r" || $0 == "\n" }) {
-            // "Name;" is libcurl's way to send a header with an empty value.
-            t.headers = curl_slist_append(t.headers, value.isEmpty ? "\(name);" : "\(name): \(value)")
-        }
-        tilespool_easy_setopt_slist(t.easy, CURLOPT_HTTPHEADER, t.headers)
-        if let lm = validators?.lastModified {
-            tilespool_easy_setopt_long(t.easy, CURLOPT_TIMECONDITION, Int(CURL_TIMECOND_IFMODSINCE.rawValue))
-            tilespool_easy_setopt_off(t.easy, CURLOPT_TIMEVALUE_LARGE, curl_off_t(lm))
-        } else {
-            tilespool_easy_setopt_long(t.easy, CURLOPT_TIMECONDITION, Int(CURL_TIMECOND_NONE.rawValue))
-        }
+        func sendable(_ h: (String, String)) -> Bool { !(h.0 + h.1).contains(where: { $0 == "\r" || $0 == "\n" }) }
+        t.conditional = ConditionalRequest.headers(for: validators).filter(sendable)
+        t.requestHeaders = extra.filter(sendable)
+        t.sendsRequestHeaders = true
+        t.firstURL = url
+        t.firstOrigin = nil
+        t.redirects = 0
+        t.deadline = options.transferTimeout > 0 ? HTTPClient.now() + options.transferTimeout : .infinity
         active[tag] = t
         byEasy[t.easy] = t
+        begin(t, url: url)
+    }
+
+    /// Starts (or starts again, after a redirect) the request of `t` to `url`.
+    private func begin(_ t: Transfer, url: String) {
+        t.body = Data()
+        t.tooLarge = false
+        var list: UnsafeMutablePointer<curl_slist>?
+        for (name, value) in t.sendsRequestHeaders ? t.conditional + t.requestHeaders : t.conditional {
+            // "Name;" is libcurl's way to send a header with an empty value.
+            list = curl_slist_append(list, value.isEmpty ? "\(name);" : "\(name): \(value)")
+        }
+        tilespool_easy_setopt_slist(t.easy, CURLOPT_HTTPHEADER, list)
+        if let old = t.headers { curl_slist_free_all(old) }
+        t.headers = list
+        tilespool_easy_setopt_string(t.easy, CURLOPT_URL, url)
+        // What is left of the transfer's time (at least 1 ms: 0 would mean "no limit").
+        let left = t.deadline.isFinite ? max(1, Int(((t.deadline - HTTPClient.now()) * 1000).rounded(.up))) : 0
+        tilespool_easy_setopt_long(t.easy, CURLOPT_TIMEOUT_MS, left)
         curl_multi_add_handle(multi, t.easy)
+    }
+
+    /// Seconds on the monotonic clock (`CLOCK_MONOTONIC`), for transfer deadlines.
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// The failure of a transfer that ran out of `transferTimeout`.
+    private var transferTimedOut: TransferFailure {
+        .network("transfer timeout: not finished within \(String(format: "%g", options.transferTimeout)) s (--transfer-timeout)")
+    }
+
+    /// What to do with a finished hop of `t`: nil when it was not a redirect (the transfer is
+    /// done); `.success(())` when the next hop started; `.failure` when the redirect is refused.
+    private func followRedirect(_ t: Transfer) -> Result<Void, RedirectRefused>? {
+        var status = 0
+        tilespool_easy_getinfo_long(t.easy, CURLINFO_RESPONSE_CODE, &status)
+        guard (300...399).contains(status), status != 304 else { return nil }
+        var location: UnsafeMutablePointer<CChar>?
+        tilespool_easy_getinfo_string(t.easy, CURLINFO_REDIRECT_URL, &location)
+        guard let location else { return nil } // a 3xx without a Location: the answer itself
+        let next = String(cString: location)
+        guard t.redirects < options.maxRedirects else {
+            return .failure(RedirectRefused(.refused("more than \(options.maxRedirects) redirects (the last to \(Redaction.redact(next)))")))
+        }
+        guard let parts = HTTPClient.urlParts(next) else {
+            return .failure(RedirectRefused(.refused("redirect to a malformed URL")))
+        }
+        guard Redirect.followedSchemes.contains(parts.scheme), let target = parts.origin else {
+            return .failure(RedirectRefused(.refused("redirect to an unsupported protocol '\(parts.scheme)' (only http and https are followed)")))
+        }
+        if HTTPClient.now() >= t.deadline { return .failure(RedirectRefused(transferTimedOut)) }
+        if let e = TileUsagePolicy.refusal(host: target.host, url: next, allowedHosts: options.allowedHosts) {
+            return .failure(RedirectRefused(.policyRefused("redirect to \(Redaction.redact(next)): \(e.message)")))
+        }
+        if t.firstOrigin == nil { t.firstOrigin = .some(HTTPClient.urlParts(t.firstURL)?.origin) }
+        t.sendsRequestHeaders = Redirect.keepsRequestHeaders(sentSoFar: t.sendsRequestHeaders, first: t.firstOrigin!, next: target)
+        t.redirects += 1
+        begin(t, url: next)
+        return .success(())
+    }
+
+    /// Why a redirect is not followed: the transfer's failure.
+    private struct RedirectRefused: Error { var failure: TransferFailure; init(_ f: TransferFailure) { failure = f } }
+
+    /// The scheme (lower-case) of `url` and, for a URL with a host, its origin (the port filled in
+    /// with the scheme's default); nil when libcurl cannot parse it. The corresponding C
+    /// functions are `curl_url_set` and `curl_url_get` (libcurl's URL API).
+    static func urlParts(_ url: String) -> (scheme: String, origin: HTTPOrigin?)? {
+        guard let h = curl_url() else { return nil }
+        defer { curl_url_cleanup(h) }
+        guard curl_url_set(h, CURLUPART_URL, url, UInt32(CURLU_NON_SUPPORT_SCHEME)) == CURLUE_OK else { return nil }
+        func part(_ p: CURLUPart, _ flags: Int32 = 0) -> String? {
+            var out: UnsafeMutablePointer<CChar>?
+            guard curl_url_get(h, p, &out, UInt32(flags)) == CURLUE_OK, let out else { return nil }
+            defer { curl_free(out) }
+            return String(cString: out)
+        }
+        guard let scheme = part(CURLUPART_SCHEME)?.lowercased() else { return nil }
+        guard let host = part(CURLUPART_HOST), !host.isEmpty else { return (scheme, nil) }
+        let port = part(CURLUPART_PORT, CURLU_DEFAULT_PORT).flatMap { Int($0) }
+        return (scheme, HTTPOrigin(scheme: scheme, host: host, port: port))
     }
 
     /// Stops a transfer under way; no result is reported for it.
@@ -224,10 +337,21 @@ public final class HTTPClient: @unchecked Sendable {
         while let msg = curl_multi_info_read(multi, &left) {
             guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
             let code = msg.pointee.data.result
-            guard let t = byEasy.removeValue(forKey: easy) else { continue }
-            active.removeValue(forKey: t.tag)
+            guard let t = byEasy[easy] else { continue }
             curl_multi_remove_handle(multi, easy)
-            results.append(result(of: t, code: code))
+            var refused: TransferFailure?
+            if code == CURLE_OK {
+                switch followRedirect(t) {
+                case .success?: continue // the next hop is under way, same tag
+                case .failure(let why)?: refused = why.failure
+                case nil: break
+                }
+            }
+            byEasy.removeValue(forKey: easy)
+            active.removeValue(forKey: t.tag)
+            var r = result(of: t, code: code)
+            if let refused { r.failure = refused; r.body = Data(); r.notModified = false }
+            results.append(r)
             recycle(t)
         }
         return results
@@ -236,17 +360,18 @@ public final class HTTPClient: @unchecked Sendable {
     private func result(of t: Transfer, code: CURLcode) -> TransferResult {
         var status = 0
         tilespool_easy_getinfo_long(t.easy, CURLINFO_RESPONSE_CODE, &status)
-        var retry: curl_off_t = -1
-        tilespool_easy_getinfo_off(t.easy, CURLINFO_RETRY_AFTER, &retry)
-        var r = TransferResult(tag: t.tag, status: status, body: t.body,
-                               retryAfter: retry > 0 ? Double(retry) : nil, failure: nil)
+        var r = TransferResult(tag: t.tag, status: status, body: t.body, retryAfter: nil, failure: nil)
         if code == CURLE_OK {
-            let h = headers(t.easy)
+            // Retry-After only where it can mean something (not on every tile's 200).
+            let h = headers(t.easy, retryAfter: status >= 300 && status != 304)
             r.freshness = freshness(h)
             r.contentType = h.contentType
-            var unmet = 0
-            tilespool_easy_getinfo_long(t.easy, CURLINFO_CONDITION_UNMET, &unmet)
-            r.notModified = status == 304 || unmet != 0
+            // Read here, not from CURLINFO_RETRY_AFTER: libcurl gives nothing for a number past
+            // its integer range, which must count as the longest wait, not as none.
+            r.retryAfter = h.retryAfter.flatMap { field in
+                RetryAfter.seconds(field, now: Date().timeIntervalSince1970) { let t = httpDate($0); return t >= 0 ? Double(t) : nil }
+            }
+            r.notModified = status == 304 // a 200 is a new body, whatever its Last-Modified says
             if r.notModified { r.body = Data() }
             return r
         }
@@ -258,6 +383,8 @@ public final class HTTPClient: @unchecked Sendable {
             r.failure = .badResponse(text)
         case CURLE_UNSUPPORTED_PROTOCOL, CURLE_TOO_MANY_REDIRECTS, CURLE_URL_MALFORMAT:
             r.failure = .refused(text)
+        case CURLE_OPERATION_TIMEDOUT where HTTPClient.now() >= t.deadline - 0.05:
+            r.failure = transferTimedOut // else the connect or low-speed timeout: libcurl's words
         default:
             r.failure = .network(text)
         }
@@ -269,18 +396,18 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control` and `Expires`. `Expires` is read only when
-    /// `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be ignored). The
-    /// corresponding C function is `curl_easy_header` (libcurl's header API, 7.84 and later): one
-    /// lookup per name (walking every header with `curl_easy_nextheader` costs a pass over all
-    /// of them per header, more in all).
+    /// `Last-Modified`, `Cache-Control`, `Expires` and (when asked) `Retry-After`. `Expires` is
+    /// read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be
+    /// ignored). The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
+    /// and later): one lookup per name (walking every header with `curl_easy_nextheader` costs a
+    /// pass over all of them per header, more in all).
     struct ResponseHeaders {
-        var contentType, etag, lastModified, expires: String?
+        var contentType, etag, lastModified, expires, retryAfter: String?
         /// `Cache-Control`'s lifetime (`maxAge`).
         var maxAge: Int64?
     }
 
-    private func headers(_ easy: UnsafeMutableRawPointer) -> ResponseHeaders {
+    private func headers(_ easy: UnsafeMutableRawPointer, retryAfter: Bool) -> ResponseHeaders {
         func value(_ name: String) -> String? {
             var h: UnsafeMutablePointer<curl_header>?
             guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK,
@@ -295,6 +422,7 @@ extension HTTPClient {
         out.lastModified = value("Last-Modified")
         out.maxAge = HTTPClient.maxAge(value("Cache-Control"))
         if out.maxAge == nil { out.expires = value("Expires") }
+        if retryAfter { out.retryAfter = value("Retry-After") }
         return out
     }
 

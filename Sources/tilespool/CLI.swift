@@ -168,6 +168,8 @@ options:
   --max-probe-interval SECONDS    longest gap between probes while pausedNetwork (default 60)
   --connect-timeout SECONDS       time allowed to connect (default 10)
   --low-speed-time SECONDS        abort a transfer below 1 byte/s for this long (default 30)
+  --transfer-timeout SECONDS      abort a transfer (redirects included) not finished after this
+                                  long, retried like a network timeout (default 300; 0: none)
   --sync-interval SECONDS         how often downloaded objects are synced and recorded (default 1)
   --refresh-interval SECONDS      refresh every completed region this long after its last
                                   download or refresh, checking resources at least that old
@@ -227,7 +229,7 @@ func runCLI(_ argv: [String]) -> Int32 {
 func commandRun(_ argv: [String]) throws -> Int32 {
     let valued: Set<String> = commonValued.union(["--max-active-regions", "--max-requests-per-region", "--max-connections",
                                                  "--max-connections-per-host", "--max-tiles", "--max-object-size", "--max-retries",
-                                                 "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time",
+                                                 "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time", "--transfer-timeout",
                                                  "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
                                                  "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
                                                  "--events-keep", "--user-agent", "--allow-host",
@@ -252,6 +254,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.maxProbeInterval = try a.seconds("--max-probe-interval", default: o.maxProbeInterval)
     o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout)
     o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime)).rounded(.up))
+    o.http.transferTimeout = try a.seconds("--transfer-timeout", default: o.http.transferTimeout)
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
     if let ua = a.options["--user-agent"] {
         guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {

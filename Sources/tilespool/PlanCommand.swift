@@ -32,14 +32,17 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     func refuse(_ e: RegionError) -> Int32 { err("tilespool: \(e.code.rawValue): \(e.message)"); return 1 }
     let named: [String]
     switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
-    if let e = TileUsagePolicy.refusal(urls: named, allowedHosts: allowed) { return refuse(e) }
+    if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: allowed) { return refuse(e) }
     let plan: ResourcePlan
     switch request.source {
     case .tiles(let templates):
         plan = Planner.plan(request: request, templates: templates)
     case .style(let styleURL):
-        let http = HTTPClient(options: HTTPOptions())
+        var httpOptions = HTTPOptions()
+        httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
+        let http = HTTPClient(options: httpOptions)
         func body(_ r: TransferResult, _ url: String) throws -> Data {
+            if case .policyRefused(let why)? = r.failure { throw CommandFailure("policyRefused: \(why) (redirected from \(Redaction.redact(url)))") }
             if let f = r.failure { throw CommandFailure("cannot fetch \(Redaction.redact(url)): \(f)") }
             guard (200...299).contains(r.status) else { throw CommandFailure("HTTP \(r.status) from \(Redaction.redact(url))") }
             return r.body
@@ -52,7 +55,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         plan = Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs)
     }
     // A style's tile servers are known only now, as for the daemon.
-    if let e = TileUsagePolicy.refusal(urls: plan.tileSets.map(\.template.template), allowedHosts: allowed) { return refuse(e) }
+    if let e = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: allowed) { return refuse(e) }
     let overLimit = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles)
     var byKind: [String: Int] = [:]
     for r in plan.resources { byKind[r.kind.rawValue, default: 0] += 1 }

@@ -45,8 +45,22 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
     /redirectloop/...    302 to itself
     /redirectfile/...    302 to file:///etc/passwd
     /redirect/REST       302 to /ok/REST (query kept)
+    /redirectto/SCHEME/HOSTPORT/REST
+                         302 to SCHEME://HOSTPORT/REST (query kept): another server, origin or
+                         host, e.g. /redirectto/http/localhost:PORT/ok/1/2/3.png
     /json/<name>         the registered document, with every "__BASE__" replaced by
                          http://127.0.0.1:PORT; 404 when not registered
+    /changing/N/...      a resource whose body and ETag change while Last-Modified does not:
+                         request k of PATH sees version v = min(k, N), body b"tile " + PATH
+                         + b" v<v>" (after the signature, as /ok), ETag "v<v>", Last-Modified
+                         always Wed, 01 Jan 2025 00:00:00 GMT. Conditional requests are judged
+                         as RFC 9110 section 13.2.2 says: If-None-Match (when sent, alone) is
+                         304 when it names "v<v>"; else If-Modified-Since is 304 when not before
+                         Last-Modified (always, here: the trap of a client that sends both)
+    /changingjson/N/<name>  the same for a registered document: every "__BASE__" replaced as
+                         for /json/ and every "__VERSION__" by v
+    /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
+                         304 when If-Modified-Since is not before it
 Control endpoints (not counted as hits):
     POST /_register/<name>   body = document; 201
     GET  /_hits?path=PATH    the hit count of PATH as a decimal number
@@ -437,6 +451,63 @@ class Handler(BaseHTTPRequestHandler):
         rest = "/".join(segments[2:])
         target = "/ok/" + rest + ("?" + query if query else "")
         self.send_no_body(302, headers=[("Location", target)])
+
+    CHANGING_LAST_MODIFIED = "Wed, 01 Jan 2025 00:00:00 GMT"
+
+    def changing(self, segments, count, body, content_type):
+        """Answers version min(count, N) of a /changing/ or /changingjson/ resource (`body` is a
+        function of the version): 304 or 200 as the conditional headers decide."""
+        n = self.threshold(segments)
+        if n is None or n < 1:
+            return self.send_body(400, b"use /changing/N/... with N >= 1\n")
+        version = min(count, n)
+        etag = '"v%d"' % version
+        headers = (("ETag", etag), ("Last-Modified", self.CHANGING_LAST_MODIFIED))
+        inm = self.headers.get("If-None-Match")
+        ims = self.headers.get("If-Modified-Since")
+        if inm is not None:
+            tags = [t.strip() for t in inm.split(",")]
+            fresh = "*" in tags or etag in [t[2:] if t.startswith("W/") else t for t in tags]
+        elif ims is not None:
+            since = email.utils.parsedate_tz(ims)
+            fresh = since is not None and email.utils.mktime_tz(since) >= email.utils.mktime_tz(
+                email.utils.parsedate_tz(self.CHANGING_LAST_MODIFIED))
+        else:
+            fresh = False
+        if fresh:
+            return self.send_no_body(304, headers=headers)
+        doc = body(version)
+        if doc is None:
+            return self.send_body(404, b"no such document\n")
+        self.send_body(200, doc, content_type, headers=headers)
+
+    def fault_lastmodified(self, path, query, segments, count):
+        headers = (("Last-Modified", self.CHANGING_LAST_MODIFIED),)
+        ims = self.headers.get("If-Modified-Since")
+        since = email.utils.parsedate_tz(ims) if ims else None
+        if since is not None and email.utils.mktime_tz(since) >= email.utils.mktime_tz(
+                email.utils.parsedate_tz(self.CHANGING_LAST_MODIFIED)):
+            return self.send_no_body(304, headers=headers)
+        self.send_body(200, ok_body(path), content_type_for(path), headers=headers)
+
+    def fault_changing(self, path, query, segments, count):
+        self.changing(segments, count, lambda v: ok_body(path) + b" v%d" % v, content_type_for(path))
+
+    def fault_changingjson(self, path, query, segments, count):
+        name = "/".join(segments[3:])
+
+        def document(v):
+            doc = self.server.state.document(name) if NAME_RE.match(name) else None
+            if doc is None:
+                return None
+            return doc.replace(b"__BASE__", self.base_url.encode()).replace(b"__VERSION__", b"%d" % v)
+        self.changing(segments, count, document, "application/json")
+
+    def fault_redirectto(self, path, query, segments, count):
+        if len(segments) < 5:
+            return self.send_body(400, b"use /redirectto/SCHEME/HOSTPORT/REST\n")
+        target = "%s://%s/%s" % (segments[2], segments[3], "/".join(segments[4:]))
+        self.send_no_body(302, headers=[("Location", target + ("?" + query if query else ""))])
 
     def fault_json(self, path, query, segments, count):
         name = "/".join(segments[2:])

@@ -67,7 +67,11 @@ final class PlanCommandTests: XCTestCase {
         var (rc, out) = try fx.cli(["plan", file.path])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("policyRefused") && out.contains("https://operations.osmfoundation.org/policies/tiles/"), out)
+        // `{s}` takes a, b and c (issue 29: not only `a`): allowing `a` alone leaves b refused.
         (rc, out) = try fx.cli(["plan", file.path, "--allow-host", "a.tile.openstreetmap.org"])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("policyRefused: b.tile.openstreetmap.org"), out)
+        (rc, out) = try fx.cli(["plan", file.path] + ["a", "b", "c"].flatMap { ["--allow-host", "\($0).tile.openstreetmap.org"] })
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.contains("plan for osm: 4 resources, 4 tiles"), out)
         try write(["tiles": ["https://tiles.example.org/{z}/{x}/{y}.png"], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 3, "maxTiles": 50])

@@ -418,7 +418,9 @@ final class RefreshRuleTests: XCTestCase {
 final class RealWorldCoreTests: XCTestCase {
     func testPolicyHostMatching() {
         XCTAssertEqual(TileUsagePolicy.host(of: "https://u:p@A.Tile.OpenStreetMap.org.:8080/{z}/{x}/{y}.png?k=1"), "a.tile.openstreetmap.org")
-        XCTAssertEqual(TileUsagePolicy.host(of: "https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png"), "a.tile.openstreetmap.org")
+        // A template's hosts are those of its expansions (issue 29): `{s}` is not guessed as `a`.
+        XCTAssertEqual(TileUsagePolicy.hosts(of: TileURLTemplate("https://{s}.tile.openstreetmap.org/{z}/{x}/{y}.png")),
+                       ["a.tile.openstreetmap.org", "b.tile.openstreetmap.org", "c.tile.openstreetmap.org"])
         XCTAssertNotNil(TileUsagePolicy.refusal(urls: ["https://maps.wikimedia.org/osm-intl/{z}/{x}/{y}.png"], allowedHosts: []))
         XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tile.openstreetmap.org/{z}/{x}/{y}.png"], allowedHosts: ["tile.openstreetmap.org"]))
         XCTAssertNil(TileUsagePolicy.refusal(urls: ["https://tile.openstreetmap.org.example.com/{z}/{x}/{y}.png"], allowedHosts: []))

@@ -31,7 +31,11 @@ import Foundation
 /// | `/redirectloop/...` | 302 to itself |
 /// | `/redirectfile/...` | 302 to `file:///etc/passwd` |
 /// | `/redirect/REST` | 302 to `/ok/REST` (query kept) |
+/// | `/redirectto/SCHEME/HOSTPORT/REST` | 302 to `SCHEME://HOSTPORT/REST` (query kept): another server, origin or host |
 /// | `/json/NAME` | the document registered as NAME, `__BASE__` replaced by `baseURL`; else 404 |
+/// | `/changing/N/...` | request k of PATH sees version v = min(k, N): 200 with `okBody(PATH) + " v<v>"`, ETag `"v<v>"`, and always `Last-Modified` 2025-01-01; 304 when `If-None-Match` names `"v<v>"`, or (sent without If-None-Match) when `If-Modified-Since` is not before 2025-01-01 |
+/// | `/lastmodified/...` | like `/ok` with `Last-Modified` 2025-01-01 and no ETag; 304 when `If-Modified-Since` is not before it |
+/// | `/changingjson/N/NAME` | the same for the document registered as NAME, `__BASE__` and `__VERSION__` (v) replaced |
 ///
 /// Control endpoints (not counted): `POST /_register/NAME` (body = document),
 /// `GET /_hits?path=PATH` (decimal count), `GET /_hits` (JSON object path -> count).
