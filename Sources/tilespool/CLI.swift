@@ -218,6 +218,9 @@ func runCLI(_ argv: [String]) -> Int32 {
         let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "prune", "verify", "plan", "export"].contains(command)
         err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
+    } catch let e as RegionError {
+        err("tilespool: \(e.code.rawValue): \(e.message)")
+        return 1
     } catch {
         err("tilespool: \(error)")
         return 1

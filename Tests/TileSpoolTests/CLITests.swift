@@ -107,3 +107,24 @@ final class PlanCommandTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store), "plan writes nothing")
     }
 }
+
+/// Issue 29: errors read as `tilespool: CODE: message` and transfer failures as words, never as
+/// Swift's dump of a value (`RegionError(code: ...)`, `network("...")`).
+final class CLIErrorTextTests: FaultServerSpoolTestCase {
+    func testPlanPrintsCodeAndMessageNotASwiftDump() throws {
+        try server.register("plan-bad-style", json: #"{"version": 8, "sources": 3, "layers": []}"#)
+        let file = fx.root.appendingPathComponent("bad.json")
+        try JSONSerialization.data(withJSONObject: ["style": server.url("/json/plan-bad-style"), "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1])
+            .write(to: file)
+        var (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertEqual(out, "tilespool: invalidStyle: style: 'sources' must be an object\n")
+        // A server that cannot be reached (nothing listens on port 9 of loopback).
+        try JSONSerialization.data(withJSONObject: ["style": "http://127.0.0.1:9/style.json", "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1])
+            .write(to: file)
+        (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.hasPrefix("tilespool: cannot fetch http://127.0.0.1:9/style.json: network error: "), out)
+        XCTAssertFalse(out.contains("network(") || out.contains("\\'"), out)
+    }
+}
