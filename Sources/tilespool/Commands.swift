@@ -175,6 +175,7 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     var locks: [SpoolLock] = []
     if repair {
         for path in [loc.layout.lock] + (loc.isS3 ? [] : [loc.store + "/daemon.lock"]) {
+            if locks.contains(where: { SpoolLock.sameFile($0.path, path) }) { continue } // --spool X --store X
             do { locks.append(try SpoolLock(path: path)) } catch {
                 err("tilespool: verify --repair needs the daemon stopped (lock \(path) is held)")
                 return 1

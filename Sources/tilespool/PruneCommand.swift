@@ -55,7 +55,8 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
     var storeLock: SpoolLock?
     if !dryRun {
         lock = try takeLock(layout.lock)
-        if lock != nil, !loc.isS3, Files.entryType(loc.store + "/objects") == .directory {
+        if lock != nil, !loc.isS3, Files.entryType(loc.store + "/objects") == .directory,
+           !SpoolLock.sameFile(loc.store + "/daemon.lock", layout.lock) { // --spool X --store X: one lock
             storeLock = try takeLock(loc.store + "/daemon.lock")
             if storeLock == nil {
                 throw CommandFailure("a daemon of another spool holds the store's lock (\(loc.store)/daemon.lock); prune from that spool")
