@@ -336,7 +336,8 @@ public final class Daemon {
         writeStatus(r)
         Log.info("state change", region: r.id, state: next.rawValue,
                  (note.map { [("note", $0)] } ?? []) + (r.error.map { [("code", $0.code.rawValue), ("error", $0.message)] } ?? []))
-        runHook(id: r.id, state: next.rawValue, previous: previous.rawValue)
+        runHook(id: r.id, state: next.rawValue, previous: r.isNew ? nil : previous.rawValue)
+        r.isNew = false
     }
 
     func writeStatus(_ r: Region) {

@@ -139,7 +139,9 @@ extension Daemon {
         let files = store.region(request.id)
         if let old = regions[request.id] { stopDownload(old) }
         arrivals += 1
-        let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
+        // The state it replaces is the previous one of the next state change (none for a new id).
+        let r = Region(id: request.id, request: request, state: regions[request.id]?.state ?? .queued, files: files, arrival: arrivals)
+        r.isNew = regions[request.id] == nil
         do {
             if keepingManifest {
                 var isStyle = false

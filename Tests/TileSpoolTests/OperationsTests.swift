@@ -216,6 +216,28 @@ final class OperationsTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.eventStates("h"), ["queued", "downloading", "completed"])
     }
 
+    /// Issue 29: a brand-new region's first hook run has an empty previous state (not `queued`,
+    /// which it never was); a request that replaces a finished region has that region's state.
+    func testHookPreviousStateIsEmptyForANewRegion() throws {
+        let record = fx.root.path + "/hook-previous"
+        let hook = try script("hook", #"echo "$1 $2 [$TILESPOOL_PREVIOUS_STATE]" >> "# + record)
+        try fx.start(["--on-state-change", hook])
+        func lines(_ n: Int) throws -> [String] {
+            var got: [String] = []
+            try waitUntil("\(n) hook runs", timeout: 20) {
+                got = ((try? String(contentsOfFile: record, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+                return got.count >= n
+            }
+            return got
+        }
+        try fx.drop("n.json", server.tilesRequest(["/ok/n/{z}/{x}/{y}.png"], id: "n"))
+        try fx.waitForState("n", "completed")
+        XCTAssertEqual(try lines(3), ["n queued []", "n downloading [queued]", "n completed [downloading]"])
+        // Another download for the same id replaces the completed region.
+        try fx.drop("n.json", server.tilesRequest(["/ok/n2/{z}/{x}/{y}.png"], id: "n"))
+        XCTAssertEqual(Array(try lines(6).dropFirst(3)), ["n queued [completed]", "n downloading [queued]", "n completed [downloading]"])
+    }
+
     func testPruneDeletesExactlyTheSelectedRegionsDirectlyOrThroughTheDaemon() throws {
         try fx.start()
         for id in ["p1", "p2", "p3"] { try fx.drop("\(id).json", server.tilesRequest(["/ok/\(id)/{z}/{x}/{y}.png"], id: id)) }
