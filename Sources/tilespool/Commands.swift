@@ -139,6 +139,9 @@ func commandGC(_ argv: [String]) throws -> Int32 {
         Removes every object that no region's manifest references, and temp files left behind, then
         prints what it freed. Safe to run from cron while the daemon downloads: objects younger than
         the grace period (default 3600 s) are kept, and so is any object the daemon re-uses meanwhile.
+        A second line counts the unreferenced objects kept only for being younger than the grace
+        period (right after a delete, usually all of its objects): a later gc frees them, or
+        --grace 0 while no daemon runs.
         """)
         return 0
     }
@@ -150,6 +153,10 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects"
         + (r.segmentsRemoved > 0 ? ", removed \(r.segmentsRemoved) compacted manifest segments" : ""))
+    if r.youngUnreferenced > 0 {
+        let g = grace == grace.rounded() && grace < 1e15 ? String(Int(grace)) : String(grace)
+        out("gc: kept \(r.youngUnreferenced) unreferenced objects (\(r.youngUnreferencedBytes) bytes, \(formatBytes(r.youngUnreferencedBytes))) younger than the grace period (\(g) s): a later gc frees them; --grace 0 when no daemon runs")
+    }
     return 0
 }
 
