@@ -9,8 +9,10 @@ usage: tilespool status [ID] [--json] [--watch [--interval SECONDS]] [--spool DI
 Prints every region (or one) from the status files: state, a progress bar, resource and tile
 counts, bytes, and while downloading the rate (tiles/s, bytes/s over the last seconds) and the
 ETA; then the error. --json prints the status objects as a JSON array (or one object).
---watch redraws the display (plain ANSI escapes) every --interval seconds (default 1) until no
-region is queued, downloading or pausedNetwork, then exits 0.
+--watch redraws the display every --interval seconds (default 1) until no region is queued,
+downloading or pausedNetwork, then exits 0: on a terminal in place (two ANSI escapes: cursor
+home, clear to the end of the screen); into a pipe or a file, one frame after another with an
+empty line between them and no escapes.
 Exit status 1 when ID has no status.
 """
 
@@ -33,10 +35,16 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
         return writer.readAll()
     }
     if a.flags.contains("--watch") {
+        // On a terminal each frame replaces the last; into a pipe or a file, frames follow one
+        // another, an empty line between two, with no escape sequence.
+        let terminal = isatty(1) == 1
+        var first = true
         while true {
             guard let list = load() else { err("tilespool: no region '\(a.positionals[0])'"); return 1 }
             // Home, clear to the end of the screen, then the display.
-            FileHandle.standardOutput.write(Data(("\u{1B}[H\u{1B}[J" + statusText(list) + "\n").utf8))
+            let lead = terminal ? "\u{1B}[H\u{1B}[J" : first ? "" : "\n"
+            first = false
+            FileHandle.standardOutput.write(Data((lead + statusText(list) + "\n").utf8))
             if !list.contains(where: { movingStates.contains($0.state) }) { return 0 }
             usleep(useconds_t(interval * 1_000_000))
         }

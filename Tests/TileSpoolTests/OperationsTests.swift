@@ -323,14 +323,20 @@ final class OperationsTests: FaultServerSpoolTestCase {
         try fx.drop("w.json", ["id": "w", "tiles": [server.baseURL + "/slow/30/w/{z}/{x}/{y}.png"],
                                "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 5] as [String: Any])
         try fx.waitForState("w", "downloading")
-        let (rc, out) = try fx.cli(["status", "--watch", "--interval", "0.2", "--spool", fx.spool])
+        // Into a pipe (fx.cli): plain frames, an empty line between two, no terminal escapes.
+        var (rc, out) = try fx.cli(["status", "--watch", "--interval", "0.2", "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
         XCTAssertEqual(fx.state("w"), "completed", "--watch returned only once w finished")
-        let frames = out.components(separatedBy: "\u{1B}[H\u{1B}[J").filter { !$0.isEmpty }
+        XCTAssertFalse(out.contains("\u{1B}"), "no escape sequence in a pipe: \(out.debugDescription.prefix(300))")
+        let frames = out.components(separatedBy: "\n\n")
         XCTAssertGreaterThan(frames.count, 3, "redrawn several times")
-        XCTAssertTrue(frames.first!.contains("w  downloading"), frames.first!)
-        XCTAssertTrue(frames.last!.contains("w  completed") && frames.last!.contains("100.0%"), frames.last!)
+        XCTAssertTrue(frames.first!.hasPrefix("w  downloading"), frames.first!)
+        XCTAssertTrue(frames.last!.hasPrefix("w  completed") && frames.last!.contains("100.0%"), frames.last!)
         XCTAssertTrue(frames.contains { $0.contains("tiles/s") && $0.contains("ETA ") }, "rate and ETA shown while downloading")
+        // On a terminal (script(1) gives it one): the frame is drawn in place, with the escapes.
+        (rc, out) = try runTool("/usr/bin/script", ["-qec", "'\(SpoolFixture.binary)' status --watch --spool '\(fx.spool)'", "/dev/null"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasPrefix("\u{1B}[H\u{1B}[Jw  completed"), out.debugDescription)
     }
 }
 
