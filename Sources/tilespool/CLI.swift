@@ -126,7 +126,8 @@ commands:
   delete ID                stop a region and remove its status and manifest
   refresh ID [--max-age S] re-check a completed region with conditional requests
   gc                       remove objects no region references (safe beside a running daemon)
-  prune                    delete finished regions older than a duration, and old rejected files
+  prune                    delete finished regions when asked (--older-than, --state), and old
+                           rejected files
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
   export ID --format F     write a completed region as maplibre, mbtiles, pmtiles or a site

@@ -281,6 +281,30 @@ final class OperationsTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.objects(), [])
     }
 
+    /// Issue 29: `prune` with neither --older-than nor --state deletes no region (it used to
+    /// delete every completed, cancelled and failed one), with or without a daemon running.
+    func testPruneWithoutOlderThanOrStateDeletesNoRegion() throws {
+        try fx.start()
+        try fx.drop("k.json", server.tilesRequest(["/ok/k/{z}/{x}/{y}.png"], id: "k"))
+        try fx.waitForState("k", "completed")
+        var (rc, out) = try fx.cli(["prune", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(out, "prune: no region selected (regions are deleted only with --older-than or --state), 0 rejected entries removed\n")
+        XCTAssertEqual(fx.names(in: fx.spool + "/control"), [], "no delete sent to the daemon")
+        fx.stop()
+        for args in [["prune", "--dry-run"], ["prune"], ["prune", "--rejected-older-than", "0s"]] {
+            (rc, out) = try fx.cli(args + ["--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 0, out)
+            XCTAssertTrue(out.contains("no region selected"), out)
+            XCTAssertEqual(fx.state("k"), "completed", "\(args): \(out)")
+            XCTAssertTrue(FileManager.default.fileExists(atPath: fx.store + "/regions/k/manifest.tsv"))
+        }
+        // Asked for, it goes.
+        (rc, out) = try fx.cli(["prune", "--state", "completed", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertNil(fx.state("k"), out)
+    }
+
     func testPruneKeepsRegionsYoungerThanTheLimitAndRejectsBadOptions() throws {
         try fx.start()
         try fx.drop("y.json", server.tilesRequest(["/ok/y/{z}/{x}/{y}.png"], id: "y"))
