@@ -125,6 +125,7 @@ commands:
   cancel ID                cancel a region (its data stays until delete)
   delete ID                stop a region and remove its status and manifest
   refresh ID [--max-age S] re-check a completed region with conditional requests
+                           (these five ask the running daemon; --wait waits for its answer)
   gc                       remove objects no region references (safe beside a running daemon)
   prune                    delete finished regions when asked (--older-than, --state), and old
                            rejected files

@@ -104,40 +104,6 @@ func formatBytes(_ n: Int) -> String {
     return String(format: "%.1f %@", v, units[i])
 }
 
-func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
-    let refresh = action == "refresh"
-    let a = try Arguments(argv, flags: commonFlags, valued: refresh ? commonValued.union(["--max-age"]) : commonValued)
-    if a.flags.contains("--help") {
-        out("""
-        usage: tilespool \(action) ID\(refresh ? " [--max-age SECONDS]" : "") [--spool DIR] [--store DIR]
-
-        Drops <spool>/control/ID.\(action) atomically (a dotfile, then a rename), the same file a shell
-        script may drop. The running daemon acts on it within a second; read the result with
-        'tilespool status ID' or in <spool>/events.jsonl.
-        """ + (refresh ? """
-
-        A refresh re-checks every resource of a completed region with conditional requests
-        (If-None-Match, If-Modified-Since) and swaps the new manifest in when it completes; with
-        --max-age, only resources fetched at least SECONDS ago (or expired by their own headers) are
-        checked. The file then holds {"maxAge": SECONDS}. See docs/refresh.md.
-        """ : ""))
-        return 0
-    }
-    guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("\(action) takes one region ID") }
-    guard RequestValidator.isValidID(id) else { throw UsageError("'\(id)' is not a valid region id") }
-    let layout = (try Locations(a)).layout
-    try (try Locations(a)).requireSpool()
-    try Files.makeDirectories(layout.control)
-    let final = "\(layout.control)/\(id).\(action)"
-    var content = Data()
-    if refresh, a.options["--max-age"] != nil {
-        content = JSONKind.serialize(["maxAge": try a.seconds("--max-age", default: 0)])
-    }
-    try Files.writeAtomically(content, to: final)
-    out("\(action) requested for \(id) (\(final))")
-    return 0
-}
-
 func commandGC(_ argv: [String]) throws -> Int32 {
     let a = try Arguments(argv, flags: commonFlags, valued: commonValued.union(["--grace"]))
     if a.flags.contains("--help") {
