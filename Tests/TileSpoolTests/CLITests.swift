@@ -287,3 +287,24 @@ final class EventsFollowerTests: XCTestCase {
         XCTAssertEqual(ns(early.poll()), [1, 2, 3, 4])
     }
 }
+
+/// Issue 29: README's examples call `tilespool`; from a fresh clone it is not on PATH. The README
+/// says how to put it there before its first example, and doing what it says works.
+final class ReadmeTests: XCTestCase {
+    func testReadmePutsTilespoolOnPATHBeforeItsFirstExample() throws {
+        let readme = try String(contentsOf: MapData.packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let lines = readme.components(separatedBy: "\n")
+        let firstExample = try XCTUnwrap(lines.firstIndex { $0.hasPrefix("tilespool ") && !$0.hasPrefix("tilespool --version") })
+        let setup = try XCTUnwrap(lines.firstIndex { $0.hasPrefix("export PATH=") }, "README says how to put tilespool on PATH")
+        XCTAssertLessThan(setup, firstExample, "before the first example: \(lines[firstExample])")
+        // Run as written, from the package folder, in a shell whose PATH has no tilespool.
+        let line = lines[setup].components(separatedBy: "#")[0]
+        let (rc, out) = try runTool("/bin/bash", ["-c", line + "\ncommand -v tilespool && tilespool --version"],
+                                    env: ["PATH": "/usr/bin:/bin"], cwd: MapData.packageRoot.path)
+        XCTAssertEqual(rc, 0, out)
+        let found = out.components(separatedBy: "\n")[0]
+        XCTAssertEqual(URL(fileURLWithPath: found).resolvingSymlinksInPath().path,
+                       URL(fileURLWithPath: SpoolFixture.binary).resolvingSymlinksInPath().path, out)
+        XCTAssertTrue(out.contains("tilespool 0.1.0"), out)
+    }
+}
