@@ -32,11 +32,14 @@ public enum ActionOutcome: Sendable, Equatable {
 ///   finished` is `applied`, `failed` or `cancelled` is `failed`; a `refresh: failed` with note
 ///   `refresh` (the refresh could not start) is `failed`.
 public struct ActionWatch: Sendable {
+    /// The region the action was dropped for.
     public let id: String
+    /// The action dropped (`control/<id>.<action>`).
     public let action: RegionAction
     /// A refresh this watch asked for has started (its `finished` is the answer).
     public private(set) var refreshStarted = false
 
+    /// A watch for `action` on region `id`, made before its control file is dropped.
     public init(id: String, action: RegionAction) { self.id = id; self.action = action }
 
     /// The outcome `event` (one parsed line of events.jsonl) gives, or nil when it does not

@@ -13,6 +13,7 @@ import TileSpoolCore
 /// files rotated out of `--events-keep` before a poll are lost. A partial last line is kept
 /// until its newline arrives. Not thread-safe; one reader.
 public final class EventsFollower {
+    /// The followed file, `<spool>/events.jsonl`.
     public let path: String
     private var fd: Int32 = -1
     private var offset: off_t = 0
