@@ -115,6 +115,11 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertEqual(rc, 4, out)
         XCTAssertTrue(out.contains("w: refresh started\n") && out.contains("tilespool: w: refresh failed: networkError: "), out)
         XCTAssertEqual(fx.state("w"), "completed")
+        // A status the daemon has no region for (copied by hand): it refuses the control file.
+        try FileManager.default.copyItem(atPath: fx.spool + "/status/w.json", toPath: fx.spool + "/status/ghost.json")
+        (rc, out) = try run(["pause", "ghost"])
+        XCTAssertEqual(rc, 3, out)
+        XCTAssertTrue(out.hasSuffix("tilespool: the daemon refused control/ghost.pause: no region with id 'ghost'\n"), out)
         (rc, out) = try run(["delete", "w"])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.hasSuffix("w: deleted\n"), out)
