@@ -60,6 +60,13 @@ public struct RegionError: Error, Sendable, Equatable {
     }
 }
 
+extension RegionError: CustomStringConvertible {
+    /// `CODE: message`, as in `rejected/<name>.error` and as `tilespool` prints it after
+    /// `tilespool: ` (e.g. `invalidStyle: style: 'sources' must be an object`). The URL and HTTP
+    /// status stay in the status's `error` object.
+    public var description: String { "\(code.rawValue): \(message)" }
+}
+
 /// What a request downloads: a MapLibre/Mapbox GL style (and everything it references), or raw
 /// tile URL templates.
 public enum MapSource: Sendable, Equatable {

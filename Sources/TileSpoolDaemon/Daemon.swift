@@ -123,7 +123,8 @@ public final class Daemon {
         try layout.create()
         lock = try SpoolLock(path: layout.lock)
         store = try StoreSpec.open(options.store, endpoint: options.s3Endpoint, pathStyle: options.s3PathStyle)
-        storeLock = try store.lockPath.map { try SpoolLock(path: $0) }
+        // --spool X --store X: one lock file, taken once (a second flock of it here would fail).
+        storeLock = try store.lockPath.flatMap { [lock] in SpoolLock.sameFile($0, lock.path) ? nil : try SpoolLock(path: $0) }
         status = StatusWriter(layout: layout)
         watcher = try FolderWatcher()
         signals = try SignalFD()
@@ -338,7 +339,8 @@ public final class Daemon {
         writeStatus(r)
         Log.info("state change", region: r.id, state: next.rawValue,
                  (note.map { [("note", $0)] } ?? []) + (r.error.map { [("code", $0.code.rawValue), ("error", $0.message)] } ?? []))
-        runHook(id: r.id, state: next.rawValue, previous: previous.rawValue)
+        runHook(id: r.id, state: next.rawValue, previous: r.isNew ? nil : previous.rawValue)
+        r.isNew = false
     }
 
     func writeStatus(_ r: Region) {

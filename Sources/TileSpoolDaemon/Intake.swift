@@ -23,6 +23,7 @@ extension Daemon {
     func rescan(_ folder: String) {
         let now = Date().timeIntervalSince1970
         let names = Files.list(folder).filter { !$0.hasPrefix(".") }
+        var misnamed: [String] = []
         let dated = names.compactMap { name -> (String, Int)? in
             var st = stat()
             guard lstat(folder + "/" + name, &st) == 0 else { return nil }
@@ -33,10 +34,23 @@ extension Daemon {
                 case false?: break
                 case nil: if now - Double(mtime) / 1e9 < Daemon.settleTime { return nil }
                 }
+                // A request file not named *.json is refused only here, settled (closed and left
+                // unmodified a while), never on its close event: foo.json.tmp may become foo.json.
+                if folder == layout.requests && !name.hasSuffix(".json") {
+                    if now - Double(mtime) / 1e9 >= Daemon.settleTime { misnamed.append(name) }
+                    return nil
+                }
             }
             return (name, mtime)
         }
+        for name in misnamed { reject(path: folder + "/" + name, name: name, reason: Daemon.misnamedRequest(name)) }
         for (name, _) in dated.sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) { handleFile(folder: folder, name: name) }
+    }
+
+    /// The reason a settled regular file in `requests/` whose name does not end in `.json` is moved
+    /// to `rejected/` (names are case-sensitive: `X.JSON` and `a.geojson` are not requests).
+    static func misnamedRequest(_ name: String) -> String {
+        "invalidRequest: request files must end in .json (lower case), and '\(name)' does not; rename it to <id>.json to have it read (write a dotfile, then mv)"
     }
 
     func handleFile(folder: String, name: String) {
@@ -140,7 +154,9 @@ extension Daemon {
         let old = regions[request.id]
         if let old { stopDownload(old) }
         arrivals += 1
-        let r = Region(id: request.id, request: request, state: .queued, files: files, arrival: arrivals)
+        // The state it replaces is the previous one of the next state change (none for a new id).
+        let r = Region(id: request.id, request: request, state: old?.state ?? .queued, files: files, arrival: arrivals)
+        r.isNew = old == nil
         r.warnings = RegionWarning.of(request)
         // A completed pack replaced by another download of the same id: said loudly (a status
         // warning, the event, a log warning), as it is gone once the new download starts.

@@ -74,6 +74,9 @@ final class Region {
     /// See `RegionStatus.warnings`: the request's own (`RegionWarning.of`), a replaced pack, and
     /// after completion the sources whose every tile was empty.
     var warnings: [RegionWarning] = []
+    /// Made from a request for an id that had no region, and no state change announced yet: the
+    /// first one (`queued`) has no previous state (the hook's `TILESPOOL_PREVIOUS_STATE` is empty).
+    var isNew = false
 
     init(id: String, request: RegionRequest, state: RegionState, files: any RegionStorage, arrival: Int) {
         self.id = id; self.request = request; self.state = state; self.files = files; self.arrival = arrival

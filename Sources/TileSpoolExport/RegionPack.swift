@@ -79,7 +79,8 @@ public final class RegionPack: @unchecked Sendable {
     /// The names of the region's tile sources, in plan order.
     public var sourceNames: [String] { plan.tileSets.map(\.source) }
 
-    /// The tile set an export of one source uses: `name`, or the only one when nil.
+    /// The tile set an export of one source uses: `name`, or when nil the only source with planned
+    /// tiles (a source whose zooms miss the request's plans none and is no choice), else the only one.
     /// - Throws: `ExportError` naming the sources to choose from.
     public func tileSet(_ name: String?) throws(ExportError) -> TileSet {
         let names = sourceNames.joined(separator: ", ")
@@ -89,9 +90,12 @@ public final class RegionPack: @unchecked Sendable {
             }
             return s
         }
+        let planned = plan.tileSets.filter { $0.count > 0 }
+        if planned.count == 1 { return planned[0] }
         guard plan.tileSets.count == 1 else {
             if plan.tileSets.isEmpty { throw ExportError("region '\(id)' has no tile source") }
-            throw ExportError("region '\(id)' has \(plan.tileSets.count) tile sources (\(names)): choose one with --source")
+            let choices = planned.isEmpty ? plan.tileSets : planned
+            throw ExportError("region '\(id)' has \(choices.count) tile sources\(choices.count < plan.tileSets.count ? " with tiles" : "") (\(choices.map(\.source).joined(separator: ", "))): choose one with --source")
         }
         return plan.tileSets[0]
     }

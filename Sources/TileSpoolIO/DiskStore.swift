@@ -38,16 +38,20 @@ extension ObjectStore: TileStore {
         // 0. Objects an interrupted gc left aside go back first (they may be referenced again).
         restoreObjectsSetAside()
         // 1. Candidates: objects old enough, listed before the manifests are read.
-        var candidates: [String] = []
+        var candidates: [String] = [], young: [String] = []
         for dir in Files.list(objectsDir).sorted() {
             let folder = objectsDir + "/" + dir
             for name in Files.list(folder) {
                 guard let m = StoreMaintenance.mtime(folder + "/" + name) else { continue }
-                if now - m >= grace { candidates.append(name) } else { report.objectsKept += 1 }
+                if now - m >= grace { candidates.append(name) } else { report.objectsKept += 1; young.append(name) }
             }
         }
         // 2. What the manifests reference now.
         let refs = try referenced()
+        for name in young where !refs.contains(name) {
+            report.youngUnreferenced += 1
+            report.youngUnreferencedBytes += Files.size(objectPath(name)) ?? 0
+        }
         // 3. Remove the rest, re-checking each after moving it aside.
         for name in candidates {
             if refs.contains(name) { report.objectsKept += 1; continue }

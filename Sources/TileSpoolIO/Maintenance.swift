@@ -8,6 +8,10 @@ public struct GCReport: Sendable {
     public var bytesFreed = 0
     public var tempFilesRemoved = 0
     public var objectsKept = 0
+    /// Of `objectsKept`: objects no manifest references that were kept only because they are
+    /// younger than the grace period (a later gc frees them), and their bytes.
+    public var youngUnreferenced = 0
+    public var youngUnreferencedBytes = 0
     /// S3: manifest segments removed because a compacted object older than the grace period
     /// holds their lines (`ManifestSegments`); always 0 on disk.
     public var segmentsRemoved = 0

@@ -243,11 +243,15 @@ public final class S3ObjectStore: TileStore, @unchecked Sendable {
         var report = GCReport()
         let now = Date().timeIntervalSince1970
         let listed = try clients.with { c in try c.list(prefix: "objects/") }
-        var candidates: [S3Object] = []
+        var candidates: [S3Object] = [], young: [S3Object] = []
         for o in listed {
-            if now - o.lastModified >= grace { candidates.append(o) } else { report.objectsKept += 1 }
+            if now - o.lastModified >= grace { candidates.append(o) } else { report.objectsKept += 1; young.append(o) }
         }
         let refs = try referenced()
+        for o in young where !refs.contains(String(o.key.split(separator: "/").last ?? "")) {
+            report.youngUnreferenced += 1
+            report.youngUnreferencedBytes += o.size
+        }
         for o in candidates {
             let name = String(o.key.split(separator: "/").last ?? "")
             if refs.contains(name) { report.objectsKept += 1; continue }

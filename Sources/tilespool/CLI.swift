@@ -125,8 +125,10 @@ commands:
   cancel ID                cancel a region (its data stays until delete)
   delete ID                stop a region and remove its status and manifest
   refresh ID [--max-age S] re-check a completed region with conditional requests
+                           (these five ask the running daemon; --wait waits for its answer)
   gc                       remove objects no region references (safe beside a running daemon)
-  prune                    delete finished regions older than a duration, and old rejected files
+  prune                    delete finished regions when asked (--older-than, --state), and old
+                           rejected files
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
   export ID --format F     write a completed region as maplibre, mbtiles, pmtiles or a site
@@ -220,6 +222,9 @@ func runCLI(_ argv: [String]) -> Int32 {
         let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "prune", "verify", "plan", "export"].contains(command)
         err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
+    } catch let e as RegionError {
+        err("tilespool: \(e.code.rawValue): \(e.message)")
+        return 1
     } catch {
         err("tilespool: \(error)")
         return 1

@@ -9,8 +9,10 @@ usage: tilespool status [ID] [--json] [--watch [--interval SECONDS]] [--spool DI
 Prints every region (or one) from the status files: state, a progress bar, resource and tile
 counts, bytes, and while downloading the rate (tiles/s, bytes/s over the last seconds) and the
 ETA; then the error. --json prints the status objects as a JSON array (or one object).
---watch redraws the display (plain ANSI escapes) every --interval seconds (default 1) until no
-region is queued, downloading or pausedNetwork, then exits 0.
+--watch redraws the display every --interval seconds (default 1) until no region is queued,
+downloading or pausedNetwork, then exits 0: on a terminal in place (two ANSI escapes: cursor
+home, clear to the end of the screen); into a pipe or a file, one frame after another with an
+empty line between them and no escapes.
 Exit status 1 when ID has no status.
 """
 
@@ -33,10 +35,16 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
         return writer.readAll()
     }
     if a.flags.contains("--watch") {
+        // On a terminal each frame replaces the last; into a pipe or a file, frames follow one
+        // another, an empty line between two, with no escape sequence.
+        let terminal = isatty(1) == 1
+        var first = true
         while true {
             guard let list = load() else { err("tilespool: no region '\(a.positionals[0])'"); return 1 }
             // Home, clear to the end of the screen, then the display.
-            FileHandle.standardOutput.write(Data(("\u{1B}[H\u{1B}[J" + statusText(list) + "\n").utf8))
+            let lead = terminal ? "\u{1B}[H\u{1B}[J" : first ? "" : "\n"
+            first = false
+            FileHandle.standardOutput.write(Data((lead + statusText(list) + "\n").utf8))
             if !list.contains(where: { movingStates.contains($0.state) }) { return 0 }
             usleep(useconds_t(interval * 1_000_000))
         }
@@ -96,40 +104,6 @@ func formatBytes(_ n: Int) -> String {
     return String(format: "%.1f %@", v, units[i])
 }
 
-func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
-    let refresh = action == "refresh"
-    let a = try Arguments(argv, flags: commonFlags, valued: refresh ? commonValued.union(["--max-age"]) : commonValued)
-    if a.flags.contains("--help") {
-        out("""
-        usage: tilespool \(action) ID\(refresh ? " [--max-age SECONDS]" : "") [--spool DIR] [--store DIR]
-
-        Drops <spool>/control/ID.\(action) atomically (a dotfile, then a rename), the same file a shell
-        script may drop. The running daemon acts on it within a second; read the result with
-        'tilespool status ID' or in <spool>/events.jsonl.
-        """ + (refresh ? """
-
-        A refresh re-checks every resource of a completed region with conditional requests
-        (If-None-Match, If-Modified-Since) and swaps the new manifest in when it completes; with
-        --max-age, only resources fetched at least SECONDS ago (or expired by their own headers) are
-        checked. The file then holds {"maxAge": SECONDS}. See docs/refresh.md.
-        """ : ""))
-        return 0
-    }
-    guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("\(action) takes one region ID") }
-    guard RequestValidator.isValidID(id) else { throw UsageError("'\(id)' is not a valid region id") }
-    let layout = (try Locations(a)).layout
-    try (try Locations(a)).requireSpool()
-    try Files.makeDirectories(layout.control)
-    let final = "\(layout.control)/\(id).\(action)"
-    var content = Data()
-    if refresh, a.options["--max-age"] != nil {
-        content = JSONKind.serialize(["maxAge": try a.seconds("--max-age", default: 0)])
-    }
-    try Files.writeAtomically(content, to: final)
-    out("\(action) requested for \(id) (\(final))")
-    return 0
-}
-
 func commandGC(_ argv: [String]) throws -> Int32 {
     let a = try Arguments(argv, flags: commonFlags, valued: commonValued.union(["--grace"]))
     if a.flags.contains("--help") {
@@ -139,6 +113,9 @@ func commandGC(_ argv: [String]) throws -> Int32 {
         Removes every object that no region's manifest references, and temp files left behind, then
         prints what it freed. Safe to run from cron while the daemon downloads: objects younger than
         the grace period (default 3600 s) are kept, and so is any object the daemon re-uses meanwhile.
+        A second line counts the unreferenced objects kept only for being younger than the grace
+        period (right after a delete, usually all of its objects): a later gc frees them, or
+        --grace 0 while no daemon runs.
         """)
         return 0
     }
@@ -150,6 +127,10 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects"
         + (r.segmentsRemoved > 0 ? ", removed \(r.segmentsRemoved) compacted manifest segments" : ""))
+    if r.youngUnreferenced > 0 {
+        let g = grace == grace.rounded() && grace < 1e15 ? String(Int(grace)) : String(grace)
+        out("gc: kept \(r.youngUnreferenced) unreferenced objects (\(r.youngUnreferencedBytes) bytes, \(formatBytes(r.youngUnreferencedBytes))) younger than the grace period (\(g) s): a later gc frees them; --grace 0 when no daemon runs")
+    }
     return 0
 }
 
@@ -175,6 +156,7 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     var locks: [SpoolLock] = []
     if repair {
         for path in [loc.layout.lock] + (loc.isS3 ? [] : [loc.store + "/daemon.lock"]) {
+            if locks.contains(where: { SpoolLock.sameFile($0.path, path) }) { continue } // --spool X --store X
             do { locks.append(try SpoolLock(path: path)) } catch {
                 err("tilespool: verify --repair needs the daemon stopped (lock \(path) is held)")
                 return 1

@@ -25,7 +25,8 @@ options:
   --format FORMAT    maplibre, mbtiles, pmtiles or site (required)
   --output PATH      the file or folder to write (default <spool>/exports/<id>.<ext>, or
                      <id>+<source>.<ext> with --source; .db, .mbtiles, .pmtiles, .site)
-  --source NAME      the tile source for mbtiles and pmtiles (required when the region has several)
+  --source NAME      the tile source for mbtiles and pmtiles (required when several sources have
+                     planned tiles; a source with none does not count)
   --base-url URL     site: the URL the folder will be served at (absolute URLs in style.json);
                      without it the URLs are relative paths
   --force            replace an existing PATH

@@ -7,12 +7,14 @@ let pruneHelp = """
 usage: tilespool prune [--older-than DURATION] [--state LIST] [--rejected-older-than DURATION]
                        [--dry-run] [--spool DIR] [--store DIR]
 
-Deletes finished regions, for cron or the tilespool-gc timer: every region whose state is in
-LIST (comma-separated; default completed,cancelled,failed; also failedStorage, pausedUser) and
-that entered that state at least DURATION ago (default 0: any age). DURATION is a number with
-s, m, h, d or w (e.g. 7d). When a daemon runs on the spool, prune drops control/<id>.delete for
-each (the daemon is the one writer); otherwise it deletes them itself, holding the daemon's lock.
-It also removes entries of rejected/ (and their .error) put there at least
+Deletes finished regions, for cron or the tilespool-gc timer, only when asked to with
+--older-than, --state or both: every region whose state is in LIST (comma-separated; default
+completed,cancelled,failed; also failedStorage, pausedUser) and that entered that state at least
+DURATION ago (default 0: any age). DURATION is a number with s, m, h, d or w (e.g. 30d). With
+neither option no region is deleted. When a daemon runs on the spool, prune drops
+control/<id>.delete for each (the daemon is the one writer); otherwise it deletes them itself,
+holding the daemon's lock.
+It always removes entries of rejected/ (and their .error) put there at least
 --rejected-older-than ago (default 7d). Objects are freed by a later `tilespool gc`.
 --dry-run prints what would be deleted and deletes nothing.
 """
@@ -46,16 +48,19 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
     let dryRun = a.flags.contains("--dry-run")
     let writer = StatusWriter(layout: layout)
     let now = Date()
-    let selected = writer.readAll().filter { st in
+    // Regions are deleted only when asked for: a bare `prune` (or the timer's default) keeps every pack.
+    let selecting = a.options["--older-than"] != nil || a.options["--state"] != nil
+    let selected = !selecting ? [] : writer.readAll().filter { st in
         states.contains(st.state) && now.timeIntervalSince(st.stateChangedAt ?? st.updatedAt) >= olderThan
     }.map(\.id)
 
     // The daemon's lock tells whether a daemon runs; holding it keeps one from starting meanwhile.
     var lock: SpoolLock?
     var storeLock: SpoolLock?
-    if !dryRun {
+    if !dryRun && selecting {
         lock = try takeLock(layout.lock)
-        if lock != nil, !loc.isS3, Files.entryType(loc.store + "/objects") == .directory {
+        if lock != nil, !loc.isS3, Files.entryType(loc.store + "/objects") == .directory,
+           !SpoolLock.sameFile(loc.store + "/daemon.lock", layout.lock) { // --spool X --store X: one lock
             storeLock = try takeLock(loc.store + "/daemon.lock")
             if storeLock == nil {
                 throw CommandFailure("a daemon of another spool holds the store's lock (\(loc.store)/daemon.lock); prune from that spool")
@@ -92,7 +97,9 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
         rejected += 1
         if dryRun { out("would remove rejected/\(name)") } else if Files.entryType(path) == .directory { Files.removeTree(path) } else { Files.remove(path) }
     }
-    out("prune: \(selected.count) regions \(dryRun ? "would be deleted" : lock == nil ? "sent to the daemon for deletion" : "deleted"), \(rejected) rejected entries \(dryRun ? "would be removed" : "removed")")
+    let regions = !selecting ? "no region selected (regions are deleted only with --older-than or --state)"
+        : "\(selected.count) regions \(dryRun ? "would be deleted" : lock == nil ? "sent to the daemon for deletion" : "deleted")"
+    out("prune: \(regions), \(rejected) rejected entries \(dryRun ? "would be removed" : "removed")")
     return 0
 }
 

@@ -1,4 +1,6 @@
 import Foundation
+import Glibc
+import TileSpoolIO
 import XCTest
 
 /// The command line as a shell script uses it: status text and JSON, control commands, plan,
@@ -36,6 +38,130 @@ final class CLITests: FaultServerSpoolTestCase {
         // An unknown id: exit 1.
         (rc, out) = try fx.cli(["status", "nobody", "--spool", fx.spool])
         XCTAssertEqual(rc, 1, out)
+    }
+
+    /// Issue 29: a control command for an id the spool does not know, or on a spool no daemon
+    /// runs on, says so and exits 1 with nothing dropped (it used to print "requested" and exit 0).
+    func testControlRefusesAnUnknownIDAndASpoolWithoutDaemon() throws {
+        try fx.start()
+        try fx.drop("k.json", server.tilesRequest(["/ok/k/{z}/{x}/{y}.png"], id: "k"))
+        try fx.drop("refused.json", ["id": "refused", "tiles": "not an array"])
+        try fx.waitForState("k", "completed")
+        try fx.waitForState("refused", "failed")
+        let actions = ["pause", "resume", "cancel", "delete", "refresh"]
+        for action in actions {
+            let (rc, out) = try fx.cli([action, "nobody", "--spool", fx.spool])
+            XCTAssertEqual(rc, 1, out)
+            XCTAssertEqual(out, "tilespool: no region 'nobody' in \(fx.spool) (no status/nobody.json): nothing sent\n")
+        }
+        // A refused request has only a status: only delete applies.
+        var (rc, out) = try fx.cli(["pause", "refused", "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.hasPrefix("tilespool: 'refused' is only the status of a refused request (invalidRequest: "), out)
+        XCTAssertEqual(fx.names(in: fx.spool + "/control"), [])
+        XCTAssertEqual(fx.names(in: fx.rejectedDir), ["refused.json", "refused.json.error"])
+        (rc, out) = try fx.cli(["delete", "refused", "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasSuffix("refused: deleted\n"), out)
+        XCTAssertNil(fx.state("refused"))
+        XCTAssertEqual(fx.stop(), 0)
+        for action in actions {
+            (rc, out) = try fx.cli([action, "k", "--spool", fx.spool])
+            XCTAssertEqual(rc, 1, out)
+            XCTAssertEqual(out, "tilespool: no daemon is running on \(fx.spool) (its lock \(fx.spool)/daemon.lock is not held): nothing sent. "
+                           + "Start one with 'tilespool run', or drop control/k.\(action) yourself to have it applied when one starts\n")
+        }
+        XCTAssertEqual(fx.names(in: fx.spool + "/control"), [])
+        XCTAssertEqual(fx.state("k"), "completed")
+        (rc, out) = try fx.cli(["pause", "k", "--timeout", "5", "--spool", fx.spool])
+        XCTAssertEqual(rc, 2, out)
+        XCTAssertTrue(out.contains("--timeout goes with --wait"), out)
+    }
+
+    /// Issue 29: `--wait` prints the daemon's answer, read in events.jsonl (here rotated after
+    /// almost every line), and its exit status says what became of the action: 0 applied, 3
+    /// ignored, 4 a refresh that failed, 5 no answer in time.
+    func testWaitPrintsTheAnswerWithAnExitStatusForEachOutcome() throws {
+        try fx.start(["--events-max-bytes", "300", "--events-keep", "3", "--max-retries", "0"])
+        try fx.drop("w.json", server.tilesRequest(["/slow/30/w/{z}/{x}/{y}.png"], id: "w", maxZoom: 4))
+        try fx.waitForState("w", "downloading")
+        func run(_ args: [String]) throws -> (Int32, String) { try fx.cli(args + ["--wait", "--spool", fx.spool]) }
+        var (rc, out) = try run(["pause", "w"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(out, "pause requested for w (\(fx.spool)/control/w.pause)\nw: pausedUser\n")
+        XCTAssertEqual(fx.state("w"), "pausedUser", "the state is written when --wait returns")
+        (rc, out) = try run(["pause", "w"])
+        XCTAssertEqual(rc, 3, out)
+        XCTAssertTrue(out.hasSuffix("tilespool: pause ignored: pause applies to queued or downloading regions, not pausedUser (w stays pausedUser)\n"), out)
+        (rc, out) = try run(["resume", "w"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasSuffix("w: queued\n"), out)
+        try fx.waitForState("w", "completed")
+        (rc, out) = try run(["refresh", "w"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasSuffix("w: refresh started\nw: refresh finished: 341 checked, 0 changed, 341 unchanged\n"), out)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.spool + "/events.jsonl.3"), "events.jsonl was rotated meanwhile")
+        // A daemon that does not answer in time (stopped by SIGSTOP): exit 5, and the file waits.
+        let pid = try XCTUnwrap(fx.daemon?.processIdentifier)
+        XCTAssertEqual(kill(pid, SIGSTOP), 0)
+        (rc, out) = try fx.cli(["cancel", "w", "--wait", "--timeout", "0.5", "--spool", fx.spool])
+        XCTAssertEqual(kill(pid, SIGCONT), 0)
+        XCTAssertEqual(rc, 5, out)
+        XCTAssertTrue(out.hasSuffix("tilespool: no answer from the daemon within 0.5 s (control/w.cancel is still waiting); it may still act on it\n"), out)
+        try waitUntil("the daemon took the cancel", timeout: 10) { fx.names(in: fx.spool + "/control").isEmpty }
+        // A refresh that fails (the server is gone, no retries): exit 4 with the error.
+        server.stop()
+        (rc, out) = try run(["refresh", "w"])
+        XCTAssertEqual(rc, 4, out)
+        XCTAssertTrue(out.contains("w: refresh started\n") && out.contains("tilespool: w: refresh failed: networkError: "), out)
+        XCTAssertEqual(fx.state("w"), "completed")
+        // A status the daemon has no region for (copied by hand): it refuses the control file.
+        try FileManager.default.copyItem(atPath: fx.spool + "/status/w.json", toPath: fx.spool + "/status/ghost.json")
+        (rc, out) = try run(["pause", "ghost"])
+        XCTAssertEqual(rc, 3, out)
+        XCTAssertTrue(out.hasSuffix("tilespool: the daemon refused control/ghost.pause: no region with id 'ghost'\n"), out)
+        (rc, out) = try run(["delete", "w"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasSuffix("w: deleted\n"), out)
+        XCTAssertNil(fx.state("w"))
+    }
+
+    /// Issue 29: docs/refresh.md's shell loop that waits for a refresh returns (the recipe it
+    /// replaces, `tail -F | jq | head -n1 &` then `wait $!`, never did), run as written from the
+    /// page on a spool named `spool` with a region `monaco`.
+    func testTheRefreshWaitShellLoopInTheDocsReturns() throws {
+        let page = try String(contentsOf: MapData.packageRoot.appendingPathComponent("docs/refresh.md"), encoding: .utf8)
+        let blocks = page.components(separatedBy: "```sh\n").dropFirst().map { $0.components(separatedBy: "```")[0] }
+        let loop = try XCTUnwrap(blocks.first { $0.contains("tail -c +$((before + 1))") }, "the shell loop is in docs/refresh.md")
+        try fx.start()
+        try fx.drop("monaco.json", server.tilesRequest(["/ok/monaco/{z}/{x}/{y}.png"], id: "monaco", maxZoom: 2))
+        try fx.waitForState("monaco", "completed")
+        func runLoop() throws -> String {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/bin/bash")
+            p.arguments = ["-c", loop]
+            p.currentDirectoryURL = fx.root
+            let pipe = Pipe()
+            p.standardOutput = pipe
+            p.standardError = pipe
+            try p.run()
+            var returned = false
+            defer { if !returned { p.terminate() } }
+            try waitUntil("the documented loop returns", timeout: 60) { !p.isRunning }
+            returned = true
+            XCTAssertEqual(p.terminationStatus, 0)
+            return String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        }
+        var out = try runLoop()
+        XCTAssertTrue(out.hasPrefix("finished\n"), out)
+        XCTAssertTrue(out.contains("\"resourcesChecked\": 21"), out)
+        // A refresh that does not apply (the region is paused) answers too.
+        try fx.drop("monaco.json", server.tilesRequest(["/slow/200/monaco/{z}/{x}/{y}.png"], id: "monaco", maxZoom: 3))
+        try fx.waitForState("monaco", "downloading")
+        let (rc, text) = try fx.cli(["pause", "monaco", "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, text)
+        out = try runLoop()
+        XCTAssertTrue(out.hasPrefix("ignored: refresh applies to completed regions, not pausedUser\n"), out)
     }
 
     func testEveryCommandExplainsItselfAndRefusesUnknownOptions() throws {
@@ -109,5 +235,85 @@ final class PlanCommandTests: XCTestCase {
         try waitUntil("access log", timeout: 10) { nginx.accessLog().count >= 4 }
         XCTAssertEqual(Set(nginx.accessLog().map(\.path)), ["/styles/bright/style.local-template.json", "/tiles/monaco.tilejson.json"])
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store), "plan writes nothing")
+    }
+}
+
+/// Issue 29: errors read as `tilespool: CODE: message` and transfer failures as words, never as
+/// Swift's dump of a value (`RegionError(code: ...)`, `network("...")`).
+final class CLIErrorTextTests: FaultServerSpoolTestCase {
+    func testPlanPrintsCodeAndMessageNotASwiftDump() throws {
+        try server.register("plan-bad-style", json: #"{"version": 8, "sources": 3, "layers": []}"#)
+        let file = fx.root.appendingPathComponent("bad.json")
+        try JSONSerialization.data(withJSONObject: ["style": server.url("/json/plan-bad-style"), "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1])
+            .write(to: file)
+        var (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertEqual(out, "tilespool: invalidStyle: style: 'sources' must be an object\n")
+        // A server that cannot be reached (nothing listens on port 9 of loopback).
+        try JSONSerialization.data(withJSONObject: ["style": "http://127.0.0.1:9/style.json", "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1])
+            .write(to: file)
+        (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.hasPrefix("tilespool: cannot fetch http://127.0.0.1:9/style.json: network error: "), out)
+        XCTAssertFalse(out.contains("network(") || out.contains("\\'"), out)
+    }
+}
+
+/// Issue 29: `--wait` reads events.jsonl from the point it was dropped at, across rotations.
+final class EventsFollowerTests: XCTestCase {
+    func testFollowsAppendsAndRotationsInOrder() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("events-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/events.jsonl"
+        func append(_ file: String, _ n: Int) throws {
+            let h = FileHandle(forWritingAtPath: file) ?? { FileManager.default.createFile(atPath: file, contents: nil); return FileHandle(forWritingAtPath: file)! }()
+            h.seekToEndOfFile()
+            h.write(Data("{\"n\":\(n)}\n".utf8))
+            try h.close()
+        }
+        func ns(_ events: [[String: Any]]) -> [Int] { events.compactMap { $0["n"] as? Int } }
+        let early = EventsFollower(path: path) // no file yet: read from its start once made
+        try append(path, 0)
+        let f = EventsFollower(path: path)     // from the end: line 0 is before it
+        XCTAssertEqual(ns(early.poll()), [0])
+        XCTAssertEqual(ns(f.poll()), [])
+        try append(path, 1)
+        // Two rotations between two polls, as the daemon does them (events-keep 3).
+        XCTAssertEqual(rename(path, path + ".1"), 0)
+        try append(path, 2)
+        XCTAssertEqual(rename(path + ".1", path + ".2"), 0)
+        XCTAssertEqual(rename(path, path + ".1"), 0)
+        try append(path, 3)
+        // A half-written line waits for its newline.
+        let h = FileHandle(forWritingAtPath: path)!
+        h.seekToEndOfFile()
+        h.write(Data("{\"n\":".utf8))
+        XCTAssertEqual(ns(f.poll()), [1, 2, 3])
+        h.write(Data("4}\n".utf8))
+        try h.close()
+        XCTAssertEqual(ns(f.poll()), [4])
+        XCTAssertEqual(ns(early.poll()), [1, 2, 3, 4])
+    }
+}
+
+/// Issue 29: README's examples call `tilespool`; from a fresh clone it is not on PATH. The README
+/// says how to put it there before its first example, and doing what it says works.
+final class ReadmeTests: XCTestCase {
+    func testReadmePutsTilespoolOnPATHBeforeItsFirstExample() throws {
+        let readme = try String(contentsOf: MapData.packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let lines = readme.components(separatedBy: "\n")
+        let firstExample = try XCTUnwrap(lines.firstIndex { $0.hasPrefix("tilespool ") && !$0.hasPrefix("tilespool --version") })
+        let setup = try XCTUnwrap(lines.firstIndex { $0.hasPrefix("export PATH=") }, "README says how to put tilespool on PATH")
+        XCTAssertLessThan(setup, firstExample, "before the first example: \(lines[firstExample])")
+        // Run as written, from the package folder, in a shell whose PATH has no tilespool.
+        let line = lines[setup].components(separatedBy: "#")[0]
+        let (rc, out) = try runTool("/bin/bash", ["-c", line + "\ncommand -v tilespool && tilespool --version"],
+                                    env: ["PATH": "/usr/bin:/bin"], cwd: MapData.packageRoot.path)
+        XCTAssertEqual(rc, 0, out)
+        let found = out.components(separatedBy: "\n")[0]
+        XCTAssertEqual(URL(fileURLWithPath: found).resolvingSymlinksInPath().path,
+                       URL(fileURLWithPath: SpoolFixture.binary).resolvingSymlinksInPath().path, out)
+        XCTAssertTrue(out.contains("tilespool 0.1.0"), out)
     }
 }

@@ -615,3 +615,55 @@ final class ImportAndLimitTests: XCTestCase {
         XCTAssertEqual(bytes.admit(host: "h", region: "a", regionLimit: nil, now: 2), 0)
     }
 }
+
+/// Issue 29: which line of events.jsonl answers an action (`tilespool ACTION ID --wait`).
+final class ActionWatchTests: XCTestCase {
+    func ev(_ id: String, _ state: String, _ extra: [String: Any] = [:]) -> [String: Any] {
+        var o: [String: Any] = ["id": id, "state": state, "error": NSNull(), "time": "2026-12-05T00:00:00Z"]
+        for (k, v) in extra { o[k] = v }
+        return o
+    }
+
+    func testPauseResumeCancelAreAnsweredByTheirStateChangeOrAnIgnoredEvent() {
+        var w = ActionWatch(id: "a", action: .pause)
+        XCTAssertNil(w.answer(ev("b", "pausedUser", ["note": "pause"])), "another region")
+        XCTAssertNil(w.answer(ev("a", "downloading")), "the daemon's own change")
+        XCTAssertEqual(w.answer(ev("a", "pausedUser", ["note": "pause"])), .applied("pausedUser"))
+        w = ActionWatch(id: "a", action: .pause)
+        XCTAssertEqual(w.answer(ev("a", "completed", ["action": "pause", "ignored": "pause applies to queued or downloading regions, not completed"])),
+                       .ignored(why: "pause applies to queued or downloading regions, not completed", state: "completed"))
+        w = ActionWatch(id: "a", action: .resume)
+        XCTAssertNil(w.answer(ev("a", "completed", ["action": "pause", "ignored": "x"])), "another action's ignored event")
+        XCTAssertEqual(w.answer(ev("a", "queued", ["note": "resume"])), .applied("queued"))
+        w = ActionWatch(id: "a", action: .resume)
+        XCTAssertEqual(w.answer(ev("a", "queued", ["note": "resume: retrying 2 failed tiles", "refresh": "started", "failedTiles": true])),
+                       .applied("queued (refreshing its failed tiles)"))
+        w = ActionWatch(id: "a", action: .cancel)
+        XCTAssertEqual(w.answer(ev("a", "completed", ["note": "refresh cancelled", "refresh": "cancelled"])), .applied("completed (refresh cancelled)"))
+        w = ActionWatch(id: "a", action: .cancel)
+        XCTAssertEqual(w.answer(ev("a", "deleted", ["action": "delete"])), .failed("the region was deleted"))
+    }
+
+    func testDeleteAndRefresh() {
+        var w = ActionWatch(id: "a", action: .delete)
+        XCTAssertNil(w.answer(ev("a", "pausedUser", ["note": "pause"])))
+        XCTAssertEqual(w.answer(ev("a", "deleted", ["action": "delete"])), .applied("deleted"))
+        w = ActionWatch(id: "a", action: .refresh)
+        // A refresh's end counts only after its start: one that ended before ours began is not the answer.
+        XCTAssertNil(w.answer(ev("a", "completed", ["note": "refresh finished", "refresh": "finished"])))
+        XCTAssertEqual(w.answer(ev("a", "queued", ["note": "refresh", "refresh": "started"])), .started)
+        XCTAssertNil(w.answer(ev("a", "downloading")))
+        XCTAssertEqual(w.answer(ev("a", "completed", ["note": "refresh finished", "refresh": "finished", "resourcesChecked": 5, "resourcesChanged": 1, "resourcesUnchanged": 4])),
+                       .applied("refresh finished: 5 checked, 1 changed, 4 unchanged"))
+        w = ActionWatch(id: "a", action: .refresh)
+        _ = w.answer(ev("a", "queued", ["note": "refresh", "refresh": "started"]))
+        XCTAssertEqual(w.answer(ev("a", "completed", ["note": "refresh failed", "refresh": "failed", "error": ["code": "networkError", "message": "down"]])),
+                       .failed("refresh failed: networkError: down"))
+        w = ActionWatch(id: "a", action: .refresh)
+        XCTAssertEqual(w.answer(ev("a", "failed", ["action": "refresh", "ignored": "refresh applies to completed regions, not failed"])),
+                       .ignored(why: "refresh applies to completed regions, not failed", state: "failed"))
+        w = ActionWatch(id: "a", action: .refresh)
+        XCTAssertEqual(w.answer(ev("a", "completed", ["note": "refresh", "refresh": "failed", "error": ["code": "storageError", "message": "cannot start a refresh"]])),
+                       .failed("refresh failed: storageError: cannot start a refresh"))
+    }
+}

@@ -521,3 +521,31 @@ func zlibInflate(_ data: Data) -> Data? {
     p.waitUntilExit()
     return p.terminationStatus == 0 ? d : nil
 }
+
+/// Issue 29: a source with no planned tile (its zooms are outside the request's) does not count
+/// when `export` picks the one source of an MBTiles or PMTiles pack.
+final class ExportSourceChoiceTests: FaultServerSpoolTestCase {
+    func testASourceWithNoPlannedTileIsNotAChoice() throws {
+        try server.register("two-sources-style", json: """
+            {"version": 8, "layers": [],
+             "sources": {"low": {"type": "raster", "tiles": ["__BASE__/ok/low/{z}/{x}/{y}.png"], "maxzoom": 5},
+                         "high": {"type": "raster", "tiles": ["__BASE__/ok/high/{z}/{x}/{y}.png"], "minzoom": 10, "maxzoom": 12}}}
+            """)
+        try fx.start()
+        try fx.drop("ts.json", ["style": server.url("/json/two-sources-style"), "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("ts", "completed")
+        let plan = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: fx.store + "/regions/ts/plan.json"))) as? [String: Any])
+        XCTAssertEqual((plan["tileSets"] as? [Any])?.count, 2, "both sources are in the plan, one with no tile")
+        let out = fx.root.appendingPathComponent("ts.mbtiles").path
+        var (rc, text) = try fx.cli(["export", "ts", "--format", "mbtiles", "--output", out, "--json", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, text)
+        let result = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] ?? [:]
+        XCTAssertEqual(result["source"] as? String, "low")
+        XCTAssertEqual(result["tiles"] as? Int, 5)
+        XCTAssertEqual(try sqlite(out, "SELECT count(*) FROM tiles"), "5")
+        // An unknown source is still refused, naming both.
+        (rc, text) = try fx.cli(["export", "ts", "--format", "pmtiles", "--source", "nope", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, text)
+        XCTAssertTrue(text.contains("no tile source 'nope' (its sources: high, low)"), text)
+    }
+}

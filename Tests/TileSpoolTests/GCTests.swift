@@ -52,6 +52,30 @@ final class GCTests: XCTestCase {
         XCTAssertEqual(rc, 0, v)
     }
 
+    /// Issue 29: gc right after a delete frees nothing (the objects are younger than the grace
+    /// period) and says so, with how many and how large, and how to free them now.
+    func testGCSaysWhatTheGracePeriodKeeps() throws {
+        try fx.drop("gone.json", toner("gone", maxZoom: 1))
+        try fx.waitForState("gone", "completed")
+        let objects = Set(fx.manifest("gone").map(\.sha).filter { $0 != "-" })
+        let bytes = objects.reduce(0) { $0 + Files_size(fx.objectPath($1)) }
+        XCTAssertGreaterThan(objects.count, 0)
+        // Referenced young objects are not "unreferenced": no such line yet.
+        var (rc, out) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertFalse(out.contains("unreferenced"), out)
+        try fx.control("gone", "delete")
+        try waitUntil("gone deleted", timeout: 10) { fx.events("gone").last?["state"] as? String == "deleted" }
+        (rc, out) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("gc: removed 0 objects, freed 0 bytes"), out)
+        XCTAssertTrue(out.contains("gc: kept \(objects.count) unreferenced objects (\(bytes) bytes, \(String(format: "%.1f KiB", Double(bytes) / 1024))) younger than the grace period (3600 s): a later gc frees them; --grace 0 when no daemon runs"), out)
+        XCTAssertEqual(Set(fx.objects()), objects)
+        fx.stop()
+        XCTAssertTrue(try gc(grace: 0).contains("removed \(objects.count) objects, freed \(bytes) bytes"))
+        XCTAssertEqual(fx.objects(), [])
+    }
+
     /// gc from cron while a region downloads: the new region re-uses old unreferenced objects (the
     /// same toner bodies) and writes new ones; gc runs again and again meanwhile. Nothing the
     /// download records may disappear.

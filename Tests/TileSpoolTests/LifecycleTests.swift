@@ -239,6 +239,30 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertTrue(out4.contains("no store at"), out4)
     }
 
+    /// Issue 29: `--spool X --store X` (one folder, so one `daemon.lock`) is one daemon, not a
+    /// second one it refuses: it starts and completes a region, and while it runs a second daemon
+    /// is still refused; stopped, `verify --repair` and `prune`, which take both locks, run too.
+    func testSpoolAndStoreInOneFolderTakeTheLockOnce() throws {
+        let both = fx.spool
+        try fx.start(["--store", both])
+        try fx.drop("one.json", server.tilesRequest(["/ok/one/{z}/{x}/{y}.png"], id: "one", maxZoom: 1))
+        try fx.waitForState("one", "completed")
+        let manifest = (try? String(contentsOfFile: both + "/regions/one/manifest.tsv", encoding: .utf8)) ?? ""
+        XCTAssertEqual(manifest.split(separator: "\n").filter { $0.hasPrefix("tile\t") }.count, 5, manifest)
+        var (rc, out) = try fx.cli(["run", "--spool", both, "--store", both])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("another daemon is already running"), out)
+        XCTAssertEqual(fx.stop(), 0)
+        (rc, out) = try fx.cli(["verify", "--repair", "--spool", both, "--store", both])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("verify: 5 objects"), out)
+        (rc, out) = try fx.cli(["prune", "--state", "completed", "--spool", both, "--store", both])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("deleted one"), out)
+        XCTAssertNil(fx.state("one"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: both + "/regions/one"))
+    }
+
     func testPausedNetworkWhenTheServerGoesAwayAndBackByItself() throws {
         try fx.start(["--max-retries", "2", "--max-probe-interval", "1", "--connect-timeout", "2"])
         try fx.drop("n.json", slowRequest("n", maxZoom: 5))

@@ -216,6 +216,28 @@ final class OperationsTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.eventStates("h"), ["queued", "downloading", "completed"])
     }
 
+    /// Issue 29: a brand-new region's first hook run has an empty previous state (not `queued`,
+    /// which it never was); a request that replaces a finished region has that region's state.
+    func testHookPreviousStateIsEmptyForANewRegion() throws {
+        let record = fx.root.path + "/hook-previous"
+        let hook = try script("hook", #"echo "$1 $2 [$TILESPOOL_PREVIOUS_STATE]" >> "# + record)
+        try fx.start(["--on-state-change", hook])
+        func lines(_ n: Int) throws -> [String] {
+            var got: [String] = []
+            try waitUntil("\(n) hook runs", timeout: 20) {
+                got = ((try? String(contentsOfFile: record, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+                return got.count >= n
+            }
+            return got
+        }
+        try fx.drop("n.json", server.tilesRequest(["/ok/n/{z}/{x}/{y}.png"], id: "n"))
+        try fx.waitForState("n", "completed")
+        XCTAssertEqual(try lines(3), ["n queued []", "n downloading [queued]", "n completed [downloading]"])
+        // Another download for the same id replaces the completed region.
+        try fx.drop("n.json", server.tilesRequest(["/ok/n2/{z}/{x}/{y}.png"], id: "n"))
+        XCTAssertEqual(Array(try lines(6).dropFirst(3)), ["n queued [completed]", "n downloading [queued]", "n completed [downloading]"])
+    }
+
     func testPruneDeletesExactlyTheSelectedRegionsDirectlyOrThroughTheDaemon() throws {
         try fx.start()
         for id in ["p1", "p2", "p3"] { try fx.drop("\(id).json", server.tilesRequest(["/ok/\(id)/{z}/{x}/{y}.png"], id: id)) }
@@ -257,6 +279,30 @@ final class OperationsTests: FaultServerSpoolTestCase {
         (rc, out) = try fx.cli(["gc", "--grace", "0", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
         XCTAssertEqual(fx.objects(), [])
+    }
+
+    /// Issue 29: `prune` with neither --older-than nor --state deletes no region (it used to
+    /// delete every completed, cancelled and failed one), with or without a daemon running.
+    func testPruneWithoutOlderThanOrStateDeletesNoRegion() throws {
+        try fx.start()
+        try fx.drop("k.json", server.tilesRequest(["/ok/k/{z}/{x}/{y}.png"], id: "k"))
+        try fx.waitForState("k", "completed")
+        var (rc, out) = try fx.cli(["prune", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(out, "prune: no region selected (regions are deleted only with --older-than or --state), 0 rejected entries removed\n")
+        XCTAssertEqual(fx.names(in: fx.spool + "/control"), [], "no delete sent to the daemon")
+        fx.stop()
+        for args in [["prune", "--dry-run"], ["prune"], ["prune", "--rejected-older-than", "0s"]] {
+            (rc, out) = try fx.cli(args + ["--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 0, out)
+            XCTAssertTrue(out.contains("no region selected"), out)
+            XCTAssertEqual(fx.state("k"), "completed", "\(args): \(out)")
+            XCTAssertTrue(FileManager.default.fileExists(atPath: fx.store + "/regions/k/manifest.tsv"))
+        }
+        // Asked for, it goes.
+        (rc, out) = try fx.cli(["prune", "--state", "completed", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertNil(fx.state("k"), out)
     }
 
     func testPruneKeepsRegionsYoungerThanTheLimitAndRejectsBadOptions() throws {
@@ -301,14 +347,20 @@ final class OperationsTests: FaultServerSpoolTestCase {
         try fx.drop("w.json", ["id": "w", "tiles": [server.baseURL + "/slow/30/w/{z}/{x}/{y}.png"],
                                "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 5] as [String: Any])
         try fx.waitForState("w", "downloading")
-        let (rc, out) = try fx.cli(["status", "--watch", "--interval", "0.2", "--spool", fx.spool])
+        // Into a pipe (fx.cli): plain frames, an empty line between two, no terminal escapes.
+        var (rc, out) = try fx.cli(["status", "--watch", "--interval", "0.2", "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
         XCTAssertEqual(fx.state("w"), "completed", "--watch returned only once w finished")
-        let frames = out.components(separatedBy: "\u{1B}[H\u{1B}[J").filter { !$0.isEmpty }
+        XCTAssertFalse(out.contains("\u{1B}"), "no escape sequence in a pipe: \(out.debugDescription.prefix(300))")
+        let frames = out.components(separatedBy: "\n\n")
         XCTAssertGreaterThan(frames.count, 3, "redrawn several times")
-        XCTAssertTrue(frames.first!.contains("w  downloading"), frames.first!)
-        XCTAssertTrue(frames.last!.contains("w  completed") && frames.last!.contains("100.0%"), frames.last!)
+        XCTAssertTrue(frames.first!.hasPrefix("w  downloading"), frames.first!)
+        XCTAssertTrue(frames.last!.hasPrefix("w  completed") && frames.last!.contains("100.0%"), frames.last!)
         XCTAssertTrue(frames.contains { $0.contains("tiles/s") && $0.contains("ETA ") }, "rate and ETA shown while downloading")
+        // On a terminal (script(1) gives it one): the frame is drawn in place, with the escapes.
+        (rc, out) = try runTool("/usr/bin/script", ["-qec", "'\(SpoolFixture.binary)' status --watch --spool '\(fx.spool)'", "/dev/null"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasPrefix("\u{1B}[H\u{1B}[Jw  completed"), out.debugDescription)
     }
 }
 

@@ -111,3 +111,42 @@ final class RequestValidationTests: XCTestCase {
         XCTAssertNoThrow(try validate(#"{"tiles":["http://h/{z}/{x}/{-y}.png","http://h/{quadkey}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1}"#).get())
     }
 }
+
+/// Issue 29: JSON errors name a line and a column (not Foundation's byte offset), and a trailing
+/// comma, which RFC 8259 refuses and Foundation on Linux accepts, is refused the same way.
+final class JSONTextTests: XCTestCase {
+    func message(_ text: String) -> String? {
+        do { _ = try JSONKind.parse(Data(text.utf8)); return nil } catch { return error.message }
+    }
+
+    func testErrorsNameLineAndColumn() {
+        XCTAssertEqual(message("{\n  \"a\": x\n}"), "not valid JSON: Invalid value at line 2, column 8")
+        // Columns count characters, not bytes: é is two bytes, one column.
+        XCTAssertEqual(message("{\"é\": [1,\n 2, x]}"), "not valid JSON: Invalid value at line 2, column 5")
+        XCTAssertEqual(message("{\"ééé\": x}"), "not valid JSON: Invalid value at line 1, column 9")
+        XCTAssertEqual(message("[01]"), "not valid JSON: Number with leading zero at line 1, column 3")
+        XCTAssertEqual(message("{\"a\": 1}\n}"), "not valid JSON: Invalid value at line 2, column 1")
+        // A byte order mark is skipped by Foundation and by the count.
+        XCTAssertEqual(message("\u{FEFF}[1,\n x]"), "not valid JSON: Invalid value at line 2, column 2")
+        // Comments, NaN, single quotes were refused already; now with a position.
+        XCTAssertEqual(message("{\"a\": 1, // note\n\"b\": 2}"), "not valid JSON: Invalid value at line 1, column 10")
+        XCTAssertEqual(message("[NaN]"), "not valid JSON: Invalid value at line 1, column 2")
+        XCTAssertEqual(message("['a']"), "not valid JSON: Invalid value at line 1, column 2")
+        XCTAssertEqual(message("[\"abc"), "not valid JSON: Unexpected end of file during JSON parse.")
+    }
+
+    func testTrailingCommasAreRefusedWithTheirPosition() {
+        XCTAssertEqual(message("{\"a\": [1, 2,\n]}"), "not valid JSON: trailing comma at line 1, column 12 (before ']')")
+        XCTAssertEqual(message("{\"a\": 1,}"), "not valid JSON: trailing comma at line 1, column 8 (before '}')")
+        XCTAssertEqual(message("{\n  \"a\": {\"b\": \"x\" ,\n\t}\n}"), "not valid JSON: trailing comma at line 2, column 18 (before '}')")
+        // Commas and brackets inside strings (escaped quotes included) are text, not syntax.
+        XCTAssertNil(message(#"["a,]", "b,}", "c\",]"]"#))
+        XCTAssertEqual(JSONKind.trailingComma(Data(#"["\\",]"#.utf8))?.offset, 5)
+        XCTAssertNil(JSONKind.trailingComma(Data("[1, 2]".utf8)))
+        // Through a request: the message a status file and rejected/<name>.error carry.
+        XCTAssertThrowsError(try RequestValidator.validate(Data(#"{"tiles": ["http://h/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],"#.utf8 + Data("\n \"minZoom\": 0, \"maxZoom\": 2,\n}".utf8)), fileName: "t.json")) { e in
+            XCTAssertEqual((e as? RegionError)?.message, "the request is not valid JSON: trailing comma at line 2, column 28 (before '}')")
+            XCTAssertEqual((e as? RegionError)?.code, .invalidRequest)
+        }
+    }
+}

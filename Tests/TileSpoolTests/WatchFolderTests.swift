@@ -5,7 +5,8 @@ import XCTest
 /// Issue 4, "The watch folder": inotify events are hints. Files present at start-up are picked up,
 /// a flood of requests is accepted exactly once each (also when the kernel's event queue
 /// overflows and events are lost), a file is read only once it is complete (closed after writing,
-/// or renamed/moved in), and dotfiles and names not ending in `.json` are left alone.
+/// or renamed/moved in), dotfiles are left alone, and names not ending in `.json` go to rejected/
+/// once settled (issue 29).
 final class WatchFolderTests: FaultServerSpoolTestCase {
     /// A 1-tile request (z0 of the world) against `/ok/<tag>/...`.
     func request(_ tag: String, id: String? = nil) -> [String: Any] { server.tilesRequest(["/ok/\(tag)/{z}/{x}/{y}.png"], id: id) }
@@ -186,31 +187,49 @@ final class WatchFolderTests: FaultServerSpoolTestCase {
         }
     }
 
-    /// Dotfiles and names not ending in `.json` are left alone, while running and at start-up.
-    func testDotfilesAndOtherNamesAreIgnored() throws {
+    /// Dotfiles are left alone, while running and at start-up. A regular file whose name does not
+    /// end in `.json` (`X.JSON`, `a.geojson`, `b.json.txt`) is not a request: once settled (closed,
+    /// and unmodified for the settle time) a periodic rescan moves it to `rejected/` with the
+    /// reason, never its close event; a temp file a writer still holds open stays, and becomes a
+    /// request when renamed to `.json`.
+    func testDotfilesAreIgnoredAndMisnamedRequestsAreRejectedOnceSettled() throws {
         try fx.start(["--sync-interval", "0.1"])
-        let ignored = [".hidden.json", ".json", "readme.txt", "x.json.bak", "X.JSON", "y.Json", "json", "a.json.tmp", "b.json~", "#c.json#"]
-        let content = jsonData(request("ignored"))
-        for name in ignored { try fx.writeInPlace(name, content) }
-        try fx.drop(".renamed-dot.json", request("ignored"))
-        // A later request completing shows the events before it were handled.
-        try fx.drop("barrier.json", request("barrier"))
-        try fx.waitForState("barrier", "completed", timeout: 20)
-        func check(_ when: String) {
-            XCTAssertEqual(Set(fx.names(in: fx.requestsDir)), Set(ignored + [".renamed-dot.json"]), when)
-            for name in ignored { XCTAssertEqual(FileManager.default.contents(atPath: fx.requestsDir + "/" + name), content, "\(name) \(when)") }
-            XCTAssertEqual(fx.names(in: fx.rejectedDir), [], when)
-            XCTAssertEqual(Set(fx.names(in: fx.spool + "/status").filter { !$0.hasPrefix(".") }), ["barrier.json", "barrier.state"], when)
-            XCTAssertEqual(server.hits("/ok/ignored/0/0/0.png"), 0, when)
+        let misnamed = ["readme.txt", "x.json.bak", "X.JSON", "y.Json", "a.geojson", "b.json.txt", "json", "a.json.tmp", "b.json~", "#c.json#"]
+        let dotfiles = [".hidden.json", ".json", ".notes.txt"]
+        let content = jsonData(request("misnamed"))
+        let hourAgo = Date(timeIntervalSinceNow: -3600)
+        // A writer's temp file, complete but still open for writing, unmodified for an hour: its
+        // age is set first, so any rescan that refuses the files below saw it that old too.
+        let held = open(fx.requestsDir + "/held.json.tmp", O_WRONLY | O_CREAT | O_EXCL, 0o644)
+        XCTAssertGreaterThanOrEqual(held, 0)
+        try writeAll(held, jsonData(request("held", id: "held")))
+        try FileManager.default.setAttributes([.modificationDate: hourAgo], ofItemAtPath: fx.requestsDir + "/held.json.tmp")
+        for name in misnamed + dotfiles {
+            try fx.writeInPlace(name, content)
+            try FileManager.default.setAttributes([.modificationDate: hourAgo], ofItemAtPath: fx.requestsDir + "/" + name)
         }
-        check("while running")
-        // The start-up scan leaves them alone too.
+        try waitUntil("a rescan moved the misnamed files to rejected/", timeout: 20) {
+            misnamed.allSatisfy { fx.inRejected($0) && fx.rejectionText($0) != nil }
+        }
+        for name in misnamed {
+            XCTAssertEqual(fx.rejectionText(name), "invalidRequest: request files must end in .json (lower case), and '\(name)' does not; rename it to <id>.json to have it read (write a dotfile, then mv)\n")
+            XCTAssertEqual(FileManager.default.contents(atPath: fx.rejectedDir + "/" + name), content, name)
+        }
+        XCTAssertEqual(Set(fx.names(in: fx.requestsDir)), Set(dotfiles + ["held.json.tmp"]), "dotfiles and the open temp file stay")
+        XCTAssertEqual(fx.names(in: fx.spool + "/status").filter { !$0.hasPrefix(".") }, [], "no status for a file that is not a request")
+        XCTAssertEqual(server.hits("/ok/misnamed/0/0/0.png"), 0)
+        // The writer renames its temp file to its final name, then closes it: a request.
+        XCTAssertEqual(rename(fx.requestsDir + "/held.json.tmp", fx.requestsDir + "/held.json"), 0)
+        close(held)
+        try fx.waitForState("held", "completed", timeout: 20)
+        XCTAssertFalse(fx.inRejected("held.json.tmp") || fx.inRejected("held.json"))
+        // The start-up scan leaves the dotfiles alone too.
         fx.stop()
         try fx.start(["--sync-interval", "0.1"])
-        try fx.drop("barrier2.json", request("barrier2"))
-        try fx.waitForState("barrier2", "completed", timeout: 20)
-        XCTAssertEqual(Set(fx.names(in: fx.requestsDir)), Set(ignored + [".renamed-dot.json"]), "after a restart")
-        XCTAssertEqual(fx.names(in: fx.rejectedDir), [], "after a restart")
-        XCTAssertEqual(server.hits("/ok/ignored/0/0/0.png"), 0)
+        try fx.drop("barrier.json", request("barrier"))
+        try fx.waitForState("barrier", "completed", timeout: 20)
+        XCTAssertEqual(Set(fx.names(in: fx.requestsDir)), Set(dotfiles), "after a restart")
+        for name in dotfiles { XCTAssertEqual(FileManager.default.contents(atPath: fx.requestsDir + "/" + name), content, name) }
+        XCTAssertEqual(server.hits("/ok/misnamed/0/0/0.png"), 0)
     }
 }
