@@ -345,10 +345,13 @@ public enum ExportReconcile {
         /// The pack version it was written from (`ExportResult.pack`), if written.
         public var pack: String?
         public var path: String?
-        /// Reads an entry written by the daemon; nil when it is not one.
+        /// Reads an entry written by the daemon; nil when it is not one. The request's own entry
+        /// is its `spec` object (`source` at the top is the source exported, which the request
+        /// may leave to the default); an entry without `spec` is read from its top-level fields.
         public init?(_ o: [String: Any]) {
-            guard let f = o["format"] as? String, let format = ExportFormat(rawValue: f) else { return nil }
-            spec = ExportSpec(format: format, source: o["source"] as? String, baseURL: o["baseURL"] as? String)
+            let s = o["spec"] as? [String: Any] ?? o
+            guard let f = s["format"] as? String, let format = ExportFormat(rawValue: f) else { return nil }
+            spec = ExportSpec(format: format, source: s["source"] as? String, baseURL: s["baseURL"] as? String)
             state = o["state"] as? String ?? ""
             pack = o["pack"] as? String
             path = o["path"] as? String

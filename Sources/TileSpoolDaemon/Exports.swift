@@ -44,7 +44,7 @@ extension Daemon {
             return Files.entryType(path) == .regular
         }
         let known = (r.exports ?? []).compactMap { o in ExportReconcile.Entry(o).map { ($0.spec, o) } }
-        let aligned: [[String: Any]] = specs.map { spec in known.first { $0.0 == spec }?.1 ?? spec.jsonObject }
+        let aligned: [[String: Any]] = specs.map { spec in known.first { $0.0 == spec }?.1 ?? spec.jsonObject.merging(["spec": spec.jsonObject]) { a, _ in a } }
         let indices = due.indices.filter { due[$0] }
         if indices.isEmpty {
             // Only entries of exports no longer asked for (or a reordering) to drop.
@@ -75,6 +75,7 @@ extension Daemon {
         var entries = aligned
         for i in indices {
             var o = specs[i].jsonObject
+            o["spec"] = specs[i].jsonObject
             o["state"] = "writing"
             o["path"] = Exporter.spoolOutput(spool: layout.root, id: r.id, spec: specs[i])
             entries[i] = o
@@ -88,6 +89,7 @@ extension Daemon {
         exportQueue.async {
             for (i, spec) in jobs {
                 var entry = spec.jsonObject
+                entry["spec"] = spec.jsonObject // what the request asked; `source` below is what was exported
                 let started = Date()
                 do {
                     let pack = try RegionPack(store: store, id: id)

@@ -507,7 +507,8 @@ extension Daemon {
         // No tile with content at all: most often a wrong template (404 everywhere), never a
         // `completed` of 0 bytes unless the request says so (`allowEmpty`).
         let p = r.progress
-        if plan.tileCount > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {
+        // (Tiles that failed within maxFailedTiles are the user's budget, not emptiness.)
+        if plan.tileCount > 0 && p.tilesEmpty > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {
             let sample = plan.tileSets.first.map { set -> String in
                 let t = set.rects.first.map { $0.tile(at: 0) }
                 return t.map { " (e.g. \(Redaction.redact(set.template.url(for: $0))))" } ?? ""

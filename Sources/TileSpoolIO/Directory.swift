@@ -108,14 +108,13 @@ public final class Directory: @unchecked Sendable {
     }
 
     /// Writes `data` as file `name` atomically: a new temp file `.tmp-<name>-<pid>-<n>` made
-    /// here with O_EXCL, written, optionally fsynced, then renamed over `name`. A symlink or
-    /// folder at `name` is not replaced (EISDIR / ELOOP) — only a regular file or nothing.
+    /// here with O_EXCL (never a planted link's target), written, optionally fsynced, then renamed
+    /// over `name`. The rename replaces the entry itself, never what a symlink there points to
+    /// (a folder there makes it fail: EISDIR). For names this folder's owner gives out (status
+    /// files); exports, which replace only what they made, check first (`Exporter`).
     /// - Throws: `SystemError`; the temp file is removed then.
     public func writeAtomically(_ data: Data, to name: String, sync: Bool = false) throws(SystemError) {
         try check(name, "write")
-        if let st = status(name), Files.EntryType(mode: st.st_mode) != .regular {
-            throw SystemError("replace", display(name), errno: Files.EntryType(mode: st.st_mode) == .directory ? EISDIR : ELOOP)
-        }
         let tmp = Directory.tempName(for: name)
         let f = try createFile(tmp)
         do throws(SystemError) {

@@ -85,8 +85,8 @@ public enum Files {
 
     /// Writes `data` to `path` atomically: a new temp file in the same folder (made with O_EXCL,
     /// so never a planted link's target), written, optionally fsynced, then renamed over `path`.
-    /// Readers see the old file or the new one, never a mix. Only a regular file (or nothing) at
-    /// `path` is replaced (`Directory.writeAtomically`).
+    /// Readers see the old file or the new one, never a mix (`Directory.writeAtomically`: a
+    /// symlink at `path` is replaced, never followed).
     public static func writeAtomically(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
         let (parent, name) = split(path)
         try Directory(path: parent).writeAtomically(data, to: name, sync: sync)

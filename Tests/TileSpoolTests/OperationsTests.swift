@@ -98,7 +98,9 @@ final class OperationsTests: FaultServerSpoolTestCase {
         XCTAssertGreaterThan(metric(text, "tilespool_last_commit_time_seconds") ?? 0, Date().timeIntervalSince1970 - 120)
         XCTAssertLessThanOrEqual(metric(text, "tilespool_daemon_start_time_seconds") ?? .infinity, Date().timeIntervalSince1970)
         // A 404 tile, a 429 then 200, a 500 twice (one retry, then failed): the counters move.
-        try fx.drop("b.json", server.tilesRequest(["/missing/b/{z}/{x}/{y}.png"], id: "b"))
+        var b = server.tilesRequest(["/missing/b/{z}/{x}/{y}.png"], id: "b")
+        b["allowEmpty"] = true // every tile 404: completes only when allowed
+        try fx.drop("b.json", b)
         try fx.drop("c.json", server.tilesRequest(["/ratelimit/1/c/{z}/{x}/{y}.png"], id: "c"))
         try fx.drop("d.json", server.tilesRequest(["/error500/d/{z}/{x}/{y}.png"], id: "d"))
         try fx.waitForState("b", "completed")

@@ -45,13 +45,17 @@ final class RealWorldTests: FaultServerSpoolTestCase {
     /// (no longer in the list) then fails the region with `httpError`; the default keeps 404 empty.
     func testEmptyStatusesPerRequest() throws {
         try fx.start()
+        // Every tile of these regions is empty: they complete only with allowEmpty (issue 29).
         var r400 = server.tilesRequest(["/status/400/es/{z}/{x}/{y}.png"], maxZoom: 1)
         r400["emptyStatuses"] = [400]
+        r400["allowEmpty"] = true
         try fx.drop("es400.json", r400)
         var r404 = server.tilesRequest(["/missing/es/{z}/{x}/{y}.png"])
         r404["emptyStatuses"] = [400]
         try fx.drop("es404.json", r404)
-        try fx.drop("esdefault.json", server.tilesRequest(["/missing/esd/{z}/{x}/{y}.png"]))
+        var rdefault = server.tilesRequest(["/missing/esd/{z}/{x}/{y}.png"])
+        rdefault["allowEmpty"] = true
+        try fx.drop("esdefault.json", rdefault)
         try fx.waitForState("es400", "completed", timeout: 30)
         XCTAssertEqual(fx.manifest("es400").filter { $0.kind == "tile" }.map(\.sha), Array(repeating: "-", count: 5))
         XCTAssertEqual(fx.progress("es400")["tilesCompleted"], 5)

@@ -353,6 +353,12 @@ final class TrustCoreTests: XCTestCase {
         XCTAssertEqual(ExportReconcile.due(specs: [a, ExportSpec(format: .maplibre)], entries: entries, packVersion: "v1") { _ in true }, [false, true])
         XCTAssertEqual(ExportReconcile.due(specs: [a], entries: nil, packVersion: "v1") { _ in true }, [true])
         XCTAssertEqual(ExportReconcile.due(specs: [a], entries: entries, packVersion: nil) { _ in true }, [true])
+        // The status names the source exported; the request left it to the default: the entry's
+        // `spec` is what it is matched by.
+        var resolved = written(a, "v1")
+        resolved["source"] = "openmaptiles"
+        resolved["spec"] = a.jsonObject
+        XCTAssertEqual(ExportReconcile.due(specs: [a], entries: [resolved], packVersion: "v1") { _ in true }, [false])
     }
 
     /// Finding 4: a tree someone else can write changes while it is removed (a folder in it
