@@ -202,7 +202,14 @@ public final class Daemon {
                 continue
             }
             let st = status.read(id: id)
-            let state = st?.state ?? .queued
+            var state = st?.state ?? .queued
+            // A status that says `completed` for a pack the store does not hold (a kill -9 while a
+            // new request for the id replaced the pack, before its status was written): the
+            // store is the truth, and the download goes on.
+            if state == .completed, let st, !files.holdsCompletedPack(expected: st.progress.resourcesExpected) {
+                Log.warning("the status says completed but the store holds no complete pack for this plan: downloading it", region: id)
+                state = .queued
+            }
             let r = Region(id: id, request: request, state: state, files: files, arrival: 0)
             r.progress = st?.progress ?? RegionProgress()
             r.error = st?.error

@@ -204,10 +204,11 @@ extension Daemon {
             r.progress.tilesExpected = plan.tileCount
             r.progress.resourcesExpectedIsPrecise = true
         }
-        Files.remove(path)
         Log.info("accepted \(name)", region: r.id, [("file", name)])
         for w in r.warnings where w.code != RegionWarning.packReplaced { Log.warning(w.message, region: r.id, [("code", w.code)]) }
         setState(r, .queued, extra: replaced.merging(r.warnings.isEmpty ? [:] : ["warnings": r.warnings.map(\.jsonObject)]) { a, _ in a })
+        // Only once the status says `queued`: a kill -9 before leaves the file to be read again.
+        Files.remove(path)
     }
 
     func handleControl(path: String, name: String) {

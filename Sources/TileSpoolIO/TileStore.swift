@@ -195,6 +195,22 @@ public protocol ManifestSnapshot: AnyObject, Sendable {
 }
 
 extension RegionStorage {
+    /// A cheap check, at start, that a status saying `completed` describes what the store holds:
+    /// false when there is no manifest, no plan, or a plan of another size than the status's
+    /// `resourcesExpected` (a pack replaced by a new request whose status was never written).
+    /// A store that cannot be read (S3 down) counts as holding it (nothing is concluded).
+    public func holdsCompletedPack(expected: Int) -> Bool {
+        guard let plan = loadPlan() else { return readFailure != nil }
+        if plan.count != expected { return false }
+        if plan.count == 0 { return true }
+        do { _ = try manifestSnapshot() } catch {
+            // No manifest at all (ENOENT on disk, 404 on S3); any other failure tells nothing.
+            let absent = (error as? SystemError)?.errno == ENOENT || (error as? S3Error)?.status == 404
+            return !absent
+        }
+        return true
+    }
+
     /// The version of the pack's manifest now (`ManifestSnapshot.version`), nil when it has none.
     public func packVersion() -> String? { (try? manifestSnapshot())?.version }
 

@@ -129,6 +129,31 @@ final class TrustStoreTests: XCTestCase {
         XCTAssertEqual(fx.manifest("t").map(\.sha), before)
     }
 
+    /// Found by AdversarialTests: a kill -9 while a new request for a completed region's id
+    /// replaced its pack (the store holds the new request, the old manifest is gone) but before
+    /// the new status was written left a region that said `completed` with an empty pack. The
+    /// store is the truth at start: the region downloads its plan and completes for real.
+    func testAStatusThatOutlivedItsPackIsNotBelieved() throws {
+        try fx.start()
+        try fx.drop("t.json", toner("t"))
+        try fx.waitForState("t", "completed")
+        fx.kill9()
+        // The store as a replacing request leaves it before its status is written.
+        let dir = fx.store + "/regions/t"
+        var request = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: dir + "/request.json"))) as? [String: Any])
+        request["maxZoom"] = 1
+        try JSONSerialization.data(withJSONObject: request).write(to: URL(fileURLWithPath: dir + "/request.json"))
+        try FileManager.default.removeItem(atPath: dir + "/manifest.tsv")
+        try FileManager.default.removeItem(atPath: dir + "/plan.json")
+        XCTAssertEqual(fx.state("t"), "completed")
+        try fx.start()
+        try waitUntil("the region downloads its new plan") { fx.state("t") == "completed" && fx.progress("t")["resourcesExpected"] == 5 }
+        fx.assertStoreMatchesManifest("t")
+        XCTAssertEqual(fx.stop(), 0)
+        let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
+
     // MARK: - Dangerous defaults
 
     /// A template that answers 404 everywhere no longer ends `completed` with 0 bytes: the region

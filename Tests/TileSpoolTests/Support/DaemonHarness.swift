@@ -44,14 +44,16 @@ final class SpoolFixture: @unchecked Sendable {
         if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, b in b } }
         if !FileManager.default.fileExists(atPath: logPath) { XCTAssertTrue(FileManager.default.createFile(atPath: logPath, contents: nil)) }
         let h = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        h.seekToEndOfFile()
+        // This start's own "watching" line, not an earlier run's: only the log past here counts.
+        let offset = Int(h.seekToEndOfFile())
         p.standardError = h
         p.standardOutput = h
         try p.run()
         daemon = p
         logHandle = h
         try waitUntil("the daemon takes its lock", timeout: 10) {
-            (try? String(contentsOfFile: logPath, encoding: .utf8))?.contains("watching") ?? false || !p.isRunning
+            let text = FileManager.default.contents(atPath: logPath).map { String(decoding: $0.dropFirst(offset), as: UTF8.self) } ?? ""
+            return text.contains("watching") || !p.isRunning
         }
         XCTAssertTrue(p.isRunning, "daemon exited at start: \(log())")
     }
