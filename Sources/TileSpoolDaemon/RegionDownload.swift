@@ -402,7 +402,7 @@ extension Daemon {
         // The progress counts failed tiles: with none, no need to read the whole manifest again.
         if r.progress.tilesFailed > 0 { files.readManifest { l in
             guard l.failed else { return }
-            text += "\(l.key)\t\(l.url)\t\(ManifestLine.sanitizeKey(reasons[l.key] ?? "-"))\n"
+            text += [l.key, Redaction.redact(l.url), reasons[l.key] ?? "-"].map(TSV.field).joined(separator: "\t") + "\n"
         } }
         do { try r.files.saveFailedList(text.isEmpty ? nil : "# key\turl\terror\n" + text) } catch {
             Log.error("\(r.id): cannot write failed.tsv: \(error)")
