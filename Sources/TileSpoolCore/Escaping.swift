@@ -60,3 +60,24 @@ public enum TSV {
             .replacingOccurrences(of: "\r", with: "%0D")
     }
 }
+
+/// Text for a terminal: what `tilespool status`, `plan` and the other commands print comes in part
+/// from servers (error messages, Content-Types, style source names): C0 control characters
+/// (U+0000-U+001F but the newline and tab the command itself prints), DEL and the C1 range
+/// (U+0080-U+009F) are written as `\u{1B}` and the like, so no answer can move the cursor,
+/// clear the screen or set the window title.
+public enum TerminalText {
+    /// `s` with every control character but `\n` and `\t` written as `\u{XX}`.
+    public static func safe(_ s: String) -> String {
+        guard s.unicodeScalars.contains(where: isControl) else { return s }
+        var out = ""
+        for u in s.unicodeScalars {
+            if isControl(u) { out += "\\u{" + String(u.value, radix: 16, uppercase: true) + "}" } else { out.unicodeScalars.append(u) }
+        }
+        return out
+    }
+
+    static func isControl(_ u: Unicode.Scalar) -> Bool {
+        (u.value < 0x20 && u != "\n" && u != "\t") || u.value == 0x7F || (0x80...0x9F).contains(u.value)
+    }
+}

@@ -50,6 +50,17 @@ public struct ExportSpec: Sendable, Equatable {
         return id + format.fileExtension
     }
 
+    /// Why `name` cannot name a tile source in an export (it goes into a file name:
+    /// `<id>+<source>.<ext>`), or nil: it must be 1 to 200 bytes without `/`, NUL or another
+    /// control character, and not `.` or `..`.
+    public static func sourceProblem(_ name: String) -> String? {
+        guard !name.isEmpty, name.utf8.count <= 200, !name.contains("/"), name != ".", name != "..",
+              !name.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            return "'\(name.prefix(80))' is not a source name (1 to 200 bytes, no '/' or control character)"
+        }
+        return nil
+    }
+
     /// Why `url` cannot be a site export's base URL, or nil: it must be an absolute http or https
     /// URL without credentials (they would be written into the published style.json), without a
     /// query or fragment (the site's URLs are made by appending paths), and its path must be
@@ -88,8 +99,8 @@ public struct ExportSpec: Sendable, Equatable {
             }
             var spec = ExportSpec(format: format)
             if let s = o["source"] {
-                guard let s = s as? String, !s.isEmpty, s.utf8.count <= 256, !s.contains("/"), s != ".", s != ".." else {
-                    return .failure(ExportSpecError("exports[\(i)].source: must be a source name (a non-empty string without '/')"))
+                guard let s = s as? String, ExportSpec.sourceProblem(s) == nil else {
+                    return .failure(ExportSpecError("exports[\(i)].source: must be a source name (a non-empty string without '/' or control characters)"))
                 }
                 spec.source = s
             }

@@ -274,6 +274,11 @@ public enum RequestValidator {
 
     /// Checks that `url` is an absolute http or https URL with a host. Returns an error message or nil.
     public static func urlProblem(_ url: String) -> String? {
+        // White space and control characters are not URL characters (RFC 3986 section 2); the
+        // URL parser here would take some, libcurl later refuses them ("bad/illegal format").
+        if url.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
+            return "holds a space or a control character (write it percent-encoded: %20)"
+        }
         guard let u = URL(string: url), let scheme = u.scheme?.lowercased() else {
             return "is not a valid absolute URL"
         }

@@ -47,7 +47,7 @@ public enum TileBody {
         // message is built only for a body that is refused.
         let kind = contentType.map(mediaKind) ?? .other
         func received() -> String {
-            "received \(body.count) bytes" + (contentType.map { " of Content-Type '\($0.prefix(80))'" } ?? "") + " starting \(preview(body))"
+            "received \(body.count) bytes" + (contentType.map { " of Content-Type '\(TerminalText.safe(String($0.prefix(80))))'" } ?? "") + " starting \(preview(body))"
         }
         if kind == .html || looksLikeHTML(body) {
             return "the body is an HTML page, not a tile: \(received())"
@@ -134,7 +134,8 @@ public enum TileBody {
     static func preview(_ body: Data) -> String {
         let b = [UInt8](body.prefix(24))
         if b.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
-            return "'" + String(decoding: b, as: UTF8.self) + (body.count > b.count ? "...'" : "'")
+            // A server may echo the URL asked: its credentials are redacted here too.
+            return "'" + Redaction.redactEmbedded(String(decoding: b, as: UTF8.self)) + (body.count > b.count ? "...'" : "'")
         }
         return "0x" + b.prefix(8).map { String(format: "%02x", $0) }.joined()
     }

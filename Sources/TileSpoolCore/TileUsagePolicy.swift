@@ -39,9 +39,11 @@ public enum TileUsagePolicy {
         return normalized(host)
     }
 
-    /// `host` lower-case without final dots; nil when nothing is left.
+    /// `host` percent-decoded (RFC 3986 section 3.2.2 lets a host name be written `tile%2eexample`,
+    /// and libcurl decodes it before resolving), lower-case, without final dots; nil when
+    /// nothing is left.
     static func normalized(_ host: String) -> String? {
-        var host = host.lowercased()
+        var host = (host.removingPercentEncoding ?? host).lowercased()
         while host.hasSuffix(".") { host.removeLast() }
         return host.isEmpty ? nil : host
     }

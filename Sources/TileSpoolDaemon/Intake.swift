@@ -61,14 +61,23 @@ extension Daemon {
     }
 
     /// Moves a refused file to `rejected/` and writes `rejected/<name>.error`.
+    /// Moves a refused file to `rejected/` and writes `rejected/<name>.error`. Both folders are
+    /// opened without following a symlink (one swapped in for `rejected/` while the daemon runs
+    /// gets nothing: the file is removed instead), and the move is one `renameat2` between them.
     func reject(path: String, name: String, reason: String) {
         Log.error("rejected \(name): \(reason)", [("file", name)])
         let stored = SpoolLayout.rejectedName(name)
-        let dest = layout.rejected + "/" + stored
-        Files.remove(dest)
-        if (try? Files.rename(path, dest)) == nil { Files.remove(path) }
+        let (folder, entry) = Files.split(path)
+        guard let from = try? Directory(path: folder, followFinal: false),
+              let rejected = try? Directory(path: layout.rejected, followFinal: false) else {
+            Log.error("cannot open \(layout.rejected) (a symlink is never followed): \(name) is removed, not kept", [("file", name)])
+            Files.remove(path)
+            return
+        }
+        rejected.removeTree(stored)
+        if (try? from.rename(entry, to: rejected, stored)) == nil { from.removeTree(entry) }
         let note = stored == name ? "" : "(the file was named \(name.debugDescription))\n"
-        try? Files.writeAtomically(Data((reason + "\n" + note).utf8), to: dest + ".error")
+        try? rejected.writeAtomically(Data((reason + "\n" + note).utf8), to: stored + ".error")
     }
 
     func handleRequest(path: String, name: String) {

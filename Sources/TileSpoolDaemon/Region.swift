@@ -32,6 +32,8 @@ struct Fetch {
     let url: String
     let kind: ResourceKind
     let key: String
+    /// True when the request carried a conditional header: only then is a 304 an answer.
+    var conditional = false
 }
 
 /// A region the daemon knows: its request, state, progress and, while downloading, its executor.

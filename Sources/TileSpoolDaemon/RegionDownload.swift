@@ -104,8 +104,9 @@ extension Daemon {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
             if let data = try? r.files.requestData() {
-                try? Files.writeAtomically(data, to: "\(layout.rejected)/\(r.id).json")
-                try? Files.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(layout.rejected)/\(r.id).json.error")
+                let rejected = try? Directory(path: layout.rejected, followFinal: false)
+                try? rejected?.writeAtomically(data, to: "\(r.id).json")
+                try? rejected?.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(r.id).json.error")
             }
             fail(r, e)
             return
@@ -212,10 +213,11 @@ extension Daemon {
         if !admitted(r, d, url: url, now: now) { return false }
         d.lastIssued = now
         let tag = nextTag; nextTag += 1
-        d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key)
+        let conditional = d.previousLine(kind, key)?.freshness
+        d.inFlight[tag] = Fetch(item: item, url: url, kind: kind, key: key,
+                                conditional: !ConditionalRequest.headers(for: conditional).isEmpty)
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
-        let conditional = d.previousLine(kind, key)?.freshness
         // Tiles go to the less busy of the two download loops; everything else stays here.
         if kind == .tile, let lane, lane.inFlight < http.inFlight {
             lane.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList,
@@ -301,9 +303,19 @@ extension Daemon {
             return
         }
         let s = res.status
+        if s == 206 {
+            // Part of a body, to a request that asked for all of it (no Range is ever sent):
+            // never stored as the whole, retried like a damaged body.
+            retry(r, d, item, after: nil, exhausted: {
+                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP 206 Partial Content to a request for the whole body, from \(Redaction.redact(url))", url: url, httpStatus: s))
+            })
+            return
+        }
         if res.notModified {
-            // 304 Not Modified: the pack's object is current; only its validators and fetch time change.
-            guard let prev = d.previousLine(kind, key) else {
+            // 304 Not Modified: the pack's object is current; only its validators and fetch time
+            // change. Only an answer to a conditional request: a 304 to a plain GET is a server
+            // that lies (RFC 9110 section 15.4.5), never a reason to keep what we have.
+            guard fetch.conditional, let prev = d.previousLine(kind, key) else {
                 fail(r, RegionError(code: .httpError, message: "HTTP \(s) Not Modified to a request that was not conditional, from \(Redaction.redact(url))", url: url, httpStatus: s))
                 return
             }
@@ -507,20 +519,23 @@ extension Daemon {
         // No tile with content at all: most often a wrong template (404 everywhere), never a
         // `completed` of 0 bytes unless the request says so (`allowEmpty`).
         let p = r.progress
-        // (Tiles that failed within maxFailedTiles are the user's budget, not emptiness.)
-        if plan.tileCount > 0 && p.tilesEmpty > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {
+        // (Empty or failed within maxFailedTiles alike: a template that answers 403 or a login
+        // page everywhere, with a large budget, is as wrong as one that answers 404.)
+        if plan.tileCount > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {
             let sample = plan.tileSets.first.map { set -> String in
                 let t = set.rects.first.map { $0.tile(at: 0) }
                 return t.map { " (e.g. \(Redaction.redact(set.template.url(for: $0))))" } ?? ""
             } ?? ""
+            let why = p.tilesFailed == 0 ? "was empty (\(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body)"
+                : "was empty or failed (\(p.tilesEmpty) empty, \(p.tilesFailed) failed within maxFailedTiles)"
             fail(r, RegionError(code: .allTilesEmpty,
-                                message: "every one of the \(plan.tileCount) tiles was empty (\(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body)\(sample): check the tile URL template; if the area really has no tiles, add \"allowEmpty\": true to the request"))
+                                message: "no tile has content: every one of the \(plan.tileCount) tiles \(why)\(sample): check the tile URL template; if the area really has no tiles, add \"allowEmpty\": true to the request"))
             return
         }
         r.warnings.removeAll { $0.code == RegionWarning.sourceEmpty }
         for set in plan.tileSets where set.count > 0 && d.tilesWithContent[set.source, default: 0] == 0 {
             r.warnings.append(RegionWarning(code: RegionWarning.sourceEmpty,
-                                            message: "source '\(set.source)': every one of its \(set.count) tiles was empty (\(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body)"))
+                                            message: "source '\(set.source)': none of its \(set.count) tiles has content (each was empty: \(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body; or failed within maxFailedTiles)"))
         }
         r.download = nil
         d.files.closeManifest()

@@ -28,7 +28,8 @@ extension Daemon {
                 r.probing = true
                 let tag = nextTag; nextTag += 1
                 transfers[tag] = (r.id, nil)
-                http.start(url: url, tag: tag)
+                // A probe is a request of the region like any other: with its headers.
+                http.start(url: url, tag: tag, headers: r.request.headerList)
             }
         }
     }

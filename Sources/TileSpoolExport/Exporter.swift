@@ -96,6 +96,15 @@ public enum Exporter {
         }
         var base = name
         while base.utf8.count > 160 { base.removeLast() }
+        // Work folders an export of this name left when it was killed (its process is gone).
+        let stalePrefix = ".\(base).tmp-"
+        for entry in parent.list() where entry.hasPrefix(stalePrefix) && parent.entryType(entry) == .directory {
+            let rest = entry.dropFirst(stalePrefix.count)
+            if let dash = rest.firstIndex(of: "-"), let pid = Int32(rest[..<dash]), pid != getpid(),
+               kill(pid, 0) != 0 && errno == ESRCH {
+                parent.removeTree(entry)
+            }
+        }
         let workName = ".\(base).tmp-\(getpid())-\(workCounter.next())"
         let work: Directory
         do throws(SystemError) {

@@ -16,9 +16,9 @@ import TileSpoolIO
 enum SiteExport {
     /// Refuses a path component a hostile style could use to leave the folder.
     static func safe(_ name: String, _ what: String) throws -> String {
-        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.utf8.contains(0),
-              name.utf8.count <= 200 else {
-            throw ExportError("\(what) '\(name.prefix(80))' cannot be a file name in a site export")
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.hasPrefix("."),
+              !name.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }), name.utf8.count <= 200 else {
+            throw ExportError("\(what) '\(TerminalText.safe(String(name.prefix(80))))' cannot be a file name in a site export (no '/', control character or leading '.')")
         }
         return name
     }
@@ -109,7 +109,7 @@ enum SiteExport {
             let b = pack.request.bounds
             tj["bounds"] = [b.west, b.south, b.east, b.north]
             try w.folder("sources")
-            try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(tj, pretty: true)))
+            try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(redactedStrings(tj), pretty: true)))
         }
 
         // Sprites, glyphs and data, from the plan's resources.
@@ -182,12 +182,25 @@ enum SiteExport {
             }
         }
         if style["glyphs"] != nil { style["glyphs"] = "\(prefix)fonts/{fontstack}/{range}.pbf" }
-        try w.file("style.json", [UInt8](JSONKind.serialize(style, pretty: true)))
+        // What still points at the origin (a video source's URLs, metadata, attribution links)
+        // keeps no credential: the site is published.
+        try w.file("style.json", [UInt8](JSONKind.serialize(redactedStrings(style), pretty: true)))
         try w.file("nginx.conf", [UInt8](try nginxSnippet(id: pack.id, baseURL: baseURL, path: finalPath).utf8))
         // Says that TileSpool made this folder: only such a folder is replaced by a later export.
         try w.file(Exporter.siteMarker, [UInt8]("TileSpool site export of region \(pack.id)\n".utf8))
         progress?(done, total)
         return ExportResult(format: .site, source: nil, path: dir, bytes: w.bytes, tiles: tiles, sha256: nil)
+    }
+
+    /// `value` (a parsed JSON document) with every string's credentials redacted
+    /// (`Redaction.redactEmbedded`): URLs the site does not hold point at the origin without its key.
+    static func redactedStrings(_ value: Any) -> Any {
+        switch value {
+        case let s as String: return Redaction.redactEmbedded(s)
+        case let a as [Any]: return a.map(redactedStrings)
+        case let o as [String: Any]: return o.mapValues(redactedStrings)
+        default: return value
+        }
     }
 
     /// True when the object's first bytes are gzip's magic number.
@@ -232,6 +245,8 @@ enum SiteExport {
             }
             default_type application/octet-stream;
             add_header Access-Control-Allow-Origin * always;
+            # This file (it names the folder) and the marker are not part of the site.
+            location ~ /(nginx\\.conf|\\.tilespool-site)$ { return 404; }
             # Tiles are stored decoded; compress JSON and vector tiles on the way out.
             gzip on;
             gzip_types application/json application/x-protobuf;

@@ -86,9 +86,13 @@ extension ObjectStore: TileStore {
                 if hash != name || !name.hasPrefix(dir) {
                     c.bad.append("\(dir)/\(name)")
                     c.badNames.insert(name)
-                    if repair {
-                        try? Files.makeDirectories(root + "/quarantine")
-                        if Glibc.rename(folder + "/" + name, root + "/quarantine/" + name) == 0 { c.quarantined += 1 }
+                    if repair, let store = try? Directory(path: root),
+                       let quarantine = try? store.subdirectory("quarantine", create: true),
+                       let from = try? Directory(path: folder, followFinal: false) {
+                        // quarantine/ never through a symlink, and never over a file already there.
+                        var target = name, n = 1
+                        while quarantine.entryType(target) != .missing { n += 1; target = "\(name).\(n)" }
+                        if (try? from.rename(name, to: quarantine, target, mode: .noReplace)) != nil { c.quarantined += 1 }
                     }
                 }
             }

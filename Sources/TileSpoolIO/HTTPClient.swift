@@ -442,6 +442,16 @@ extension HTTPClient {
         return age
     }
 
+    /// The `ETag` as it can be kept and sent back byte for byte: trimmed of white space, and
+    /// only when every byte is visible ASCII (RFC 9110 section 8.8.3: `etagc` is `!` and `#`-`~`,
+    /// plus obs-text, which is left out here: it would not survive the manifest's text), else nil
+    /// (no validator: the next refresh asks with If-Modified-Since or unconditionally).
+    public static func storableETag(_ raw: String) -> String? {
+        let t = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !t.isEmpty, t.utf8.count <= 1024, t.utf8.allSatisfy({ $0 >= 0x21 && $0 <= 0x7E }) else { return nil }
+        return t
+    }
+
     /// An HTTP date (RFC 9110 section 5.6.7) in seconds since 1970, or -1 when invalid
     /// (`curl_getdate`); the last one is remembered.
     private func httpDate(_ text: String) -> Int {
@@ -458,7 +468,7 @@ extension HTTPClient {
         let time = Date().timeIntervalSince1970
         let now = Int64(time)
         var f = Freshness(fetched: ManifestLine.roundedToMilliseconds(time))
-        f.etag = h.etag.flatMap { $0.isEmpty ? nil : $0 }
+        f.etag = h.etag.flatMap(HTTPClient.storableETag)
         if let lm = h.lastModified {
             let t = httpDate(lm)
             if t >= 0 { f.lastModified = Int64(t) }

@@ -42,9 +42,14 @@ public final class RegionFiles: @unchecked Sendable {
     public func beginRefresh(scope: RefreshScope) throws(SystemError) {
         refreshFiles.closeManifest()
         Files.removeTree(refreshDir)
-        try Files.makeDirectories(refreshDir)
-        try Files.writeAtomically(JSONKind.serialize(scope.jsonObject), to: refreshInfoPath, sync: true)
-        try Files.syncDirectory(dir)
+        do throws(SystemError) {
+            try Files.makeDirectories(refreshDir)
+            try Files.writeAtomically(JSONKind.serialize(scope.jsonObject), to: refreshInfoPath, sync: true)
+            try Files.syncDirectory(dir)
+        } catch {
+            Files.removeTree(refreshDir) // no half-made refresh/ left (a full disk, say)
+            throw error
+        }
     }
 
     /// The scope of the refresh under way, or nil when there is none.

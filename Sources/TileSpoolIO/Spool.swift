@@ -173,8 +173,11 @@ public final class StatusWriter: @unchecked Sendable {
     public func write(_ status: RegionStatus) throws(SystemError) {
         var data = JSONKind.serialize(status.jsonObject, pretty: true)
         data.append(0x0A)
-        try Files.writeAtomically(data, to: layout.statusJSON(status.id))
-        try Files.writeAtomically(Data((status.state.rawValue + "\n").utf8), to: layout.statusState(status.id))
+        // status/ opened anew, never through a symlink: one swapped in while the daemon runs
+        // makes the write fail instead of landing outside the spool.
+        let dir = try Directory(path: layout.status, followFinal: false)
+        try dir.writeAtomically(data, to: status.id + ".json")
+        try dir.writeAtomically(Data((status.state.rawValue + "\n").utf8), to: status.id + ".state")
     }
 
     /// Records a state that no live region carries (a refused request, a region whose files are
@@ -208,8 +211,9 @@ public final class StatusWriter: @unchecked Sendable {
 
     /// Removes `<id>.json` and `<id>.state`.
     public func remove(id: String) {
-        Files.remove(layout.statusJSON(id))
-        Files.remove(layout.statusState(id))
+        guard let dir = try? Directory(path: layout.status, followFinal: false) else { return }
+        dir.remove(id + ".json")
+        dir.remove(id + ".state")
     }
 
     /// Reads `<id>.json`; nil when absent or unreadable.

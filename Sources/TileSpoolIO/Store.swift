@@ -284,6 +284,8 @@ public final class ObjectStore: @unchecked Sendable {
             let sha = String(name.dropFirst(3))
             guard sha.utf8.count == 64, sha.utf8.allSatisfy(isHexDigit) else { continue }
             if contains(sha) { Files.remove(tmpDir + "/" + name); continue }
+            // Put back only what is that object: anything in tmp/ under its name is checked.
+            guard SHA256.hex(file: tmpDir + "/" + name) == sha else { Files.remove(tmpDir + "/" + name); continue }
             try? Files.makeDirectories("\(objectsDir)/\(sha.prefix(2))")
             Glibc.rename(tmpDir + "/" + name, objectPath(sha))
         }

@@ -107,8 +107,11 @@ struct Locations {
 let commonValued: Set<String> = ["--spool", "--store", "--s3-endpoint", "--s3-addressing"]
 let commonFlags: Set<String> = ["--help"]
 
-func out(_ s: String) { FileHandle.standardOutput.write(Data((s + "\n").utf8)) }
-func err(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
+/// Prints a line on standard output (`out`) or error (`err`). Part of what commands print comes
+/// from servers and styles: control characters are written escaped (`TerminalText.safe`), so no
+/// answer can drive the terminal.
+func out(_ s: String) { FileHandle.standardOutput.write(Data((TerminalText.safe(s) + "\n").utf8)) }
+func err(_ s: String) { FileHandle.standardError.write(Data((TerminalText.safe(s) + "\n").utf8)) }
 
 let mainHelp = """
 usage: tilespool <command> [options] [arguments]

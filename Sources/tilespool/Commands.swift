@@ -44,7 +44,7 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
             // Home, clear to the end of the screen, then the display.
             let lead = terminal ? "\u{1B}[H\u{1B}[J" : first ? "" : "\n"
             first = false
-            FileHandle.standardOutput.write(Data((lead + statusText(list) + "\n").utf8))
+            FileHandle.standardOutput.write(Data((lead + TerminalText.safe(statusText(list)) + "\n").utf8))
             if !list.contains(where: { movingStates.contains($0.state) }) { return 0 }
             usleep(useconds_t(interval * 1_000_000))
         }
@@ -79,9 +79,12 @@ func statusText(_ list: [RegionStatus]) -> String {
         line += "  resources \(p.resourcesCompleted)/\(p.resourcesExpected)\(p.resourcesExpectedIsPrecise ? "" : "+")"
         line += "  tiles \(p.tilesCompleted)/\(p.tilesExpected)  \(formatBytes(p.bytesCompleted))"
         if let u = st.uniqueBytes { line += " (\(formatBytes(u)) unique)" }
+        if p.tilesEmpty > 0 { line += "  empty \(p.tilesEmpty)" }
+        if p.tilesFailed > 0 { line += "  failed \(p.tilesFailed)" }
         if p.resourcesMissing > 0 { line += "  missing \(p.resourcesMissing)" }
         if p.resourcesChecked > 0 { line += "  refresh: \(p.resourcesChanged) changed, \(p.resourcesUnchanged) unchanged" }
         if let e = st.error { line += "\n    error: \(e.code.rawValue): \(e.message)" }
+        for w in st.warnings { line += "\n    warning: \(w.code): \(w.message)" }
         lines.append(line)
     }
     return lines.joined(separator: "\n")

@@ -43,6 +43,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     guard let format = ExportFormat(rawValue: f) else {
         throw UsageError("--format must be one of \(ExportFormat.allCases.map(\.rawValue).joined(separator: ", ")), not '\(f)'")
     }
+    if let s = a.options["--source"], let p = ExportSpec.sourceProblem(s) { throw UsageError("--source: \(p)") }
     if let b = a.options["--base-url"], let p = ExportSpec.baseURLProblem(b) {
         throw UsageError("--base-url \(p)")
     }

@@ -302,6 +302,17 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(min(ms, 10000) / 1000.0)
         self.fault_ok(path, query, segments, count)
 
+    def fault_liar304(self, path, query, segments, count):
+        """/liar304/...: 200 like /ok (no validators) the first time, then 304 Not Modified to
+        every request, conditional or not (a server that lies)."""
+        if count <= 1:
+            return self.fault_ok(path, query, segments, count)
+        self.send_no_body(304)
+
+    def fault_partial(self, path, query, segments, count):
+        """/partial/...: 206 with `Content-Range: bytes 0-6/1000` and 7 bytes, whatever was asked."""
+        self.send_body(206, ok_body(path)[:7], content_type_for(path), headers=(("Content-Range", "bytes 0-6/1000"),))
+
     def fault_empty(self, path, query, segments, count):
         self.send_no_body(204)
 

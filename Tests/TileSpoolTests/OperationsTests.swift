@@ -121,6 +121,7 @@ final class OperationsTests: FaultServerSpoolTestCase {
         // A tile recorded as failed within the budget shows as tiles_failed.
         var e = server.tilesRequest(["/error500/e/{z}/{x}/{y}.png"], id: "e")
         e["maxFailedTiles"] = 1
+        e["allowEmpty"] = true // its one tile fails: no content, which completes only when allowed
         try fx.drop("e.json", e)
         try fx.waitForState("e", "completed", timeout: 30)
         try waitUntil("the metrics show e's failed tile", timeout: 10) {

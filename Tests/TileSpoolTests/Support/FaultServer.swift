@@ -11,6 +11,8 @@ import Foundation
 /// | `/cached/...` | 200 like `/ok` with `etag` twice ("v1" first), `Last-Modified` 2025-01-01, `CACHE-CONTROL: public, Max-Age=60`, `Expires` 2026-01-01 |
 /// | `/expires/...` | 200 like `/ok` with `Expires` 2026-01-01 and no Cache-Control |
 /// | `/empty/...` | 204, no body |
+/// | `/liar304/...` | 200 like `/ok` (no validators) the first time, then 304 to every request, conditional or not |
+/// | `/partial/...` | 206 with `Content-Range: bytes 0-6/1000` and the first 7 bytes of `/ok`'s body |
 /// | `/missing/...` | 404 |
 /// | `/flaky/N/...` | the first N requests for this PATH 503, then like `/ok` |
 /// | `/ratelimit/N/...` | the first N 429 with `Retry-After: 1`, then like `/ok` |
