@@ -107,23 +107,14 @@ final class SystemdTests: XCTestCase {
         chmod(base, 0o755)
         let daemonUID = 64100, memberUID = 64101, outsiderUID = 64102
         XCTAssertEqual(chown(lib, uid_t(daemonUID), gid_t(daemonUID)), 0)
-        /// `words` run as `uid` (primary group = uid, plus `groups`) with `mask` as the umask.
-        func process(_ uid: Int, groups: [Int] = [], umask mask: String, _ words: [String]) -> Process {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            p.arguments = ["--reuid=\(uid)", "--regid=\(uid)"] + (groups.isEmpty ? ["--clear-groups"] : ["--groups=" + groups.map(String.init).joined(separator: ",")])
+        /// The setpriv(1) arguments that run `words` as `uid` (primary group = uid, plus `groups`)
+        /// with `mask` as the umask.
+        func setprivArguments(_ uid: Int, groups: [Int] = [], umask mask: String, _ words: [String]) -> [String] {
+            ["--reuid=\(uid)", "--regid=\(uid)"] + (groups.isEmpty ? ["--clear-groups"] : ["--groups=" + groups.map(String.init).joined(separator: ",")])
                 + ["/bin/sh", "-c", "umask \(mask) && exec \"$@\"", "sh"] + words
-            return p
         }
         func run(_ uid: Int, groups: [Int] = [], umask mask: String = "022", _ words: [String]) throws -> (Int32, String) {
-            let p = process(uid, groups: groups, umask: mask, words)
-            let pipe = Pipe()
-            p.standardOutput = pipe
-            p.standardError = pipe
-            try p.run()
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            p.waitUntilExit()
-            return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+            try runTool("/usr/bin/setpriv", setprivArguments(uid, groups: groups, umask: mask, words))
         }
         let paths = { (w: String) in w.replacingOccurrences(of: "/var/lib/tilespool", with: lib) }
         for pre in lines.filter({ $0.hasPrefix("ExecStartPre=") }) {
@@ -134,7 +125,9 @@ final class SystemdTests: XCTestCase {
         let spool = lib + "/spool", store = lib + "/store"
         let log = base + "/daemon.log"
         FileManager.default.createFile(atPath: log, contents: nil)
-        let daemon = process(daemonUID, umask: String(umask), [SpoolFixture.binary, "run", "--spool", spool, "--store", store, "--retry-delay", "0.1"])
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        daemon.arguments = setprivArguments(daemonUID, umask: String(umask), [SpoolFixture.binary, "run", "--spool", spool, "--store", store, "--retry-delay", "0.1"])
         let logHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         daemon.standardError = logHandle
         daemon.standardOutput = logHandle
