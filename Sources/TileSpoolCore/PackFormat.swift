@@ -1,0 +1,238 @@
+// The store's two binary formats, pure: pack files (objects appended one after the other, with a
+// trailer listing them) and index files (every object of some packs, sorted by SHA-256, with a
+// fan-out table), after git's packfile and .idx and restic's pack header. docs/store.md describes
+// both byte by byte, for readers we did not write.
+import Foundation
+
+/// A 32-byte SHA-256 digest held in four words: compared, sorted and hashed without allocating.
+public struct Digest: Hashable, Comparable, Sendable {
+    public var a: UInt64, b: UInt64, c: UInt64, d: UInt64
+
+    /// The digest of 64 hex digits (either case); nil for anything else.
+    public init?(hex: String) {
+        var words: [UInt64] = [0, 0, 0, 0]
+        var n = 0
+        for u in hex.utf8 {
+            let v: UInt64
+            switch u {
+            case 0x30...0x39: v = UInt64(u - 0x30)
+            case 0x61...0x66: v = UInt64(u - 0x61 + 10)
+            case 0x41...0x46: v = UInt64(u - 0x41 + 10)
+            default: return nil
+            }
+            guard n < 64 else { return nil }
+            words[n / 16] = words[n / 16] << 4 | v
+            n += 1
+        }
+        guard n == 64 else { return nil }
+        a = words[0]; b = words[1]; c = words[2]; d = words[3]
+    }
+
+    /// The digest of 32 bytes, most significant first.
+    public init<C: Collection>(bytes: C) where C.Element == UInt8 {
+        var words: [UInt64] = [0, 0, 0, 0]
+        for (i, byte) in bytes.prefix(32).enumerated() { words[i / 8] = words[i / 8] << 8 | UInt64(byte) }
+        a = words[0]; b = words[1]; c = words[2]; d = words[3]
+    }
+
+    /// The 32 bytes, most significant first.
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        for w in [a, b, c, d] { for s in stride(from: 56, through: 0, by: -8) { out.append(UInt8((w >> UInt64(s)) & 0xFF)) } }
+        return out
+    }
+
+    /// 64 lower-case hex digits.
+    public var hex: String {
+        String(unsafeUninitializedCapacity: 64) { out in
+            var i = 0
+            for w in [a, b, c, d] {
+                for s in stride(from: 60, through: 0, by: -4) {
+                    let v = UInt8((w >> UInt64(s)) & 0xF)
+                    out[i] = v < 10 ? 0x30 + v : 0x57 + v
+                    i += 1
+                }
+            }
+            return 64
+        }
+    }
+
+    /// The first byte (the fan-out slot).
+    public var firstByte: Int { Int(a >> 56) }
+
+    public static func < (l: Digest, r: Digest) -> Bool {
+        if l.a != r.a { return l.a < r.a }
+        if l.b != r.b { return l.b < r.b }
+        if l.c != r.c { return l.c < r.c }
+        return l.d < r.d
+    }
+}
+
+/// Little-endian integers in byte arrays (the formats are little-endian throughout).
+enum LE {
+    static func put<T: FixedWidthInteger>(_ v: T, _ out: inout [UInt8]) {
+        var x = v.littleEndian
+        withUnsafeBytes(of: &x) { out.append(contentsOf: $0) }
+    }
+    static func get<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ at: Int, as: T.Type) -> T {
+        var v: T = 0
+        withUnsafeMutableBytes(of: &v) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[at..<(at + MemoryLayout<T>.size)])) }
+        return T(littleEndian: v)
+    }
+}
+
+/// A pack file: `TSPACK01`, the objects' bytes one after the other, then a trailer.
+///
+///     offset 0      "TSPACK01" (8 bytes)
+///     offset 8      object bytes, concatenated, in the order written
+///     trailer       per object, in the same order: SHA-256 (32 bytes), offset (u64 LE, from the
+///                   start of the file), length (u32 LE)          44 bytes each
+///     last 16       object count (u32 LE), reserved (u32 LE, 0), "TSPACKND" (8 bytes)
+///
+/// A pack is named by the SHA-256 of its whole bytes (`packs/<2 hex>/<64 hex>.pack`), so a
+/// damaged pack is known by its name alone, as an object is.
+public enum PackFormat {
+    public static let magic = Array("TSPACK01".utf8)
+    public static let endMagic = Array("TSPACKND".utf8)
+    /// Bytes of one trailer entry.
+    public static let entrySize = 44
+    /// Bytes after the entries: count, reserved, end magic.
+    public static let footerSize = 16
+
+    /// One object of a pack.
+    public struct Entry: Sendable, Equatable {
+        public var digest: Digest
+        /// From the start of the pack file.
+        public var offset: UInt64
+        public var length: UInt32
+        public init(digest: Digest, offset: UInt64, length: UInt32) { self.digest = digest; self.offset = offset; self.length = length }
+    }
+
+    /// The trailer for `entries` (in pack order), footer included.
+    public static func trailer(_ entries: [Entry]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(entries.count * entrySize + footerSize)
+        for e in entries {
+            out += e.digest.bytes
+            LE.put(e.offset, &out)
+            LE.put(e.length, &out)
+        }
+        LE.put(UInt32(entries.count), &out)
+        LE.put(UInt32(0), &out)
+        out += endMagic
+        return out
+    }
+
+    /// The object count a pack's last 16 bytes give, or nil when they are not a pack's footer.
+    public static func count(footer: [UInt8]) -> Int? {
+        guard footer.count == footerSize, Array(footer[8..<16]) == endMagic else { return nil }
+        return footer.withUnsafeBytes { Int(LE.get($0, 0, as: UInt32.self)) }
+    }
+
+    /// Parses the trailer entries (`count` of them, footer not included) of a pack of `packSize`
+    /// bytes; nil when an entry lies outside the object bytes.
+    public static func entries(_ bytes: [UInt8], count: Int, packSize: UInt64) -> [Entry]? {
+        guard bytes.count == count * entrySize else { return nil }
+        let objectsEnd = packSize - UInt64(count * entrySize + footerSize)
+        var out: [Entry] = []
+        out.reserveCapacity(count)
+        return bytes.withUnsafeBytes { raw -> [Entry]? in
+            for i in 0..<count {
+                let base = i * entrySize
+                let e = Entry(digest: Digest(bytes: raw[base..<(base + 32)]), offset: LE.get(raw, base + 32, as: UInt64.self),
+                              length: LE.get(raw, base + 40, as: UInt32.self))
+                guard e.offset >= UInt64(magic.count), e.offset + UInt64(e.length) <= objectsEnd else { return nil }
+                out.append(e)
+            }
+            return out
+        }
+    }
+}
+
+/// An index file: where objects are, for some packs, sorted by SHA-256.
+///
+///     offset 0          "TSIDX001" (8 bytes)
+///     offset 8          fan-out: 256 × u32 LE, entry i = number of objects whose first byte ≤ i
+///     offset 1032       pack count P (u32 LE), then P × (pack SHA-256, 32 bytes; created, u64 LE
+///                       seconds since 1970)
+///     then              N entries, sorted by SHA-256 (N = fan-out[255]): SHA-256 (32 bytes),
+///                       pack number (u32 LE, into the pack table), offset (u64 LE), length (u32 LE)
+///                                                                            48 bytes each
+///     last 32           SHA-256 of every byte before it
+///
+/// An index file is named by that last SHA-256 (`index/<64 hex>.idx`). The same object may be
+/// listed by several index files (and packs); a reader takes any copy, the newest pack first.
+public enum IndexFormat {
+    public static let magic = Array("TSIDX001".utf8)
+    public static let entrySize = 48
+    public static let fanoutOffset = 8
+    public static let packTableOffset = 8 + 256 * 4
+
+    /// One object's place.
+    public struct Entry: Sendable, Equatable {
+        public var digest: Digest
+        public var pack: UInt32
+        public var offset: UInt64
+        public var length: UInt32
+        public init(digest: Digest, pack: UInt32, offset: UInt64, length: UInt32) {
+            self.digest = digest; self.pack = pack; self.offset = offset; self.length = length
+        }
+    }
+
+    /// One pack of the pack table.
+    public struct Pack: Sendable, Equatable {
+        public var digest: Digest
+        /// When the pack was written (seconds since 1970).
+        public var created: UInt64
+        public init(digest: Digest, created: UInt64) { self.digest = digest; self.created = created }
+    }
+
+    /// Where the entries start, for `packs` packs.
+    public static func entriesOffset(packs: Int) -> Int { packTableOffset + 4 + packs * 40 }
+
+    /// The file's bytes for `packs` and `entries` (sorted here; the digest trailer not included:
+    /// the writer appends the SHA-256 of the returned bytes).
+    public static func body(packs: [Pack], entries: [Entry]) -> [UInt8] {
+        let sorted = entries.sorted { $0.digest < $1.digest }
+        var out: [UInt8] = magic
+        out.reserveCapacity(entriesOffset(packs: packs.count) + sorted.count * entrySize + 32)
+        var fanout = [UInt32](repeating: 0, count: 256)
+        for e in sorted { fanout[e.digest.firstByte] += 1 }
+        var acc: UInt32 = 0
+        for i in 0..<256 { acc += fanout[i]; LE.put(acc, &out) }
+        LE.put(UInt32(packs.count), &out)
+        for p in packs { out += p.digest.bytes; LE.put(p.created, &out) }
+        for e in sorted { appendEntry(e, to: &out) }
+        return out
+    }
+
+    /// Appends one entry's 48 bytes.
+    public static func appendEntry(_ e: Entry, to out: inout [UInt8]) {
+        out += e.digest.bytes
+        LE.put(e.pack, &out)
+        LE.put(e.offset, &out)
+        LE.put(e.length, &out)
+    }
+
+    /// The fan-out table of an index file's first `packTableOffset` bytes; nil when not one.
+    public static func fanout(_ head: [UInt8]) -> [UInt32]? {
+        guard head.count >= packTableOffset, Array(head[0..<8]) == magic else { return nil }
+        return head.withUnsafeBytes { raw in (0..<256).map { LE.get(raw, fanoutOffset + 4 * $0, as: UInt32.self) } }
+    }
+
+    /// The pack table (`count` packs) from its bytes (after the count).
+    public static func packs(_ bytes: [UInt8], count: Int) -> [Pack]? {
+        guard bytes.count == count * 40 else { return nil }
+        return bytes.withUnsafeBytes { raw in
+            (0..<count).map { i in Pack(digest: Digest(bytes: raw[(i * 40)..<(i * 40 + 32)]), created: LE.get(raw, i * 40 + 32, as: UInt64.self)) }
+        }
+    }
+
+    /// Entry `i` of consecutive entry bytes.
+    public static func entry(_ raw: UnsafeRawBufferPointer, _ i: Int) -> Entry {
+        let base = i * entrySize
+        return Entry(digest: Digest(bytes: raw[base..<(base + 32)]), pack: LE.get(raw, base + 32, as: UInt32.self),
+                     offset: LE.get(raw, base + 36, as: UInt64.self), length: LE.get(raw, base + 44, as: UInt32.self))
+    }
+}
