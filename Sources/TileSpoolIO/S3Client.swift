@@ -144,6 +144,22 @@ public final class S3Client: @unchecked Sendable {
         return r.body
     }
 
+    /// Bytes `range` of the object under `key` (`Range: bytes=a-b`, RFC 9110 section 14), or nil
+    /// when there is no such object (404).
+    /// - Throws: `S3Error` for any other failure, or an answer that is not those bytes (a 200
+    ///   with the whole object is cut to the range; a 416 or a shorter body is an error).
+    public func get(_ key: String, range: Range<Int>) throws(S3Error) -> Data? {
+        guard !range.isEmpty else { return Data() }
+        let r = try perform("GET", url(key), body: nil, headers: ["Range: bytes=\(range.lowerBound)-\(range.upperBound - 1)"])
+        if r.status == 404 { return nil }
+        if r.status == 200 && r.body.count >= range.upperBound { return r.body.subdata(in: range) }
+        guard r.status == 206 else { throw S3Client.error(r) }
+        guard r.body.count == range.count else {
+            throw S3Error(status: r.status, message: "\(key): asked for \(range.count) bytes at \(range.lowerBound), received \(r.body.count)")
+        }
+        return r.body
+    }
+
     /// Removes `key` (S3 answers 204 whether or not it existed).
     /// - Throws: `S3Error` when the server refuses.
     public func delete(_ key: String) throws(S3Error) {

@@ -1,0 +1,290 @@
+// Where the store's files live: a narrow interface of named immutable files (after restic's
+// `Backend`), with one implementation on a local folder and one in an S3 bucket. Everything above
+// it (packs, the index, manifests, gc, verify) is written once, against this protocol, and never
+// knows which backend it has.
+import Foundation
+import Glibc
+import TileSpoolCore
+
+/// One file of a backend: its name (relative, `/`-separated, e.g. `packs/ab/<64 hex>.pack`), size
+/// in bytes and modification time in seconds since 1970.
+public struct BackendFile: Sendable, Equatable {
+    public var name: String
+    public var size: Int
+    public var modified: Double
+    public init(name: String, size: Int, modified: Double) { self.name = name; self.size = size; self.modified = modified }
+}
+
+/// Named immutable files. Names are relative paths of lower-case letters, digits, `.`, `_`, `-` and
+/// `/`, with no empty, `.` or `..` segment (`BackendName.isValid`). Errors are the backend's own:
+/// `SystemError` on disk (with its errno; `isStorageFailure` for a full disk), `S3Error` in a bucket.
+public protocol Backend: AnyObject, Sendable {
+    /// Where the files are, for messages: a folder path or `s3://BUCKET/PREFIX` (no credentials).
+    var location: String { get }
+    /// True when several daemons may write it at once (S3); a disk store is one daemon's (by lock).
+    var isShared: Bool { get }
+    /// Saves `data` as `name`, atomically (a reader sees no file or all of it) and durably (it
+    /// survives a power cut once this returns). With `ifAbsent`, nothing is written when `name`
+    /// exists.
+    /// - Returns: true when written; false when `ifAbsent` found the name taken.
+    @discardableResult
+    func save(_ name: String, _ data: Data, ifAbsent: Bool) throws -> Bool
+    /// Saves the local file at `path` as `name`, as `save` does; the file is consumed (moved into
+    /// place on disk, uploaded then removed in a bucket). For packs, which are written to a local
+    /// file as they grow.
+    @discardableResult
+    func save(_ name: String, fromFile path: String, ifAbsent: Bool) throws -> Bool
+    /// The bytes of `name` (within `range` when given), or nil when there is no such file.
+    func load(_ name: String, range: Range<Int>?) throws -> Data?
+    /// The file `name`, or nil when there is none.
+    func stat(_ name: String) throws -> BackendFile?
+    /// Every file whose name starts with `prefix` (a folder prefix ends in `/`), in no order.
+    func list(prefix: String) throws -> [BackendFile]
+    /// Removes `name`; no error when it is absent.
+    func remove(_ name: String) throws
+    /// The probe URL when `error` says the backend cannot be reached (S3 down: the region waits as
+    /// `pausedNetwork`), else nil.
+    func unreachableProbeURL(for error: Error) -> String?
+}
+
+extension Backend {
+    /// The whole file `name`, or nil when absent.
+    public func load(_ name: String) throws -> Data? { try load(name, range: nil) }
+}
+
+/// The names a backend takes (see `Backend`).
+public enum BackendName {
+    /// True when `name` is a relative path of letters, digits, `.`, `_`, `-`, with `/` between
+    /// non-empty segments that are not `.` or `..`, at most 1024 bytes.
+    public static func isValid(_ name: String) -> Bool {
+        guard !name.isEmpty, name.utf8.count <= 1024, !name.hasPrefix("/") else { return false }
+        for seg in name.split(separator: "/", omittingEmptySubsequences: false) {
+            guard !seg.isEmpty, seg != ".", seg != "..", seg.utf8.allSatisfy({
+                ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D
+                    || ($0 >= 0x41 && $0 <= 0x5A)
+            }) else { return false }
+        }
+        return true
+    }
+}
+
+/// A backend on a local folder: `name` is the file `<root>/<name>`. Saving follows restic's local
+/// backend: a temp file made in the same folder (O_EXCL), written, fsynced, closed, renamed into
+/// place (RENAME_NOREPLACE for `ifAbsent`), then the folder fsynced. Folders are opened by
+/// descriptor one segment at a time, never through a symlink (`Directory`).
+public final class LocalBackend: Backend, @unchecked Sendable {
+    public let root: String
+    public var location: String { root }
+    public var isShared: Bool { false }
+
+    /// The backend at `root`, which is created when missing.
+    /// - Throws: `SystemError` when it cannot be made or opened.
+    public init(root: String) throws(SystemError) {
+        self.root = root
+        try Files.makeDirectories(root)
+        _ = try Directory(path: root)
+    }
+
+    /// The folder holding `name` and the file's own name; with `create`, missing folders are made.
+    private func folder(of name: String, create: Bool) throws(SystemError) -> (Directory, String) {
+        guard BackendName.isValid(name) else { throw SystemError("open", root + "/" + name, errno: EINVAL) }
+        var segments = name.split(separator: "/").map(String.init)
+        let file = segments.removeLast()
+        var dir = try Directory(path: root)
+        for s in segments { dir = try dir.subdirectory(s, create: create) }
+        return (dir, file)
+    }
+
+    @discardableResult
+    public func save(_ name: String, _ data: Data, ifAbsent: Bool) throws -> Bool {
+        let (dir, file) = try folder(of: name, create: true)
+        let tmp = Directory.tempName(for: file)
+        let fd = try dir.createFile(tmp, mode: 0o666)
+        do throws(SystemError) {
+            try Files.writeAll(fd, data, path: dir.display(tmp))
+            try Files.fsync(fd, path: dir.display(tmp))
+        } catch {
+            Glibc.close(fd); dir.remove(tmp); throw error
+        }
+        Glibc.close(fd)
+        return try place(dir, tmp, file, ifAbsent: ifAbsent)
+    }
+
+    @discardableResult
+    public func save(_ name: String, fromFile path: String, ifAbsent: Bool) throws -> Bool {
+        let (dir, file) = try folder(of: name, create: true)
+        let fd = try Files.open(path, O_RDONLY | O_NOFOLLOW)
+        defer { Glibc.close(fd) }
+        try Files.fsync(fd, path: path)
+        let (srcFolder, srcName) = Files.split(path)
+        let src = try Directory(path: srcFolder)
+        // The file moves into place: it is on the backend's filesystem (the store's tmp/).
+        let tmp = Directory.tempName(for: file)
+        try src.rename(srcName, to: dir, tmp, mode: .noReplace)
+        return try place(dir, tmp, file, ifAbsent: ifAbsent)
+    }
+
+    /// Renames the written temp file into place and makes the folder entry durable.
+    private func place(_ dir: Directory, _ tmp: String, _ file: String, ifAbsent: Bool) throws -> Bool {
+        do {
+            try dir.rename(tmp, to: dir, file, mode: ifAbsent ? .noReplace : .replace)
+        } catch {
+            dir.remove(tmp)
+            if ifAbsent && error.errno == EEXIST { return false }
+            throw error
+        }
+        try dir.sync()
+        return true
+    }
+
+    public func load(_ name: String, range: Range<Int>?) throws -> Data? {
+        let dir: Directory, file: String
+        do { (dir, file) = try folder(of: name, create: false) } catch {
+            if error.errno == ENOENT { return nil }
+            throw error
+        }
+        let fd: Int32
+        do { fd = try dir.openForReading(file) } catch {
+            if error.errno == ENOENT { return nil }
+            throw error
+        }
+        defer { Glibc.close(fd) }
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", dir.display(file)) }
+        let size = Int(st.st_size)
+        let r = range ?? 0..<size
+        guard r.lowerBound >= 0, r.upperBound <= size else { throw SystemError("read", dir.display(file), errno: EINVAL) }
+        var data = Data(count: r.count)
+        var done = 0
+        while done < r.count {
+            let n = data.withUnsafeMutableBytes { buf in Files.retrying { pread(fd, buf.baseAddress! + done, r.count - done, off_t(r.lowerBound + done)) } }
+            if n < 0 { throw SystemError("read", dir.display(file)) }
+            if n == 0 { throw SystemError("read", dir.display(file), errno: EIO) } // cut meanwhile
+            done += n
+        }
+        return data
+    }
+
+    public func stat(_ name: String) throws -> BackendFile? {
+        guard let (dir, file) = try? folder(of: name, create: false), let st = dir.status(file),
+              (st.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return BackendFile(name: name, size: Int(st.st_size), modified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
+    }
+
+    public func list(prefix: String) throws -> [BackendFile] {
+        // The deepest folder the prefix names completely, then a walk below it (by descriptor).
+        var segments = prefix.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let partial = segments.removeLast() // "" when the prefix ends in "/"
+        var dir = try Directory(path: root)
+        var base = ""
+        for s in segments {
+            guard Directory.isEntryName(s) else { return [] }
+            guard let sub = try? dir.subdirectory(s) else { return [] }
+            dir = sub
+            base += s + "/"
+        }
+        var out: [BackendFile] = []
+        func walk(_ d: Directory, _ rel: String, depth: Int) {
+            guard depth < 8 else { return }
+            for name in d.list() where !name.hasPrefix(".") {
+                guard let st = d.status(name) else { continue }
+                switch st.st_mode & S_IFMT {
+                case S_IFREG:
+                    out.append(BackendFile(name: rel + name, size: Int(st.st_size),
+                                           modified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9))
+                case S_IFDIR:
+                    if let sub = try? d.subdirectory(name) { walk(sub, rel + name + "/", depth: depth + 1) }
+                default:
+                    break // a symlink or anything else: not a file of the backend
+                }
+            }
+        }
+        for name in dir.list() where !name.hasPrefix(".") && name.hasPrefix(partial) {
+            guard let st = dir.status(name) else { continue }
+            if (st.st_mode & S_IFMT) == S_IFREG {
+                out.append(BackendFile(name: base + name, size: Int(st.st_size),
+                                       modified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9))
+            } else if (st.st_mode & S_IFMT) == S_IFDIR, let sub = try? dir.subdirectory(name) {
+                walk(sub, base + name + "/", depth: 1)
+            }
+        }
+        return out
+    }
+
+    public func remove(_ name: String) throws {
+        guard let (dir, file) = try? folder(of: name, create: false) else { return }
+        if unlinkat(dir.fd, file, 0) != 0 && errno != ENOENT { throw SystemError("unlink", dir.display(file)) }
+    }
+
+    public func unreachableProbeURL(for error: Error) -> String? { nil }
+}
+
+/// A backend in an S3 bucket under a prefix: `name` is the key `<prefix>/<name>`. Saves are PUTs
+/// (`If-None-Match: *` for `ifAbsent`, whose 412 means taken), loads GETs (with `Range`), stats
+/// one-key listings, lists ListObjectsV2, removes DELETEs. A PUT is durable once answered.
+/// Requests that a retry can cure (no answer, 5xx, 429) are tried again a few times.
+public final class S3Backend: Backend, @unchecked Sendable {
+    public let config: S3Config
+    let clients: S3ClientPool
+    public var location: String { "s3://\(config.bucket)" + (config.prefix.isEmpty ? "" : "/" + config.prefix) }
+    public var isShared: Bool { true }
+    /// Attempts per request when a retry can help.
+    public var attempts = 4
+
+    public init(config: S3Config) {
+        self.config = config
+        clients = S3ClientPool(config: config)
+    }
+
+    /// `body` with a client, tried again after 0.2 s, 0.5 s, 1 s... while the error is one a retry
+    /// can cure (`S3ObjectStore.isRetryable`).
+    func retrying<T>(_ body: (S3Client) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            do { return try clients.with(body) } catch let e as S3Error {
+                attempt += 1
+                guard attempt < attempts, S3ObjectStore.isRetryable(e) else { throw e }
+                S3ObjectStore.backOff(attempt)
+            }
+        }
+    }
+
+    @discardableResult
+    public func save(_ name: String, _ data: Data, ifAbsent: Bool) throws -> Bool {
+        guard BackendName.isValid(name) else { throw S3Error(status: 400, message: "invalid name \(name)") }
+        var outcome = try retrying { c in try c.put(name, data, ifNoneMatch: ifAbsent) }
+        // A retried PUT whose first try was written but not answered finds its own bytes.
+        if outcome == .alreadyExists, ifAbsent, (try? retrying { c in try c.get(name) }) == data { outcome = .created }
+        return outcome == .created
+    }
+
+    @discardableResult
+    public func save(_ name: String, fromFile path: String, ifAbsent: Bool) throws -> Bool {
+        let data = try Files.readRegularFile(path, limit: 1 << 32)
+        let written = try save(name, data, ifAbsent: ifAbsent)
+        Files.remove(path)
+        return written
+    }
+
+    public func load(_ name: String, range: Range<Int>?) throws -> Data? {
+        if let range { return try retrying { c in try c.get(name, range: range) } }
+        return try retrying { c in try c.get(name) }
+    }
+
+    public func stat(_ name: String) throws -> BackendFile? {
+        try retrying { c in try c.list(prefix: name) }.first { $0.key == name }.map { BackendFile(name: $0.key, size: $0.size, modified: $0.lastModified) }
+    }
+
+    public func list(prefix: String) throws -> [BackendFile] {
+        try retrying { c in try c.list(prefix: prefix) }.map { BackendFile(name: $0.key, size: $0.size, modified: $0.lastModified) }
+    }
+
+    public func remove(_ name: String) throws {
+        try retrying { c in try c.delete(name) }
+    }
+
+    public func unreachableProbeURL(for error: Error) -> String? {
+        guard let e = error as? S3Error, e.status == 0 || e.status >= 500 else { return nil }
+        return config.endpoint
+    }
+}

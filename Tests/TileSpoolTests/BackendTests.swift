@@ -1,0 +1,92 @@
+// Issue 30: one conformance suite for the store's backends, run against the local folder and a real
+// Ceph RADOS Gateway: what `Backend` promises (save atomically, save only if absent, load whole or a
+// range, stat, list by prefix, remove), so the repository above it can be written once.
+import Foundation
+import Glibc
+import TileSpoolCore
+@testable import TileSpoolIO
+import XCTest
+
+/// The promises of `Backend`, checked on `backend` (an empty one).
+func checkBackendConformance(_ backend: any Backend, file: StaticString = #filePath, line: UInt = #line) throws {
+    let a = Data("first object".utf8), b = Data((0..<70_000).map { UInt8($0 % 251) })
+    XCTAssertTrue(try backend.save("packs/ab/one.pack", a, ifAbsent: true), file: file, line: line)
+    // ifAbsent: a name taken is not written again.
+    XCTAssertFalse(try backend.save("packs/ab/one.pack", Data("other".utf8), ifAbsent: true), file: file, line: line)
+    XCTAssertEqual(try backend.load("packs/ab/one.pack"), a, file: file, line: line)
+    // Without it, the file is replaced whole.
+    XCTAssertTrue(try backend.save("regions/r/plan.json", Data("old".utf8), ifAbsent: false), file: file, line: line)
+    XCTAssertTrue(try backend.save("regions/r/plan.json", b, ifAbsent: false), file: file, line: line)
+    XCTAssertEqual(try backend.load("regions/r/plan.json"), b, file: file, line: line)
+    // Ranges.
+    XCTAssertEqual(try backend.load("regions/r/plan.json", range: 1000..<1500), b.subdata(in: 1000..<1500), file: file, line: line)
+    XCTAssertEqual(try backend.load("regions/r/plan.json", range: 69_990..<70_000), b.subdata(in: 69_990..<70_000), file: file, line: line)
+    // Absent names.
+    XCTAssertNil(try backend.load("packs/cd/none.pack"), file: file, line: line)
+    XCTAssertNil(try backend.load("nofolder/none"), file: file, line: line)
+    XCTAssertNil(try backend.stat("packs/cd/none.pack"), file: file, line: line)
+    // stat.
+    let st = try XCTUnwrap(try backend.stat("regions/r/plan.json"), file: file, line: line)
+    XCTAssertEqual(st.size, b.count, file: file, line: line)
+    XCTAssertLessThan(abs(st.modified - Date().timeIntervalSince1970), 600, file: file, line: line)
+    // list by prefix: a folder prefix, a partial name, nothing.
+    try backend.save("packs/ab/two.pack", b, ifAbsent: true)
+    try backend.save("packs/cd/three.pack", a, ifAbsent: true)
+    try backend.save("packsx/other", a, ifAbsent: true)
+    XCTAssertEqual(Set(try backend.list(prefix: "packs/").map(\.name)), ["packs/ab/one.pack", "packs/ab/two.pack", "packs/cd/three.pack"], file: file, line: line)
+    XCTAssertEqual(Set(try backend.list(prefix: "packs/ab/t").map(\.name)), ["packs/ab/two.pack"], file: file, line: line)
+    XCTAssertEqual(try backend.list(prefix: "packs/ab/two.pack").map(\.size), [b.count], file: file, line: line)
+    XCTAssertEqual(try backend.list(prefix: "index/"), [], file: file, line: line)
+    XCTAssertEqual(Set(try backend.list(prefix: "pack").map(\.name)).count, 4, file: file, line: line)
+    // remove, also of what is absent.
+    try backend.remove("packs/ab/one.pack")
+    try backend.remove("packs/ab/one.pack")
+    XCTAssertNil(try backend.load("packs/ab/one.pack"), file: file, line: line)
+    XCTAssertEqual(Set(try backend.list(prefix: "packs/ab/").map(\.name)), ["packs/ab/two.pack"], file: file, line: line)
+    // save from a file: the file is consumed.
+    let tmpDir = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-bk-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: tmpDir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: tmpDir) }
+    let local = (backend as? LocalBackend).map { $0.root + "/tmp" } ?? tmpDir
+    try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+    try b.write(to: URL(fileURLWithPath: local + "/partial"))
+    XCTAssertTrue(try backend.save("packs/ef/four.pack", fromFile: local + "/partial", ifAbsent: true), file: file, line: line)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: local + "/partial"), file: file, line: line)
+    XCTAssertEqual(try backend.load("packs/ef/four.pack"), b, file: file, line: line)
+    // Names that are not names.
+    for bad in ["", "/abs", "a//b", "a/../b", "./a", "a/b/", "a b", "a\nb"] {
+        XCTAssertThrowsError(try backend.save(bad, a, ifAbsent: true), "'\(bad)'", file: file, line: line)
+    }
+}
+
+final class LocalBackendTests: XCTestCase {
+    func testConformance() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-lb-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try checkBackendConformance(try LocalBackend(root: root))
+    }
+
+    /// The local backend never goes through a symlink planted in its folders (to save, load or
+    /// list), and saving leaves no temp file behind.
+    func testSymlinksInTheFolderAreNotFollowed() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-lb-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let backend = try LocalBackend(root: root + "/store")
+        try FileManager.default.createDirectory(atPath: root + "/outside", withIntermediateDirectories: true)
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: root + "/outside/x.pack"))
+        XCTAssertEqual(symlink(root + "/outside", root + "/store/packs"), 0)
+        XCTAssertThrowsError(try backend.save("packs/x.pack", Data("new".utf8), ifAbsent: false))
+        XCTAssertThrowsError(try backend.load("packs/x.pack"))
+        XCTAssertEqual(try backend.list(prefix: "packs/"), [])
+        XCTAssertEqual(try String(contentsOfFile: root + "/outside/x.pack", encoding: .utf8), "keep")
+        try backend.save("index/a.idx", Data("i".utf8), ifAbsent: true)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/store/index"), ["a.idx"])
+    }
+}
+
+final class S3BackendTests: CephTestCase {
+    func testConformance() throws {
+        let rgw = try server()
+        try checkBackendConformance(S3Backend(config: rgw.config(prefix: "conformance-\(UUID().uuidString.prefix(8))")))
+    }
+}
