@@ -70,83 +70,75 @@ public struct Digest: Hashable, Comparable, Sendable {
 }
 
 /// Little-endian integers in byte arrays (the formats are little-endian throughout).
-enum LE {
-    static func put<T: FixedWidthInteger>(_ v: T, _ out: inout [UInt8]) {
+public enum LE {
+    /// Appends `v`'s bytes, least significant first.
+    public static func put<T: FixedWidthInteger>(_ v: T, _ out: inout [UInt8]) {
         var x = v.littleEndian
         withUnsafeBytes(of: &x) { out.append(contentsOf: $0) }
     }
-    static func get<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ at: Int, as: T.Type) -> T {
+    /// The integer whose bytes start at `at`.
+    public static func get<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ at: Int, as: T.Type) -> T {
         var v: T = 0
         withUnsafeMutableBytes(of: &v) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[at..<(at + MemoryLayout<T>.size)])) }
         return T(littleEndian: v)
     }
 }
 
-/// A pack file: `TSPACK01`, the objects' bytes one after the other, then a trailer.
+/// A pack file: objects one after the other, each behind a small header.
 ///
 ///     offset 0      "TSPACK01" (8 bytes)
-///     offset 8      object bytes, concatenated, in the order written
-///     trailer       per object, in the same order: SHA-256 (32 bytes), offset (u64 LE, from the
-///                   start of the file), length (u32 LE)          44 bytes each
-///     last 16       object count (u32 LE), reserved (u32 LE, 0), "TSPACKND" (8 bytes)
+///     offset 8      records, one per object, in the order written:
+///                     SHA-256 of the body (32 bytes), body length (u32 LE), the body
+///     last 16       "TSPACKND" (8 bytes), record count (u32 LE), reserved (u32 LE, 0)
 ///
-/// A pack is named by the SHA-256 of its whole bytes (`packs/<2 hex>/<64 hex>.pack`), so a
-/// damaged pack is known by its name alone, as an object is.
+/// A pack being written has no end yet; one cut short by a crash is read up to its last whole
+/// record (each record carries its object's name, so every body can be checked). A pack is named
+/// by the SHA-256 of its whole bytes (`packs/<2 hex>/<64 hex>.pack`).
 public enum PackFormat {
     public static let magic = Array("TSPACK01".utf8)
     public static let endMagic = Array("TSPACKND".utf8)
-    /// Bytes of one trailer entry.
-    public static let entrySize = 44
-    /// Bytes after the entries: count, reserved, end magic.
+    /// Bytes of a record's header: the SHA-256 and the length.
+    public static let headerSize = 36
+    /// Bytes of the end: magic, count, reserved.
     public static let footerSize = 16
+    /// The largest body a record holds (u32 length).
+    public static let maxBody = Int(UInt32.max)
 
-    /// One object of a pack.
+    /// One object of a pack: where its record starts and its body's length.
     public struct Entry: Sendable, Equatable {
         public var digest: Digest
-        /// From the start of the pack file.
+        /// From the start of the pack file, where the record (its header) starts.
         public var offset: UInt64
         public var length: UInt32
         public init(digest: Digest, offset: UInt64, length: UInt32) { self.digest = digest; self.offset = offset; self.length = length }
+        /// Where the body starts and ends in the pack.
+        public var body: Range<Int> { (Int(offset) + PackFormat.headerSize)..<(Int(offset) + PackFormat.headerSize + Int(length)) }
     }
 
-    /// The trailer for `entries` (in pack order), footer included.
-    public static func trailer(_ entries: [Entry]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(entries.count * entrySize + footerSize)
-        for e in entries {
-            out += e.digest.bytes
-            LE.put(e.offset, &out)
-            LE.put(e.length, &out)
-        }
-        LE.put(UInt32(entries.count), &out)
-        LE.put(UInt32(0), &out)
-        out += endMagic
+    /// A record's header for a body of `length` bytes named `digest`.
+    public static func header(_ digest: Digest, length: Int) -> [UInt8] {
+        var out = digest.bytes
+        LE.put(UInt32(length), &out)
         return out
     }
 
-    /// The object count a pack's last 16 bytes give, or nil when they are not a pack's footer.
-    public static func count(footer: [UInt8]) -> Int? {
-        guard footer.count == footerSize, Array(footer[8..<16]) == endMagic else { return nil }
-        return footer.withUnsafeBytes { Int(LE.get($0, 0, as: UInt32.self)) }
+    /// The end of a pack of `count` records.
+    public static func footer(count: Int) -> [UInt8] {
+        var out = endMagic
+        LE.put(UInt32(count), &out)
+        LE.put(UInt32(0), &out)
+        return out
     }
 
-    /// Parses the trailer entries (`count` of them, footer not included) of a pack of `packSize`
-    /// bytes; nil when an entry lies outside the object bytes.
-    public static func entries(_ bytes: [UInt8], count: Int, packSize: UInt64) -> [Entry]? {
-        guard bytes.count == count * entrySize else { return nil }
-        let objectsEnd = packSize - UInt64(count * entrySize + footerSize)
-        var out: [Entry] = []
-        out.reserveCapacity(count)
-        return bytes.withUnsafeBytes { raw -> [Entry]? in
-            for i in 0..<count {
-                let base = i * entrySize
-                let e = Entry(digest: Digest(bytes: raw[base..<(base + 32)]), offset: LE.get(raw, base + 32, as: UInt64.self),
-                              length: LE.get(raw, base + 40, as: UInt32.self))
-                guard e.offset >= UInt64(magic.count), e.offset + UInt64(e.length) <= objectsEnd else { return nil }
-                out.append(e)
-            }
-            return out
-        }
+    /// The (digest, length) of a record header's 36 bytes.
+    public static func parseHeader(_ bytes: UnsafeRawBufferPointer) -> (Digest, Int) {
+        (Digest(bytes: bytes[0..<32]), Int(LE.get(bytes, 32, as: UInt32.self)))
+    }
+
+    /// The record count an end gives, or nil when `footer` is not a pack's end.
+    public static func count(footer: [UInt8]) -> Int? {
+        guard footer.count == footerSize, Array(footer[0..<8]) == endMagic else { return nil }
+        return footer.withUnsafeBytes { Int(LE.get($0, 8, as: UInt32.self)) }
     }
 }
 
@@ -157,8 +149,8 @@ public enum PackFormat {
 ///     offset 1032       pack count P (u32 LE), then P × (pack SHA-256, 32 bytes; created, u64 LE
 ///                       seconds since 1970)
 ///     then              N entries, sorted by SHA-256 (N = fan-out[255]): SHA-256 (32 bytes),
-///                       pack number (u32 LE, into the pack table), offset (u64 LE), length (u32 LE)
-///                                                                            48 bytes each
+///                       pack number (u32 LE, into the pack table), offset of the record in the
+///                       pack (u64 LE), body length (u32 LE)                  48 bytes each
 ///     last 32           SHA-256 of every byte before it
 ///
 /// An index file is named by that last SHA-256 (`index/<64 hex>.idx`). The same object may be

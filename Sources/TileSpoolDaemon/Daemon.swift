@@ -2,8 +2,7 @@
 // signalfd and the durability writer's eventfd, and calling in turn the intake (Intake.swift), the scheduler (Scheduler.swift), each
 // region's download (RegionDownload.swift), the durability step (Durability.swift) and the
 // exports (Exports.swift). It is also the one place that changes a region's state and writes
-// its status. With `--download-threads 2` a second download loop (`DownloadLane`, on its own thread) fetches and stores part
-// of the tiles; their results come back here like the loop's own.
+// its status.
 import Foundation
 import Glibc
 import TileSpoolCore
@@ -22,13 +21,6 @@ public struct DaemonOptions: Sendable {
     public var maxActiveRegions = 2
     /// Requests in flight for one region.
     public var maxRequestsPerRegion = 8
-    /// `--download-threads`: 2 runs a second download loop on a thread of its own (disk store
-    /// only), with its own multi handle and half of `http`'s connection limits, which downloads
-    /// tiles the event loop hands it and writes their objects itself (`DownloadLane`); 1 keeps
-    /// every transfer on the event loop, the default: on the benchmark host the second loop made
-    /// downloads 4-7% faster on tmpfs but 12% slower on ext4, at 8-25% more CPU per tile
-    /// (docs/benchmarks.md, "fourth pass").
-    public var downloadThreads = 1
     /// The largest plan accepted, in tiles (a request's `maxTiles` can only lower it).
     public var maxTiles = DaemonOptions.defaultMaxTiles
     /// The default of `maxTiles` (`--max-tiles`), also `tilespool plan`'s.
@@ -79,8 +71,6 @@ public final class Daemon {
     let store: any TileStore
     let status: StatusWriter
     let http: HTTPClient
-    /// The second download loop (`DaemonOptions.downloadThreads`), nil when there is none.
-    let lane: DownloadLane?
     let watcher: FolderWatcher
     let signals: SignalFD
     let lock: SpoolLock
@@ -122,7 +112,8 @@ public final class Daemon {
         layout = SpoolLayout(root: options.spool)
         try layout.create()
         lock = try SpoolLock(path: layout.lock)
-        store = try StoreSpec.open(options.store, endpoint: options.s3Endpoint, pathStyle: options.s3PathStyle)
+        store = try StoreSpec.open(options.store, endpoint: options.s3Endpoint, pathStyle: options.s3PathStyle,
+                                   scratch: layout.root + "/scratch")
         // --spool X --store X: one lock file, taken once (a second flock of it here would fail).
         storeLock = try store.lockPath.flatMap { [lock] in SpoolLock.sameFile($0, lock.path) ? nil : try SpoolLock(path: $0) }
         status = StatusWriter(layout: layout)
@@ -131,22 +122,7 @@ public final class Daemon {
         // The tile usage policy holds for redirects too, with the same --allow-host exemptions.
         var httpOptions = options.http
         httpOptions.allowedHosts.formUnion(options.allowedHosts)
-        // After the signal mask (SignalFD): a thread started before it could take SIGTERM.
-        if options.downloadThreads > 1, let disk = store as? ObjectStore,
-           options.http.maxConnections > 1, options.http.maxConnectionsPerHost > 1 {
-            // The connection limits hold for both loops together: the lane has half (rounded
-            // down), the event loop the rest.
-            var mine = httpOptions, its = httpOptions
-            its.maxConnections /= 2
-            its.maxConnectionsPerHost /= 2
-            mine.maxConnections -= its.maxConnections
-            mine.maxConnectionsPerHost -= its.maxConnectionsPerHost
-            http = HTTPClient(options: mine)
-            lane = try DownloadLane(options: its, store: disk)
-        } else {
-            http = HTTPClient(options: httpOptions)
-            lane = nil
-        }
+        http = HTTPClient(options: httpOptions)
         writer = try DurabilityWriter(store: store)
         try watcher.watch(layout.requests)
         try watcher.watch(layout.control)
@@ -279,8 +255,7 @@ public final class Daemon {
         rescan(layout.control)
         while !stopping {
             schedule()
-            lane?.flush()
-            let ready = http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD, lane?.fd ?? -1])
+            let ready = http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD])
             let (watcherReady, signalsReady, writerReady) = (ready[0], ready[1], ready[2])
             if signalsReady && !signals.drain().isEmpty { stopping = true; break }
             if writerReady { writer.clearWake() }
@@ -292,7 +267,6 @@ public final class Daemon {
                 }
             }
             for r in http.collect() { handle(r) }
-            if let lane { for r in lane.collect() { handle(r) } }
             collectExports()
             collectCommit()
             writeJournals()
@@ -322,7 +296,6 @@ public final class Daemon {
             stopDownload(r)
             if r.state == .downloading { setState(r, .queued, note: "daemon stopped") }
         }
-        lane?.stop()
         commitAndWait() // the writer is drained before the process exits
         writer.stop()
         for r in regions.values where r.statusDirty { writeStatus(r) }

@@ -218,20 +218,12 @@ extension Daemon {
                                 conditional: !ConditionalRequest.headers(for: conditional).isEmpty)
         if kind != .tile { d.nonTileInFlight += 1 }
         transfers[tag] = (r.id, item)
-        // Tiles go to the less busy of the two download loops; everything else stays here.
-        if kind == .tile, let lane, lane.inFlight < http.inFlight {
-            lane.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList,
-                       policy: LaneStorePolicy(emptyStatuses: r.request.emptyStatuses))
-        } else {
-            http.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList)
-        }
+        http.start(url: url, tag: tag, validators: conditional, headers: r.request.headerList)
         return true
     }
 
-    /// Stops transfer `tag`, on whichever download loop has it.
-    func cancelTransfer(_ tag: Int) {
-        if let lane, lane.owns(tag) { lane.cancel(tag: tag) } else { http.cancel(tag: tag) }
-    }
+    /// Stops transfer `tag`.
+    func cancelTransfer(_ tag: Int) { http.cancel(tag: tag) }
 
     /// True when the rate limits let a request to `url` start now (the limiter is debited);
     /// false sets `d.rateWaitUntil` to when to ask again.
@@ -349,7 +341,7 @@ extension Daemon {
             failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             return
         }
-        if kind == .tile && !empty && res.storedSHA256 == nil, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
+        if kind == .tile && !empty, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
             // Never stored: an HTML login page or a text error with 200 is not a tile.
             Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
             retry(r, d, item, after: nil, exhausted: {
@@ -359,10 +351,7 @@ extension Daemon {
         }
         d.attempts.removeValue(forKey: item)
         var sha: String?
-        if let e = res.storeFailure { storageFailed(r, e); return }
-        if let stored = res.storedSHA256 {
-            sha = stored // a download lane wrote it (`LaneStorePolicy`: the same answers as here)
-        } else if !empty && !missing {
+        if !empty && !missing {
             do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
         }
         let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url,

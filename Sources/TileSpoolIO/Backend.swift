@@ -237,16 +237,28 @@ public final class S3Backend: Backend, @unchecked Sendable {
     }
 
     /// `body` with a client, tried again after 0.2 s, 0.5 s, 1 s... while the error is one a retry
-    /// can cure (`S3ObjectStore.isRetryable`).
+    /// can cure (`isRetryable`).
     func retrying<T>(_ body: (S3Client) throws -> T) throws -> T {
         var attempt = 0
         while true {
             do { return try clients.with(body) } catch let e as S3Error {
                 attempt += 1
-                guard attempt < attempts, S3ObjectStore.isRetryable(e) else { throw e }
-                S3ObjectStore.backOff(attempt)
+                guard attempt < attempts, S3Backend.isRetryable(e) else { throw e }
+                S3Backend.backOff(attempt)
             }
         }
+    }
+
+    /// Sleeps before attempt `attempt + 1`: 0.2 s, 0.5 s, 1.25 s, ... at most 2 s.
+    static func backOff(_ attempt: Int) {
+        usleep(useconds_t(min(2.0, 0.2 * pow(2.5, Double(attempt - 1))) * 1_000_000))
+    }
+
+    /// True for a failure a retry can cure: no answer, 5xx, 429, or a body the server found
+    /// damaged (`XAmzContentSHA256Mismatch`, `BadDigest`).
+    static func isRetryable(_ e: S3Error) -> Bool {
+        e.status == 0 || e.status >= 500 || e.status == 429 || e.code == "XAmzContentSHA256Mismatch" || e.code == "BadDigest"
+            || e.code == "RequestTimeout"
     }
 
     @discardableResult

@@ -89,11 +89,12 @@ public final class Directory: @unchecked Sendable {
     }
 
     /// Creates regular file `name`, which must not exist (O_EXCL: never a symlink's target, never
-    /// someone else's file), and returns its write-only descriptor.
+    /// someone else's file), and returns its descriptor: write-only, or read-write with `readable`.
     /// - Throws: `SystemError` (EEXIST when anything is there).
-    public func createFile(_ name: String, mode: Int32 = 0o666) throws(SystemError) -> Int32 {
+    public func createFile(_ name: String, mode: Int32 = 0o666, readable: Bool = false) throws(SystemError) -> Int32 {
         try check(name, "open")
-        let f = Files.retrying { CLinux.tilespool_openat(fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
+        let access = readable ? O_RDWR : O_WRONLY
+        let f = Files.retrying { CLinux.tilespool_openat(fd, name, access | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode) }
         if f < 0 { throw SystemError("open", display(name)) }
         return f
     }

@@ -80,11 +80,6 @@ public struct TransferResult: Sendable {
     public var notModified = false
     /// The response's `Content-Type` header (after redirects), if any.
     public var contentType: String?
-    /// Set by a `DownloadLane` that stored the body itself (a tile its `LaneStorePolicy` accepts):
-    /// the object's SHA-256 (hex), already written to the store when the result arrives.
-    public var storedSHA256: String?
-    /// The store's refusal (quota) when a lane tried to store the body: nothing was stored.
-    public var storeFailure: SystemError?
 }
 
 /// One transfer's state: what its hops send, and the receive state reached from libcurl's write

@@ -61,7 +61,7 @@ public enum StoreMaintenance {
 
     /// `uniqueBytes(store:)` of the disk store at `storeRoot`.
     public static func uniqueBytes(storeRoot: String) -> [String: Int] {
-        guard let store = try? ObjectStore(root: storeRoot) else { return [:] }
+        guard let store = try? PackedStore(root: storeRoot) else { return [:] }
         return uniqueBytes(store: store)
     }
 

@@ -349,3 +349,32 @@ final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
         if offset < size { throw SystemError("read", path, errno: EIO) } // shorter than it was: cut meanwhile
     }
 }
+
+extension RegionFiles: RegionStorage {
+    public var location: String { dir }
+    public var readFailure: Error? { nil }
+    public var refreshStorage: any RegionStorage { refreshFiles }
+
+    public func requestData() throws -> Data { try Files.readRegularFile(requestPath, limit: RequestValidator.maxFileSize) }
+
+    /// Writes the manifest anew with `lines` (atomically, fsynced).
+    public func replaceManifest(_ lines: [ManifestLine]) throws {
+        closeManifest()
+        var text = ManifestLine.header
+        for l in lines { text += l.text }
+        try Files.writeAtomically(Data(text.utf8), to: manifestPath, sync: true)
+    }
+
+    public func manifestModified() -> Double? { StoreMaintenance.mtime(manifestPath) }
+
+    /// The manifest is one file already.
+    public func compactManifest() throws -> Int { 0 }
+
+    public func remove() { closeManifest(); Files.removeTree(dir) }
+
+    public func saveFailedList(_ text: String?) throws {
+        let path = dir + "/failed.tsv"
+        guard let text else { Files.remove(path); return }
+        try Files.writeAtomically(Data(text.utf8), to: path)
+    }
+}

@@ -1,4 +1,5 @@
-// The store in an S3-compatible object store (issue 12; docs/s3.md):
+// A region's files in an S3-compatible object store (issue 12; docs/s3.md); the objects are the
+// repository's packs (Repository.swift, PackedStore.swift):
 //
 //     PREFIX/objects/<first 2 hex digits>/<64 hex digits>     each object's SHA-256 is its name
 //     PREFIX/regions/<id>/request.json, plan.json, failed.tsv
@@ -33,292 +34,27 @@ final class S3ClientPool: @unchecked Sendable {
     }
 }
 
-/// The object store in an S3 bucket under a prefix (see the file's header for the layout).
-public final class S3ObjectStore: TileStore, @unchecked Sendable {
-    public let config: S3Config
-    let clients: S3ClientPool
-    /// Upload threads (started at the first `put`).
-    public let uploadThreads: Int
-    /// Uploads queued or running at most; `put` waits for room beyond it (backpressure).
-    public let maxQueued: Int
-    /// Attempts for one upload that fails in a way a retry can cure (no answer, 5xx, 429, a body
-    /// damaged in flight), with 0.2 s, 0.5 s, 1 s, ... between them.
-    public var uploadAttempts = 4
-
-    private let cond = NSCondition()
-    private var queue: [(seq: Int, key: String, body: Data)] = []
-    private var head = 0
-    private var running = Set<Int>()
-    private var nextSeq = 0
-    /// Keys whose last upload failed (and has not succeeded since), with the failure.
-    private var failures: [String: S3Error] = [:]
-    private var started = false
-    /// Until this time (seconds since 1970) uploads fail at once without a request: an upload got
-    /// no answer after all its attempts, so the queued ones would only wait out theirs (a stop
-    /// or a pause then takes seconds, not minutes).
-    private var unreachableUntil = 0.0
-    /// How long an endpoint that did not answer counts as unreachable.
-    static let unreachableHold = 2.0
-    private var addedCount = (objects: 0, bytes: 0)
-
-    /// A store on `config`'s bucket and prefix. Nothing is sent until it is used.
-    public init(config: S3Config, uploadThreads: Int = 8, maxQueued: Int = 256) {
-        self.config = config
-        clients = S3ClientPool(config: config)
-        self.uploadThreads = uploadThreads
-        self.maxQueued = maxQueued
-    }
-
-    public var location: String { "s3://\(config.bucket)" + (config.prefix.isEmpty ? "" : "/" + config.prefix) }
-    public var isShared: Bool { true }
-    public var lockPath: String? { nil }
-    public var maxBytes: Int? { get { nil } set {} }
-    public var usage: (objects: Int, bytes: Int)? { nil }
-    public var added: (objects: Int, bytes: Int) { cond.lock(); defer { cond.unlock() }; return addedCount }
-    public func measureUsage() -> (objects: Int, bytes: Int)? { nil }
-    public func recountBeforeNextRefusal() {}
-    public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {}
-    public func recoverLeftovers() {}
-
-    /// The key of object `sha256` (under the prefix).
-    public static func objectKey(_ sha256: String) -> String { "objects/\(sha256.prefix(2))/\(sha256)" }
-
-    /// Hashes `data` and queues its upload; returns at once unless `maxQueued` uploads wait
-    /// (then it waits for room). `isNew` is always true: whether the key existed is known only
-    /// once the PUT is answered (412).
-    /// - Throws: never here; a failed upload is reported by `sync`.
-    @discardableResult
-    public func put(_ data: Data) throws -> (sha256: String, isNew: Bool) {
-        let sha = SHA256.hex(data)
-        cond.lock()
-        if !started { started = true; startThreads() }
-        while queue.count - head + running.count >= maxQueued { cond.wait() }
-        queue.append((nextSeq, S3ObjectStore.objectKey(sha), data))
-        nextSeq += 1
-        addedCount.objects += 1; addedCount.bytes += data.count
-        cond.broadcast()
-        cond.unlock()
-        return (sha, true)
-    }
-
-    /// No journal waits on an upload (the S3 store keeps none: its journal operations are
-    /// no-ops), so no write tickets are handed out (`TileStore.writesQueued` is 0), none is ever
-    /// outstanding, and there is no wake fd (-1, which poll(2) ignores).
-    public var writesQueued: Int { 0 }
-    public var writesDone: Int { 0 }
-    public var writesWakeFD: Int32 { -1 }
-    public func wakeWhenDone(through ticket: Int) {}
-    public func resetWake() {}
-
-    /// Waits until every upload queued before the call has been answered (failed ones:
-    /// `writeFailure(among:)`). Never throws.
-    public func sync() throws {
-        cond.lock()
-        let target = nextSeq
-        while running.contains(where: { $0 < target }) || (head < queue.count && queue[head].seq < target) { cond.wait() }
-        cond.unlock()
-    }
-
-    /// The failure of the last upload of one of `sha256s`, or nil when each is in the bucket.
-    public func writeFailure(among sha256s: [String]) -> Error? {
-        cond.lock(); defer { cond.unlock() }
-        if failures.isEmpty { return nil }
-        for sha in sha256s { if let f = failures[S3ObjectStore.objectKey(sha)] { return f } }
-        return nil
-    }
-
-    private func startThreads() {
-        for n in 0..<uploadThreads {
-            let t = Thread { [self] in uploadLoop() }
-            t.name = "tilespool.s3.\(n)"
-            t.start()
-        }
-    }
-
-    private func uploadLoop() {
-        let client = S3Client(config: config)
-        while true {
-            cond.lock()
-            while head >= queue.count { cond.wait() }
-            let job = queue[head]
-            queue[head].body = Data() // the bytes are the worker's now
-            head += 1
-            if head > 1024 && head * 2 > queue.count { queue.removeFirst(head); head = 0 }
-            running.insert(job.seq)
-            cond.unlock()
-            let failure = upload(client, job.key, job.body)
-            cond.lock()
-            running.remove(job.seq)
-            if let failure { failures[job.key] = failure } else if !failures.isEmpty { failures.removeValue(forKey: job.key) }
-            cond.broadcast()
-            cond.unlock()
-        }
-    }
-
-    /// One object's PUT, conditional (a 412 means it is there: its Last-Modified is refreshed so
-    /// that gc's grace period protects it), retried when a retry can help.
-    private func upload(_ client: S3Client, _ key: String, _ body: Data) -> S3Error? {
-        var attempt = 0
-        while true {
-            attempt += 1
-            cond.lock()
-            let unreachable = Date().timeIntervalSince1970 < unreachableUntil
-            cond.unlock()
-            if unreachable { return S3Error(message: "\(config.endpoint) did not answer a moment ago") }
-            do throws(S3Error) {
-                if try client.put(key, body, ifNoneMatch: true) == .alreadyExists { try client.touch(key) }
-                return nil
-            } catch {
-                guard S3ObjectStore.isRetryable(error), attempt < uploadAttempts else {
-                    if error.status == 0 {
-                        cond.lock(); unreachableUntil = Date().timeIntervalSince1970 + S3ObjectStore.unreachableHold; cond.unlock()
-                    }
-                    return error
-                }
-                S3ObjectStore.backOff(attempt)
-            }
-        }
-    }
-
-    /// Runs one request with a pooled client, again after 0.2 s, 0.5 s, ... while it fails in a
-    /// way a retry can cure (`isRetryable`), at most `uploadAttempts` times in all.
-    /// - Throws: the last error.
-    func retrying<T>(_ body: (S3Client) throws -> T) throws -> T {
-        var attempt = 0
-        while true {
-            attempt += 1
-            do { return try clients.with(body) } catch let e as S3Error where S3ObjectStore.isRetryable(e) && attempt < uploadAttempts {
-                S3ObjectStore.backOff(attempt)
-            }
-        }
-    }
-
-    /// Waits before attempt `attempt + 1`: 0.2 s, 0.5 s, 1.25 s, then 2 s.
-    static func backOff(_ attempt: Int) {
-        usleep(useconds_t(min(2.0, 0.2 * pow(2.5, Double(attempt - 1))) * 1_000_000))
-    }
-
-    /// True for a failure a retry can cure: no answer, 5xx, 429, or a body the server found
-    /// damaged (`XAmzContentSHA256Mismatch`, `BadDigest`).
-    static func isRetryable(_ e: S3Error) -> Bool {
-        e.status == 0 || e.status >= 500 || e.status == 429 || e.code == "XAmzContentSHA256Mismatch" || e.code == "BadDigest"
-            || e.code == "RequestTimeout"
-    }
-
-    public func read(_ sha256: String, limit: Int) throws -> Data {
-        let key = S3ObjectStore.objectKey(sha256)
-        guard let data = try clients.with({ c in try c.get(key) }) else {
-            throw S3Error(status: 404, code: "NoSuchKey", message: "\(location)/\(key) does not exist")
-        }
-        guard data.count <= limit else { throw S3Error(message: "\(location)/\(key) is larger than \(limit) bytes") }
-        return data
-    }
-
-    public func contains(_ sha256: String) -> Bool {
-        let key = S3ObjectStore.objectKey(sha256)
-        return ((try? clients.with { c in try c.list(prefix: key) }) ?? []).contains { $0.key == key }
-    }
-
-    public func isIntact(_ sha256: String) -> Bool { (try? read(sha256, limit: 1 << 30)).map { SHA256.hex($0) == sha256 } ?? false }
-    public func localPath(_ sha256: String) -> String? { nil }
-
-    public func regionIDs() throws -> [String] {
-        try clients.with { c in try c.listFolders(prefix: "regions/") }
-    }
-    public func region(_ id: String) -> any RegionStorage { S3RegionFiles(store: self, id: id) }
-    public func regionExists(_ id: String) -> Bool {
-        !((try? clients.with { c in try c.list(prefix: "regions/\(id)/") }) ?? []).isEmpty
-    }
-
-    /// The endpoint, when `error` is an S3 request that got no answer.
-    public func networkProbeURL(for error: Error) -> String? {
-        guard let e = error as? S3Error, e.status == 0 else { return nil }
-        return config.endpoint + "/"
-    }
-
-    /// gc on a bucket: candidates are objects whose Last-Modified is older than `grace`, listed
-    /// before the manifests are read; each unreferenced one is listed again right before its
-    /// DELETE and kept if a daemon re-used it meanwhile (its Last-Modified refreshed by `touch`).
-    public func collectGarbage(grace: Double, referenced: () throws -> Set<String>) throws -> GCReport {
-        var report = GCReport()
+extension S3RegionFiles {
+    /// gc's part for manifests kept in segments: removes the segments a compacted object holds
+    /// once that object is older than `grace` seconds (`ManifestSegments`); a region's manifest
+    /// only, not a refresh's (one level deeper).
+    /// - Returns: how many were removed.
+    /// - Throws: the backend's error.
+    static func removeObsoleteSegments(_ backend: any Backend, grace: Double) throws -> Int {
         let now = Date().timeIntervalSince1970
-        let listed = try clients.with { c in try c.list(prefix: "objects/") }
-        var candidates: [S3Object] = [], young: [S3Object] = []
-        for o in listed {
-            if now - o.lastModified >= grace { candidates.append(o) } else { report.objectsKept += 1; young.append(o) }
-        }
-        let refs = try referenced()
-        for o in young where !refs.contains(String(o.key.split(separator: "/").last ?? "")) {
-            report.youngUnreferenced += 1
-            report.youngUnreferencedBytes += o.size
-        }
-        for o in candidates {
-            let name = String(o.key.split(separator: "/").last ?? "")
-            if refs.contains(name) { report.objectsKept += 1; continue }
-            let again = try clients.with { c in try c.list(prefix: o.key) }.first { $0.key == o.key }
-            guard let again else { continue } // gone already
-            if now - again.lastModified < grace { report.objectsKept += 1; continue }
-            try clients.with { c in try c.delete(o.key) }
-            report.objectsRemoved += 1
-            report.bytesFreed += o.size
-        }
-        // Manifest segments joined into a compacted object more than `grace` ago.
         var byRegion: [Substring: [S3Object]] = [:]
-        for o in try clients.with({ c in try c.list(prefix: "regions/") }) {
-            // regions/<id>/manifest/<name>: a region's manifest (not a refresh's, one level deeper).
-            let parts = o.key.split(separator: "/", omittingEmptySubsequences: false)
+        for f in try backend.list(prefix: "regions/") {
+            let parts = f.name.split(separator: "/", omittingEmptySubsequences: false)
             guard parts.count == 4, parts[2] == "manifest" else { continue }
-            byRegion[o.key.dropLast(parts[3].count), default: []].append(o)
+            byRegion[f.name.dropLast(parts[3].count), default: []].append(S3Object(key: f.name, size: f.size, lastModified: f.modified))
         }
+        var removed = 0
         for (_, objects) in byRegion {
             let layout = ManifestSegments(listing: objects)
             guard let at = layout.compactedAt, now - at >= grace else { continue }
-            for o in layout.obsolete {
-                try clients.with { c in try c.delete(o.key) }
-                report.segmentsRemoved += 1
-            }
+            for o in layout.obsolete { try backend.remove(o.key); removed += 1 }
         }
-        return report
-    }
-
-    /// Lists and re-hashes every object (eight at a time); with `repair`, bad ones are deleted.
-    public func checkObjects(repair: Bool) throws -> ObjectCheck {
-        let listed = try clients.with { c in try c.list(prefix: "objects/") }
-        final class Results: @unchecked Sendable {
-            let lock = NSLock()
-            var check = ObjectCheck()
-            var error: Error?
-        }
-        let results = Results()
-        results.check.present = []
-        let pool = clients
-        DispatchQueue.concurrentPerform(iterations: 8) { worker in
-            for i in stride(from: worker, to: listed.count, by: 8) {
-                let key = listed[i].key
-                let parts = key.split(separator: "/").map(String.init)
-                let name = parts.last ?? ""
-                let folder = parts.count >= 2 ? parts[parts.count - 2] : ""
-                let data: Data?
-                do { data = try pool.with { c in try c.get(key) } } catch {
-                    results.lock.lock(); results.error = results.error ?? error; results.lock.unlock()
-                    return
-                }
-                guard let data else { continue } // removed since the listing
-                let good = SHA256.hex(data) == name && name.hasPrefix(folder)
-                if !good && repair { try? pool.with { c in try c.delete(key) } }
-                results.lock.lock()
-                results.check.checked += 1
-                if good { results.check.present?.insert(name) } else {
-                    results.check.bad.append("\(folder)/\(name)")
-                    results.check.badNames.insert(name)
-                    if repair { results.check.quarantined += 1 }
-                }
-                results.lock.unlock()
-            }
-        }
-        if let e = results.error { throw e }
-        results.check.bad.sort()
-        return results.check
+        return removed
     }
 }
 
@@ -375,15 +111,15 @@ public struct ManifestSegments: Sendable, Equatable {
 /// an upload is durable once answered, and objects uploaded but not yet recorded are fetched
 /// again after a crash (their PUT then answers 412). A refresh works in `regions/<id>/refresh/`.
 public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
-    let store: S3ObjectStore
+    let store: any S3Access
     public let id: String
     /// `regions/<id>/`, or `regions/<id>/refresh/` for the files of a refresh under way.
     private let base: String
     private var nextSegment: Int?
     public private(set) var readFailure: Error?
 
-    convenience init(store: S3ObjectStore, id: String) { self.init(store: store, id: id, base: "regions/\(id)/") }
-    private init(store: S3ObjectStore, id: String, base: String) { self.store = store; self.id = id; self.base = base }
+    convenience init(store: any S3Access, id: String) { self.init(store: store, id: id, base: "regions/\(id)/") }
+    private init(store: any S3Access, id: String, base: String) { self.store = store; self.id = id; self.base = base }
     private var isRefresh: Bool { base.hasSuffix("/refresh/") }
 
     public var location: String { "\(store.location)/\(base)" }

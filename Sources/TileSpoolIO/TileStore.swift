@@ -1,6 +1,6 @@
 // The store interface: what the daemon, gc, verify, status and export need of a store, whichever
-// backend it is. Two backends: the local-disk store (`ObjectStore` + `RegionFiles`, the default)
-// and an S3-compatible object store (`S3ObjectStore` + `S3RegionFiles`, S3Store.swift).
+// backend it is on (a folder or an S3 bucket): `PackedStore` (PackedStore.swift) is the one
+// implementation, objects in packs over a `Backend`.
 import Foundation
 import TileSpoolCore
 
@@ -223,21 +223,32 @@ extension RegionStorage {
 /// Where `--store` points: a folder, or `s3://BUCKET[/PREFIX]` with the endpoint and credentials
 /// the way AWS tools take them (see `S3Config.from`).
 public enum StoreSpec {
+    /// True when the folder `path` holds a store (its `regions/`, `packs/` or, from earlier
+    /// versions, `objects/` folder): a mistyped `--store` must not look like an empty store.
+    public static func looksLikeStore(_ path: String) -> Bool {
+        ["regions", "packs", "objects"].contains { Files.entryType(path + "/" + $0) == .directory }
+    }
+
     /// True when `store` names an S3 store.
     public static func isS3(_ store: String) -> Bool { store.hasPrefix("s3://") }
 
-    /// Opens the store `store` names: the disk store at that folder (created when missing), or the
-    /// S3 store (nothing is sent until it is used).
+    /// Opens the store `store` names: packed objects and region files (`PackedStore`) on the
+    /// folder (created when missing), or in the bucket (nothing is sent until it is used).
     /// - Parameters:
     ///   - endpoint: `--s3-endpoint` (else `AWS_ENDPOINT_URL`).
     ///   - pathStyle: path-style URLs (`--s3-addressing path`, the default) or virtual-hosted.
+    ///   - scratch: for a bucket, the local folder where packs are written before they are
+    ///     uploaded and index files are kept (the daemon's `<spool>/scratch`); a folder store
+    ///     uses its own `tmp/`.
     /// - Throws: `S3Error` for a malformed URL or missing endpoint or credentials; `SystemError`
-    ///   when the folder cannot be made.
-    public static func open(_ store: String, endpoint: String?, pathStyle: Bool,
+    ///   when the folder cannot be made; the backend's error when the index cannot be read.
+    public static func open(_ store: String, endpoint: String?, pathStyle: Bool, scratch: String? = nil,
                             environment: [String: String] = ProcessInfo.processInfo.environment) throws -> any TileStore {
         if isS3(store) {
-            return S3ObjectStore(config: try S3Config.from(url: store, endpoint: endpoint, environment: environment, pathStyle: pathStyle))
+            let config = try S3Config.from(url: store, endpoint: endpoint, environment: environment, pathStyle: pathStyle)
+            let folder = scratch ?? (NSTemporaryDirectory() + "/tilespool-scratch-\(getuid())-\(config.bucket)")
+            return try PackedStore(backend: S3Backend(config: config), scratch: folder)
         }
-        return try ObjectStore(root: store)
+        return try PackedStore(root: store)
     }
 }

@@ -82,7 +82,7 @@ struct Locations {
     /// environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION).
     /// - Throws: `CommandFailure` naming what is missing.
     func openStore() throws -> any TileStore {
-        do { return try StoreSpec.open(store, endpoint: s3Endpoint, pathStyle: s3PathStyle) } catch let e as S3Error {
+        do { return try StoreSpec.open(store, endpoint: s3Endpoint, pathStyle: s3PathStyle, scratch: spool + "/scratch") } catch let e as S3Error {
             throw CommandFailure(e.message)
         }
     }
@@ -98,8 +98,8 @@ struct Locations {
     /// Fails (exit 1) unless the store exists.
     func requireStore() throws {
         if isS3 { return } // the first request tells (a clear S3 error naming the bucket)
-        guard Files.entryType(store + "/objects") == .directory else {
-            throw CommandFailure("no store at \(store) (no objects/ folder; is --store right?)")
+        guard StoreSpec.looksLikeStore(store) else {
+            throw CommandFailure("no store at \(store) (no regions/, packs/ or objects/ folder; is --store right?)")
         }
     }
 }
@@ -135,6 +135,7 @@ commands:
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
   export ID --format F     write a completed region as maplibre, mbtiles, pmtiles or a site
+  cat SHA256               write one object of the store to standard output (docs/store.md)
 
 options every command takes:
   --spool DIR              the spool folder (default ./spool)
@@ -162,8 +163,6 @@ options:
   --s3-addressing path|virtual    S3 path-style URLs (default) or virtual-hosted ones
   --max-active-regions N          regions downloading at once (default 2)
   --max-requests-per-region N     requests in flight per region (default 8)
-  --download-threads N            download loops, 1 or 2 (default 1; 2: a second thread downloads
-                                  and writes tiles beside the event loop; disk store only)
   --max-connections N             connections open at once, all hosts (default 16)
   --max-connections-per-host N    connections to one host (default 8)
   --max-tiles N                   largest plan accepted, in tiles (default 1000000)
@@ -219,10 +218,11 @@ func runCLI(_ argv: [String]) -> Int32 {
         case "verify": return try commandVerify(args)
         case "plan": return try commandPlan(args)
         case "export": return try commandExport(args)
+        case "cat": return try commandCat(args)
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let e as UsageError {
-        let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "prune", "verify", "plan", "export"].contains(command)
+        let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "prune", "verify", "plan", "export", "cat"].contains(command)
         err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
     } catch let e as RegionError {
@@ -241,7 +241,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
                                                  "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
                                                  "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
                                                  "--events-keep", "--user-agent", "--allow-host",
-                                                 "--max-requests-per-second-per-host", "--max-bytes-per-second", "--download-threads"])
+                                                 "--max-requests-per-second-per-host", "--max-bytes-per-second"])
     let a = try Arguments(argv, flags: commonFlags, valued: valued)
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
@@ -252,7 +252,6 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     if loc.isS3 { _ = try loc.openStore() } // a malformed URL or missing credentials: said now, exit 1
     o.maxActiveRegions = try a.int("--max-active-regions", default: o.maxActiveRegions, range: 1...1000)
     o.maxRequestsPerRegion = try a.int("--max-requests-per-region", default: o.maxRequestsPerRegion, range: 1...1000)
-    o.downloadThreads = try a.int("--download-threads", default: o.downloadThreads, range: 1...2)
     o.http.maxConnections = try a.int("--max-connections", default: o.http.maxConnections, range: 1...10000)
     o.http.maxConnectionsPerHost = try a.int("--max-connections-per-host", default: o.http.maxConnectionsPerHost, range: 1...10000)
     o.maxTiles = try a.int("--max-tiles", default: o.maxTiles, range: 0...Int.max)

@@ -169,12 +169,41 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     defer { _ = locks }
     let store = try loc.openStore()
     let r = try StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
-    for b in r.badObjects { out("bad object (content does not hash to its name): objects/\(b)") }
+    for b in r.badObjects { out("bad object (content does not hash to its name): \(b)") }
     for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }
     for m in r.missingObjects { out("missing object: \(m)") }
     for t in r.tempFiles { out("temp file left over: \(t)") }
     for c in r.countMismatches { out("count mismatch: \(c)") }
-    if repair { out("repair: quarantined \(r.quarantined) objects; regions marked for re-download: \(r.regionsMarked.isEmpty ? "none" : r.regionsMarked.joined(separator: ", "))") }
+    if repair { out("repair: quarantined \(r.quarantined) files (damaged packs and loose objects, in quarantine/); regions marked for re-download: \(r.regionsMarked.isEmpty ? "none" : r.regionsMarked.joined(separator: ", "))") }
     out("verify: \(r.objectsChecked) objects, \(r.manifestsChecked) manifests, \(r.linesChecked) lines checked; \(r.faults) faults")
     return r.faults == 0 ? 0 : 1
+}
+
+func commandCat(_ argv: [String]) throws -> Int32 {
+    let a = try Arguments(argv, flags: commonFlags, valued: commonValued)
+    if a.flags.contains("--help") {
+        out("""
+        usage: tilespool cat SHA256 [--spool DIR] [--store DIR]
+
+        Writes the object named SHA256 (64 hex digits) to standard output, byte for byte, wherever
+        it lies in the store (a pack, or a loose file of an earlier version); its bytes are checked
+        against the name first. Exit status 1 when the store does not hold it (or it is damaged).
+        The store's formats: docs/store.md.
+        """)
+        return 0
+    }
+    guard a.positionals.count == 1, let sha = a.positionals.first else { throw UsageError("cat takes one SHA-256") }
+    guard sha.utf8.count == 64, sha.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) else {
+        throw UsageError("'\(sha.prefix(80))' is not a SHA-256 (64 lower-case hex digits)")
+    }
+    let loc = try Locations(a)
+    try loc.requireStore()
+    let store = try loc.openStore()
+    let data: Data
+    do { data = try store.read(sha, limit: 1 << 34) } catch {
+        throw CommandFailure("the store \(store.location) does not hold object \(sha)")
+    }
+    guard SHA256.hex(data) == sha else { throw CommandFailure("object \(sha) is damaged (its bytes do not hash to its name): run 'tilespool verify'") }
+    FileHandle.standardOutput.write(data)
+    return 0
 }

@@ -59,7 +59,7 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
     var storeLock: SpoolLock?
     if !dryRun && selecting {
         lock = try takeLock(layout.lock)
-        if lock != nil, !loc.isS3, Files.entryType(loc.store + "/objects") == .directory,
+        if lock != nil, !loc.isS3, StoreSpec.looksLikeStore(loc.store),
            !SpoolLock.sameFile(loc.store + "/daemon.lock", layout.lock) { // --spool X --store X: one lock
             storeLock = try takeLock(loc.store + "/daemon.lock")
             if storeLock == nil {

@@ -6,16 +6,11 @@ import TileSpoolIO
 final class CrashTests: XCTestCase {
     func testKill9AtTwentyRandomMomentsLosesNothingAndRefetchesLittle() throws { try killTwentyTimes([]) }
 
-    /// The same with the second download loop (`--download-threads 2`), whose thread writes the
-    /// objects of the tiles it fetches before the event loop hears of them.
-    func testKill9AtTwentyRandomMomentsWithTwoDownloadLoops() throws { try killTwentyTimes(["--download-threads", "2"]) }
-
     /// 20 kills of one download started with `options`; then completed, `verify` clean, `tmp/`
     /// empty, and the bytes sent at most the pack plus what the design lets a kill lose, at the
     /// pack's mean resource size: the requests in flight (8, the default per region) and the
-    /// bodies queued for the object writer (64, `ObjectStore.defaultMaxQueuedWrites`, and at most
-    /// `defaultMaxQueuedBytes`) (about 4.44 x this pack; runs measured 1.04-1.51 x with a queue of 4,
-    /// which this rate-limited download does not fill).
+    /// bodies of one loop turn not yet written to the open pack (at most as many: each loop turn
+    /// writes the open pack's buffer, and a restart reads the open pack back).
     func killTwentyTimes(_ options: [String]) throws {
         let mapdata = try MapData.require()
         // Every response at 512 KiB/s per connection, so that a kill often finds transfers half done.
@@ -58,7 +53,7 @@ final class CrashTests: XCTestCase {
         let pack = packBytes.values.reduce(0, +)
         let sent = log.reduce(0) { $0 + $1.bytes }
         let mean = Double(pack) / 419
-        let perKill = 8 * mean + min(Double(ObjectStore.defaultMaxQueuedWrites) * mean, Double(ObjectStore.defaultMaxQueuedBytes))
+        let perKill = 8 * mean + 8 * mean
         let bound = Double(pack) + Double(moments.count) * perKill
         print("kill -9 x20: server sent \(sent) bytes for a pack of \(pack) bytes (ratio \(String(format: "%.2f", Double(sent) / Double(pack))), bound \(String(format: "%.2f", bound / Double(pack))))")
         if Double(sent) > bound {

@@ -63,10 +63,10 @@ final class EndToEndTests: XCTestCase {
         XCTAssertEqual(lines.first { $0.key == "openmaptiles/14/8530/5975" }?.sha, "-")
         // A tile's object is the MVT after HTTP content decoding.
         let tile = try XCTUnwrap(lines.first { $0.key == "openmaptiles/14/8529/5973" })
-        XCTAssertEqual(FileManager.default.contents(atPath: fx.objectPath(tile.sha)), gunzip(mapdata.path + "/tiles/monaco/14/8529/5973.pbf"))
+        XCTAssertEqual(fx.objectData(tile.sha), gunzip(mapdata.path + "/tiles/monaco/14/8529/5973.pbf"))
         // A glyph range's object is the file's bytes.
         let glyph = try XCTUnwrap(lines.first { $0.key == "KlokanTech Noto Sans Bold/0-255" })
-        XCTAssertEqual(FileManager.default.contents(atPath: fx.objectPath(glyph.sha)),
+        XCTAssertEqual(fx.objectData(glyph.sha),
                        FileManager.default.contents(atPath: mapdata.path + "/fonts/KlokanTech Noto Sans Bold/0-255.pbf"))
         // The status echoes the context and the request with defaults.
         let st = try XCTUnwrap(fx.status("monaco"))
@@ -147,29 +147,6 @@ final class EndToEndTests: XCTestCase {
     }
 
     /// Two regions sharing tiles store each body once.
-    /// The second download loop (`--download-threads 2`, `DownloadLane`) end to end: a region
-    /// downloaded with two loops records the same tiles with the same objects as with one loop,
-    /// each tile asked once, every object stored once and hashing to its name.
-    func testTwoDownloadLoopsRecordTheSameTilesAsOne() throws {
-        let request: [String: Any] = ["tiles": [nginx.baseURL + "/tiles/liechtenstein/{z}/{x}/{y}.pbf"],
-                                      "bounds": [9.47, 47.04, 9.64, 47.28], "minZoom": 0, "maxZoom": 14]
-        try fx.drop("one.json", request)
-        try fx.waitForState("one", "completed")
-        _ = fx.stop()
-        try fx.start(["--download-threads", "2"])
-        try fx.drop("two.json", request)
-        try fx.waitForState("two", "completed")
-        let one = fx.manifest("one"), two = fx.manifest("two")
-        XCTAssertGreaterThan(one.count, 100)
-        XCTAssertEqual(two.count, one.count, "one line per planned tile")
-        XCTAssertEqual(Set(two.map { "\($0.key) \($0.sha) \($0.bytes)" }), Set(one.map { "\($0.key) \($0.sha) \($0.bytes)" }))
-        fx.assertStoreMatchesManifest("two")
-        XCTAssertEqual(fx.objects().count, Set(two.map(\.sha).filter { $0 != "-" }).count, "every object once")
-        for l in two where l.sha != "-" {
-            XCTAssertEqual(nginx.requestCount(path: URL(string: l.url)!.path), 2, "asked once per region: \(l.key)")
-        }
-    }
-
     func testIdenticalTilesAcrossRegionsAreStoredOnce() throws {
         for id in ["a", "b"] {
             try fx.drop("\(id).json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],

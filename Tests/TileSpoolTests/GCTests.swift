@@ -32,6 +32,13 @@ final class GCTests: XCTestCase {
         return out
     }
 
+    /// The numbers of gc's first line: objects removed, bytes freed.
+    func removedAndFreed(_ out: String) -> (Int, Int)? {
+        guard let r = out.range(of: #"removed (\d+) objects, freed (\d+) bytes"#, options: .regularExpression) else { return nil }
+        let nums = out[r].split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
+        return nums.count == 2 ? (nums[0], nums[1]) : nil
+    }
+
     func testDeletingOneOfTwoRegionsThatShareTilesFreesExactlyItsOwnObjects() throws {
         try fx.drop("small.json", toner("small", maxZoom: 1))
         try fx.drop("big.json", toner("big", maxZoom: 3))
@@ -40,14 +47,21 @@ final class GCTests: XCTestCase {
         let small = Set(fx.manifest("small").map(\.sha).filter { $0 != "-" })
         let big = Set(fx.manifest("big").map(\.sha).filter { $0 != "-" })
         XCTAssertFalse(small.intersection(big).isEmpty, "the regions share objects")
-        XCTAssertTrue(try gc(grace: 0).contains("removed 0 objects"))
+        XCTAssertEqual(removedAndFreed(try gc(grace: 0))?.0, 0)
         try fx.control("big", "delete")
         try waitUntil("big deleted", timeout: 10) { fx.events("big").last?["state"] as? String == "deleted" }
         let onlyBig = big.subtracting(small)
-        let bytes = onlyBig.reduce(0) { $0 + Files_size(fx.objectPath($1)) }
+        let held = fx.storeObjects()
+        let payload = onlyBig.reduce(0) { $0 + (held[$1]?.size ?? 0) }
+        let storeBefore = fx.storeFileBytes()
         let out = try gc(grace: 0)
-        XCTAssertTrue(out.contains("removed \(onlyBig.count) objects, freed \(bytes) bytes"), out)
+        let (removed, freed) = try XCTUnwrap(removedAndFreed(out), out)
+        XCTAssertEqual(removed, onlyBig.count, out)
+        // At least the objects' bytes left the disk, and gc says so.
+        XCTAssertGreaterThanOrEqual(freed, payload, out)
+        XCTAssertGreaterThanOrEqual(storeBefore - fx.storeFileBytes(), payload, out)
         XCTAssertEqual(Set(fx.objects()), small)
+        XCTAssertEqual(fx.storeFaults(), "")
         let (rc, v) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, v)
     }
@@ -58,7 +72,8 @@ final class GCTests: XCTestCase {
         try fx.drop("gone.json", toner("gone", maxZoom: 1))
         try fx.waitForState("gone", "completed")
         let objects = Set(fx.manifest("gone").map(\.sha).filter { $0 != "-" })
-        let bytes = objects.reduce(0) { $0 + Files_size(fx.objectPath($1)) }
+        let held = fx.storeObjects()
+        let bytes = objects.reduce(0) { $0 + (held[$1]?.size ?? 0) }
         XCTAssertGreaterThan(objects.count, 0)
         // Referenced young objects are not "unreferenced": no such line yet.
         var (rc, out) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
@@ -72,33 +87,36 @@ final class GCTests: XCTestCase {
         XCTAssertTrue(out.contains("gc: kept \(objects.count) unreferenced objects (\(bytes) bytes, \(String(format: "%.1f KiB", Double(bytes) / 1024))) younger than the grace period (3600 s): a later gc frees them; --grace 0 when no daemon runs"), out)
         XCTAssertEqual(Set(fx.objects()), objects)
         fx.stop()
-        XCTAssertTrue(try gc(grace: 0).contains("removed \(objects.count) objects, freed \(bytes) bytes"))
+        let (removed, freed) = try XCTUnwrap(removedAndFreed(try gc(grace: 0)))
+        XCTAssertEqual(removed, objects.count)
+        XCTAssertGreaterThanOrEqual(freed, bytes)
         XCTAssertEqual(fx.objects(), [])
+        XCTAssertEqual(fx.storeFileBytes(), 0, "no pack or index file left")
     }
 
-    /// gc from cron while a region downloads: the new region re-uses old unreferenced objects (the
-    /// same toner bodies) and writes new ones; gc runs again and again meanwhile. Nothing the
-    /// download records may disappear.
+    /// gc from cron while a region downloads: the new region needs the same toner bodies, which
+    /// sit in packs made two hours ago and no region references any more (old enough for gc to
+    /// remove them); gc runs again and again meanwhile, with its default grace period. A download
+    /// never relies on a copy that old (it writes the body again), so nothing it records may
+    /// disappear.
     func testGCBesideARunningDownloadNeverRemovesWhatTheDownloadUses() throws {
         try fx.drop("old.json", toner("old", maxZoom: 3))
         try fx.waitForState("old", "completed")
         try fx.control("old", "delete")
         try waitUntil("old deleted", timeout: 10) { fx.events("old").last?["state"] as? String == "deleted" }
-        // Age every object by two hours: unreferenced and old, so gc may remove any of them.
-        for sha in fx.objects() {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/touch")
-            p.arguments = ["-d", "2 hours ago", fx.objectPath(sha)]
-            try p.run(); p.waitUntilExit()
-        }
+        // Every pack two hours old: unreferenced and old, so gc may remove any of it.
+        XCTAssertEqual(fx.stop(), 0)
+        XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "backdate", fx.store, "7200"]).0, 0)
+        try fx.start()
         try fx.drop("new.json", toner("new", maxZoom: 3, path: "/slowtoner"))
         try fx.waitForState("new", "downloading")
-        var runs = 0
+        var runs = 0, removed = 0
         while fx.state("new") == "downloading" && runs < 200 {
-            _ = try gc(grace: 5)
+            removed += removedAndFreed(try gc(grace: 3600))?.0 ?? 0
             runs += 1
         }
         XCTAssertGreaterThan(runs, 1, "gc ran while the download was in progress")
+        XCTAssertGreaterThan(removed, 0, "gc removed the old packs meanwhile")
         try fx.waitForState("new", "completed")
         fx.assertStoreMatchesManifest("new")
         _ = try gc(grace: 0)

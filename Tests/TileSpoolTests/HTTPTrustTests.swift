@@ -165,7 +165,7 @@ final class RetryAfterTests: XCTestCase {
 
 // MARK: - The HTTP client against the fault server
 
-/// `HTTPClient` and `DownloadLane` at the edge: what the server received and what came back.
+/// `HTTPClient` at the edge: what the server received and what came back.
 final class HTTPClientTrustTests: XCTestCase {
     var server: FaultServer!
 
@@ -322,28 +322,6 @@ final class HTTPClientTrustTests: XCTestCase {
         let ok = try fetch(client, server.url("/retryafter/120/1/e/1/2/3.png")) // its second request: 200
         XCTAssertEqual(ok.status, 200)
         XCTAssertNil(ok.retryAfter)
-    }
-
-    /// Finding 1, the second download loop: a `DownloadLane` follows the same rule (only
-    /// If-None-Match with an ETag) and stores the new body of a 200 itself.
-    func testDownloadLaneStoresTheNewBodyOfA200AndSendsOnlyIfNoneMatch() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("lane-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let store = try ObjectStore(root: dir)
-        let lane = try DownloadLane(options: HTTPOptions(), store: store)
-        defer { lane.stop() }
-        let path = "/changing/1/lane/0/0/0.png"
-        lane.start(url: server.url(path), tag: 7, validators: Freshness(etag: "\"v0\"", lastModified: 1_735_689_600), headers: [],
-                   policy: LaneStorePolicy(emptyStatuses: [204, 404]))
-        lane.flush()
-        var results: [TransferResult] = []
-        try waitUntil("the lane answered") { results += lane.collect(); return !results.isEmpty }
-        let body = FaultServer.okBody(path) + Data(" v1".utf8)
-        XCTAssertEqual(results.first?.status, 200)
-        XCTAssertEqual(results.first?.notModified, false)
-        XCTAssertEqual(results.first?.storedSHA256, sha256Hex(body))
-        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(body))), body)
-        XCTAssertEqual(conditionalHeaders(path), ["INM=\"v0\""])
     }
 }
 
@@ -507,7 +485,7 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
         let line = try XCTUnwrap(changingLine())
         XCTAssertEqual(line[1], sha256Hex(v2), "the new body is recorded")
         XCTAssertEqual(line[5], "\"v2\"", "next to its own ETag")
-        XCTAssertEqual(FileManager.default.contents(atPath: fx.objectPath(sha256Hex(v2))), v2)
+        XCTAssertEqual(fx.objectData(sha256Hex(v2)), v2)
         XCTAssertEqual(fx.progress("rt")["resourcesChanged"], 1)
 
         try refresh("rt")
@@ -541,7 +519,7 @@ final class HTTPTrustTests: FaultServerSpoolTestCase {
         let style = try XCTUnwrap(manifestColumns("rs").first { $0[0] == "style" })
         XCTAssertEqual(style[1], sha256Hex(version(2)), "the new style is recorded")
         XCTAssertEqual(style[5], "\"v2\"")
-        XCTAssertEqual(FileManager.default.contents(atPath: fx.objectPath(sha256Hex(version(2)))), version(2))
+        XCTAssertEqual(fx.objectData(sha256Hex(version(2))), version(2))
         XCTAssertEqual(conditionalHeaders("/changingjson/2/changing-style"), ["plain", "INM=\"v1\""])
         fx.assertStoreMatchesManifest("rs")
     }

@@ -93,7 +93,7 @@ final class OperationsTests: FaultServerSpoolTestCase {
         XCTAssertEqual(metric(text, #"tilespool_regions{state="completed"}"#), 1)
         XCTAssertEqual(metric(text, #"tilespool_build_info{version="0.1.0"}"#), 1)
         XCTAssertEqual(metric(text, "tilespool_store_objects"), Double(fx.objects().count))
-        let objectBytes = fx.objects().reduce(0) { $0 + Files_size(fx.objectPath($1)) }
+        let objectBytes = fx.storeFileBytes()
         XCTAssertEqual(metric(text, "tilespool_store_bytes"), Double(objectBytes))
         XCTAssertGreaterThan(metric(text, "tilespool_last_commit_time_seconds") ?? 0, Date().timeIntervalSince1970 - 120)
         XCTAssertLessThanOrEqual(metric(text, "tilespool_daemon_start_time_seconds") ?? .infinity, Date().timeIntervalSince1970)
@@ -435,7 +435,7 @@ final class OperationsMapDataTests: XCTestCase {
         try fx.waitForState("big", "failedStorage", timeout: 60)
         XCTAssertEqual(fx.errorCode("big"), "storageError")
         XCTAssertTrue(fx.errorMessage("big")?.contains("--max-store-bytes 400000") ?? false, fx.errorMessage("big") ?? "")
-        let bytes = fx.objects().reduce(0) { $0 + Files_size(fx.objectPath($1)) }
+        let bytes = fx.storeFileBytes()
         XCTAssertLessThanOrEqual(bytes, 400000, "the store stayed under the quota")
         // The other region's data is untouched, and the store verifies clean.
         fx.assertStoreMatchesManifest("small")

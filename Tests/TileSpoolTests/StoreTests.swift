@@ -11,303 +11,154 @@ final class StoreTests: XCTestCase {
     }
     override func tearDown() { try? FileManager.default.removeItem(atPath: dir) }
 
+    /// The repository on a local folder, and the independent reader's listing of it.
+    func open() throws -> PackedStore { try PackedStore(root: dir) }
+    func readerList() throws -> [String: Int] {
+        let (rc, out) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", dir])
+        XCTAssertEqual(rc, 0, out)
+        var o: [String: Int] = [:]
+        for l in out.split(separator: "\n") { let f = l.split(separator: " "); o[String(f[0])] = Int(f[1]) }
+        return o
+    }
+    func readerVerify() throws -> String {
+        let (rc, out) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "verify", dir])
+        return rc == 0 ? "" : out
+    }
+    func bodies(_ n: Int, _ tag: String = "") -> [Data] {
+        (0..<n).map { Data("body \(tag) \($0) ".utf8) + Data(repeating: UInt8($0 & 0xFF), count: 100 + $0 * 7) }
+    }
+
+    /// Objects are named by their SHA-256, stored once however often put, found only after a
+    /// sync (in the open pack before), and the independent reader finds them with their sizes.
     func testPutNamesObjectsByTheirSHA256AndStoresEachOnce() throws {
-        let store = try ObjectStore(root: dir)
-        let body = Data("hello tiles".utf8)
-        let first = try store.put(body)
-        XCTAssertTrue(first.isNew)
-        XCTAssertEqual(first.sha256, sha256Hex(body))
-        try store.sync() // the writer thread has written it (and syncfs flushed it)
-        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(first.sha256)), body)
-        XCTAssertTrue(store.objectPath(first.sha256).hasSuffix("/objects/\(first.sha256.prefix(2))/\(first.sha256)"))
-        // The same bytes again (put does not look first while its objects are new: the writer
-        // thread finds the name taken) leave one file and count once.
-        let again = try store.put(body)
-        XCTAssertEqual(again.sha256, first.sha256)
+        let store = try open()
+        let bs = bodies(20)
+        var names: [String] = []
+        for b in bs + bs {
+            let (sha, isNew) = try store.put(b)
+            XCTAssertEqual(sha, sha256Hex(b))
+            if !names.contains(sha) { XCTAssertTrue(isNew); names.append(sha) } else { XCTAssertFalse(isNew) }
+        }
+        XCTAssertEqual(try readerList(), [:], "nothing sealed before the sync")
+        XCTAssertEqual(try store.read(names[3], limit: 1 << 20), bs[3], "read from the open pack")
         try store.sync()
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: store.objectsDir + "/" + first.sha256.prefix(2)), [first.sha256])
-        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(first.sha256)), body)
-        XCTAssertEqual(store.added.objects, 1)
-        XCTAssertEqual(store.added.bytes, body.count)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
-        XCTAssertEqual(SHA256.hex(Data()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        XCTAssertEqual(try readerList(), Dictionary(uniqueKeysWithValues: bs.map { (sha256Hex($0), $0.count) }))
+        XCTAssertEqual(try readerVerify(), "")
+        for (b, sha) in zip(bs, names) { XCTAssertEqual(try store.read(sha, limit: 1 << 20), b) }
+        // Put again after the sync: found (its pack is young), nothing new.
+        XCTAssertFalse(try store.put(bs[0]).isNew)
+        try store.sync()
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/packs").count, 1)
+        // A store opened anew finds them through the index.
+        let again = try open()
+        XCTAssertTrue(again.contains(names[7]))
+        XCTAssertEqual(try again.read(names[7], limit: 1 << 20), bs[7])
+        XCTAssertFalse(again.contains(String(repeating: "0", count: 64)))
     }
 
-    /// A download lane (the second download loop, on its own thread) stores exactly the answers
-    /// the event loop would (a tile's 2xx with a tile body) and hands every other answer back
-    /// untouched: a 404, an HTML page with 200, a job without a policy; a cancelled job gives
-    /// no result. Against nginx serving the real map data.
-    func testDownloadLaneStoresTileAnswersItselfAndReturnsTheRest() throws {
-        let mapdata = try MapData.require()
-        let server = try NginxServer(root: mapdata, extraLocations: """
-            location /login/ { default_type text/html; return 200 "<html><body>Please sign in</body></html>"; }
-            """)
-        let store = try ObjectStore(root: dir)
-        let lane = try DownloadLane(options: HTTPOptions(), store: store)
-        defer { lane.stop() }
-        let policy = LaneStorePolicy(emptyStatuses: [204])
-        let tilePath = "vector/taipei/0/0/0.pbf"
-        lane.start(url: server.baseURL + "/" + tilePath, tag: 1, validators: nil, headers: [], policy: policy)
-        lane.start(url: server.baseURL + "/tiles/monaco/14/8530/5975.pbf", tag: 2, validators: nil, headers: [], policy: policy)
-        lane.start(url: server.baseURL + "/login/1/2/3.png", tag: 3, validators: nil, headers: [], policy: policy)
-        lane.start(url: server.baseURL + "/raster/osm_carto/0/0/0.png", tag: 4, validators: nil, headers: [], policy: nil)
-        lane.flush()
-        XCTAssertEqual(lane.inFlight, 4)
-        var results: [Int: TransferResult] = [:]
-        try waitUntil("the lane answered the four jobs") {
-            for r in lane.collect() { results[r.tag] = r }
-            return results.count == 4
-        }
-        XCTAssertEqual(lane.inFlight, 0)
-
-        let tile = try XCTUnwrap(results[1])
-        let onDisk = try Data(contentsOf: mapdata.appendingPathComponent(tilePath))
-        XCTAssertEqual(tile.status, 200)
-        XCTAssertEqual(tile.storedSHA256, sha256Hex(onDisk))
-        // Written before the result came back: the object is in place without a sync.
-        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(onDisk))), onDisk)
-        XCTAssertEqual(results[2]?.status, 404)
-        XCTAssertNil(results[2]?.storedSHA256)
-        XCTAssertEqual(results[3]?.status, 200)
-        XCTAssertNil(results[3]?.storedSHA256, "an HTML page is not a tile")
-        XCTAssertEqual(results[4]?.status, 200)
-        XCTAssertNil(results[4]?.storedSHA256, "no policy: the event loop judges it")
-        XCTAssertGreaterThan(results[4]?.body.count ?? 0, 0)
-        try store.sync()
-        XCTAssertEqual(store.added.objects, 1)
-        XCTAssertEqual(store.added.bytes, onDisk.count)
-
-        // A cancelled job reports nothing, even when its answer was already on its way.
-        lane.start(url: server.baseURL + "/" + tilePath, tag: 5, validators: nil, headers: [], policy: policy)
-        lane.start(url: server.baseURL + "/tiles/monaco/14/8529/5975.pbf", tag: 6, validators: nil, headers: [], policy: policy)
-        lane.flush()
-        lane.cancel(tag: 5)
-        lane.flush()
-        var later: [TransferResult] = []
-        try waitUntil("the uncancelled job answered") {
-            later += lane.collect()
-            return !later.isEmpty
-        }
-        XCTAssertEqual(later.map(\.tag), [6])
-        XCTAssertNotNil(later.first?.storedSHA256)
-        XCTAssertEqual(lane.inFlight, 0)
-    }
-
-    /// Storing bytes whose object exists refreshes its mtime (gc's grace period counts from it:
-    /// docs/gc.md), whether `put` looked first or the writer thread found the name taken; once
-    /// most puts find their object there, `put` looks first and answers "was there" at once.
-    func testStoringExistingBytesRefreshesTheObjectAndSwitchesToLookingFirst() throws {
-        let store = try ObjectStore(root: dir)
-        store.setUsage((0, 0), addedAtStart: store.added)
-        let bodies = (0..<4).map { Data("sea tile \($0)".utf8) }
-        for b in bodies { XCTAssertTrue(try store.put(b).isNew) }
-        try store.sync()
-        let old = Date().addingTimeInterval(-7200)
-        func age(_ b: Data) throws -> TimeInterval {
-            let attrs = try FileManager.default.attributesOfItem(atPath: store.objectPath(sha256Hex(b)))
-            return Date().timeIntervalSince(try XCTUnwrap(attrs[.modificationDate] as? Date))
-        }
-        for b in bodies { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: store.objectPath(sha256Hex(b))) }
-        XCTAssertGreaterThan(try age(bodies[0]), 7000)
-        // Not looked up first: the writer thread refreshes it.
-        XCTAssertTrue(try store.put(bodies[0]).isNew)
-        try store.sync()
-        XCTAssertLessThan(try age(bodies[0]), 600)
-        // Puts that keep finding their object there make put look first.
-        var answeredAtOnce = 0
-        for _ in 0..<40 {
-            if try !store.put(bodies[1]).isNew { answeredAtOnce += 1 }
-            try store.sync()
-        }
-        XCTAssertGreaterThan(answeredAtOnce, 20)
-        XCTAssertLessThan(try age(bodies[1]), 600)
-        XCTAssertFalse(try store.put(bodies[2]).isNew, "looked up first, found, and refreshed at once")
-        XCTAssertLessThan(try age(bodies[2]), 600)
-        XCTAssertGreaterThan(try age(bodies[3]), 7000, "an object not stored again keeps its age")
-        try store.sync()
-        XCTAssertEqual(store.added.objects, 4, "each object written once")
-        XCTAssertEqual(store.usage?.objects, 4)
-        XCTAssertEqual(store.usage?.bytes, bodies.map(\.count).reduce(0, +))
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
-    }
-
-    /// A write that fails on the writer thread is answered for its object by every later batch
-    /// (not only by the first sync after it), never for another object, and is forgotten once a
-    /// later write of the same object succeeds.
-    func testFailedWriteIsReportedForItsObjectUntilItIsWritten() throws {
-        let store = try ObjectStore(root: dir)
-        let bad = Data("a body whose folder is a file".utf8), good = Data("another body".utf8)
-        let badSHA = sha256Hex(bad), goodSHA = sha256Hex(good)
-        XCTAssertNotEqual(badSHA.prefix(2), goodSHA.prefix(2))
-        // objects/<ab> is a regular file: making the object's file in it fails (ENOTDIR).
-        let folder = store.objectsDir + "/" + badSHA.prefix(2)
-        XCTAssertTrue(FileManager.default.createFile(atPath: folder, contents: Data()))
-        XCTAssertTrue(try store.put(bad).isNew)
-        XCTAssertTrue(try store.put(good).isNew)
-        try store.sync()
-        let failure = try XCTUnwrap(store.writeFailure(among: [badSHA]) as? SystemError)
-        XCTAssertEqual(failure.errno, ENOTDIR)
-        XCTAssertNil(store.writeFailure(among: [goodSHA]))
-        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(goodSHA)), good)
-        try store.sync() // a second batch still learns of it
-        XCTAssertNotNil(store.writeFailure(among: [goodSHA, badSHA]))
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [], "the temp file is removed")
-        // Once the folder can be made, the same body written again clears it.
-        try FileManager.default.removeItem(atPath: folder)
-        XCTAssertTrue(try store.put(bad).isNew)
-        try store.sync()
-        XCTAssertNil(store.writeFailure(among: [badSHA]))
-        XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(badSHA)), bad)
-    }
-
-    /// With no room at the writer thread, `put` writes objects itself: each is in place when it
-    /// returns, and a failure is answered by `writeFailure(among:)` like the writer's.
-    func testPutWritesObjectsItselfWhenTheWriterThreadIsBusy() throws {
-        let store = try ObjectStore(root: dir)
-        store.maxQueuedWrites = 0
-        let bodies = (0..<50).map { Data("tile \($0)".utf8) }
-        for b in bodies {
-            XCTAssertTrue(try store.put(b).isNew)
-            XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b, "written before put returns")
-        }
-        XCTAssertEqual(store.writesQueued, 0, "nothing went to the writer thread")
-        XCTAssertEqual(store.added.objects, 50)
-        let bad = Data("a body whose folder is a file".utf8), badSHA = sha256Hex(bad)
-        XCTAssertTrue(FileManager.default.createFile(atPath: store.objectsDir + "/" + badSHA.prefix(2), contents: Data()))
-        XCTAssertTrue(try store.put(bad).isNew)
-        try store.sync()
-        XCTAssertEqual((store.writeFailure(among: [badSHA]) as? SystemError)?.errno, ENOTDIR)
-        XCTAssertNil(store.writeFailure(among: bodies.map(sha256Hex)))
-        XCTAssertEqual(store.added.objects, 50, "the failed object is not counted")
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp"), [])
-    }
-
-    /// The writer's queue is bounded in bytes as well as in objects. With `maxQueuedBytes` 0, a body
-    /// is queued only when none waits (so one large body still goes to the writer); with
-    /// `maxQueuedWrites` 2, at most two wait. Every other `put` writes its object itself before it
-    /// returns, and every object ends up stored once.
-    func testQueuedBodiesStayWithinTheByteAndObjectLimits() throws {
-        // (maxQueuedWrites, maxQueuedBytes, bodies that may wait at once)
-        for (objects, bytes, most) in [(ObjectStore.defaultMaxQueuedWrites, 0, 1), (2, ObjectStore.defaultMaxQueuedBytes, 2)] {
-            let root = dir + "-\(objects)-\(bytes)"
-            defer { try? FileManager.default.removeItem(atPath: root) }
-            let store = try ObjectStore(root: root)
-            store.maxQueuedWrites = objects
-            store.maxQueuedBytes = bytes
-            let bodies = (0..<60).map { Data(repeating: UInt8($0), count: 20_000 + $0) }
-            var queued = 0
-            for b in bodies {
-                let before = store.writesQueued
-                XCTAssertTrue(try store.put(b).isNew)
-                let pending = store.writes.pending
-                XCTAssertLessThanOrEqual(pending.objects, most, "at most \(most) bodies wait")
-                XCTAssertLessThanOrEqual(pending.bytes, most * b.count)
-                if store.writesQueued == before {
-                    XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b, "written before put returns")
-                } else {
-                    queued += 1
-                }
-            }
-            XCTAssertGreaterThan(queued, 0, "the first body, at least, went to the writer")
-            try store.sync()
-            for b in bodies { XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b) }
-            XCTAssertEqual(store.added.objects, 60)
-            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/tmp"), [])
-        }
-    }
-
-    /// Write tickets: a put handed to the writer thread is done once `writesDone` reaches its
-    /// ticket, and the wake fd turns readable then; `resetWake` empties it.
-    func testWriteTicketsAndTheWakeFD() throws {
-        let store = try ObjectStore(root: dir)
+    /// The journal's tickets: a put hands out the next one, and each loop turn (`resetWake`)
+    /// writes the open pack's buffer so every ticket is done; there is nothing to wait on.
+    func testWriteTicketsAreDoneOnceTheLoopTurnWritesTheOpenPack() throws {
+        let store = try open()
         XCTAssertEqual(store.writesQueued, 0)
-        XCTAssertEqual(store.writesDone, 0)
-        func readable() -> Bool {
-            var p = pollfd(fd: store.writesWakeFD, events: Int16(POLLIN), revents: 0)
-            return poll(&p, 1, 0) == 1
-        }
-        store.wakeWhenDone(through: 0)
-        XCTAssertTrue(readable(), "a ticket already done wakes at once")
-        store.resetWake()
-        XCTAssertFalse(readable())
         try store.put(Data("one".utf8))
-        let ticket = store.writesQueued
-        XCTAssertEqual(ticket, 1)
-        store.wakeWhenDone(through: ticket)
-        try waitUntil("the writer thread wakes the loop", timeout: 10) { readable() }
-        XCTAssertGreaterThanOrEqual(store.writesDone, ticket)
-        XCTAssertNotNil(FileManager.default.contents(atPath: store.objectPath(sha256Hex(Data("one".utf8)))))
+        let t = store.writesQueued
+        XCTAssertGreaterThan(t, 0)
         store.resetWake()
-        XCTAssertFalse(readable(), "a wake no one waits for any more does not stay readable")
-        // Armed, then forgotten (a commit took the lines): the later write leaves the fd quiet.
-        store.wakeWhenDone(through: ticket + 1)
-        store.resetWake()
-        try store.put(Data("two".utf8))
-        try store.sync()
-        XCTAssertFalse(readable())
+        XCTAssertEqual(store.writesDone, t)
+        XCTAssertEqual(store.writesWakeFD, -1)
     }
 
-    /// At the quota, bytes whose object exists are stored (they take no room); new bytes are
-    /// refused with EDQUOT.
-    func testQuotaRefusesNewObjectsOnlyNotExistingOnes() throws {
-        let store = try ObjectStore(root: dir)
-        let old = Data(repeating: 7, count: 1000)
+    /// A pack that cannot be saved (its folder is a file here) fails the sync, and its objects
+    /// are reported failed until written again; the next put writes them again.
+    func testFailedSyncIsReportedForItsObjectsUntilWritten() throws {
+        let store = try open()
+        let b = Data("will fail".utf8)
+        let sha = try store.put(b).sha256
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir + "/packs", contents: Data("in the way".utf8)))
+        XCTAssertThrowsError(try store.sync())
+        XCTAssertNotNil(store.writeFailure(among: [sha]))
+        try FileManager.default.removeItem(atPath: dir + "/packs")
+        XCTAssertTrue(try store.put(b).isNew, "written again")
+        try store.sync()
+        XCTAssertNil(store.writeFailure(among: [sha]))
+        XCTAssertEqual(try store.read(sha, limit: 100), b)
+    }
+
+    /// The quota refuses new objects only, and counts the store again before refusing.
+    func testQuotaRefusesNewObjectsOnly() throws {
+        let store = try open()
+        let old = Data(repeating: 1, count: 1000)
         try store.put(old)
         try store.sync()
-        store.setUsage(ObjectStore.measure(root: dir), addedAtStart: store.added)
-        store.maxBytes = 1000
-        XCTAssertEqual(store.usage?.bytes, 1000)
-        XCTAssertFalse(try store.put(old).isNew, "existing bytes are not refused")
-        XCTAssertThrowsError(try store.put(Data(repeating: 8, count: 10))) { e in
+        store.setUsage(try XCTUnwrap(store.measureUsage()), addedAtStart: store.added)
+        // Room for a small object and its share of a new pack and index file, not for a large one.
+        store.maxBytes = (store.usage?.bytes ?? 0) + 100 + Repository.entryOverhead + Repository.packOverhead + 50
+        XCTAssertFalse(try store.put(old).isNew, "an object the store holds is never refused")
+        XCTAssertThrowsError(try store.put(Data(repeating: 2, count: 1000))) { e in
             XCTAssertEqual((e as? SystemError)?.errno, EDQUOT)
         }
-        try store.sync()
-        XCTAssertEqual(store.usage?.bytes, 1000)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: store.objectsDir).count, 1)
+        XCTAssertTrue(try store.put(Data(repeating: 3, count: 100)).isNew)
     }
 
-    /// The fallbacks for older kernels and other filesystems: `linkat` of `/proc/self/fd/N`
-    /// (Linux before 6.10 without CAP_DAC_READ_SEARCH), and a temp file renamed into place
-    /// (no O_TMPFILE: NFS, overlayfs before 6.6). Each stores every body once under its hash,
-    /// deduplicates, and leaves no temp file.
-    func testFallbackWritePathsStoreTheSameObjects() throws {
-        for step in [ObjectWriter.Naming.procPath, .rename] {
-            let root = dir + "-\(step)"
-            defer { try? FileManager.default.removeItem(atPath: root) }
-            let store = try ObjectStore(root: root)
-            store.writes.startNaming(at: step)
-            store.maxQueuedWrites = step == .rename ? 0 : 4 // the loop's own writes, and the writer's
-            let bodies = (0..<20).map { Data("fallback \($0)".utf8) }
-            for b in bodies + bodies { try store.put(b) }
+    /// kill -9 with objects in the open pack (written to its file, never sealed): the next
+    /// start reads them back, whole and intact, into a pack; a torn last record is left out.
+    func testAnOpenPackLeftByAKillIsReadBack() throws {
+        let bs = bodies(30, "k")
+        do {
+            let store = try open()
+            for b in bs { try store.put(b) }
+            store.resetWake() // written to the open pack's file, as each loop turn does
+        }
+        // The open pack as a kill left it, with a record cut short at its end.
+        let partial = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp").first { $0.hasSuffix(".partial") })
+        let h = try XCTUnwrap(FileHandle(forWritingAtPath: dir + "/tmp/" + partial))
+        h.seekToEndOfFile()
+        h.write(Data(repeating: 0xAB, count: 30)) // a header and a few bytes of a body
+        try h.close()
+        let store = try open()
+        store.recoverLeftovers()
+        for b in bs { XCTAssertEqual(try store.read(sha256Hex(b), limit: 1 << 20), b) }
+        XCTAssertEqual(try readerList().count, bs.count)
+        XCTAssertEqual(try readerVerify(), "")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp").filter { $0.hasSuffix(".partial") }, [])
+    }
+
+    /// A pack saved without its index file (a crash between the two saves) is indexed at the
+    /// next start; index files are merged when there are many, every object still found.
+    func testPacksWithoutAnIndexAreIndexedAndIndexFilesAreMerged() throws {
+        let store = try open()
+        var all: [Data] = []
+        for round in 0..<(Repository.maxIndexFiles + 4) {
+            let bs = bodies(5, "r\(round)")
+            for b in bs { try store.put(b) }
             try store.sync()
-            for b in bodies {
-                XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b, "\(step)")
-            }
-            XCTAssertEqual(ObjectStore.measure(root: root).objects, 20, "\(step)")
-            XCTAssertEqual(store.added.objects, 20, "each written once (\(step))")
-            XCTAssertNil(store.writeFailure(among: bodies.map(sha256Hex)), "\(step)")
-            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/tmp"), [], "\(step)")
+            all += bs
         }
+        XCTAssertLessThanOrEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/index").count, Repository.maxIndexFiles)
+        for b in all { XCTAssertEqual(try store.read(sha256Hex(b), limit: 1 << 20), b) }
+        for f in try FileManager.default.contentsOfDirectory(atPath: dir + "/index") { try FileManager.default.removeItem(atPath: dir + "/index/" + f) }
+        let again = try open()
+        XCTAssertFalse(again.contains(sha256Hex(all[0])))
+        again.recoverLeftovers()
+        for b in all { XCTAssertEqual(try again.read(sha256Hex(b), limit: 1 << 20), b) }
+        XCTAssertEqual(try readerVerify(), "")
     }
 
-    /// Objects are made in `tmp/` and linked into `objects/ab/`: the object folders are made as
-    /// needed, and should `tmp/` be removed under a running store (an operator's cleanup), the
-    /// writes go on in the objects' own folders instead of failing.
-    func testObjectsAreStoredWithAndWithoutTheTmpFolder() throws {
-        let store = try ObjectStore(root: dir)
-        let before = (0..<10).map { Data("with tmp \($0)".utf8) }
-        for b in before { try store.put(b) }
-        try store.sync()
-        try FileManager.default.removeItem(atPath: store.tmpDir)
-        let after = (0..<10).map { Data("without tmp \($0)".utf8) }
-        for b in after { try store.put(b) }
-        try store.sync()
-        for b in before + after {
-            XCTAssertEqual(FileManager.default.contents(atPath: store.objectPath(sha256Hex(b))), b)
-        }
-        XCTAssertNil(store.writeFailure(among: (before + after).map(sha256Hex)))
-        XCTAssertEqual(ObjectStore.measure(root: dir).objects, 20)
-        XCTAssertEqual(store.added.objects, 20)
+    /// Objects of an earlier version (loose, `objects/ab/<sha>`) are read as they are, and gc
+    /// moves the referenced ones into packs.
+    func testLooseObjectsAreReadAndGCPacksThem() throws {
+        let b = Data("an object from before packs".utf8), sha = sha256Hex(b)
+        try FileManager.default.createDirectory(atPath: dir + "/objects/" + sha.prefix(2), withIntermediateDirectories: true)
+        try b.write(to: URL(fileURLWithPath: dir + "/objects/\(sha.prefix(2))/\(sha)"))
+        let store = try open()
+        XCTAssertTrue(store.contains(sha))
+        XCTAssertEqual(try store.read(sha, limit: 100), b)
+        let report = try store.collectGarbage(grace: 0) { [sha] }
+        XCTAssertEqual(report.objectsRemoved, 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/objects/\(sha.prefix(2))/\(sha)"))
+        XCTAssertEqual(try readerList()[sha], b.count)
+        XCTAssertEqual(try store.read(sha, limit: 100), b)
     }
 
     func testManifestReadStopsAtAPartialLastLineAndCutsItOff() throws {

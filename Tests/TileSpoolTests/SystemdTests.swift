@@ -51,13 +51,13 @@ final class SystemdTests: XCTestCase {
         /// regions left, and the output.
         func runUnit(_ setting: String) throws -> (left: [String], out: String) {
             let fx = try SpoolFixture()
-            let store = try ObjectStore(root: fx.store)
+            _ = try PackedStore(root: fx.store)
             let status = StatusWriter(layout: SpoolLayout(root: fx.spool))
             try SpoolLayout(root: fx.spool).create()
             for (id, days) in [("old", 60.0), ("young", 1.0)] {
                 let request = RegionRequest(id: id, source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]),
                                             bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 0)
-                try RegionFiles(dir: store.regionDir(id)).create(request: request)
+                try RegionFiles(dir: fx.store + "/regions/" + id).create(request: request)
                 var st = RegionStatus(id: id, state: .completed, progress: RegionProgress(), error: nil, request: request.jsonObject, context: NSNull())
                 st.stateChangedAt = Date(timeIntervalSinceNow: -days * 86400)
                 try status.write(st)
@@ -73,7 +73,7 @@ final class SystemdTests: XCTestCase {
                 XCTAssertEqual(rc, 0, "\(words.joined(separator: " ")): \(out)")
                 text += out
             }
-            let left = ["old", "young"].filter { fx.state($0) == "completed" && FileManager.default.fileExists(atPath: store.regionDir($0)) }
+            let left = ["old", "young"].filter { fx.state($0) == "completed" && FileManager.default.fileExists(atPath: fx.store + "/regions/" + $0) }
             return (left, text)
         }
         var (left, out) = try runUnit("")
@@ -157,7 +157,7 @@ final class SystemdTests: XCTestCase {
         XCTAssertEqual(mode(spool), 0o750)
         XCTAssertEqual(mode(spool + "/requests"), 0o770)
         XCTAssertEqual(mode(spool + "/control"), 0o770)
-        for p in [spool + "/status", spool + "/rejected", store, store + "/objects", store + "/regions/g"] { XCTAssertEqual(mode(p), 0o750, p) }
+        for p in [spool + "/status", spool + "/rejected", store, store + "/packs", store + "/regions/g"] { XCTAssertEqual(mode(p), 0o750, p) }
         for p in [spool + "/status/g.json", spool + "/events.jsonl", store + "/regions/g/manifest.tsv"] { XCTAssertEqual(mode(p), 0o640, p) }
     }
 }

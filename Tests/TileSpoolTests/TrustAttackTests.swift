@@ -97,7 +97,7 @@ final class TrustAttackTests: FaultServerSpoolTestCase {
         XCTAssertEqual(symlink(outside, fx.store + "/quarantine"), 0)
         let sha = try XCTUnwrap(fx.manifest("q").first { $0.sha != "-" }?.sha)
         try Data("IMPORTANT".utf8).write(to: URL(fileURLWithPath: outside + "/" + sha))
-        try Data("damaged".utf8).write(to: URL(fileURLWithPath: fx.objectPath(sha)))
+        XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "corrupt", fx.store, sha]).0, 0)
         let (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
         XCTAssertEqual(try String(contentsOfFile: outside + "/" + sha, encoding: .utf8), "IMPORTANT")
@@ -107,7 +107,7 @@ final class TrustAttackTests: FaultServerSpoolTestCase {
         let other = String(repeating: "ab", count: 32)
         try Data("EVIL".utf8).write(to: URL(fileURLWithPath: fx.store + "/tmp/gc-" + other))
         _ = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
-        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.objectPath(other)))
+        XCTAssertNil(fx.storeObjects()[other])
     }
 
     /// `export --source` is a source name, never a path.

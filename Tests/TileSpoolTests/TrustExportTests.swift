@@ -277,7 +277,7 @@ final class TrustExportTests: XCTestCase {
             return e?["state"] as? String == "written" && e?["pack"] as? String != before["pack"] as? String
         }
         let path = fx.spool + "/exports/toner.mbtiles"
-        let donorBytes = try Data(contentsOf: URL(fileURLWithPath: fx.objectPath(donor[1])))
+        let donorBytes = try XCTUnwrap(fx.objectData(donor[1]))
         // MBTiles rows are TMS: tile 2/0/0 is row 3.
         XCTAssertEqual(try sqlite(path, "SELECT hex(tile_data) FROM tiles WHERE zoom_level = 2 AND tile_column = 0 AND tile_row = 3"),
                        donorBytes.map { String(format: "%02X", $0) }.joined())

@@ -48,7 +48,8 @@ final class TrustStoreTests: XCTestCase {
         let body = Data("a body the refresh recorded".utf8)
         let sha = sha256Hex(body)
         try FileManager.default.createDirectory(atPath: fx.store + "/objects/" + sha.prefix(2), withIntermediateDirectories: true)
-        try (body + Data("DAMAGE".utf8)).write(to: URL(fileURLWithPath: fx.objectPath(sha)))
+        // A loose object (as an earlier version stored them), damaged.
+        try (body + Data("DAMAGE".utf8)).write(to: URL(fileURLWithPath: fx.loosePath(sha)))
         let lines = try String(contentsOfFile: dir + "/manifest.tsv", encoding: .utf8).split(separator: "\n").map(String.init)
         let refreshed = lines.map { l -> String in
             guard l.contains("\ttiles0/2/1/1\t") else { return l }

@@ -30,12 +30,12 @@ final class VerifyTests: XCTestCase {
         let lines = fx.manifest("toner")
         let damaged = lines[10], deleted = lines.first { $0.sha != damaged.sha && $0.key.hasPrefix("tiles0/3/") }!
         let usingDamaged = lines.filter { $0.sha == damaged.sha || $0.sha == deleted.sha }.count
-        try Data("not a png".utf8).write(to: URL(fileURLWithPath: fx.objectPath(damaged.sha)))
-        try FileManager.default.removeItem(atPath: fx.objectPath(deleted.sha))
+        XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "corrupt", fx.store, damaged.sha]).0, 0)
+        XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "drop", fx.store, deleted.sha]).0, 0)
         XCTAssertTrue(FileManager.default.createFile(atPath: fx.store + "/tmp/leftover.tmp", contents: Data("x".utf8)))
         (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
-        XCTAssertTrue(out.contains("bad object (content does not hash to its name): objects/\(damaged.sha.prefix(2))/\(damaged.sha)"), out)
+        XCTAssertTrue(out.contains("bad object (content does not hash to its name): packs/") && out.contains(": \(damaged.sha)"), out)
         XCTAssertTrue(out.contains("missing object: toner: \(deleted.key)"), out)
         XCTAssertTrue(out.contains("temp file left over: tmp/leftover.tmp"), out)
 
@@ -45,8 +45,10 @@ final class VerifyTests: XCTestCase {
         XCTAssertTrue(out.contains("needs the daemon stopped"), out)
         fx.stop()
         (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
-        XCTAssertTrue(out.contains("quarantined 1 objects"), out)
-        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.store + "/quarantine/" + damaged.sha))
+        XCTAssertTrue(out.contains("quarantined 1 files"), out)
+        XCTAssertEqual((try FileManager.default.contentsOfDirectory(atPath: fx.store + "/quarantine")).count, 1, "the damaged pack")
+        XCTAssertNil(fx.storeObjects()[damaged.sha])
+        XCTAssertEqual(fx.storeFaults(), "")
         XCTAssertEqual(fx.state("toner"), "failed")
         XCTAssertEqual(fx.errorCode("toner"), "storeDamaged")
         XCTAssertEqual(fx.manifest("toner").count, 85 - usingDamaged)
@@ -117,9 +119,10 @@ final class SecretsAndConfinementTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: outside, encoding: .utf8), "keep", "the symlink's target was written")
         func mode(_ p: String) -> Int { ((try? FileManager.default.attributesOfItem(atPath: p))?[.posixPermissions] as? NSNumber)?.intValue ?? -1 }
         let sha = fx.manifest("u").first { $0.sha != "-" }!.sha
-        XCTAssertEqual(mode(fx.objectPath(sha)), 0o640)
+        let pack = try XCTUnwrap(fx.storeObjects()[sha]?.place)
+        XCTAssertEqual(mode(fx.store + "/packs/\(pack.prefix(2))/\(pack).pack"), 0o640)
         XCTAssertEqual(mode(fx.spool + "/status/u.json"), 0o640)
         XCTAssertEqual(mode(fx.store + "/regions/u/manifest.tsv"), 0o640)
-        XCTAssertEqual(mode(fx.store + "/objects"), 0o750)
+        XCTAssertEqual(mode(fx.store + "/packs"), 0o750)
     }
 }

@@ -1,0 +1,259 @@
+// The pieces of the repository below its protocol: a pack being written (`PackWriter`), an index
+// file opened for look-ups (`IndexFile`) and the Bloom filter in front of them (`DigestBloom`).
+// Formats: `PackFormat`, `IndexFormat` (TileSpoolCore), docs/store.md.
+import CLinux
+import Foundation
+import Glibc
+import TileSpoolCore
+
+/// A pack being written to a local file (`<scratch>/<pid>-<n>.partial`): records are appended
+/// through a 1 MiB buffer, and the SHA-256 of every byte written is kept as it goes, so that
+/// sealing costs a footer, an fsync and no second pass. Its file operations are serialised by its
+/// own lock (the loop appends, the writer thread seals, a reader may read a record meanwhile).
+final class PackWriter: @unchecked Sendable {
+    private let io = NSLock()
+    let path: String
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+    private let hash = SHA256.Stream()
+    /// Bytes handed to `append` (records and the magic), whether or not written yet.
+    private(set) var appended: Int
+    /// Bytes written to the file.
+    private(set) var written = 0
+    private(set) var entries: [PackFormat.Entry] = []
+    /// Where each digest's record is in `entries`.
+    private(set) var positions: [Digest: Int] = [:]
+    /// Bytes of bodies held.
+    private(set) var bodyBytes = 0
+    /// What the repository counted for this pack in its usage before it is sealed (bytes).
+    var estimate = 0
+    /// When the writer was made (seconds since 1970): the pack's `created` time.
+    let created = UInt64(Date().timeIntervalSince1970)
+
+    /// Makes `<dir>/<name>` (which must not exist).
+    /// - Throws: `SystemError`.
+    init(dir: Directory, name: String) throws(SystemError) {
+        path = dir.display(name)
+        fd = try dir.createFile(name, mode: 0o666, readable: true)
+        buffer.reserveCapacity(1 << 20)
+        buffer += PackFormat.magic
+        appended = PackFormat.magic.count
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// Appends the record of `body` (named `digest`); written to the file once the buffer is full.
+    /// - Throws: `SystemError` when a write fails (the pack is then unusable).
+    func append(_ digest: Digest, _ body: UnsafeRawBufferPointer) throws(SystemError) {
+        io.lock(); defer { io.unlock() }
+        positions[digest] = entries.count
+        entries.append(PackFormat.Entry(digest: digest, offset: UInt64(appended), length: UInt32(body.count)))
+        buffer += PackFormat.header(digest, length: body.count)
+        buffer.append(contentsOf: body)
+        appended += PackFormat.headerSize + body.count
+        bodyBytes += body.count
+        if buffer.count >= 1 << 20 { try flushLocked() }
+    }
+
+    /// Writes what the buffer holds.
+    func flush() throws(SystemError) {
+        io.lock(); defer { io.unlock() }
+        try flushLocked()
+    }
+
+    private func flushLocked() throws(SystemError) {
+        guard !buffer.isEmpty else { return }
+        let r: Result<Void, SystemError> = buffer.withUnsafeBytes { raw in
+            hash.update(raw)
+            do throws(SystemError) { try Files.writeAll(fd, raw, path: path); return .success(()) } catch { return .failure(error) }
+        }
+        try r.get()
+        written += buffer.count
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    /// The body of a record of this pack, read back from the file (flushed first).
+    func read(_ digest: Digest) throws(SystemError) -> Data? {
+        io.lock(); defer { io.unlock() }
+        guard let i = positions[digest] else { return nil }
+        try flushLocked()
+        let e = entries[i]
+        var data = Data(count: Int(e.length))
+        let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(e.length), off_t(e.body.lowerBound)) }
+        guard n == Int(e.length) else { throw SystemError("read", path, errno: n < 0 ? CLinux.tilespool_errno() : EIO) }
+        return data
+    }
+
+    /// Writes the end, flushes and fsyncs the file.
+    /// - Returns: the pack's name: the SHA-256 of its bytes.
+    /// - Throws: `SystemError`.
+    func finish() throws(SystemError) -> Digest {
+        io.lock(); defer { io.unlock() }
+        buffer += PackFormat.footer(count: entries.count)
+        appended += PackFormat.footerSize
+        try flushLocked()
+        try Files.fsync(fd, path: path)
+        return Digest(bytes: hash.finish())
+    }
+}
+
+/// An index file opened for look-ups: its fan-out and pack table in memory, one sample of every
+/// `sampleEvery` entries (the first 16 bytes of its digest), and the entries themselves read with
+/// `pread` a window at a time: a look-up is a binary search in memory and one read of at most
+/// `sampleEvery` entries. Memory: about 16 bytes per `sampleEvery` objects.
+final class IndexFile: @unchecked Sendable {
+    static let sampleEvery = 128
+    /// The file's name in the backend (`index/<64 hex>.idx`) and its digest.
+    let name: String
+    let digest: Digest
+    let path: String
+    private let fd: Int32
+    let fanout: [UInt32]
+    let packs: [IndexFormat.Pack]
+    let entriesOffset: Int
+    var count: Int { Int(fanout[255]) }
+    private let samples: [(UInt64, UInt64)]
+
+    /// Opens the index file at local `path`, checks it (its name is the SHA-256 of its bytes
+    /// but the last 32, which hold that digest too), and samples it. `each` is called with every
+    /// entry (for the Bloom filter).
+    /// - Throws: `SystemError`, or EINVAL for a file that is not a valid index.
+    init(name: String, digest: Digest, path: String, each: (IndexFormat.Entry, IndexFormat.Pack) -> Void) throws(SystemError) {
+        self.name = name; self.digest = digest; self.path = path
+        let f = try Files.open(path, O_RDONLY | O_NOFOLLOW)
+        do throws(SystemError) {
+            let p = try IndexFile.parse(fd: f, path: path, digest: digest, each: each)
+            fd = f; fanout = p.fanout; packs = p.packs; entriesOffset = p.entriesOffset; samples = p.samples
+        } catch {
+            Glibc.close(f)
+            throw error
+        }
+    }
+
+    /// Reads and checks an index file (see `init`).
+    private static func parse(fd: Int32, path: String, digest: Digest, each: (IndexFormat.Entry, IndexFormat.Pack) -> Void) throws(SystemError)
+        -> (fanout: [UInt32], packs: [IndexFormat.Pack], entriesOffset: Int, samples: [(UInt64, UInt64)]) {
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+        let size = Int(st.st_size)
+        let bad = SystemError("read index", path, errno: EINVAL)
+        guard size >= IndexFormat.packTableOffset + 4 + 32 else { throw bad }
+        var head = [UInt8](repeating: 0, count: IndexFormat.packTableOffset + 4)
+        guard pread(fd, &head, head.count, 0) == head.count, let fanout = IndexFormat.fanout(head) else { throw bad }
+        let packCount = head.withUnsafeBytes { Int(LE.get($0, IndexFormat.packTableOffset, as: UInt32.self)) }
+        guard packCount < 1 << 24 else { throw bad }
+        var table = [UInt8](repeating: 0, count: packCount * 40)
+        guard pread(fd, &table, table.count, off_t(IndexFormat.packTableOffset + 4)) == table.count,
+              let packs = IndexFormat.packs(table, count: packCount) else { throw bad }
+        let entriesOffset = IndexFormat.entriesOffset(packs: packCount)
+        let count = Int(fanout[255])
+        guard size == entriesOffset + count * IndexFormat.entrySize + 32 else { throw bad }
+        // One pass: the digest of the whole (it must be the name), the samples, `each`.
+        let check = SHA256.Stream()
+        head.withUnsafeBytes { check.update($0) }
+        table.withUnsafeBytes { check.update($0) }
+        let perBlock = 8192
+        var block = [UInt8](repeating: 0, count: perBlock * IndexFormat.entrySize)
+        var i = 0
+        var samples: [(UInt64, UInt64)] = []
+        samples.reserveCapacity(count / IndexFile.sampleEvery + 1)
+        var previous: Digest?
+        var ordered = true
+        while i < count {
+            let n = min(perBlock, count - i)
+            let want = n * IndexFormat.entrySize
+            guard pread(fd, &block, want, off_t(entriesOffset + i * IndexFormat.entrySize)) == want else { throw bad }
+            block.withUnsafeBytes { raw in
+                check.update(UnsafeRawBufferPointer(rebasing: raw[0..<want]))
+                for k in 0..<n {
+                    let e = IndexFormat.entry(raw, k)
+                    if let p = previous, e.digest < p { ordered = false }
+                    previous = e.digest
+                    if (i + k) % IndexFile.sampleEvery == 0 { samples.append((e.digest.a, e.digest.b)) }
+                    if Int(e.pack) < packs.count { each(e, packs[Int(e.pack)]) } else { ordered = false }
+                }
+            }
+            i += n
+        }
+        var tail = [UInt8](repeating: 0, count: 32)
+        guard ordered, pread(fd, &tail, 32, off_t(size - 32)) == 32, check.finish() == tail, Digest(bytes: tail) == digest else { throw bad }
+        return (fanout, packs, entriesOffset, samples)
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// The entries of `digest` in this file (usually one; the same object may sit in two packs).
+    func lookup(_ digest: Digest) -> [IndexFormat.Entry] {
+        let b = digest.firstByte
+        var lo = b == 0 ? 0 : Int(fanout[b - 1]), hi = Int(fanout[b])
+        guard lo < hi else { return [] }
+        // Narrow [lo, hi) with the samples (sample s is entry s * sampleEvery): from the last
+        // sample below the key (entries before it are smaller) to the first sample above it.
+        let key = (digest.a, digest.b), every = IndexFile.sampleEvery
+        var l = 0, h = samples.count
+        while l < h { let m = (l + h) / 2; if samples[m] < key { l = m + 1 } else { h = m } }
+        if l > 0 { lo = max(lo, (l - 1) * every) }
+        h = samples.count
+        while l < h { let m = (l + h) / 2; if samples[m] <= key { l = m + 1 } else { h = m } }
+        if l < samples.count { hi = min(hi, l * every) }
+        guard lo < hi else { return [] }
+        let n = hi - lo
+        var window = [UInt8](repeating: 0, count: n * IndexFormat.entrySize)
+        guard pread(fd, &window, window.count, off_t(entriesOffset + lo * IndexFormat.entrySize)) == window.count else { return [] }
+        return window.withUnsafeBytes { raw -> [IndexFormat.Entry] in
+            // The first entry >= digest, then every equal one.
+            var l = 0, h = n
+            while l < h { let m = (l + h) / 2; if IndexFormat.entry(raw, m).digest < digest { l = m + 1 } else { h = m } }
+            var out: [IndexFormat.Entry] = []
+            while l < n, case let e = IndexFormat.entry(raw, l), e.digest == digest { out.append(e); l += 1 }
+            return out
+        }
+    }
+
+    /// Calls `body` with every entry, in digest order (read in blocks).
+    func forEach(_ body: (IndexFormat.Entry) throws -> Void) throws {
+        let perBlock = 8192
+        var block = [UInt8](repeating: 0, count: perBlock * IndexFormat.entrySize)
+        var i = 0
+        while i < count {
+            let n = min(perBlock, count - i)
+            let want = n * IndexFormat.entrySize
+            guard pread(fd, &block, want, off_t(entriesOffset + i * IndexFormat.entrySize)) == want else { throw SystemError("read", path, errno: EIO) }
+            try block.withUnsafeBytes { raw in for k in 0..<n { try body(IndexFormat.entry(raw, k)) } }
+            i += n
+        }
+    }
+}
+
+/// A Bloom filter over digests (Bloom 1970; k bit positions from two of the digest's words, as in
+/// Kirsch and Mitzenmacher 2006): "certainly absent" costs no read, which is most puts of a first
+/// download. About 10 bits per object, 7 positions: under 1% false positives.
+struct DigestBloom {
+    private(set) var bits: [UInt64]
+    private(set) var capacity: Int
+    private(set) var count = 0
+    static let k = 7
+
+    /// A filter for `capacity` objects (at least 65,536).
+    init(capacity: Int) {
+        self.capacity = max(capacity, 1 << 16)
+        bits = [UInt64](repeating: 0, count: (self.capacity * 10 + 63) / 64)
+    }
+
+    private func positions(_ d: Digest) -> [Int] {
+        let m = UInt64(bits.count * 64)
+        return (0..<DigestBloom.k).map { i in Int((d.c &+ UInt64(i) &* (d.d | 1)) % m) }
+    }
+
+    mutating func insert(_ d: Digest) {
+        for p in positions(d) { bits[p >> 6] |= 1 << UInt64(p & 63) }
+        count += 1
+    }
+
+    func mayContain(_ d: Digest) -> Bool {
+        positions(d).allSatisfy { bits[$0 >> 6] & (1 << UInt64($0 & 63)) != 0 }
+    }
+
+    /// True when it holds more than twice what it was sized for (time to rebuild it larger).
+    var isOverfull: Bool { count > 2 * capacity }
+}

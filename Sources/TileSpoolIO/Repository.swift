@@ -1,0 +1,505 @@
+// The store, written once over a `Backend` (issue 30; docs/store.md): objects appended to packs,
+// a store-wide index of where each object is, and the recorder's order "object durable, then
+// index, then manifest line".
+//
+//     packs/<2 hex>/<64 hex>.pack   objects, packed (`PackFormat`); named by the SHA-256 of the file
+//     index/<64 hex>.idx            where objects are (`IndexFormat`); named by its own SHA-256
+//     objects/<2 hex>/<64 hex>      loose objects of earlier versions: read as they are; gc packs them
+//     regions/<id>/...              the regions' files (request, plan, manifest, refresh)
+//
+// `put` appends a new body's record to the open pack, a local file in the scratch folder, on the
+// caller's thread (the event loop; 1 MiB writes). `sync` seals it: the end written, fsynced, saved
+// into the backend (a rename on disk, a PUT in a bucket), then its index file saved: only then may
+// a manifest line name its objects. After a kill -9 the open pack, still in the page cache, is
+// read back at the next start: every whole record whose body hashes to its name is kept.
+import Foundation
+import Glibc
+import TileSpoolCore
+
+/// The objects of a store: packs and the index over a backend.
+public final class Repository: @unchecked Sendable {
+    public let backend: any Backend
+    /// A local folder for packs being written and (for a remote backend) copies of index files.
+    public let scratch: String
+    /// A new object is written again, rather than found, when its only copies are in packs older
+    /// than this (seconds): so a pack old enough for gc to remove (its grace period, at least
+    /// twice this) is never one a download has just decided to rely on (docs/store.md, gc).
+    public static let reuseAge = 1800.0
+    /// A pack is sealed at the next `sync` anyway, and at once when it passes this size (bytes).
+    public static let targetPackSize = 64 << 20
+    /// Index files kept before the smaller ones are merged into one.
+    public static let maxIndexFiles = 8
+
+    private let lock = NSLock()
+    private var open: PackWriter?
+    private var packCounter = 0
+    /// Packs being sealed: still found by look-ups while they are saved.
+    private var sealing: [PackWriter] = []
+    private var indexes: [IndexFile] = []
+    private var bloom = DigestBloom(capacity: 1 << 16)
+    /// Objects whose last write failed (their pack could not be saved), with the failure.
+    private var failures: [Digest: Error] = [:]
+    /// A name for a new open pack no earlier run used: `<pid>-<random>-<n>.partial` (a pid comes
+    /// back after a restart; the random part does not).
+    private func partialName() -> String { "\(getpid())-\(runTag)-\(packCounter).partial" }
+    private let runTag = String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    /// Journal tickets: record bytes appended to open packs since the store was opened.
+    private var appendedTotal = 0
+    private var scratchDir: Directory
+    /// Index files copied from a remote backend.
+    private var cacheDir: Directory?
+    /// What this process added to the store since it opened it: objects put, bytes of the pack
+    /// and index files it saved (exact), and the bytes the packs being written will take
+    /// (records, and for each object its index entry and each pack its fixed parts: an estimate,
+    /// replaced by the exact sizes once sealed). `usage` is the last count plus what was added since.
+    private var addedObjects = 0
+    private var savedBytes = 0
+    private var pendingBytes = 0
+    /// Per index entry, and per pack and its index file (magic, end, header, fan-out, digest).
+    static let entryOverhead = PackFormat.headerSize + IndexFormat.entrySize
+    static let packOverhead = PackFormat.magic.count + PackFormat.footerSize + IndexFormat.packTableOffset + 4 + 40 + 32
+    private var usageBase: (objects: Int, bytes: Int)?
+    private var addedAtBase = (objects: 0, bytes: 0)
+    private var lastCount: Double?
+    /// The quota: `put` refuses a new object that would take `usage` past it.
+    public var maxBytes: Int?
+    /// The shortest time between two counts of the store that a refusal for the quota makes
+    /// (seconds): a count lists every pack.
+    public static let quotaRecountInterval = 2.0
+
+    /// True once the index files were read (at the first use: a bucket that cannot be reached
+    /// does not keep a daemon from starting; the first put or read says why instead).
+    private var loaded = false
+
+    /// Opens the repository on `backend`, with `scratch` (created when missing) for packs being
+    /// written. Nothing is read from the backend until it is used.
+    /// - Throws: `SystemError` when the scratch folder cannot be made.
+    public init(backend: any Backend, scratch: String) throws {
+        self.backend = backend
+        self.scratch = scratch
+        try Files.makeDirectories(scratch)
+        scratchDir = try Directory(path: scratch, followFinal: false)
+        if !(backend is LocalBackend) { cacheDir = try scratchDir.subdirectory("index-cache", create: true) }
+    }
+
+    /// Reads the index files when they have not been read yet.
+    /// - Throws: the backend's error (tried again at the next call).
+    func ensureLoaded() throws {
+        lock.lock(); let done = loaded; lock.unlock()
+        if !done { try reloadIndexes() }
+    }
+
+    // MARK: - The index
+
+    /// The backend name of a pack and of an index file.
+    public static func packName(_ d: Digest) -> String { "packs/\(d.hex.prefix(2))/\(d.hex).pack" }
+    public static func indexName(_ d: Digest) -> String { "index/\(d.hex).idx" }
+    /// The loose object of earlier versions.
+    public static func looseName(_ sha: String) -> String { "objects/\(sha.prefix(2))/\(sha)" }
+
+    /// The local path of index file `name` (a copy fetched once for a remote backend).
+    private func localIndexPath(_ name: String, digest: Digest) throws -> String {
+        if let local = backend as? LocalBackend { return local.root + "/" + name }
+        guard let cache = cacheDir else { throw SystemError("open", scratch, errno: EINVAL) }
+        let file = digest.hex + ".idx"
+        if cache.entryType(file) != .regular {
+            guard let data = try backend.load(name) else { throw SystemError("load", name, errno: ENOENT) }
+            try cache.writeAtomically(data, to: file)
+        }
+        return cache.display(file)
+    }
+
+    /// Reads the list of index files again and opens the new ones (newest packs first), and
+    /// forgets those gone (gc replaced them); the Bloom filter is rebuilt.
+    /// - Throws: the backend's error when the index cannot be listed.
+    public func reloadIndexes() throws {
+        let listed = try backend.list(prefix: "index/").filter { $0.name.hasSuffix(".idx") }
+        var kept: [IndexFile] = []
+        var bloom = DigestBloom(capacity: 2 * listed.reduce(0) { $0 + max(0, ($1.size - 1100) / IndexFormat.entrySize) })
+        lock.lock(); let known = Dictionary(indexes.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }); lock.unlock()
+        for f in listed {
+            guard let digest = Digest(hex: String(f.name.dropFirst("index/".count).dropLast(4))) else { continue }
+            if let old = known[f.name] {
+                try old.forEach { bloom.insert($0.digest) }
+                kept.append(old)
+                continue
+            }
+            let path = try localIndexPath(f.name, digest: digest)
+            do {
+                kept.append(try IndexFile(name: f.name, digest: digest, path: path) { e, _ in bloom.insert(e.digest) })
+            } catch {
+                Log.error("index file \(f.name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
+            }
+        }
+        kept.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
+        lock.lock(); indexes = kept; self.bloom = bloom; loaded = true; lock.unlock()
+    }
+
+    /// Where `digest` is in a sealed pack: the newest copy (or, with `youngerThan`, only a copy in
+    /// a pack created after that time). Lock held.
+    private func lookupLocked(_ digest: Digest, youngerThan: Double? = nil) -> (pack: IndexFormat.Pack, entry: IndexFormat.Entry)? {
+        guard bloom.mayContain(digest) else { return nil }
+        var best: (IndexFormat.Pack, IndexFormat.Entry)?
+        for idx in indexes {
+            for e in idx.lookup(digest) {
+                let p = idx.packs[Int(e.pack)]
+                if let t = youngerThan, Double(p.created) < t { continue }
+                if best == nil || p.created > best!.0.created { best = (p, e) }
+            }
+        }
+        return best
+    }
+
+    // MARK: - Writing
+
+    /// Hashes `data` and, unless the store holds it (in a pack younger than `reuseAge`, in the
+    /// open pack, or in one being sealed), appends it to the open pack.
+    /// - Returns: the hex SHA-256 and whether it was appended.
+    /// - Throws: `SystemError` "quota" (EDQUOT) when a new object would pass `maxBytes`;
+    ///   `SystemError` when the open pack cannot be written (ENOSPC...).
+    @discardableResult
+    public func put(_ data: Data) throws -> (sha256: String, isNew: Bool) {
+        try ensureLoaded()
+        return try data.withUnsafeBytes { raw throws -> (sha256: String, isNew: Bool) in
+            let digest = Digest(bytes: SHA256.bytes(raw))
+            let hex = digest.hex
+            lock.lock(); defer { lock.unlock() }
+            if open?.positions[digest] != nil || sealing.contains(where: { $0.positions[digest] != nil }) { return (hex, false) }
+            if lookupLocked(digest, youngerThan: Date().timeIntervalSince1970 - Repository.reuseAge) != nil { return (hex, false) }
+            let cost = data.count + Repository.entryOverhead + (open == nil ? Repository.packOverhead : 0)
+            if let m = maxBytes, let u = usageLocked(), u.bytes + cost > m {
+                lock.unlock()
+                let recounted = recountForQuota()
+                lock.lock()
+                guard recounted, let fresh = usageLocked(), fresh.bytes + cost <= m else {
+                    throw SystemError("quota", backend.location, errno: EDQUOT)
+                }
+            }
+            if open == nil {
+                packCounter += 1
+                open = try PackWriter(dir: scratchDir, name: partialName())
+            }
+            try open!.append(digest, raw)
+            appendedTotal += PackFormat.headerSize + raw.count
+            addedObjects += 1
+            pendingBytes += cost
+            open!.estimate += cost
+            return (hex, true)
+        }
+    }
+
+    /// The journal's tickets (`TileStore`): record bytes appended so far, and of those, written to
+    /// the open pack's file (in the page cache: a kill -9 keeps them); the rest waits in its buffer.
+    public var writesQueued: Int { lock.lock(); defer { lock.unlock() }; return appendedTotal }
+    public var writesDone: Int {
+        lock.lock(); defer { lock.unlock() }
+        guard let o = open else { return appendedTotal }
+        return appendedTotal - (o.appended - o.written)
+    }
+
+    /// Writes what the open pack's buffer holds, so that every ticket handed out is done.
+    public func flushOpenPack() {
+        lock.lock(); defer { lock.unlock() }
+        guard let o = open else { return }
+        do { try o.flush() } catch { Log.error("cannot write the open pack \(o.path): \(error)") }
+    }
+
+    /// Seals the open pack: its end written and fsynced, saved into the backend, its index file
+    /// saved; only then are its objects durable. Safe on any thread (one sync at a time).
+    /// - Throws: `SystemError` or the backend's error; the pack's objects are then recorded as
+    ///   failed (`writeFailure`), and later puts write them again.
+    public func sync() throws {
+        lock.lock()
+        guard let pack = open, !pack.entries.isEmpty else { lock.unlock(); return }
+        open = nil
+        sealing.append(pack)
+        lock.unlock()
+        do {
+            try seal(pack)
+        } catch {
+            lock.lock()
+            for e in pack.entries { failures[e.digest] = error }
+            sealing.removeAll { $0 === pack }
+            pendingBytes -= pack.estimate
+            addedObjects -= pack.entries.count
+            lock.unlock()
+            Files.remove(pack.path)
+            throw error
+        }
+    }
+
+    /// Writes the pack's end, saves it, then its index file, and makes both found.
+    private func seal(_ pack: PackWriter) throws {
+        let digest = try pack.finish()
+        _ = try backend.save(Repository.packName(digest), fromFile: pack.path, ifAbsent: true)
+        let created = pack.created
+        let entries = pack.entries.map { IndexFormat.Entry(digest: $0.digest, pack: 0, offset: $0.offset, length: $0.length) }
+        let idx = try saveIndex(packs: [IndexFormat.Pack(digest: digest, created: created)], entries: entries)
+        let indexSize = IndexFormat.entriesOffset(packs: 1) + entries.count * IndexFormat.entrySize + 32
+        lock.lock()
+        pendingBytes -= pack.estimate
+        savedBytes += pack.appended + indexSize
+        indexes.insert(idx, at: 0)
+        for e in entries { bloom.insert(e.digest); failures.removeValue(forKey: e.digest) }
+        sealing.removeAll { $0 === pack }
+        let rebuild = bloom.isOverfull
+        lock.unlock()
+        if rebuild { try reloadIndexes() }
+        try mergeIndexesIfMany()
+    }
+
+    /// Writes an index file for `entries` (sorted here), saves it and opens it.
+    private func saveIndex(packs: [IndexFormat.Pack], entries: [IndexFormat.Entry]) throws -> IndexFile {
+        var body = IndexFormat.body(packs: packs, entries: entries)
+        let digest = body.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) }
+        body += digest.bytes
+        let name = Repository.indexName(digest)
+        _ = try backend.save(name, Data(body), ifAbsent: true)
+        return try IndexFile(name: name, digest: digest, path: try localIndexPath(name, digest: digest)) { _, _ in }
+    }
+
+    /// Saves an index file for `entries` (sorted here); its backend name. Not opened here: the
+    /// caller reads the index again (`reloadIndexes`).
+    @discardableResult
+    func saveIndexFile(packs: [IndexFormat.Pack], entries: [IndexFormat.Entry]) throws -> String {
+        var body = IndexFormat.body(packs: packs, entries: entries)
+        let digest = body.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) }
+        body += digest.bytes
+        let name = Repository.indexName(digest)
+        _ = try backend.save(name, Data(body), ifAbsent: true)
+        return name
+    }
+
+    /// Saves a pack `w` finished (named `digest`) and an index file for it (gc's and repair's
+    /// packs: durable and found before anything they replace is removed).
+    func savePack(digest: Digest, from w: PackWriter) throws {
+        _ = try backend.save(Repository.packName(digest), fromFile: w.path, ifAbsent: true)
+        let entries = w.entries.map { IndexFormat.Entry(digest: $0.digest, pack: 0, offset: $0.offset, length: $0.length) }
+        try saveIndexFile(packs: [IndexFormat.Pack(digest: digest, created: w.created)], entries: entries)
+    }
+
+    /// Merges index files when there are more than `maxIndexFiles`: the smaller half into one
+    /// (size-tiered, so each entry is rewritten a few times over the store's life, not each time).
+    func mergeIndexesIfMany() throws {
+        lock.lock(); let current = indexes; lock.unlock()
+        guard current.count > Repository.maxIndexFiles else { return }
+        let small = Array(current.sorted { $0.count < $1.count }.prefix(current.count / 2 + 1))
+        try merge(small)
+    }
+
+    /// Writes one index file listing every entry of `files`, then removes them.
+    func merge(_ files: [IndexFile]) throws {
+        var packs: [IndexFormat.Pack] = []
+        var number: [Digest: UInt32] = [:]
+        var entries: [IndexFormat.Entry] = []
+        for f in files {
+            try f.forEach { e in
+                let p = f.packs[Int(e.pack)]
+                let n: UInt32
+                if let k = number[p.digest] { n = k } else { n = UInt32(packs.count); number[p.digest] = n; packs.append(p) }
+                entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))
+            }
+        }
+        let merged = try saveIndex(packs: packs, entries: entries)
+        lock.lock()
+        indexes.removeAll { old in files.contains { $0 === old } }
+        indexes.insert(merged, at: 0)
+        lock.unlock()
+        for f in files where f.name != merged.name { try? backend.remove(f.name); cacheDir?.remove(f.digest.hex + ".idx") }
+    }
+
+    /// After a `sync`: the failure of one of `sha256s` whose pack could not be saved, or nil.
+    public func writeFailure(among sha256s: [String]) -> Error? {
+        lock.lock(); defer { lock.unlock() }
+        if failures.isEmpty { return nil }
+        for s in sha256s { if let d = Digest(hex: s), let f = failures[d] { return f } }
+        return nil
+    }
+
+    // MARK: - Reading
+
+    /// The bytes of object `sha256`: from the open or a sealing pack, a sealed pack (the index
+    /// read again once if the pack is gone: gc may have repacked it), or a loose object.
+    /// - Throws: `SystemError` ENOENT when the store does not hold it; the backend's error.
+    public func read(_ sha256: String, limit: Int) throws -> Data {
+        guard let digest = Digest(hex: sha256) else { throw SystemError("read", sha256, errno: EINVAL) }
+        try ensureLoaded()
+        for attempt in 0..<2 {
+            lock.lock()
+            if let w = ([open].compactMap { $0 } + sealing).first(where: { $0.positions[digest] != nil }) {
+                defer { lock.unlock() }
+                if let d = try w.read(digest) { return d }
+            }
+            let found = lookupLocked(digest)
+            lock.unlock()
+            if let (pack, e) = found {
+                guard Int(e.length) <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
+                if let d = try backend.load(Repository.packName(pack.digest), range: PackFormat.Entry(digest: e.digest, offset: e.offset, length: e.length).body) {
+                    return d
+                }
+                if attempt == 0 { try reloadIndexes(); continue }
+            }
+            break
+        }
+        if let d = try backend.load(Repository.looseName(sha256)) {
+            guard d.count <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
+            return d
+        }
+        throw SystemError("read", "object \(sha256)", errno: ENOENT)
+    }
+
+    /// True when the store holds object `sha256` (a pack, the open one, or a loose file).
+    public func contains(_ sha256: String) -> Bool {
+        guard let digest = Digest(hex: sha256) else { return false }
+        if (try? ensureLoaded()) == nil { return false }
+        lock.lock()
+        let here = open?.positions[digest] != nil || sealing.contains { $0.positions[digest] != nil } || lookupLocked(digest) != nil
+        lock.unlock()
+        if here { return true }
+        return (try? backend.stat(Repository.looseName(sha256))) != nil
+    }
+
+    /// Every object of the index, by digest: (pack, entry); for gc and verify.
+    func allEntries(_ body: (IndexFormat.Pack, IndexFormat.Entry) throws -> Void) throws {
+        try ensureLoaded()
+        lock.lock(); let current = indexes; lock.unlock()
+        for idx in current { try idx.forEach { try body(idx.packs[Int($0.pack)], $0) } }
+    }
+
+    // MARK: - Usage
+
+    /// Objects and bytes (packs, index files and loose objects) counted by listing the backend.
+    public func measure() -> (objects: Int, bytes: Int)? {
+        guard (try? ensureLoaded()) != nil, let packs = try? backend.list(prefix: "packs/"), let idx = try? backend.list(prefix: "index/"),
+              let loose = try? backend.list(prefix: "objects/") else { return nil }
+        lock.lock(); let objects = indexes.reduce(0) { $0 + $1.count }; lock.unlock()
+        return (objects + loose.count, (packs + idx + loose).reduce(0) { $0 + $1.size })
+    }
+
+    public var added: (objects: Int, bytes: Int) { lock.lock(); defer { lock.unlock() }; return addedLocked() }
+    private func addedLocked() -> (objects: Int, bytes: Int) { (addedObjects, savedBytes + pendingBytes) }
+
+    private func usageLocked() -> (objects: Int, bytes: Int)? {
+        guard let b = usageBase else { return nil }
+        let a = addedLocked()
+        return (b.objects + a.objects - addedAtBase.objects, b.bytes + a.bytes - addedAtBase.bytes)
+    }
+    public var usage: (objects: Int, bytes: Int)? { lock.lock(); defer { lock.unlock() }; return usageLocked() }
+
+    /// Sets `usage` from a `measure` that started when `added` was `addedAtStart`.
+    public func setUsage(_ measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int)) {
+        lock.lock(); defer { lock.unlock() }
+        usageBase = measured
+        addedAtBase = addedAtStart
+        var ts = timespec(); clock_gettime(CLOCK_MONOTONIC, &ts)
+        lastCount = Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// The next refusal for the quota counts the store again first.
+    public func recountBeforeNextRefusal() { lock.lock(); lastCount = nil; lock.unlock() }
+
+    private func recountForQuota() -> Bool {
+        var ts = timespec(); clock_gettime(CLOCK_MONOTONIC, &ts)
+        let now = Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+        lock.lock(); let last = lastCount; lock.unlock()
+        if let last, now - last < Repository.quotaRecountInterval { return false }
+        let start = added
+        guard let m = measure() else { return false }
+        setUsage(m, addedAtStart: start)
+        return true
+    }
+
+    // MARK: - Recovery
+
+    /// What an earlier run left half done: open packs in the scratch folder (a kill -9) are read
+    /// back, every whole record whose body hashes to its name kept, and sealed into a pack; packs
+    /// no index file lists (a crash between the two saves) get one. Called once at open by the
+    /// daemon (no other process writes the scratch folder).
+    public func recoverLeftovers() {
+        if (try? ensureLoaded()) == nil { return } // the store cannot be read now: the next start recovers
+        for name in scratchDir.list() where name.hasSuffix(".partial") {
+            do { try recoverPartial(name) } catch { Log.error("cannot recover the pack \(scratchDir.display(name)): \(error)") }
+            scratchDir.remove(name)
+        }
+        do { try indexUnindexedPacks() } catch { Log.error("cannot index the packs no index lists: \(error)") }
+    }
+
+    /// Reads a pack cut short (no end) and seals what it holds whole and intact.
+    private func recoverPartial(_ name: String) throws {
+        let fd = try scratchDir.openForReading(name)
+        defer { Glibc.close(fd) }
+        var kept = 0
+        try Repository.scanRecords(fd: fd, path: scratchDir.display(name)) { digest, body in
+            lock.lock(); defer { lock.unlock() }
+            if open?.positions[digest] != nil || lookupLocked(digest) != nil { return }
+            if open == nil { packCounter += 1; open = try PackWriter(dir: scratchDir, name: partialName()) }
+            try body.withUnsafeBytes { try open!.append(digest, $0) }
+            kept += 1
+        }
+        if kept > 0 {
+            try sync()
+            Log.info("recovered \(kept) objects of a pack a stop cut short")
+        }
+    }
+
+    /// Calls `body` with every whole record of a pack file whose body hashes to its name, in
+    /// order, stopping at the end or at the first record cut short or damaged.
+    static func scanRecords(fd: Int32, path: String, _ body: (Digest, Data) throws -> Void) throws {
+        var magic = [UInt8](repeating: 0, count: PackFormat.magic.count)
+        guard pread(fd, &magic, magic.count, 0) == magic.count, magic == PackFormat.magic else { return }
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+        let size = Int(st.st_size)
+        var pos = PackFormat.magic.count
+        var header = [UInt8](repeating: 0, count: PackFormat.headerSize)
+        while pos + PackFormat.headerSize <= size {
+            guard pread(fd, &header, header.count, off_t(pos)) == header.count else { return }
+            if Array(header[0..<8]) == PackFormat.endMagic && pos + PackFormat.footerSize == size { return }
+            let (digest, length) = header.withUnsafeBytes { PackFormat.parseHeader($0) }
+            guard pos + PackFormat.headerSize + length <= size else { return }
+            var data = Data(count: length)
+            let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, length, off_t(pos + PackFormat.headerSize)) }
+            guard n == length, data.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest else { return }
+            try body(digest, data)
+            pos += PackFormat.headerSize + length
+        }
+    }
+
+    /// Writes an index file for every pack that none lists.
+    func indexUnindexedPacks() throws {
+        try ensureLoaded()
+        lock.lock(); let listed = Set(indexes.flatMap { $0.packs.map(\.digest) }); lock.unlock()
+        for f in try backend.list(prefix: "packs/") where f.name.hasSuffix(".pack") {
+            guard let digest = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))), !listed.contains(digest) else { continue }
+            guard let data = try backend.load(f.name) else { continue }
+            var entries: [IndexFormat.Entry] = []
+            var offset = PackFormat.magic.count
+            try Repository.records(data) { digest, range in
+                entries.append(IndexFormat.Entry(digest: digest, pack: 0, offset: UInt64(offset), length: UInt32(range.count)))
+                offset = range.upperBound
+            }
+            let idx = try saveIndex(packs: [IndexFormat.Pack(digest: digest, created: UInt64(f.modified))], entries: entries)
+            lock.lock(); indexes.append(idx); for e in entries { bloom.insert(e.digest) }; lock.unlock()
+            Log.info("indexed \(entries.count) objects of \(f.name), which no index listed")
+        }
+    }
+
+    /// Calls `body` with the digest and body range of every record of a whole pack's bytes.
+    /// - Throws: `SystemError` EINVAL when the bytes are not a whole pack.
+    static func records(_ pack: Data, _ body: (Digest, Range<Int>) throws -> Void) throws {
+        try pack.withUnsafeBytes { raw in
+            guard raw.count >= PackFormat.magic.count + PackFormat.footerSize, Array(raw[0..<8]) == PackFormat.magic,
+                  Array(raw[(raw.count - 16)..<(raw.count - 8)]) == PackFormat.endMagic else { throw SystemError("read pack", "", errno: EINVAL) }
+            var pos = PackFormat.magic.count
+            let end = raw.count - PackFormat.footerSize
+            while pos < end {
+                guard pos + PackFormat.headerSize <= end else { throw SystemError("read pack", "", errno: EINVAL) }
+                let (digest, length) = PackFormat.parseHeader(UnsafeRawBufferPointer(rebasing: raw[pos..<(pos + PackFormat.headerSize)]))
+                let start = pos + PackFormat.headerSize
+                guard start + length <= end else { throw SystemError("read pack", "", errno: EINVAL) }
+                try body(digest, start..<(start + length))
+                pos = start + length
+            }
+        }
+    }
+}

@@ -1,0 +1,282 @@
+// gc and verify, written once over the backend (docs/store.md, docs/gc.md).
+import Foundation
+import Glibc
+import TileSpoolCore
+
+extension Repository {
+    /// A pack is repacked when at least this share of its bytes is dead.
+    static let repackDeadShare = 0.5
+    /// Packs smaller than this (bytes) are joined into bigger ones by gc when there are several.
+    static let smallPackSize = 4 << 20
+
+    /// gc (docs/gc.md): removes objects no manifest references from packs older than `grace`
+    /// seconds, and moves loose objects of earlier versions into packs.
+    ///
+    /// 1. Packs no index lists (a crash between two saves) are indexed; the index is read again.
+    /// 2. `referenced` is called (after the listing: an object a manifest names meanwhile is in a
+    ///    pack younger than the listing, which gc does not touch).
+    /// 3. Per pack older than `grace`: every object dead, the pack is removed; at least
+    ///    `repackDeadShare` of its bytes dead, or a small pack among several, its live objects
+    ///    are written into new packs and it is removed. Loose objects: referenced ones are packed,
+    ///    the others removed once older than `grace`.
+    /// 4. New packs and one index file over every pack kept are saved before anything is removed,
+    ///    so a crash at any point leaves every object somewhere (perhaps twice).
+    ///
+    /// A daemon never relies on a copy in a pack older than `reuseAge` (it writes the object
+    /// again), so with `grace` at least twice that (the default 3600 s), gc never removes what a
+    /// running download has just decided to use.
+    /// - Throws: the backend's error (nothing is removed before the new files are saved).
+    func collectGarbage(grace: Double, referenced: () throws -> Set<String>) throws -> GCReport {
+        var report = GCReport()
+        let now = Date().timeIntervalSince1970
+        try indexUnindexedPacks()
+        try reloadIndexes()
+        let packFiles = Dictionary(try backend.list(prefix: "packs/").compactMap { f -> (Digest, BackendFile)? in
+            guard f.name.hasSuffix(".pack"), let d = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))) else { return nil }
+            return (d, f)
+        }, uniquingKeysWith: { a, _ in a })
+        let loose = try backend.list(prefix: "objects/")
+        let indexNames = try backend.list(prefix: "index/").map(\.name).filter { $0.hasSuffix(".idx") }
+        let refs = try referenced()
+
+        // Pass 1: per pack, live and dead objects and bytes (each object once per pack).
+        struct Stats { var created: UInt64 = 0; var live = 0, dead = 0, liveBytes = 0, deadBytes = 0 }
+        var stats: [Digest: Stats] = [:]
+        var seen = Set<String>() // pack:digest pairs already counted (an object listed by two index files)
+        try allEntries { pack, e in
+            guard seen.insert(pack.digest.hex + e.digest.hex).inserted else { return }
+            var s = stats[pack.digest] ?? Stats(created: pack.created)
+            if refs.contains(e.digest.hex) { s.live += 1; s.liveBytes += Int(e.length) } else { s.dead += 1; s.deadBytes += Int(e.length) }
+            stats[pack.digest] = s
+        }
+        seen = []
+        var remove = Set<Digest>(), repack = Set<Digest>()
+        let old = { (p: Digest) -> Bool in
+            let created = Double(stats[p]?.created ?? 0), modified = packFiles[p]?.modified ?? now
+            return now - min(created, modified) >= grace
+        }
+        let small = stats.filter { p, s in old(p) && packFiles[p] != nil && (packFiles[p]?.size ?? 0) < Repository.smallPackSize && s.live > 0 }
+        for (p, s) in stats where packFiles[p] != nil {
+            if !old(p) {
+                report.objectsKept += s.live + s.dead
+                report.youngUnreferenced += s.dead; report.youngUnreferencedBytes += s.deadBytes
+                continue
+            }
+            if s.live == 0 { remove.insert(p); report.objectsRemoved += s.dead; continue }
+            let share = Double(s.deadBytes) / Double(max(1, s.liveBytes + s.deadBytes))
+            if share >= Repository.repackDeadShare || (small.count >= 2 && small[p] != nil) {
+                repack.insert(p); report.objectsRemoved += s.dead
+            }
+            report.objectsKept += s.live + (repack.contains(p) ? 0 : s.dead)
+        }
+
+        // Pass 2: the live objects of the packs to repack, and the loose objects to pack.
+        let writer = GCPackWriter(repository: self)
+        var written = Set<Digest>()
+        for p in repack.sorted(by: { $0.hex < $1.hex }) {
+            guard let f = packFiles[p], let data = try backend.load(f.name) else { continue }
+            try Repository.records(data) { digest, range in
+                guard refs.contains(digest.hex), written.insert(digest).inserted else { return }
+                let body = data.subdata(in: range)
+                guard body.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest else { return } // verify's job
+                try writer.append(digest, body)
+            }
+        }
+        var looseRemoved: [BackendFile] = []
+        for f in loose {
+            let sha = String(f.name.split(separator: "/").last ?? "")
+            guard let digest = Digest(hex: sha) else { continue }
+            if refs.contains(sha) {
+                guard !written.contains(digest), let body = try backend.load(f.name) else { looseRemoved.append(f); continue }
+                guard SHA256.hex(body) == sha else { continue } // a damaged loose object stays for verify to report
+                try writer.append(digest, body)
+                written.insert(digest)
+                looseRemoved.append(f)
+                report.objectsKept += 1
+            } else if now - f.modified >= grace {
+                looseRemoved.append(f)
+                report.objectsRemoved += 1
+                report.bytesFreed += f.size
+            } else {
+                report.objectsKept += 1
+                report.youngUnreferenced += 1; report.youngUnreferencedBytes += f.size
+            }
+        }
+        let newPacks = try writer.finish()
+
+        // One index file over every pack that stays (and the new ones), saved before removals.
+        if !remove.isEmpty || !repack.isEmpty || !looseRemoved.isEmpty || indexNames.count > 1 {
+            var packs: [IndexFormat.Pack] = []
+            var number: [Digest: UInt32] = [:]
+            var entries: [IndexFormat.Entry] = []
+            var listed = Set<String>()
+            try allEntries { pack, e in
+                guard packFiles[pack.digest] != nil || newPacks.contains(pack.digest),
+                      !remove.contains(pack.digest), !repack.contains(pack.digest) else { return }
+                guard listed.insert(pack.digest.hex + e.digest.hex).inserted else { return }
+                let n: UInt32
+                if let k = number[pack.digest] { n = k } else { n = UInt32(packs.count); number[pack.digest] = n; packs.append(pack) }
+                entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))
+            }
+            // Nothing left: no index file either.
+            let merged = entries.isEmpty ? "" : try saveIndexFile(packs: packs, entries: entries)
+            for name in indexNames where name != merged { try backend.remove(name) }
+            for p in remove.union(repack) {
+                guard let f = packFiles[p] else { continue }
+                try backend.remove(f.name)
+                report.bytesFreed += f.size
+            }
+            for f in looseRemoved { try backend.remove(f.name) }
+            report.bytesFreed -= writer.bytesWritten
+            try reloadIndexes()
+        }
+        report.bytesFreed = max(0, report.bytesFreed)
+        // Packs a stopped writer left in the scratch folder (other processes' own are younger).
+        report.tempFilesRemoved += removeStaleScratch(olderThan: grace, now: now)
+        return report
+    }
+
+    /// Removes the scratch folder's leftover packs older than `grace` (no writer is on them).
+    func removeStaleScratch(olderThan grace: Double, now: Double) -> Int {
+        guard let dir = try? Directory(path: scratch, followFinal: false) else { return 0 }
+        var n = 0
+        for name in dir.list() where name.hasSuffix(".partial") {
+            guard let st = dir.status(name), now - Double(st.st_mtim.tv_sec) >= grace else { continue }
+            if dir.remove(name) { n += 1 }
+        }
+        return n
+    }
+
+    /// verify's part (docs/gc.md): every pack read whole and checked (its name is the SHA-256 of
+    /// its bytes; every record's body hashes to its name; every index entry names a record that is
+    /// there), every loose object re-hashed. With `repair`, a damaged pack's good objects are
+    /// written into a new pack and the pack is moved to `quarantine/`, a bad loose object too, and
+    /// the index is written anew over what is left.
+    func checkObjects(repair: Bool) throws -> ObjectCheck {
+        var c = ObjectCheck()
+        c.present = []
+        try reloadIndexes()
+        var indexed: [Digest: [(offset: UInt64, length: UInt32, digest: Digest)]] = [:]
+        try allEntries { pack, e in indexed[pack.digest, default: []].append((e.offset, e.length, e.digest)) }
+        let writer = GCPackWriter(repository: self)
+        var quarantine: [(BackendFile, Data?)] = []
+        var damagedPacks = Set<Digest>()
+        for f in try backend.list(prefix: "packs/") where f.name.hasSuffix(".pack") {
+            guard let name = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))),
+                  let data = try backend.load(f.name) else { continue }
+            var good: [UInt64: (Digest, UInt32)] = [:]
+            var goodBodies: [(Digest, Range<Int>)] = []
+            var bad = false
+            let whole = data.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) } == name
+            do {
+                var offset = UInt64(PackFormat.magic.count)
+                try Repository.records(data) { digest, range in
+                    c.checked += 1
+                    let body = data.subdata(in: range)
+                    if body.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest {
+                        good[offset] = (digest, UInt32(range.count))
+                        goodBodies.append((digest, range))
+                        c.present?.insert(digest.hex)
+                    } else {
+                        bad = true
+                        c.bad.append("\(f.name): \(digest.hex)")
+                        c.badNames.insert(digest.hex)
+                    }
+                    offset = UInt64(range.upperBound)
+                }
+            } catch {
+                bad = true
+                c.bad.append("\(f.name): not a whole pack")
+            }
+            if !whole && !bad { bad = true; c.bad.append("\(f.name): its bytes do not hash to its name") }
+            // Index entries that name no good record of this pack.
+            for e in indexed[name] ?? [] where good[e.offset].map({ $0.0 != e.digest || $0.1 != e.length }) ?? true {
+                if !c.badNames.contains(e.digest.hex) { c.bad.append("\(f.name): the index lists \(e.digest.hex) at \(e.offset), not there") }
+                bad = true
+            }
+            if bad && repair {
+                // Its good objects go into a new pack before it is moved aside.
+                for (digest, range) in goodBodies { try writer.append(digest, data.subdata(in: range)) }
+                quarantine.append((f, data))
+                damagedPacks.insert(name)
+            }
+        }
+        for f in try backend.list(prefix: "objects/") {
+            let parts = f.name.split(separator: "/").map(String.init)
+            let sha = parts.last ?? "", folder = parts.count >= 2 ? parts[parts.count - 2] : ""
+            guard let body = try backend.load(f.name) else { continue }
+            c.checked += 1
+            if SHA256.hex(body) == sha && sha.hasPrefix(folder) { c.present?.insert(sha); continue }
+            c.bad.append(f.name)
+            c.badNames.insert(sha)
+            if repair { quarantine.append((f, body)) }
+        }
+        if repair && !quarantine.isEmpty {
+            let newPacks = try writer.finish()
+            // The index anew: every good entry of the packs that stay, and the new packs.
+            var packs: [IndexFormat.Pack] = []
+            var number: [Digest: UInt32] = [:]
+            var entries: [IndexFormat.Entry] = []
+            try allEntries { pack, e in
+                guard !damagedPacks.contains(pack.digest), !c.badNames.contains(e.digest.hex) || newPacks.contains(pack.digest) else { return }
+                let n: UInt32
+                if let k = number[pack.digest] { n = k } else { n = UInt32(packs.count); number[pack.digest] = n; packs.append(pack) }
+                entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))
+            }
+            let oldIndexes = try backend.list(prefix: "index/").map(\.name)
+            let merged = try saveIndexFile(packs: packs, entries: entries)
+            for name in oldIndexes where name != merged { try backend.remove(name) }
+            for (f, data) in quarantine {
+                let target = "quarantine/" + (f.name.split(separator: "/").last.map(String.init) ?? "x")
+                if let data { try backend.save(target, data, ifAbsent: true) }
+                try backend.remove(f.name)
+                c.quarantined += 1
+            }
+            try reloadIndexes()
+        }
+        // Whatever the scratch folder holds but its index copies: packs in flight (a running
+        // daemon's) or left by a stop.
+        for name in (try? Directory(path: scratch, followFinal: false))?.list() ?? [] where name != "index-cache" {
+            c.tempFiles.append("tmp/" + name)
+        }
+        c.bad.sort()
+        return c
+    }
+}
+
+/// Packs written by gc and verify --repair: records appended through `PackWriter`s of their own
+/// (`gc-<pid>-<n>.partial` in the scratch folder), sealed at `targetPackSize`; `finish` seals the
+/// last and returns every pack saved.
+final class GCPackWriter {
+    let repository: Repository
+    private var writer: PackWriter?
+    private var counter = 0
+    private var saved = Set<Digest>()
+    private(set) var bytesWritten = 0
+    init(repository: Repository) { self.repository = repository }
+
+    func append(_ digest: Digest, _ body: Data) throws {
+        if writer == nil {
+            counter += 1
+            let dir = try Directory(path: repository.scratch, followFinal: false)
+            writer = try PackWriter(dir: dir, name: "gc-\(getpid())-\(counter).partial")
+        }
+        try body.withUnsafeBytes { try writer!.append(digest, $0) }
+        if writer!.appended >= Repository.targetPackSize { try sealCurrent() }
+    }
+
+    private func sealCurrent() throws {
+        guard let w = writer else { return }
+        writer = nil
+        let digest = try w.finish()
+        bytesWritten += w.appended
+        try repository.savePack(digest: digest, from: w)
+        saved.insert(digest)
+    }
+
+    /// Seals the last pack; every pack saved.
+    func finish() throws -> Set<Digest> {
+        try sealCurrent()
+        return saved
+    }
+}
