@@ -93,7 +93,7 @@ public enum LE {
 ///
 /// A pack being written has no end yet; one cut short by a crash is read up to its last whole
 /// record (each record carries its object's name, so every body can be checked). A pack is named
-/// by the SHA-256 of its whole bytes (`packs/<2 hex>/<64 hex>.pack`).
+/// by the SHA-256 of its whole bytes (`packs/<64 hex>.pack`).
 public enum PackFormat {
     public static let magic = Array("TSPACK01".utf8)
     public static let endMagic = Array("TSPACKND".utf8)

@@ -2,7 +2,7 @@
 // a store-wide index of where each object is, and the recorder's order "object durable, then
 // index, then manifest line".
 //
-//     packs/<2 hex>/<64 hex>.pack   objects, packed (`PackFormat`); named by the SHA-256 of the file
+//     packs/<64 hex>.pack   objects, packed (`PackFormat`); named by the SHA-256 of the file
 //     index/<64 hex>.idx            where objects are (`IndexFormat`); named by its own SHA-256
 //     objects/<2 hex>/<64 hex>      loose objects of earlier versions: read as they are; gc packs them
 //     regions/<id>/...              the regions' files (request, plan, manifest, refresh)
@@ -92,7 +92,7 @@ public final class Repository: @unchecked Sendable {
     // MARK: - The index
 
     /// The backend name of a pack and of an index file.
-    public static func packName(_ d: Digest) -> String { "packs/\(d.hex.prefix(2))/\(d.hex).pack" }
+    public static func packName(_ d: Digest) -> String { "packs/\(d.hex).pack" }
     public static func indexName(_ d: Digest) -> String { "index/\(d.hex).idx" }
     /// The loose object of earlier versions.
     public static func looseName(_ sha: String) -> String { "objects/\(sha.prefix(2))/\(sha)" }

@@ -120,7 +120,7 @@ final class SecretsAndConfinementTests: XCTestCase {
         func mode(_ p: String) -> Int { ((try? FileManager.default.attributesOfItem(atPath: p))?[.posixPermissions] as? NSNumber)?.intValue ?? -1 }
         let sha = fx.manifest("u").first { $0.sha != "-" }!.sha
         let pack = try XCTUnwrap(fx.storeObjects()[sha]?.place)
-        XCTAssertEqual(mode(fx.store + "/packs/\(pack.prefix(2))/\(pack).pack"), 0o640)
+        XCTAssertEqual(mode(fx.store + "/packs/\(pack).pack"), 0o640)
         XCTAssertEqual(mode(fx.spool + "/status/u.json"), 0o640)
         XCTAssertEqual(mode(fx.store + "/regions/u/manifest.tsv"), 0o640)
         XCTAssertEqual(mode(fx.store + "/packs"), 0o750)
