@@ -15,7 +15,11 @@ final class BadRequestTests: XCTestCase {
     var fx: SpoolFixture { Self.sharedSpool! }
 
     override func setUpWithError() throws {
-        if Self.sharedServer == nil { Self.sharedServer = try FaultServer() }
+        if Self.sharedServer == nil {
+            let server = try FaultServer()
+            server.keepAcrossTests()
+            Self.sharedServer = server
+        }
         if let f = Self.sharedSpool, !(f.daemon?.isRunning ?? false) {
             XCTFail("the shared daemon died in an earlier test: \(f.log().suffix(3000))")
             Self.sharedSpool = nil
@@ -24,6 +28,7 @@ final class BadRequestTests: XCTestCase {
             let f = try SpoolFixture()
             // Short sync interval: a good request completes in a fraction of a second.
             try f.start(["--max-retries", "2", "--sync-interval", "0.1"])
+            f.keepAcrossTests()
             Self.sharedSpool = f
         }
     }

@@ -75,15 +75,15 @@ final class S3StoreTests: CephTestCase {
         return (S3Client(config: rgw.config(prefix: prefix)), store, files)
     }
 
-    /// A fresh local folder for a store's scratch files (removed with the test process's temp).
-    static func scratch() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-scratch-\(UUID().uuidString)").path
+    /// A fresh local folder for a store's scratch files, removed when the test ends.
+    static func scratch() throws -> String {
+        try TestScratch.folder("tilespool-scratch").path
     }
 
     /// The bucket's store files (packs, index files, loose objects) copied into a local folder,
     /// for the independent reader (`Tests/Support/store_reader.py`).
     func mirror(_ s3: S3Client) throws -> String {
-        let dir = S3StoreTests.scratch()
+        let dir = try S3StoreTests.scratch()
         for prefix in ["packs/", "index/", "objects/"] {
             for o in try s3.list(prefix: prefix) {
                 let path = dir + "/" + o.key
@@ -686,7 +686,7 @@ final class TCPForwarder: @unchecked Sendable {
     let port: Int
     let target: Int
     let corruptOnce: String?
-    let notes = FileManager.default.temporaryDirectory.appendingPathComponent("tcpproxy-\(UUID().uuidString)").path
+    let notes = ((try? TestScratch.folder("tilespool-tcpproxy").path) ?? NSTemporaryDirectory()) + "/notes-\(UUID().uuidString)"
     private var process: Process?
 
     init(target: Int, corruptOnce: String? = nil) throws {

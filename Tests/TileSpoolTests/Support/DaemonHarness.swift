@@ -26,14 +26,21 @@ final class SpoolFixture: @unchecked Sendable {
     }
 
     init(storeInside: String? = nil) throws {
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-test-\(UUID().uuidString)")
+        let box = WeakBox<SpoolFixture>()
+        root = try TestScratch.folder("tilespool-test") { box.value?.killDaemon() }
         try FileManager.default.createDirectory(atPath: root.appendingPathComponent("spool").path, withIntermediateDirectories: true)
+        box.value = self
     }
 
-    deinit {
+    /// Kept until the test bundle ends (a fixture shared by the tests of a class), not removed
+    /// when the current test ends.
+    func keepAcrossTests() { TestScratch.keepUntilEnd(root) }
+
+    private func killDaemon() {
         if let d = daemon, d.isRunning { kill(d.processIdentifier, SIGKILL); d.waitUntilExit() }
-        try? FileManager.default.removeItem(at: root)
     }
+
+    deinit { killDaemon() }
 
     /// Starts `tilespool run --spool S --store T` plus `extra` options; log lines go to `logPath`.
     /// Options for tests: short retry delays so that faults resolve within seconds.

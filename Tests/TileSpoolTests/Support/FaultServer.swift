@@ -91,9 +91,8 @@ final class FaultServer: @unchecked Sendable {
     /// python3: `$TILESPOOL_PYTHON`, else /usr/bin/python3, else the first in `$PATH`.
     /// - Throws: `SupportError` when python3 is missing or the server does not start in 10 s.
     init() throws {
-        stateDirectory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("tilespool-fault-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: stateDirectory, withIntermediateDirectories: true)
+        let box = WeakBox<FaultServer>()
+        stateDirectory = try TestScratch.folder("tilespool-fault") { box.value?.stop() }
         // Debian's python3 first (installed by `make deps`; no pyenv shim start-up cost).
         guard let python = ChildProcess.find("python3", override: "TILESPOOL_PYTHON",
                                              preferred: ["/usr/bin/python3"]) else {
@@ -102,12 +101,13 @@ final class FaultServer: @unchecked Sendable {
         self.python = python
         script = MapData.packageRoot.appendingPathComponent("Tests/Support/faultserver.py")
         port = try launch(port: 0)
+        box.value = self
     }
 
-    deinit {
-        stop()
-        try? FileManager.default.removeItem(at: stateDirectory)
-    }
+    /// Kept until the test bundle ends (a server shared by the tests of a class).
+    func keepAcrossTests() { TestScratch.keepUntilEnd(stateDirectory) }
+
+    deinit { stop() }
 
     /// `baseURL + path`; `path` starts with "/".
     func url(_ path: String) -> String { baseURL + path }

@@ -17,8 +17,8 @@ import XCTest
 ///
 /// nginx runs in the foreground (`daemon off; master_process off;`: one process) under a small
 /// `bash` wrapper that also ends it when this test process dies. Its config, pid file, logs and
-/// temp paths live in `directory`, a fresh temp folder removed on `deinit` (or by the wrapper
-/// when this process dies).
+/// temp paths live in `directory`, a `TestScratch` folder removed when the test ends (nginx
+/// stopped first), or by the wrapper when this process dies.
 ///
 /// XCTest on Linux never releases test-case instances: a server kept in a test-case property
 /// is not deinitialised after its test. Call `stop()` in `tearDown` (or keep servers in locals).
@@ -57,13 +57,13 @@ final class NginxServer: @unchecked Sendable {
     ///   (after up to 5 attempts on fresh ports when the chosen port was taken).
     init(root mapdata: URL, extraLocations: String = "") throws {
         root = mapdata.standardizedFileURL
-        directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("tilespool-nginx-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let box = WeakBox<NginxServer>()
+        directory = try TestScratch.folder("tilespool-nginx") { box.value?.stop() }
         guard let nginx = ChildProcess.find("nginx", override: "TILESPOOL_NGINX",
                                             fallbacks: ["/usr/sbin/nginx", "/usr/local/sbin/nginx"]) else {
             throw SupportError("nginx not found in PATH or /usr/sbin (run `make deps`)")
         }
+        box.value = self
         var lastFailure = ""
         for attempt in 1...5 {
             let port = try Loopback.freePort()
@@ -79,10 +79,7 @@ final class NginxServer: @unchecked Sendable {
         throw SupportError("nginx did not start after 5 ports: \(lastFailure)")
     }
 
-    deinit {
-        stop()
-        try? FileManager.default.removeItem(at: directory)
-    }
+    deinit { stop() }
 
     /// `baseURL + path`; `path` starts with "/" and is already percent-encoded.
     func url(_ path: String) -> String { baseURL + path }

@@ -1,0 +1,77 @@
+// Temp folders of tests, removed when the test that made them ends.
+import Foundation
+import XCTest
+
+/// The one place that makes and removes the tests' temp folders.
+///
+/// XCTest on Linux never releases test-case instances, so a fixture kept in a test-case property
+/// is not deinitialised after its test and a `deinit` that removes its folder runs only when the
+/// process exits (usually never: the process just ends). Every folder made here is removed when
+/// the test during which it was made finishes (XCTest's `testCaseDidFinish`, after `tearDown`),
+/// after the cleanups registered with it (stopping a daemon or a server that writes there) run.
+/// A folder shared by a whole class (`keepUntilEnd`) is removed when the test bundle finishes.
+/// Folders a test made unreadable or unwritable are made writable again first.
+final class TestScratch: NSObject, XCTestObservation, @unchecked Sendable {
+    private struct Entry { let path: String; let cleanup: (() -> Void)? }
+
+    private static let shared: TestScratch = {
+        let s = TestScratch()
+        XCTestObservationCenter.shared.addTestObserver(s)
+        return s
+    }()
+
+    private let lock = NSLock()
+    private var perTest: [Entry] = []
+    private var atEnd: [Entry] = []
+
+    /// A fresh, empty folder `<temp>/<prefix>-<UUID>` (absolute path), removed when the current
+    /// test ends; `cleanup` runs just before (stop what still writes into it).
+    /// - Throws: the error of `FileManager.createDirectory`.
+    static func folder(_ prefix: String, cleanup: (() -> Void)? = nil) throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        let s = shared
+        s.lock.lock()
+        s.perTest.append(Entry(path: url.path, cleanup: cleanup))
+        s.lock.unlock()
+        return url
+    }
+
+    /// Keeps a folder made by `folder` (and its cleanup) until the test bundle ends: for
+    /// fixtures shared by the tests of a class.
+    static func keepUntilEnd(_ url: URL) {
+        let s = shared
+        s.lock.lock()
+        if let i = s.perTest.firstIndex(where: { $0.path == url.path }) { s.atEnd.append(s.perTest.remove(at: i)) }
+        s.lock.unlock()
+    }
+
+    func testCaseDidFinish(_ testCase: XCTestCase) { drain(all: false) }
+    func testBundleDidFinish(_ testBundle: Bundle) { drain(all: true) }
+
+    private func drain(all: Bool) {
+        lock.lock()
+        var entries = perTest
+        perTest = []
+        if all { entries += atEnd; atEnd = [] }
+        lock.unlock()
+        for e in entries.reversed() {
+            e.cleanup?()
+            TestScratch.remove(e.path)
+        }
+    }
+
+    /// Removes a tree, first giving back the owner's permissions a test may have taken away.
+    static func remove(_ path: String) {
+        if (try? FileManager.default.removeItem(atPath: path)) != nil { return }
+        let chmod = Process()
+        chmod.executableURL = URL(fileURLWithPath: "/bin/chmod")
+        chmod.arguments = ["-R", "u+rwX", path]
+        if (try? chmod.run()) != nil { chmod.waitUntilExit() }
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}
+
+/// A weak reference, for a cleanup registered with `TestScratch.folder` before the `init` of the
+/// object it stops has ended.
+final class WeakBox<T: AnyObject>: @unchecked Sendable { weak var value: T? }
