@@ -112,6 +112,8 @@ final class IndexFile: @unchecked Sendable {
     let packs: [IndexFormat.Pack]
     let entriesOffset: Int
     var count: Int { Int(fanout[255]) }
+    /// The file's size in bytes (header, pack table, entries and the trailing SHA-256).
+    var fileSize: Int { IndexFormat.entriesOffset(packs: packs.count) + count * IndexFormat.entrySize + 32 }
     private let samples: [(UInt64, UInt64)]
 
     /// Opens the index file at local `path`, checks it (its name is the SHA-256 of its bytes

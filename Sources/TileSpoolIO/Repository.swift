@@ -27,8 +27,8 @@ public final class Repository: @unchecked Sendable {
     public static let reuseAge = 1800.0
     /// A pack is sealed at the next `sync` anyway, and at once when it passes this size (bytes).
     public static let targetPackSize = 64 << 20
-    /// Index files kept before the smaller ones are merged into one.
-    public static let maxIndexFiles = 8
+    /// Index files of up to this many entries are all of the smallest size tier (merged together).
+    public static let smallIndexEntries = 4096
 
     private let lock = NSLock()
     private var open: PackWriter?
@@ -235,39 +235,35 @@ public final class Repository: @unchecked Sendable {
         let created = pack.created
         let entries = pack.entries.map { IndexFormat.Entry(digest: $0.digest, pack: 0, offset: $0.offset, length: $0.length) }
         let idx = try saveIndex(packs: [IndexFormat.Pack(digest: digest, created: created)], entries: entries)
-        let indexSize = IndexFormat.entriesOffset(packs: 1) + entries.count * IndexFormat.entrySize + 32
         lock.lock()
         pendingBytes -= pack.estimate
-        savedBytes += pack.appended + indexSize
+        savedBytes += pack.appended + idx.fileSize
         indexes.insert(idx, at: 0)
         for e in entries { bloom.insert(e.digest); failures.removeValue(forKey: e.digest) }
         sealing.removeAll { $0 === pack }
         let rebuild = bloom.isOverfull
         lock.unlock()
         if rebuild { try reloadIndexes() }
-        try mergeIndexesIfMany()
+        // The pack and its index are durable: a merge that fails only leaves more index files.
+        do { try mergeIndexesIfMany() } catch { Log.error("cannot merge index files: \(error)") }
     }
 
     /// Writes an index file for `entries` (sorted here), saves it and opens it.
     private func saveIndex(packs: [IndexFormat.Pack], entries: [IndexFormat.Entry]) throws -> IndexFile {
-        var body = IndexFormat.body(packs: packs, entries: entries)
-        let digest = body.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) }
-        body += digest.bytes
-        let name = Repository.indexName(digest)
-        _ = try backend.save(name, Data(body), ifAbsent: true)
+        let (name, digest) = try saveIndexFile(packs: packs, entries: entries)
         return try IndexFile(name: name, digest: digest, path: try localIndexPath(name, digest: digest)) { _, _ in }
     }
 
-    /// Saves an index file for `entries` (sorted here); its backend name. Not opened here: the
-    /// caller reads the index again (`reloadIndexes`).
+    /// Saves an index file for `entries` (sorted here); its backend name and digest. Not opened
+    /// here: the caller reads the index again (`reloadIndexes`) or opens it (`saveIndex`).
     @discardableResult
-    func saveIndexFile(packs: [IndexFormat.Pack], entries: [IndexFormat.Entry]) throws -> String {
+    func saveIndexFile(packs: [IndexFormat.Pack], entries: [IndexFormat.Entry]) throws -> (name: String, digest: Digest) {
         var body = IndexFormat.body(packs: packs, entries: entries)
         let digest = body.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) }
         body += digest.bytes
         let name = Repository.indexName(digest)
         _ = try backend.save(name, Data(body), ifAbsent: true)
-        return name
+        return (name, digest)
     }
 
     /// Saves a pack `w` finished (named `digest`) and an index file for it (gc's and repair's
@@ -278,17 +274,44 @@ public final class Repository: @unchecked Sendable {
         try saveIndexFile(packs: [IndexFormat.Pack(digest: digest, created: w.created)], entries: entries)
     }
 
-    /// Merges index files when there are more than `maxIndexFiles`: the smaller half into one
-    /// (size-tiered, so each entry is rewritten a few times over the store's life, not each time).
-    func mergeIndexesIfMany() throws {
-        lock.lock(); let current = indexes; lock.unlock()
-        guard current.count > Repository.maxIndexFiles else { return }
-        let small = Array(current.sorted { $0.count < $1.count }.prefix(current.count / 2 + 1))
-        try merge(small)
+    /// The size tier of an index file of `entries` entries: floor(log2(entries)), and the
+    /// smallest tier for every file of up to `smallIndexEntries`.
+    static func indexTier(_ entries: Int) -> Int {
+        let n = max(entries, Repository.smallIndexEntries)
+        return Int.bitWidth - 1 - n.leadingZeroBitCount
     }
 
-    /// Writes one index file listing every entry of `files`, then removes them.
-    func merge(_ files: [IndexFile]) throws {
+    /// Merges index files of the same size tier into one, until no tier holds two: a binary
+    /// counter, so a store of N objects has at most about log2(N / 4096) + 1 index files and each
+    /// entry is rewritten about that many times over the store's life, not at every save.
+    ///
+    /// A gc (another process, perhaps on another host) replaces index files: merging one it has
+    /// just replaced would bring back entries of packs it removed. So the listing is read first
+    /// (any index file gone: the index is read again, which forgets them), and again after the
+    /// merged file is saved (a source gone meanwhile: the merged file is removed, gc's own index
+    /// covers what it kept). A gc that removes sources later still leaves entries of packs it
+    /// removed; those are packs older than gc's grace period, which no download relies on, and
+    /// the next gc drops them (docs/store.md).
+    func mergeIndexesIfMany() throws {
+        while true {
+            lock.lock(); let current = indexes; lock.unlock()
+            let tiers = Dictionary(grouping: current) { Repository.indexTier($0.count) }
+            guard let same = tiers.filter({ $0.value.count > 1 }).min(by: { $0.key < $1.key })?.value else { return }
+            guard try indexFilesExist(same) else { try reloadIndexes(); continue }
+            guard try merge(same) else { try reloadIndexes(); return }
+        }
+    }
+
+    /// Whether every one of `files` is still listed by the backend.
+    private func indexFilesExist(_ files: [IndexFile]) throws -> Bool {
+        let listed = Set(try backend.list(prefix: "index/").map(\.name))
+        return files.allSatisfy { listed.contains($0.name) }
+    }
+
+    /// Saves one index file listing every entry of `files` and, if they all still exist then,
+    /// uses it in their place and removes them. False when one was gone (the merged file is
+    /// removed again: a gc replaced the sources meanwhile).
+    func merge(_ files: [IndexFile]) throws -> Bool {
         var packs: [IndexFormat.Pack] = []
         var number: [Digest: UInt32] = [:]
         var entries: [IndexFormat.Entry] = []
@@ -301,11 +324,17 @@ public final class Repository: @unchecked Sendable {
             }
         }
         let merged = try saveIndex(packs: packs, entries: entries)
+        guard try indexFilesExist(files) else {
+            if !files.contains(where: { $0.name == merged.name }) { try? backend.remove(merged.name) }
+            return false
+        }
         lock.lock()
         indexes.removeAll { old in files.contains { $0 === old } }
         indexes.insert(merged, at: 0)
+        savedBytes += merged.fileSize - files.reduce(0) { $0 + $1.fileSize } // usage follows the merge
         lock.unlock()
         for f in files where f.name != merged.name { try? backend.remove(f.name); cacheDir?.remove(f.digest.hex + ".idx") }
+        return true
     }
 
     /// After a `sync`: the failure of one of `sha256s` whose pack could not be saved, or nil.

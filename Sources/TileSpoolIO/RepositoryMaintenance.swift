@@ -119,7 +119,7 @@ extension Repository {
                 entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))
             }
             // Nothing left: no index file either.
-            let merged = entries.isEmpty ? "" : try saveIndexFile(packs: packs, entries: entries)
+            let merged = entries.isEmpty ? "" : try saveIndexFile(packs: packs, entries: entries).name
             for name in indexNames where name != merged { try backend.remove(name) }
             for p in remove.union(repack) {
                 guard let f = packFiles[p] else { continue }
@@ -224,7 +224,7 @@ extension Repository {
                 entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))
             }
             let oldIndexes = try backend.list(prefix: "index/").map(\.name)
-            let merged = try saveIndexFile(packs: packs, entries: entries)
+            let merged = try saveIndexFile(packs: packs, entries: entries).name
             for name in oldIndexes where name != merged { try backend.remove(name) }
             for (f, data) in quarantine {
                 let target = "quarantine/" + (f.name.split(separator: "/").last.map(String.init) ?? "x")

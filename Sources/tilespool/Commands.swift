@@ -118,7 +118,8 @@ func commandGC(_ argv: [String]) throws -> Int32 {
         the grace period (default 3600 s) are kept, and so is any object the daemon re-uses meanwhile.
         A second line counts the unreferenced objects kept only for being younger than the grace
         period (right after a delete, usually all of its objects): a later gc frees them, or
-        --grace 0 while no daemon runs.
+        --grace 0 while no daemon runs. A grace period below 3600 s needs the daemon stopped (gc
+        takes its lock, exit status 1 while it runs).
         """)
         return 0
     }
@@ -126,6 +127,19 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     let loc = try Locations(a)
     let grace = try a.seconds("--grace", default: 3600)
     try loc.requireStore()
+    // Below twice the age of the copies a download re-uses, gc could remove a pack a running
+    // download has just decided to rely on (docs/gc.md): only with the daemon stopped, and its
+    // locks held so that none starts meanwhile.
+    var locks: [SpoolLock] = []
+    if grace < 2 * Repository.reuseAge {
+        switch try daemonLocks(loc) {
+        case .held(let l): locks = l
+        case .busy(let path):
+            err("tilespool: gc --grace below \(Int(2 * Repository.reuseAge)) s needs the daemon stopped (lock \(path) is held): a running download may rely on packs that young. The default grace period is safe beside it.")
+            return 1
+        }
+    }
+    defer { _ = locks }
     let store = try loc.openStore()
     let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects"
@@ -135,6 +149,27 @@ func commandGC(_ argv: [String]) throws -> Int32 {
         out("gc: kept \(r.youngUnreferenced) unreferenced objects (\(r.youngUnreferencedBytes) bytes, \(formatBytes(r.youngUnreferencedBytes))) younger than the grace period (\(g) s): a later gc frees them; --grace 0 when no daemon runs")
     }
     return 0
+}
+
+/// The daemon's locks (the spool's, and a local store's when it is another file), taken without
+/// waiting, for a command that needs no daemon running and none starting meanwhile.
+enum DaemonLocks {
+    /// Every lock taken; held until the array is released.
+    case held([SpoolLock])
+    /// A daemon holds the lock at this path.
+    case busy(String)
+}
+
+/// Takes the daemon's locks for `loc` (`DaemonLocks`).
+/// - Throws: `SystemError` when a lock file cannot be opened or locked for another reason.
+func daemonLocks(_ loc: Locations) throws -> DaemonLocks {
+    var locks: [SpoolLock] = []
+    for path in [loc.layout.lock] + (loc.isS3 ? [] : [loc.store + "/daemon.lock"]) {
+        if locks.contains(where: { SpoolLock.sameFile($0.path, path) }) { continue } // --spool X --store X
+        guard let l = try takeLock(path) else { return .busy(path) }
+        locks.append(l)
+    }
+    return .held(locks)
 }
 
 func commandVerify(_ argv: [String]) throws -> Int32 {
@@ -158,12 +193,11 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     try loc.requireStore()
     var locks: [SpoolLock] = []
     if repair {
-        for path in [loc.layout.lock] + (loc.isS3 ? [] : [loc.store + "/daemon.lock"]) {
-            if locks.contains(where: { SpoolLock.sameFile($0.path, path) }) { continue } // --spool X --store X
-            do { locks.append(try SpoolLock(path: path)) } catch {
-                err("tilespool: verify --repair needs the daemon stopped (lock \(path) is held)")
-                return 1
-            }
+        switch try daemonLocks(loc) {
+        case .held(let l): locks = l
+        case .busy(let path):
+            err("tilespool: verify --repair needs the daemon stopped (lock \(path) is held)")
+            return 1
         }
     }
     defer { _ = locks }

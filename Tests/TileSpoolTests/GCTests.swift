@@ -47,9 +47,13 @@ final class GCTests: XCTestCase {
         let small = Set(fx.manifest("small").map(\.sha).filter { $0 != "-" })
         let big = Set(fx.manifest("big").map(\.sha).filter { $0 != "-" })
         XCTAssertFalse(small.intersection(big).isEmpty, "the regions share objects")
+        // gc --grace 0 only with the daemon stopped.
+        XCTAssertEqual(fx.stop(), 0)
         XCTAssertEqual(removedAndFreed(try gc(grace: 0))?.0, 0)
+        try fx.start()
         try fx.control("big", "delete")
         try waitUntil("big deleted", timeout: 10) { fx.events("big").last?["state"] as? String == "deleted" }
+        XCTAssertEqual(fx.stop(), 0)
         let onlyBig = big.subtracting(small)
         let held = fx.storeObjects()
         let payload = onlyBig.reduce(0) { $0 + (held[$1]?.size ?? 0) }
@@ -86,6 +90,11 @@ final class GCTests: XCTestCase {
         XCTAssertTrue(out.contains("gc: removed 0 objects, freed 0 bytes"), out)
         XCTAssertTrue(out.contains("gc: kept \(objects.count) unreferenced objects (\(bytes) bytes, \(String(format: "%.1f KiB", Double(bytes) / 1024))) younger than the grace period (3600 s): a later gc frees them; --grace 0 when no daemon runs"), out)
         XCTAssertEqual(Set(fx.objects()), objects)
+        // Below the safe grace period only with the daemon stopped: refused while it runs.
+        (rc, out) = try fx.cli(["gc", "--grace", "0", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("gc --grace below 3600 s needs the daemon stopped (lock \(fx.spool)/daemon.lock is held)"), out)
+        XCTAssertEqual(Set(fx.objects()), objects)
         fx.stop()
         let (removed, freed) = try XCTUnwrap(removedAndFreed(try gc(grace: 0)))
         XCTAssertEqual(removed, objects.count)
@@ -119,6 +128,7 @@ final class GCTests: XCTestCase {
         XCTAssertGreaterThan(removed, 0, "gc removed the old packs meanwhile")
         try fx.waitForState("new", "completed")
         fx.assertStoreMatchesManifest("new")
+        XCTAssertEqual(fx.stop(), 0)
         _ = try gc(grace: 0)
         fx.assertStoreMatchesManifest("new")
         XCTAssertEqual(Set(fx.objects()), Set(fx.manifest("new").map(\.sha).filter { $0 != "-" }))

@@ -543,6 +543,7 @@ final class S3StoreTests: CephTestCase {
             let o = try s3.list(prefix: "objects/\(orphanSHA.prefix(2))/\(orphanSHA)").first
             return Date().timeIntervalSince1970 - (o?.lastModified ?? .infinity) >= 2.5
         }
+        XCTAssertEqual(fx.stop(), 0) // a grace period that short only with the daemon stopped
         let (rc2, out2) = try fx.cli(["gc", "--grace", "2", "--spool", fx.spool] + opts)
         XCTAssertEqual(rc2, 0, out2)
         // The orphan (a loose object) went; small packs were joined meanwhile (their overhead freed too).

@@ -101,6 +101,32 @@ final class StoreTests: XCTestCase {
         XCTAssertTrue(try store.put(Data(repeating: 3, count: 100)).isNew)
     }
 
+    /// A daemon's store over its quota takes new objects again once a gc beside it (another
+    /// process, with its grace period) has removed old unreferenced packs: the count is taken
+    /// again, not trusted from before the gc. And the daemon's next index merge brings back no
+    /// entry of a pack gc removed (it merged the index files it knew, which gc had replaced).
+    func testQuotaIsCountedAgainAfterAGCBesideIt() throws {
+        let daemon = try open()
+        let old = bodies(40, "old")
+        for b in old { try daemon.put(b) }
+        try daemon.sync()
+        daemon.setUsage(try XCTUnwrap(daemon.measureUsage()), addedAtStart: daemon.added)
+        daemon.maxBytes = (daemon.usage?.bytes ?? 0) + 10
+        let new = bodies(3, "new")
+        XCTAssertThrowsError(try daemon.put(new[0])) { e in XCTAssertEqual((e as? SystemError)?.errno, EDQUOT) }
+        // Two hours on, no region references the old objects; gc from cron removes them.
+        XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "backdate", dir, "7200"]).0, 0)
+        let report = try open().collectGarbage(grace: 3600) { [] }
+        XCTAssertEqual(report.objectsRemoved, old.count)
+        daemon.recountBeforeNextRefusal() // as `resume` does
+        for b in new { XCTAssertTrue(try daemon.put(b).isNew) }
+        try daemon.sync()
+        XCTAssertEqual(Set(try readerList().keys), Set(new.map(sha256Hex)))
+        XCTAssertEqual(try readerVerify(), "")
+        for b in new { XCTAssertEqual(try daemon.read(sha256Hex(b), limit: 1 << 20), b) }
+        XCTAssertFalse(daemon.contains(sha256Hex(old[0])))
+    }
+
     /// kill -9 with objects in the open pack (written to its file, never sealed): the next
     /// start reads them back, whole and intact, into a pack; a torn last record is left out.
     func testAnOpenPackLeftByAKillIsReadBack() throws {
@@ -125,17 +151,17 @@ final class StoreTests: XCTestCase {
     }
 
     /// A pack saved without its index file (a crash between the two saves) is indexed at the
-    /// next start; index files are merged when there are many, every object still found.
+    /// next start; small index files are merged (one per size tier), every object still found.
     func testPacksWithoutAnIndexAreIndexedAndIndexFilesAreMerged() throws {
         let store = try open()
         var all: [Data] = []
-        for round in 0..<(Repository.maxIndexFiles + 4) {
+        for round in 0..<12 {
             let bs = bodies(5, "r\(round)")
             for b in bs { try store.put(b) }
             try store.sync()
             all += bs
         }
-        XCTAssertLessThanOrEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/index").count, Repository.maxIndexFiles)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/index").count, 1)
         for b in all { XCTAssertEqual(try store.read(sha256Hex(b), limit: 1 << 20), b) }
         for f in try FileManager.default.contentsOfDirectory(atPath: dir + "/index") { try FileManager.default.removeItem(atPath: dir + "/index/" + f) }
         let again = try open()

@@ -10,7 +10,8 @@ import XCTest
 /// the test during which it was made finishes (XCTest's `testCaseDidFinish`, after `tearDown`),
 /// after the cleanups registered with it (stopping a daemon or a server that writes there) run.
 /// A folder shared by a whole class (`keepUntilEnd`) is removed when the test bundle finishes.
-/// Folders a test made unreadable or unwritable are made writable again first.
+/// Folders a test made unreadable or unwritable are made writable again first. With
+/// `TILESPOOL_KEEP_TMP=1` in the environment nothing is removed (to look at a failed test's files).
 final class TestScratch: NSObject, XCTestObservation, @unchecked Sendable {
     private struct Entry { let path: String; let cleanup: (() -> Void)? }
 
@@ -55,9 +56,10 @@ final class TestScratch: NSObject, XCTestObservation, @unchecked Sendable {
         perTest = []
         if all { entries += atEnd; atEnd = [] }
         lock.unlock()
+        let keep = ProcessInfo.processInfo.environment["TILESPOOL_KEEP_TMP"] == "1"
         for e in entries.reversed() {
             e.cleanup?()
-            TestScratch.remove(e.path)
+            if !keep { TestScratch.remove(e.path) }
         }
     }
 
