@@ -53,6 +53,27 @@ public enum Files {
         }
     }
 
+    /// Appends all of `bytes` to `fd` (opened with O_APPEND, one writer) or none of it: when a
+    /// write fails part way (ENOSPC, EDQUOT, EIO), the file is cut back to its size before, so a
+    /// line-per-record file (manifest, journal, events.jsonl) never keeps half a line that the
+    /// next append would glue onto. The corresponding C functions are `lseek`, `write`, `ftruncate`.
+    /// - Throws: `SystemError` from the write (the cut-back is best effort).
+    public static func appendWhole(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(SystemError) {
+        let before = lseek(fd, 0, SEEK_END)
+        do { try writeAll(fd, bytes, path: path) } catch {
+            if before >= 0 { _ = retrying { Glibc.ftruncate(fd, before) } }
+            throw error
+        }
+    }
+
+    /// `appendWhole` for `Data`.
+    public static func appendWhole(_ fd: Int32, _ data: Data, path: String) throws(SystemError) {
+        let r: Result<Void, SystemError> = data.withUnsafeBytes { raw in
+            do throws(SystemError) { try appendWhole(fd, raw, path: path); return .success(()) } catch { return .failure(error) }
+        }
+        try r.get()
+    }
+
     /// Writes all of `data` to `fd`.
     public static func writeAll(_ fd: Int32, _ data: Data, path: String) throws(SystemError) {
         let r: Result<Void, SystemError> = data.withUnsafeBytes { raw in
@@ -102,11 +123,11 @@ public enum Files {
         return (parent.isEmpty ? "/" : String(parent), String(p[p.index(after: slash)...]))
     }
 
-    /// Appends `data` to `path` (creating it) in one `write` with O_APPEND.
+    /// Appends `data` to `path` (creating it) with O_APPEND, whole or not at all (`appendWhole`).
     public static func append(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
         let fd = try open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
         defer { Glibc.close(fd) }
-        try writeAll(fd, data, path: path)
+        try appendWhole(fd, data, path: path)
         if sync { try fsync(fd, path: path) }
     }
 

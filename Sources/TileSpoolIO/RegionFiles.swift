@@ -213,23 +213,23 @@ public final class RegionFiles: @unchecked Sendable {
             let existed = Files.entryType(manifestPath) == .regular
             manifestFD = try Files.open(manifestPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
             if !existed {
-                try Files.writeAll(manifestFD, Data(ManifestLine.header.utf8), path: manifestPath)
+                try Files.appendWhole(manifestFD, Data(ManifestLine.header.utf8), path: manifestPath)
             }
         }
         let r: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
-            do throws(SystemError) { try Files.writeAll(manifestFD, raw, path: manifestPath); return .success(()) } catch { return .failure(error) }
+            do throws(SystemError) { try Files.appendWhole(manifestFD, raw, path: manifestPath); return .success(()) } catch { return .failure(error) }
         }
         try r.get()
         if fdatasync(manifestFD) != 0 { throw SystemError("fdatasync", manifestPath) }
     }
 
-    /// Appends already rendered lines to the journal without syncing (one `write`).
+    /// Appends already rendered lines to the journal without syncing, whole or not at all.
     /// - Throws: `SystemError` from open or write.
     public func appendToJournal(text bytes: ArraySlice<UInt8>) throws(SystemError) {
         guard !bytes.isEmpty else { return }
         if journalFD < 0 { journalFD = try Files.open(journalPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666) }
         let r: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
-            do throws(SystemError) { try Files.writeAll(journalFD, raw, path: journalPath); return .success(()) } catch { return .failure(error) }
+            do throws(SystemError) { try Files.appendWhole(journalFD, raw, path: journalPath); return .success(()) } catch { return .failure(error) }
         }
         try r.get()
     }
@@ -259,13 +259,13 @@ public final class RegionFiles: @unchecked Sendable {
         if journalFD >= 0 { close(journalFD); journalFD = -1 } // it names the replaced file
     }
 
-    /// Appends lines to the journal without syncing (one `write`).
+    /// Appends lines to the journal without syncing, whole or not at all.
     public func appendToJournal(_ lines: [ManifestLine]) throws(SystemError) {
         guard !lines.isEmpty else { return }
         if journalFD < 0 { journalFD = try Files.open(journalPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666) }
         var text = ""
         for l in lines { text += l.text }
-        try Files.writeAll(journalFD, Data(text.utf8), path: journalPath)
+        try Files.appendWhole(journalFD, Data(text.utf8), path: journalPath)
     }
 
     /// Empties the journal once its lines are in the manifest.

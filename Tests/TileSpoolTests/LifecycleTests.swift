@@ -326,6 +326,48 @@ final class StorageTests: XCTestCase {
         return p.terminationStatus
     }
 
+    /// Issue 29 (attack round 2): events.jsonl on a full spool filesystem. An event that does not
+    /// fit is not left half written (the next one used to be glued onto it: a line that is not
+    /// JSON, and jq stopped there); once there is room again, every line is one JSON object.
+    func testAFullSpoolLeavesNoHalfEventLine() throws {
+        let spoolMount = fx.spool
+        XCTAssertEqual(run(["/bin/mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", spoolMount]), 0)
+        defer { _ = run(["/bin/umount", "-l", spoolMount]) }
+        try fx.start(["--store", mountPoint + "/store"])
+        try fx.drop("a.json", ["tiles": [nginx.baseURL + "/raster/osm_carto/{z}/{x}/{y}.png"],
+                               "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 0])
+        try fx.waitForState("a", "completed")
+        // Fill every free page of the spool's filesystem (events.jsonl keeps the room left in its
+        // last page), then ask for actions that do not apply: each is an event line, and one of
+        // them no longer fits. Control files are empty: they need no page.
+        let filler = FileManager.default.createFile(atPath: spoolMount + "/filler", contents: nil)
+        XCTAssertTrue(filler)
+        let h = try FileHandle(forWritingTo: URL(fileURLWithPath: spoolMount + "/filler"))
+        let page = Data(repeating: 0x78, count: 4096)
+        while (try? h.write(contentsOf: page)) != nil {}
+        try? h.close()
+        var asked = 0
+        try waitUntil("an event did not fit", timeout: 60) {
+            if fx.log().contains("cannot append to \(spoolMount)/events.jsonl") { return true }
+            if !FileManager.default.fileExists(atPath: spoolMount + "/control/a.pause") {
+                try fx.control("a", "pause")
+                asked += 1
+            }
+            return false
+        }
+        XCTAssertGreaterThan(asked, 0)
+        try waitUntil("the control file is taken") { !FileManager.default.fileExists(atPath: spoolMount + "/control/a.pause") }
+        let before = fx.events("a").count
+        XCTAssertEqual(run(["/bin/mount", "-o", "remount,size=64m", spoolMount]), 0)
+        try fx.control("a", "pause")
+        try waitUntil("the next event is in events.jsonl") { fx.events("a").count > before }
+        let text = try String(contentsOfFile: spoolMount + "/events.jsonl", encoding: .utf8)
+        XCTAssertTrue(text.hasSuffix("\n"))
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false).dropLast() {
+            XCTAssertNotNil((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any], "not one JSON object: \(line)")
+        }
+    }
+
     func testFullDiskGivesFailedStorageAndResumeCompletesAfterSpaceIsFreed() throws {
         let store = mountPoint + "/store"
         try fx.start(["--store", store])
