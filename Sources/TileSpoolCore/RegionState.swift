@@ -125,6 +125,35 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     public var tilesEmpty = 0
     public init() {}
 
+    /// Counts one manifest line as completed: resources, bytes, tiles, tile bytes, and the empty,
+    /// failed and missing among them (docs/contract.md, progress). The one place that says how a
+    /// line counts; the progress of a pack is this over its manifest's distinct lines.
+    public mutating func count(_ line: ManifestLine) {
+        resourcesCompleted += 1
+        bytesCompleted += line.bytes
+        if line.kind == .tile {
+            tilesCompleted += 1
+            tileBytesCompleted += line.bytes
+            if line.sha256 == nil && !line.failed { tilesEmpty += 1 }
+        }
+        if line.kind != .tile && line.sha256 == nil { resourcesMissing += 1 }
+        if line.failed { tilesFailed += 1 }
+    }
+
+    /// The completed counts of `lines` (each counted by `count`) in place of this value's, the
+    /// expected counts and refresh tallies kept.
+    public func recounted(_ lines: [ManifestLine]) -> RegionProgress {
+        var p = RegionProgress()
+        p.resourcesExpected = resourcesExpected
+        p.resourcesExpectedIsPrecise = resourcesExpectedIsPrecise
+        p.tilesExpected = tilesExpected
+        p.resourcesChecked = resourcesChecked
+        p.resourcesChanged = resourcesChanged
+        p.resourcesUnchanged = resourcesUnchanged
+        for l in lines { p.count(l) }
+        return p
+    }
+
     /// Counts one refreshed resource in `resourcesChecked`, `resourcesChanged`, `resourcesUnchanged`.
     public mutating func tally(_ outcome: RefreshOutcome) {
         switch outcome {

@@ -309,14 +309,9 @@ extension Daemon {
 
     func count(_ line: ManifestLine, _ d: Download?, into p: inout RegionProgress) {
         if let d, d.previous != nil { p.tally(Refresh.outcome(previous: d.previousLine(line.kind, line.key), current: line)) }
-        p.resourcesCompleted += 1
-        p.bytesCompleted += line.bytes
-        if line.kind == .tile {
-            p.tilesCompleted += 1; p.tileBytesCompleted += line.bytes
-            if line.sha256 == nil && !line.failed { p.tilesEmpty += 1 }
-            if let d, line.sha256 != nil, let (source, _) = ManifestLine.parseTileKey(line.key) { d.tilesWithContent[source, default: 0] += 1 }
+        p.count(line)
+        if line.kind == .tile, let d, line.sha256 != nil, let (source, _) = ManifestLine.parseTileKey(line.key) {
+            d.tilesWithContent[source, default: 0] += 1
         }
-        if line.kind != .tile && line.sha256 == nil { p.resourcesMissing += 1 }
-        if line.failed { p.tilesFailed += 1 }
     }
 }

@@ -162,9 +162,11 @@ public enum StoreMaintenance {
             report.manifestsChecked += 1
             let own = try checkManifest(files, id: id, label: id, store: store, objects: objects, report: &report)
             let st = status.read(id: id)
+            var mismatch = false
             if let st, st.state == .completed {
                 let planned = files.loadPlan()?.count
                 if st.progress.resourcesCompleted != own.lines || (planned != nil && planned != own.lines) {
+                    mismatch = true
                     report.countMismatches.append("\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(own.lines)" + (planned.map { ", plan has \($0)" } ?? ""))
                 }
             }
@@ -192,22 +194,26 @@ public enum StoreMaintenance {
                     if dropped > 0 { f.replaceJournal(with: text[...]) }
                 }
             }
-            if repair && !own.dropped.isEmpty {
-                // A rewrite that fails stops verify with its error (exit 1): the region is not
-                // marked, and the manifest still names what was dropped (a second repair retries).
-                try files.replaceManifest(own.kept)
+            if repair && (!own.dropped.isEmpty || mismatch) {
+                // The status first, then the manifest: a repair killed in between leaves a
+                // region marked failed whose manifest still names what it dropped (missing
+                // objects now: a second repair drops them), never a `completed` status over a
+                // shorter manifest. The counts are the kept lines' (the same however often this
+                // runs); a region `completed` with fewer lines than its plan is marked too.
                 if var st {
-                    let d = own.dropped
+                    let why = own.dropped.isEmpty
+                        ? "its manifest holds \(own.lines) resources, not the \(st.progress.resourcesExpected) planned; resume fetches the rest"
+                        : "\(own.dropped.count) resources were damaged or missing in the store; resume fetches them again"
                     st.state = .failed
                     st.refreshing = false
-                    st.error = RegionError(code: .storeDamaged, message: "\(d.count) resources were damaged or missing in the store; resume fetches them again")
-                    st.progress.resourcesCompleted = max(0, st.progress.resourcesCompleted - d.count)
-                    st.progress.tilesCompleted = max(0, st.progress.tilesCompleted - d.filter { $0.kind == .tile }.count)
-                    st.progress.bytesCompleted = max(0, st.progress.bytesCompleted - d.reduce(0) { $0 + $1.bytes })
-                    st.progress.tileBytesCompleted = max(0, st.progress.tileBytesCompleted - d.filter { $0.kind == .tile }.reduce(0) { $0 + $1.bytes })
+                    st.error = RegionError(code: .storeDamaged, message: why)
+                    st.progress = st.progress.recounted(own.kept)
                     st.updatedAt = Date()
                     status.record(st, extra: ["note": "verify --repair"])
                 }
+                // A rewrite that fails stops verify with its error (exit 1): the manifest still
+                // names what was dropped, and a second repair retries.
+                if !own.dropped.isEmpty { try files.replaceManifest(own.kept) }
                 // The region is failed now: a refresh under way would swap in a pack over a
                 // manifest that is being fetched again; it goes (resume downloads what is missing).
                 if refresh !== files { files.abandonRefresh() }

@@ -81,6 +81,46 @@ final class TrustStoreTests: XCTestCase {
         XCTAssertEqual(tile.sha, sha256Hex(served))
     }
 
+    // MARK: - Attack round 2, finding 7: verify --repair killed half way
+
+    /// A `verify --repair` killed after rewriting a manifest but before the status (what the
+    /// attacker did with strace and kill -9) left `completed` 21/21 over 20 lines, and a second
+    /// repair said "none". Now the count mismatch is repaired too: the region is marked failed
+    /// with the manifest's own counts (the same however often the repair runs), and resume
+    /// fetches the missing tile.
+    func testRepairMarksACompletedRegionWhoseManifestIsShort() throws {
+        try fx.start()
+        try fx.drop("t.json", toner("t"))
+        try fx.waitForState("t", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        let path = fx.store + "/regions/t/manifest.tsv"
+        var lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)
+        let cut = try XCTUnwrap(lines.firstIndex { $0.contains("\ttiles0/2/1/1\t") })
+        lines.remove(at: cut)
+        try Data(lines.joined(separator: "\n").utf8).write(to: URL(fileURLWithPath: path))
+
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("count mismatch: t: status says 21 resources, manifest has 20, plan has 21"), out)
+        for round in 0..<2 {
+            (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
+            // Marked once; the second repair finds nothing more to mark, and counts no less.
+            XCTAssertTrue(out.contains("regions marked for re-download: " + (round == 0 ? "t" : "none")), out)
+            XCTAssertEqual(fx.state("t"), "failed")
+            XCTAssertEqual(fx.errorCode("t"), "storeDamaged")
+            let progress = try XCTUnwrap(fx.status("t")?["progress"] as? [String: Any])
+            XCTAssertEqual(progress["resourcesCompleted"] as? Int, 20)
+            XCTAssertEqual(progress["tilesCompleted"] as? Int, 20)
+        }
+        try fx.start()
+        try fx.control("t", "resume")
+        try fx.waitForState("t", "completed")
+        XCTAssertEqual(fx.manifest("t").count, 21)
+        XCTAssertEqual(fx.stop(), 0)
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
+
     // MARK: - Finding 13: the quota after a gc
 
     /// A region that hit `--max-store-bytes` goes `failedStorage`; once another region is deleted
