@@ -25,12 +25,12 @@ public enum NginxConfig {
     /// `s` as one double-quoted nginx token that reads back as exactly `s`.
     /// - Parameter variablesExpanded: true for a directive that expands variables (`alias`): a
     ///   `$` is then refused.
-    /// - Throws: `EscapeError` for a NUL or other control character (U+0000-U+001F, U+007F), and
-    ///   for `$` when `variablesExpanded`.
+    /// - Throws: `EscapeError` for a NUL or other control character (Unicode category Cc:
+    ///   U+0000-U+001F, U+007F, U+0080-U+009F), and for `$` when `variablesExpanded`.
     public static func quoted(_ s: String, variablesExpanded: Bool) throws(EscapeError) -> String {
         var out = "\""
         for u in s.unicodeScalars {
-            if u.value < 0x20 || u.value == 0x7F {
+            if isCc(u) {
                 throw EscapeError("a control character (U+\(String(format: "%04X", u.value))) cannot be written in an nginx configuration")
             }
             if u == "$" && variablesExpanded {
@@ -45,8 +45,11 @@ public enum NginxConfig {
     /// `s` for a `#` comment line: control characters (a newline would end the comment) become
     /// `?`. Comments are for people; nothing in them is read by nginx.
     public static func comment(_ s: String) -> String {
-        String(String.UnicodeScalarView(s.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
+        String(String.UnicodeScalarView(s.unicodeScalars.map { isCc($0) ? "?" : $0 }))
     }
+
+    /// A control character (Unicode general category Cc): C0, DEL or C1.
+    static func isCc(_ u: Unicode.Scalar) -> Bool { u.value < 0x20 || (0x7F...0x9F).contains(u.value) }
 }
 
 /// Fields of the tab-separated files TileSpool writes (manifests, `failed.tsv`): a field never

@@ -77,7 +77,8 @@ extension Daemon {
         rejected.removeTree(stored)
         if (try? from.rename(entry, to: rejected, stored)) == nil { from.removeTree(entry) }
         let note = stored == name ? "" : "(the file was named \(name.debugDescription))\n"
-        try? rejected.writeAtomically(Data((reason + "\n" + note).utf8), to: stored + ".error")
+        // A text file scripts print: no control character a request's field names carried.
+        try? rejected.writeAtomically(Data(TerminalText.safe(reason + "\n" + note).utf8), to: stored + ".error")
     }
 
     func handleRequest(path: String, name: String) {

@@ -106,7 +106,7 @@ extension Daemon {
             if let data = try? r.files.requestData() {
                 let rejected = try? Directory(path: layout.rejected, followFinal: false)
                 try? rejected?.writeAtomically(data, to: "\(r.id).json")
-                try? rejected?.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(r.id).json.error")
+                try? rejected?.writeAtomically(Data(TerminalText.safe("\(e.code.rawValue): \(e.message)\n").utf8), to: "\(r.id).json.error")
             }
             fail(r, e)
             return

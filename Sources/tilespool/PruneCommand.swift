@@ -87,15 +87,22 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
     _ = storeLock
     // rejected/: aged by the change time, which the rename into rejected/ sets (the mtime is the
     // original file's).
+    // The folder is opened without following a symlink and walked by descriptor; an entry counts
+    // as removed only when it is gone afterwards.
     var rejected = 0
-    for name in Files.list(layout.rejected) where !name.hasPrefix(".") {
-        let path = layout.rejected + "/" + name
-        var st = stat()
-        guard lstat(path, &st) == 0 else { continue }
+    let rejectedDir = try? Directory(path: layout.rejected, followFinal: false)
+    for name in rejectedDir?.list().sorted() ?? [] where !name.hasPrefix(".") {
+        guard let dir = rejectedDir, let st = dir.status(name) else { continue }
         let ctime = Double(st.st_ctim.tv_sec) + Double(st.st_ctim.tv_nsec) / 1e9
         guard now.timeIntervalSince1970 - ctime >= rejectedOlderThan else { continue }
-        rejected += 1
-        if dryRun { out("would remove rejected/\(name)") } else if Files.entryType(path) == .directory { Files.removeTree(path) } else { Files.remove(path) }
+        if dryRun {
+            rejected += 1
+            out("would remove rejected/\(TerminalText.safe(name))")
+        } else if dir.removeTree(name) {
+            rejected += 1
+        } else {
+            err("tilespool: cannot remove rejected/\(TerminalText.safe(name)) (it is left in place)")
+        }
     }
     let regions = !selecting ? "no region selected (regions are deleted only with --older-than or --state)"
         : "\(selected.count) regions \(dryRun ? "would be deleted" : lock == nil ? "sent to the daemon for deletion" : "deleted")"

@@ -68,6 +68,20 @@ final class TrustAttackTests: FaultServerSpoolTestCase {
         XCTAssertEqual(Redaction.redact("https://h/t?layer=a;api-key=K&x=1"), "https://h/t?layer=a;api-key=REDACTED&x=1")
     }
 
+    /// Attack round 2: a request's field name carrying escape sequences is quoted in
+    /// `rejected/<name>.error` with the control characters written as `\u{XX}` (a script that
+    /// cats the file to a terminal is not driven by them).
+    func testRejectedErrorFilesCarryNoControlCharacters() throws {
+        try fx.start()
+        try fx.dropRaw("esc.json", Data(#"{"id":"esc","tiles":["http://127.0.0.1:1/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"maxZoom":1,"\u001b]0;owned\u0007\u009b31m":1}"#.utf8))
+        let path = fx.spool + "/rejected/esc.json.error"
+        try waitUntil("esc.json is refused") { FileManager.default.fileExists(atPath: path) }
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        XCTAssertFalse(bytes.contains(0x1B) || bytes.contains(0x07), String(decoding: bytes, as: UTF8.self))
+        XCTAssertFalse(String(decoding: bytes, as: UTF8.self).unicodeScalars.contains { $0.value == 0x9B })
+        XCTAssertTrue(String(decoding: bytes, as: UTF8.self).contains(#"unknown field '\u{1B}]0;owned\u{7}\u{9B}31m'"#), String(decoding: bytes, as: UTF8.self))
+    }
+
     /// `status/` or `rejected/` swapped for a symlink while the daemon runs: nothing lands in the
     /// folder the link points to.
     func testSpoolFoldersSwappedForSymlinksAreNotFollowed() throws {

@@ -325,7 +325,13 @@ final class TrustCoreTests: XCTestCase {
         XCTAssertThrowsError(try NginxConfig.quoted("/$x/", variablesExpanded: true))
         XCTAssertThrowsError(try NginxConfig.quoted("/a\nb/", variablesExpanded: false))
         XCTAssertThrowsError(try NginxConfig.quoted("/a\u{7F}/", variablesExpanded: false))
+        // C1 controls too (attack round 2: a base URL with %C2%9B put a raw CSI into nginx.conf).
+        XCTAssertThrowsError(try NginxConfig.quoted("/a\u{9B}/", variablesExpanded: false))
+        XCTAssertEqual(try NginxConfig.quoted("/caf\u{E9}/", variablesExpanded: false), "\"/caf\u{E9}/\"")
+        XCTAssertNotNil(ExportSpec.baseURLProblem("https://maps.example.org/a%C2%9Bb/"))
+        XCTAssertNil(ExportSpec.baseURLProblem("https://maps.example.org/caf%C3%A9/"))
         XCTAssertEqual(NginxConfig.comment("a\nlocation / {"), "a?location / {")
+        XCTAssertEqual(NginxConfig.comment("a\u{9B}b"), "a?b")
     }
 
     func testTSVFieldsNeverSplit() {
