@@ -18,6 +18,9 @@ public final class EventsFollower {
     private var fd: Int32 = -1
     private var offset: off_t = 0
     private var partial: [UInt8] = []
+    /// Tests only: called after the file the path names is opened, before the rotated files are
+    /// listed (where a rotation by the daemon meanwhile must lose nothing).
+    var beforeListingRotated: (() -> Void)?
 
     /// Opens `path` if it exists and starts at its current end (a file made later is read from
     /// its start).
@@ -43,28 +46,42 @@ public final class EventsFollower {
                 partial.removeAll()
             }
             readToEnd(into: &lines)
-            // Rotated (or removed and made again): the path names another file now. What the old
-            // one held was read above; the files made since it, then the new one, follow.
-            var mine = stat(), named = stat()
-            guard fstat(fd, &mine) == 0, stat(path, &named) == 0, mine.st_ino != named.st_ino || mine.st_dev != named.st_dev else {
-                return lines
-            }
+            // The file the path names now, opened before the rotated files are looked for: the
+            // daemon may rotate again meanwhile, and then this one is among them, not lost.
+            guard let current = try? Files.open(path, O_RDONLY) else { return lines }
+            var mine = stat(), now = stat()
+            guard fstat(fd, &mine) == 0, fstat(current, &now) == 0 else { close(current); return lines }
+            if mine.st_ino == now.st_ino && mine.st_dev == now.st_dev { close(current); return lines }
+            // Rotated: what the old file held was read above. The files made between it and
+            // `current` are among events.jsonl.1, .2, ... (newest first): those after `current`
+            // (if it was rotated too) and before the old one (or all, if it is gone).
             close(fd)
-            var newer: [Int32] = []  // events.jsonl.1, .2, ... up to the old file (or all, if it is gone)
+            beforeListingRotated?()
+            var between: [Int32] = []
             for n in 1...1000 {
                 guard let f = try? Files.open("\(path).\(n)", O_RDONLY) else { break }
                 var st = stat()
-                if fstat(f, &st) != 0 || (st.st_ino == mine.st_ino && st.st_dev == mine.st_dev) { close(f); break }
-                newer.append(f)
+                guard fstat(f, &st) == 0 else { close(f); break }
+                if st.st_ino == mine.st_ino && st.st_dev == mine.st_dev { close(f); break }
+                if st.st_ino == now.st_ino && st.st_dev == now.st_dev {
+                    // `current` was rotated meanwhile: only files older than it come before it.
+                    for g in between { close(g) }
+                    between = []
+                    close(f)
+                    continue
+                }
+                between.append(f)
             }
-            for f in newer.reversed() {
+            for f in between.reversed() {
                 fd = f
                 offset = 0
                 partial.removeAll()
                 readToEnd(into: &lines)
                 close(f)
             }
-            fd = -1
+            fd = current
+            offset = 0
+            partial.removeAll()
         }
     }
 

@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import TileSpoolIO
+@testable import TileSpoolIO
 import XCTest
 
 /// The command line as a shell script uses it: status text and JSON, control commands, plan,
@@ -294,6 +294,29 @@ final class EventsFollowerTests: XCTestCase {
         try h.close()
         XCTAssertEqual(ns(f.poll()), [4])
         XCTAssertEqual(ns(early.poll()), [1, 2, 3, 4])
+
+        // Attack round 2: the daemon rotates again while a poll is between opening the new file
+        // and listing the rotated ones (--events-max-bytes small, --wait missed its answer).
+        try append(path, 5)
+        XCTAssertEqual(rename(path + ".2", path + ".3"), 0)
+        XCTAssertEqual(rename(path + ".1", path + ".2"), 0)
+        XCTAssertEqual(rename(path, path + ".1"), 0)
+        try append(path, 6)             // the file the next poll opens as the newest
+        var rotations = 0 // once: the poll reads on after it and would meet the hook again
+        f.beforeListingRotated = {
+            rotations += 1
+            guard rotations == 1 else { return }
+            try? FileManager.default.removeItem(atPath: path + ".3")
+            _ = rename(path + ".2", path + ".3")
+            _ = rename(path + ".1", path + ".2")
+            _ = rename(path, path + ".1")
+            try? append(path, 7)
+        }
+        XCTAssertEqual(ns(f.poll()), [5, 6, 7])
+        XCTAssertGreaterThanOrEqual(rotations, 1)
+        f.beforeListingRotated = nil
+        try append(path, 8)
+        XCTAssertEqual(ns(f.poll()), [8])
     }
 }
 
