@@ -391,15 +391,16 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control`, `Expires` and (when asked) `Retry-After`. `Expires` is
-    /// read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be
-    /// ignored). The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
+    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires` and (when asked) `Retry-After`.
+    /// `Expires` is read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it
+    /// would be ignored), `Age` only when it does. The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
     /// and later): one lookup per name (walking every header with `curl_easy_nextheader` costs a
     /// pass over all of them per header, more in all).
     struct ResponseHeaders {
         var contentType, etag, lastModified, expires, retryAfter: String?
-        /// `Cache-Control`'s lifetime (`maxAge`).
-        var maxAge: Int64?
+        /// `Cache-Control`'s lifetime (`CacheLifetime.maxAge`) and the `Age` header
+        /// (`CacheLifetime.age`), in seconds, each at most 2^31.
+        var maxAge, age: Int64?
     }
 
     private func headers(_ easy: UnsafeMutableRawPointer, retryAfter: Bool) -> ResponseHeaders {
@@ -415,26 +416,10 @@ extension HTTPClient {
         out.contentType = type.map { String(cString: $0) }
         out.etag = value("ETag")
         out.lastModified = value("Last-Modified")
-        out.maxAge = HTTPClient.maxAge(value("Cache-Control"))
-        if out.maxAge == nil { out.expires = value("Expires") }
+        out.maxAge = CacheLifetime.maxAge(value("Cache-Control"))
+        if out.maxAge == nil { out.expires = value("Expires") } else { out.age = CacheLifetime.age(value("Age")) }
         if retryAfter { out.retryAfter = value("Retry-After") }
         return out
-    }
-
-    /// What `Cache-Control` says of a response's lifetime, in seconds from now: 0 when it has
-    /// `no-cache` or `no-store` (wherever they stand), else the last `max-age=N` (N, at least 0);
-    /// nil when it has none of these (or is absent).
-    static func maxAge(_ cacheControl: String?) -> Int64? {
-        guard let cc = cacheControl?.lowercased() else { return nil }
-        var age: Int64?
-        for directive in cc.split(separator: ",") {
-            let d = directive.trimmingCharacters(in: .whitespaces)
-            if d == "no-cache" || d == "no-store" { return 0 }
-            if d.hasPrefix("max-age="), let n = Int64(d.dropFirst(8).trimmingCharacters(in: CharacterSet(charactersIn: "\""))) {
-                age = max(0, n)
-            }
-        }
-        return age
     }
 
     /// The `ETag` as it can be kept and sent back byte for byte: trimmed of white space, and
@@ -456,9 +441,11 @@ extension HTTPClient {
         return v
     }
 
-    /// Validators and expiry of a response: `ETag`; `Last-Modified` and `Expires` parsed as
-    /// HTTP dates (`curl_getdate`); `Cache-Control` `max-age=N` (wins over `Expires`, RFC 9111
-    /// section 5.3), `no-cache` or `no-store` (expired at once).
+    /// Validators and expiry of a response: `ETag` (`storableETag`); `Last-Modified` and
+    /// `Expires` parsed as HTTP dates (`curl_getdate`); the expiry from `Cache-Control`
+    /// `max-age=N` less `Age` (wins over `Expires`, RFC 9111 section 5.3), `no-cache` or
+    /// `no-store` (expired at once), or `Expires` (`CacheLifetime.expiry`: clamped and saturating,
+    /// so no number a server sends can trap).
     func freshness(_ h: ResponseHeaders) -> Freshness {
         let time = Date().timeIntervalSince1970
         let now = Int64(time)
@@ -468,11 +455,9 @@ extension HTTPClient {
             let t = httpDate(lm)
             if t >= 0 { f.lastModified = Int64(t) }
         }
-        if let age = h.maxAge { f.expires = now + age }
-        if f.expires == nil, let ex = h.expires {
-            let t = httpDate(ex)
-            f.expires = t >= 0 ? Int64(t) : now // an invalid date means already expired (RFC 9111 section 5.3)
-        }
+        // An invalid Expires date means already expired (RFC 9111 section 5.3).
+        let expires = h.expires.map { ex -> Int64 in let t = httpDate(ex); return t >= 0 ? Int64(t) : now }
+        f.expires = CacheLifetime.expiry(fetched: now, maxAge: h.maxAge, age: h.age, expires: expires)
         return f
     }
 

@@ -343,3 +343,51 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(server.requests().last?.headers["x-amz-security-token"], "SESSIONTOKEN123456", "sent as it is")
     }
 }
+
+/// The pure rules behind finding 1: every number a server sends in `Cache-Control`, `Age` or
+/// `Expires` gives an expiry, none traps.
+final class ServerNumberTests: XCTestCase {
+    let cap = CacheLifetime.maximumDeltaSeconds
+
+    func testDeltaSecondsAreClampedTo2To31() {
+        XCTAssertEqual(cap, 2_147_483_648)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("0"), 0)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("60"), 60)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("2147483647"), 2_147_483_647)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("2147483648"), cap)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("9223372036854775807"), cap, "Int64.max")
+        XCTAssertEqual(CacheLifetime.deltaSeconds("09223372036854775807"), cap)
+        XCTAssertEqual(CacheLifetime.deltaSeconds(String(repeating: "9", count: 5000)), cap)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("0000000000000000000000060"), 60)
+        for bad in ["", "+9223372036854775807", "-1", "1.5", " 60", "60s", "６０"] {
+            XCTAssertNil(CacheLifetime.deltaSeconds(bad), bad)
+        }
+    }
+
+    func testMaxAgeAndAge() {
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=9223372036854775807"), cap)
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=\"9223372036854775807\""), cap)
+        XCTAssertEqual(CacheLifetime.maxAge("public, max-age=+9223372036854775807"), 0, "not delta-seconds: stale")
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=-9223372036854775808"), 0)
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=\""), 0)
+        XCTAssertEqual(CacheLifetime.age(" 30 "), 30)
+        XCTAssertEqual(CacheLifetime.age("9223372036854775807"), cap)
+        XCTAssertNil(CacheLifetime.age("-1"))
+        XCTAssertNil(CacheLifetime.age(nil))
+    }
+
+    /// The expiry saturates whatever it is given: the clamped lifetime less the clamped age,
+    /// never before the fetch, never past Int64.max.
+    func testExpiryNeverOverflows() {
+        let now: Int64 = 1_800_000_000
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: 60, age: nil, expires: 5), now + 60, "max-age wins over Expires")
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: 100, age: 30, expires: nil), now + 70)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: 100, age: 300, expires: nil), now, "older than its lifetime: expired")
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: .max, age: .min, expires: nil), now + cap)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: .min, age: .max, expires: nil), now)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: .max, maxAge: .max, age: nil, expires: nil), .max)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: .max - 5, maxAge: 60, age: nil, expires: nil), .max)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: nil, age: .max, expires: .max), .max, "Expires as it is")
+        XCTAssertNil(CacheLifetime.expiry(fetched: now, maxAge: nil, age: 5, expires: nil))
+    }
+}
