@@ -33,6 +33,10 @@ public struct HTTPOptions: Sendable {
     /// daemon's `--allow-host`); a redirect to any other listed host fails the transfer with
     /// `TransferFailure.policyRefused` before anything is asked from it.
     public var allowedHosts: Set<String> = []
+    /// The largest `connectTimeout`, `lowSpeedTime` and `transferTimeout` the command line
+    /// accepts, in seconds (a day): libcurl takes them as integers (milliseconds for two of them),
+    /// which a larger number could overflow.
+    public static let maximumTimeout = 86_400.0
     public init() {}
 }
 
@@ -162,9 +166,13 @@ public final class HTTPClient: @unchecked Sendable {
         tilespool_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0) // followed in `collect`, hop by hop
         tilespool_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
         tilespool_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "") // every encoding libcurl decodes
-        tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(options.connectTimeout * 1000))
+        // Clamped again here (the command line refuses more than `maximumTimeout`): a Double that
+        // does not fit an Int would trap.
+        let connect = options.connectTimeout
+        let connectMS = (connect.isNaN ? 0 : min(max(connect, 0), HTTPOptions.maximumTimeout)) * 1000
+        tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(connectMS.rounded(.up)))
         tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
-        tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, options.lowSpeedTime)
+        tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, min(max(options.lowSpeedTime, 0), Int(HTTPOptions.maximumTimeout)))
         tilespool_easy_setopt_off(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(options.maxObjectSize))
         tilespool_easy_setopt_string(easy, CURLOPT_USERAGENT, options.userAgent)
         tilespool_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
@@ -194,7 +202,7 @@ public final class HTTPClient: @unchecked Sendable {
         t.firstURL = url
         t.firstOrigin = nil
         t.redirects = 0
-        t.deadline = options.transferTimeout > 0 ? HTTPClient.now() + options.transferTimeout : .infinity
+        t.deadline = options.transferTimeout > 0 ? HTTPClient.now() + min(options.transferTimeout, HTTPOptions.maximumTimeout) : .infinity
         active[tag] = t
         byEasy[t.easy] = t
         begin(t, url: url)
