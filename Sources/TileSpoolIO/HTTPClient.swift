@@ -431,13 +431,13 @@ extension HTTPClient {
     }
 
     /// The `ETag` as it can be kept and sent back byte for byte: trimmed of white space, and
-    /// only when every byte is visible ASCII (RFC 9110 section 8.8.3: `etagc` is `!` and `#`-`~`,
-    /// plus obs-text, which is left out here: it would not survive the manifest's text), else nil
-    /// (no validator: the next refresh asks with If-Modified-Since or unconditionally).
+    /// only when it is an entity-tag (`ConditionalRequest.isEntityTag`, RFC 9110 section 8.8.3:
+    /// `"..."` or `W/"..."` of visible ASCII, at most 1024 bytes), else nil: no validator, and the
+    /// next refresh asks with If-Modified-Since or unconditionally. `ETag: *` or an unquoted
+    /// `v1` is not kept (`*` sent back as `If-None-Match: *` is answered 304 whatever changed).
     public static func storableETag(_ raw: String) -> String? {
         let t = raw.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !t.isEmpty, t.utf8.count <= 1024, t.utf8.allSatisfy({ $0 >= 0x21 && $0 <= 0x7E }) else { return nil }
-        return t
+        return ConditionalRequest.isEntityTag(t) ? t : nil
     }
 
     /// An HTTP date (RFC 9110 section 5.6.7) in seconds since 1970, or -1 when invalid

@@ -391,3 +391,23 @@ final class ServerNumberTests: XCTestCase {
         XCTAssertNil(CacheLifetime.expiry(fetched: now, maxAge: nil, age: 5, expires: nil))
     }
 }
+
+/// Finding 13's rule: only an entity-tag (RFC 9110 section 8.8.3) is kept and sent back.
+final class EntityTagTests: XCTestCase {
+    func testOnlyEntityTagsAreValidators() {
+        for good in ["\"v1\"", "W/\"v1\"", "\"\"", "W/\"\"", "\"5f1e-2a\"", "\"!#~\""] {
+            XCTAssertTrue(ConditionalRequest.isEntityTag(good), good)
+            XCTAssertEqual(HTTPClient.storableETag(" \(good)\t"), good)
+        }
+        for bad in ["*", "v1", "W/v1", "w/\"v1\"", "\"a\"b\"", "\"a", "a\"", "\"", "W/\"", "\"a b\"", "\"é\"", "\"a\r\"", "",
+                    "\"" + String(repeating: "a", count: 1023) + "\""] {
+            XCTAssertFalse(ConditionalRequest.isEntityTag(bad), bad)
+            XCTAssertNil(HTTPClient.storableETag(bad), bad)
+        }
+        XCTAssertTrue(ConditionalRequest.isEntityTag("\"" + String(repeating: "a", count: 1022) + "\""), "1024 bytes")
+        XCTAssertFalse(ConditionalRequest.isEntityTag("\"a\"\r\n"), "CR LF would split the request")
+        // A manifest line written before the rule, with `*`: If-Modified-Since instead, or nothing.
+        XCTAssertEqual(ConditionalRequest.headers(for: Freshness(etag: "*", lastModified: 1_735_689_600)).map(\.0), ["If-Modified-Since"])
+        XCTAssertEqual(ConditionalRequest.headers(for: Freshness(etag: "v1")).map(\.0), [])
+    }
+}
