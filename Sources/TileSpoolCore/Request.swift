@@ -17,7 +17,8 @@ public enum ErrorCode: String, Sendable, Codable {
     /// Every tile of the region was empty (an empty status such as 404 or 204, or an empty
     /// body): most often a wrong tile URL template. A request with `"allowEmpty": true` completes.
     case allTilesEmpty
-    /// A body was malformed in transit (truncated, undecodable, too large).
+    /// A response was malformed in transit (a body truncated, undecodable or too large, response
+    /// headers over libcurl's limit), or a tile body is not a tile.
     case badResponse
     /// The network failed (connection refused, timeout, DNS) and retries ran out.
     case networkError

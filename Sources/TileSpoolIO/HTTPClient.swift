@@ -53,7 +53,8 @@ public enum TileSpoolVersion {
 public enum TransferFailure: Sendable, Equatable {
     /// The server could not be reached or stopped answering: refused, reset, DNS, timeout.
     case network(String)
-    /// The body arrived damaged: shorter than announced, undecodable content encoding, too large.
+    /// The response arrived damaged: a body shorter than announced, an undecodable content
+    /// encoding, a body too large, response headers over libcurl's limit (100 KB).
     case badResponse(String)
     /// The transfer cannot succeed by retrying: a scheme other than http(s) (also by redirect),
     /// more than `maxRedirects` redirects, a malformed URL.
@@ -384,6 +385,11 @@ public final class HTTPClient: @unchecked Sendable {
             r.failure = .badResponse("body larger than \(options.maxObjectSize) bytes")
         case CURLE_PARTIAL_FILE, CURLE_BAD_CONTENT_ENCODING, CURLE_WRITE_ERROR:
             r.failure = .badResponse(text)
+        case CURLE_OUT_OF_MEMORY:
+            // libcurl's answer to response headers over its limit (CURL_MAX_HTTP_HEADER, 100 KB,
+            // lib/http.c): a server that lies, not a network that failed (which would pause the
+            // region and probe it forever).
+            r.failure = .badResponse("response headers larger than libcurl accepts (100 KB; libcurl: \(text))")
         case CURLE_UNSUPPORTED_PROTOCOL, CURLE_TOO_MANY_REDIRECTS, CURLE_URL_MALFORMAT:
             r.failure = .refused(text)
         case CURLE_OPERATION_TIMEDOUT where HTTPClient.now() >= t.deadline - 0.05:
