@@ -125,6 +125,15 @@ public struct RegionRequest: Sendable, Equatable {
     public var maxRequestsPerSecond: Double?
     /// `headers` as (name, value) pairs sorted by name, as sent.
     public var headerList: [(String, String)] { headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+    /// What of this request is secret, to be replaced in any text a server sends back before it
+    /// is quoted (`Redaction.redactEmbedded(_:secrets:)`): every `headers` value and the
+    /// credentials of its `style` URL or `tiles` templates. Worked out on each call (only
+    /// messages about failures need it).
+    public var secrets: Redaction.Secrets {
+        let urls: [String]
+        switch source { case .style(let u): urls = [u]; case .tiles(let t): urls = t }
+        return Redaction.Secrets(headers: headerList, urls: urls)
+    }
     /// The default of `emptyStatuses`.
     public static let defaultEmptyStatuses = [204, 404]
 

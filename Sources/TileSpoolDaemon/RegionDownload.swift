@@ -277,16 +277,20 @@ extension Daemon {
 
         if let f = res.failure {
             switch f {
-            case .refused(let why):
+            case .refused(let text):
+                let why = quoted(text, r, url: url) // may quote a Location
                 fail(r, RegionError(code: .httpError, message: "\(why) (\(Redaction.redact(url)))", url: url))
-            case .policyRefused(let why):
+            case .policyRefused(let text):
                 // A redirect to a host whose tile usage policy forbids bulk downloading: not fetched.
+                let why = quoted(text, r, url: url)
                 fail(r, RegionError(code: .policyRefused, message: "\(why) (redirected from \(Redaction.redact(url)))", url: url))
-            case .network(let why):
+            case .network(let text):
+                let why = quoted(text, r, url: url)
                 retry(r, d, item, after: nil, exhausted: {
                     self.networkLost(r, url: url, why: why)
                 })
-            case .badResponse(let why):
+            case .badResponse(let text):
+                let why = quoted(text, r, url: url)
                 Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: url)
                 retry(r, d, item, after: nil, exhausted: {
                     self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
@@ -341,7 +345,8 @@ extension Daemon {
             failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             return
         }
-        if kind == .tile && !empty, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
+        if kind == .tile && !empty,
+           let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body, secrets: r.request.secrets.adding(url: url)) {
             // Never stored: an HTML login page or a text error with 200 is not a tile.
             Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
             retry(r, d, item, after: nil, exhausted: {
@@ -416,20 +421,35 @@ extension Daemon {
     func received(_ r: Region, _ d: Download, _ item: WorkItem, _ line: ManifestLine, url: String, body: Data) {
         switch item {
         case .style:
-            do { d.style = try StyleDocument(data: body, baseURL: url) } catch { fail(r, error); return }
+            do { d.style = try StyleDocument(data: body, baseURL: url) } catch { fail(r, quoted(error, r, url: url)); return }
             d.needed = Planner.tileJSONURLs(d.style!).map { .tileJSON($0.source) }
             commitNow(r, d, item, line)
             guard r.download === d else { return } // the commit failed the region
             r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1 + d.needed.count)
             if d.needed.isEmpty { makePlan(r, d) }
         case .tileJSON(let name):
-            do { d.tileJSONs[name] = try TileJSON(data: body, baseURL: url) } catch { fail(r, error); return }
+            do { d.tileJSONs[name] = try TileJSON(data: body, baseURL: url) } catch { fail(r, quoted(error, r, url: url)); return }
             commitNow(r, d, item, line)
             guard r.download === d else { return }
             if d.inFlight.isEmpty && d.needed.isEmpty && d.retries.isEmpty { makePlan(r, d) }
         case .index:
             break
         }
+    }
+
+    /// `text`, which comes from a server's answer about `url` or quotes one (a body's first
+    /// bytes, a Content-Type, a Location, a style's own words), as it may be quoted in a status,
+    /// an event, a log line or failed.tsv: the request's secrets and those of `url` replaced
+    /// wherever they appear, credentials in URL form redacted (`Redaction.redactEmbedded`).
+    func quoted(_ text: String, _ r: Region, url: String) -> String {
+        Redaction.redactEmbedded(text, secrets: r.request.secrets.adding(url: url))
+    }
+
+    /// `e` with its message `quoted`.
+    func quoted(_ e: RegionError, _ r: Region, url: String) -> RegionError {
+        var e = e
+        e.message = quoted(e.message, r, url: url)
+        return e
     }
 
     /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it
