@@ -392,6 +392,22 @@ final class ServerNumberTests: XCTestCase {
     }
 }
 
+/// The host rule `plan` and the daemon share (`RequestValidator.hostProblem`, through `urlProblem`).
+final class UsableHostTests: XCTestCase {
+    func testOnlyHostsLibcurlCanUsePass() {
+        for good in ["http://127.0.0.1:8080/x", "http://[::1]:8080/x", "https://tile%2eexample.org/x", "https://u:p@a_b-c.Example.ORG./x?q=ｔ",
+                     "http://[fe80::1%25eth0]/x", "https://h:443"] {
+            XCTAssertNil(RequestValidator.urlProblem(good), good)
+        }
+        for bad in ["http://ｔｉｌｅ.openstreetmap.org/x", "http://tile．openstreetmap．org/x", "http://tile。openstreetmap。org/x",
+                    "http://tile.openstreetmap.org%00/x", "http://ex%ZZample/x", "http://[::1/x", "http://münchen.de/x", "http://a%2Fb/x"] {
+            let p = RequestValidator.urlProblem(bad)
+            XCTAssertTrue(p?.hasPrefix("has the host '") ?? false, "\(bad): \(p ?? "accepted")")
+        }
+        XCTAssertEqual(RequestValidator.urlProblem("ftp://ｔ/x"), "uses the scheme 'ftp'; only http and https are allowed")
+    }
+}
+
 /// Finding 13's rule: only an entity-tag (RFC 9110 section 8.8.3) is kept and sent back.
 final class EntityTagTests: XCTestCase {
     func testOnlyEntityTagsAreValidators() {
