@@ -83,6 +83,7 @@ extension Daemon {
             }
         }
         guard let style = d.style else { d.needed = [.style]; r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1); return }
+        if let e = TileUsagePolicy.refusal(style: style, allowedHosts: options.allowedHosts) { refuseLate(r, e); return }
         let urls = Planner.tileJSONURLs(style)
         for l in lines where l.kind == .source {
             guard let sha = l.sha256, let data = try? store.read(sha, limit: 64 << 20),
@@ -98,19 +99,10 @@ extension Daemon {
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
-        // A style's tile servers are known only now: a listed one is refused before any tile is asked.
-        let policy = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: options.allowedHosts)
-        if let e = policy ?? tileLimitError(r, plan) {
-            // Known only now for a style: the request is refused like a bad file, as a copy of the
-            // accepted request in rejected/ (the region stays, so a resume can retry it).
-            if let data = try? r.files.requestData() {
-                let rejected = try? Directory(path: layout.rejected, followFinal: false)
-                try? rejected?.writeAtomically(data, to: "\(r.id).json")
-                try? rejected?.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(r.id).json.error")
-            }
-            fail(r, e)
-            return
-        }
+        // A style's tile servers, sprites, glyphs and data are known only now: one on a listed
+        // host is refused before anything is asked of it.
+        let policy = TileUsagePolicy.refusal(plan: plan, allowedHosts: options.allowedHosts)
+        if let e = policy ?? tileLimitError(r, plan) { refuseLate(r, e); return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
         d.done = Bitmap(count: plan.indexSpace)
@@ -128,6 +120,18 @@ extension Daemon {
         r.statusDirty = true
         Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
         finishIfDone(r, d)
+    }
+
+    /// Fails `r` with `e`, known only once its style or plan is (a tile usage policy, the tile
+    /// limit): the request is refused like a bad file, as a copy of the accepted request in
+    /// rejected/ with the reason beside it (the region stays, so a resume can retry it).
+    func refuseLate(_ r: Region, _ e: RegionError) {
+        if let data = try? r.files.requestData() {
+            let rejected = try? Directory(path: layout.rejected, followFinal: false)
+            try? rejected?.writeAtomically(data, to: "\(r.id).json")
+            try? rejected?.writeAtomically(Data("\(e.code.rawValue): \(e.message)\n".utf8), to: "\(r.id).json.error")
+        }
+        fail(r, e)
     }
 
     /// The error when `plan` has more tiles than the region's `maxTiles` or the daemon's
@@ -422,6 +426,8 @@ extension Daemon {
         switch item {
         case .style:
             do { d.style = try StyleDocument(data: body, baseURL: url) } catch { fail(r, quoted(error, r, url: url)); return }
+            // Its TileJSON documents are fetched next: one on a listed host is refused first.
+            if let e = TileUsagePolicy.refusal(style: d.style!, allowedHosts: options.allowedHosts) { refuseLate(r, e); return }
             d.needed = Planner.tileJSONURLs(d.style!).map { .tileJSON($0.source) }
             commitNow(r, d, item, line)
             guard r.download === d else { return } // the commit failed the region
