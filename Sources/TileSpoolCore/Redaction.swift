@@ -175,6 +175,7 @@ public enum Redaction {
         /// No secrets: `replaced(in:)` returns its text as it is.
         public static let none = Secrets()
 
+        /// No secrets (`none`).
         public init() {}
 
         /// Secrets made of `values` (S3 credentials, say) and their forms.
