@@ -14,18 +14,36 @@ public enum ConditionalRequest {
     ///   IMF-fixdate (RFC 9110 section 5.6.7);
     /// - otherwise (nil, no validator, or values that cannot be sent): none, a plain GET.
     ///
-    /// An ETag holding CR, LF or NUL (it would split the request) counts as absent; so does a
-    /// `Last-Modified` outside years 1970-9999. Only a 304 answer means "not modified": a 200
-    /// always carries the new body.
+    /// An ETag that is not an entity-tag (`isEntityTag`: `*`, an unquoted word, anything holding
+    /// CR, LF or NUL, which would split the request; a manifest written before this rule may
+    /// hold one) counts as absent; so does a `Last-Modified` outside years 1970-9999. Only a 304
+    /// answer means "not modified": a 200 always carries the new body.
     public static func headers(for validators: Freshness?) -> [(String, String)] {
         guard let v = validators else { return [] }
-        if let etag = v.etag, !etag.isEmpty, !etag.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) {
+        if let etag = v.etag, isEntityTag(etag) {
             return [("If-None-Match", etag)]
         }
         if let lm = v.lastModified, let date = imfFixdate(lm) {
             return [("If-Modified-Since", date)]
         }
         return []
+    }
+
+    /// The longest ETag kept and sent back, in bytes.
+    public static let maximumEntityTagLength = 1024
+
+    /// True when `text` is one entity-tag as RFC 9110 section 8.8.3 defines it, and so may be
+    /// sent back as `If-None-Match`: `[W/]"..."`, the weak prefix `W/` in upper case, between
+    /// the double quotes only `etagc` bytes (`!` and `#` to `~`; the standard's obs-text, bytes
+    /// 0x80-0xFF, is left out: it would not survive the manifest's text), at most
+    /// `maximumEntityTagLength` bytes. Not an entity-tag: `*` (If-None-Match's "any", which
+    /// every server answers 304 to), `v1` (unquoted), `"a"b"`, `w/"x"`, white space around it.
+    public static func isEntityTag(_ text: String) -> Bool {
+        var u = Substring(text).utf8
+        guard u.count <= maximumEntityTagLength else { return false }
+        if u.starts(with: "W/".utf8) { u = u.dropFirst(2) }
+        guard u.count >= 2, u.first == 0x22, u.last == 0x22 else { return false }
+        return u.dropFirst().dropLast().allSatisfy { $0 == 0x21 || ($0 >= 0x23 && $0 <= 0x7E) }
     }
 
     /// `secondsSince1970` (UTC) as an IMF-fixdate, the preferred HTTP date format (RFC 9110

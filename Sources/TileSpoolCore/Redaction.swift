@@ -1,47 +1,97 @@
 import Foundation
 
-/// Hides credentials carried in URL query strings before a URL reaches a status file, an event or
-/// a log line. The server still receives the real URL; only what users read is redacted.
+/// Hides credentials before text reaches a status file, an event, a log line, a manifest or
+/// `failed.tsv`. The server still receives the real request; only what people read is redacted.
+///
+/// Two rules, one mechanism (`redact` for URLs, `redactEmbedded` for any other text):
+/// - credentials the way a URL carries them: `user:password@`, and the value of a query or
+///   fragment parameter whose name looks like a credential (`isSecret`);
+/// - the request's own secrets wherever they appear (`Secrets`): its header values and the
+///   credential values of its URLs, for text a server sent back (a body's first bytes, a
+///   Content-Type, a Location), which may quote them in any form.
 public enum Redaction {
-    /// Query parameter names (lower-cased) that carry credentials.
-    static let exactNames: Set<String> = ["key", "api_key", "apikey", "access_token", "token", "sig",
-                                          "signature", "secret", "password", "passwd", "auth", "client_secret",
-                                          "x-amz-signature", "x-amz-credential", "x-amz-security-token", "session"]
+    /// Parameter names (normalised: `normalizedName`) that carry credentials.
+    static let exactNames: Set<String> = [
+        "key", "api_key", "apikey", "access_token", "token", "sig", "signature", "secret", "password", "passwd", "auth",
+        "client_secret", "x-amz-signature", "x-amz-credential", "x-amz-security-token", "session",
+        "jwt", "authorization", "credential", "credentials", "sessionid", "session_id",
+        "accesskey", "appkey", "authkey", "clientkey", "secretkey", "privatekey", "licensekey", "subscriptionkey",
+        "awsaccesskeyid",
+    ]
 
-    /// True when a query parameter of this name looks like a credential: one of `exactNames`,
-    /// or a name ending in `token`, `_key`, `-key` (`subscription-key`, `api-key`), `secret` or
-    /// `signature`, or containing `password`.
-    public static func isSecret(_ name: String) -> Bool {
-        let n = name.lowercased()
-        return exactNames.contains(n) || n.hasSuffix("token") || n.hasSuffix("_key") || n.hasSuffix("-key") || n.hasSuffix("secret")
-            || n.hasSuffix("signature") || n.contains("password")
+    /// Endings of parameter names (normalised) that carry credentials.
+    static let secretSuffixes = ["token", "_key", "-key", ".key", "secret", "signature", "credential", "credentials"]
+
+    /// The shortest value of a `code` parameter taken for a credential (an OAuth 2.0
+    /// authorization code, RFC 6749 section 4.1.2, is a long random string); a shorter `code`
+    /// (a language, country or EPSG code: `code=de`) is an ordinary parameter.
+    public static let minimumCodeLength = 16
+
+    /// A parameter name as a server may read it, for `isSecret`: percent-decoded (when it
+    /// decodes), `+` and white space trimmed at both ends (`%20key`, `key%20`), `[` and `]`
+    /// removed (`key[]`, `auth[token]`), lower-cased. Also whether it ends in `Key` after a
+    /// lower-case letter or digit (camelCase: `accessKey`, `mapboxKey`), seen before lower-casing.
+    static func normalizedName<S: StringProtocol>(_ raw: S) -> (name: String, camelKey: Bool) {
+        // Once per parameter of every tile URL: plain lower-case names go through untouched.
+        if raw.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F || $0 == 0x2D || $0 == 0x2E }) {
+            return (String(raw), false)
+        }
+        var n = String(raw)
+        if n.utf8.contains(UInt8(ascii: "%")) { n = n.removingPercentEncoding ?? n }
+        n = n.trimmingCharacters(in: CharacterSet.whitespacesAndNewlines.union(CharacterSet(charactersIn: "+")))
+        n.removeAll { $0 == "[" || $0 == "]" }
+        var camel = false
+        if n.hasSuffix("Key"), let before = n.dropLast(3).last, before.isLowercase || before.isNumber { camel = true }
+        return (n.lowercased(), camel)
     }
 
-    /// `text` (any text: a message, an HTML attribution, a body's first bytes) with every
-    /// credential it carries the way a URL does replaced by `REDACTED`: the value after
-    /// `?name=`, `&name=` or `;name=` for a secret `name` (`isSecret`), up to the next `&`, `;`,
-    /// `#`, quote, `<`, `>` or white space, and the `user:password` of `scheme://user:password@`.
-    public static func redactEmbedded(_ text: String) -> String {
+    /// True when a parameter of this name looks like a credential: after `normalizedName`, one
+    /// of `exactNames`, or ending in `token`, `_key`, `-key`, `.key`, `secret`, `signature`,
+    /// `credential(s)`, or containing `password`, or a camelCase name ending in `Key`.
+    /// `code` is judged by its value too: `isSecret(name:value:)`.
+    public static func isSecret<S: StringProtocol>(_ name: S) -> Bool {
+        let (n, camel) = normalizedName(name)
+        return camel || exactNames.contains(n) || secretSuffixes.contains(where: { n.hasSuffix($0) }) || n.contains("password")
+    }
+
+    /// `isSecret(name)`, or a `code` parameter whose value has at least `minimumCodeLength`
+    /// characters (an OAuth authorization code).
+    public static func isSecret<S: StringProtocol, V: StringProtocol>(name: S, value: V) -> Bool {
+        if isSecret(name) { return true }
+        return value.utf8.count >= minimumCodeLength && normalizedName(name).name == "code"
+    }
+
+    /// `text` (any text: a message, an HTML attribution, a body's first bytes, a Content-Type, a
+    /// Location) with every secret of `secrets` replaced by `REDACTED` wherever it appears
+    /// (`Secrets.replaced(in:)`), then every credential it carries the way a URL does: the value
+    /// after `?name=`, `&name=`, `;name=` or `#name=` for a secret `name` (`isSecret(name:value:)`),
+    /// up to the next `&`, `;`, `#`, quote, `<`, `>` or white space, and the `user:password` of
+    /// `scheme://user:password@`.
+    public static func redactEmbedded(_ text: String, secrets: Secrets = .none) -> String {
+        let text = secrets.replaced(in: text)
         if !text.utf8Contains(where: { $0 == UInt8(ascii: "=") || $0 == UInt8(ascii: "@") }) { return text }
         let u = Array(text.utf8)
         var out: [UInt8] = []
         out.reserveCapacity(u.count)
         let stops: Set<UInt8> = Set("&;#\"'<> \t\r\n".utf8)
-        let nameChars: (UInt8) -> Bool = { b in (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2D || b == 0x2E || b == 0x25 }
+        let starts: Set<UInt8> = Set("?&;#".utf8)
+        let nameChars: (UInt8) -> Bool = { b in
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+                || b == 0x5F || b == 0x2D || b == 0x2E || b == 0x25 || b == 0x5B || b == 0x5D || b == 0x2B
+        }
         var i = 0
         while i < u.count {
             let b = u[i]
             out.append(b)
             i += 1
-            if b == UInt8(ascii: "?") || b == UInt8(ascii: "&") || b == UInt8(ascii: ";") {
+            if starts.contains(b) {
                 var j = i
                 while j < u.count && nameChars(u[j]) { j += 1 }
                 if j < u.count, u[j] == UInt8(ascii: "="), j > i {
-                    let name = String(decoding: u[i..<j], as: UTF8.self)
-                    if isSecret(name.removingPercentEncoding ?? name) {
+                    var k = j + 1
+                    while k < u.count && !stops.contains(u[k]) { k += 1 }
+                    if isSecret(name: String(decoding: u[i..<j], as: UTF8.self), value: String(decoding: u[(j + 1)..<k], as: UTF8.self)) {
                         out += u[i...j]
-                        var k = j + 1
-                        while k < u.count && !stops.contains(u[k]) { k += 1 }
                         out += Array("REDACTED".utf8)
                         i = k
                     }
@@ -59,11 +109,14 @@ public enum Redaction {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// `url` with the value of every credential-like query parameter replaced by `REDACTED`, and any
-    /// `user:password@` removed. Works on templates too (it does not parse `{z}`-style placeholders).
+    /// `url` with any `user:password@` replaced by `REDACTED@`, and the value of every
+    /// credential-like parameter (`isSecret(name:value:)`) of its query and of its fragment
+    /// (`#access_token=...`, which OAuth's implicit flow uses) replaced by `REDACTED`; parameters
+    /// are separated by `&` or `;`. Works on templates too (it does not parse `{z}`-style
+    /// placeholders).
     public static func redact(_ url: String) -> String {
-        // Fast path (once per tile): nothing to hide without a query string or a user part.
-        if !url.utf8Contains(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "@") }) { return url }
+        // Fast path (once per tile): nothing to hide without a query, a fragment or a user part.
+        if !url.utf8Contains(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "#") }) { return url }
         var s = url
         // user:password@host
         if let schemeEnd = s.range(of: "://") {
@@ -73,27 +126,154 @@ public enum Redaction {
                 s.replaceSubrange(schemeEnd.upperBound...at, with: "REDACTED@")
             }
         }
-        guard let q = s.firstIndex(of: "?") else { return s }
-        let fragmentStart = s[q...].firstIndex(of: "#") ?? s.endIndex
-        let query = s[s.index(after: q)..<fragmentStart]
-        // Parameters are separated by `&`, or `;` (HTML 4's alternative, which some servers take).
-        var out = String(s[...q])
-        var part = Substring(), first = true
-        func flush() {
-            if let eq = part.firstIndex(of: "="), isSecret(String(part[..<eq]).removingPercentEncoding ?? String(part[..<eq])) {
+        let hash = s.firstIndex(of: "#")
+        let q = s[..<(hash ?? s.endIndex)].firstIndex(of: "?")
+        guard q != nil || hash != nil else { return s }
+        var out = String(s[..<(q ?? hash!)])
+        if let q {
+            out += "?" + redactParameters(s[s.index(after: q)..<(hash ?? s.endIndex)])
+        }
+        if let hash {
+            out += "#" + redactParameters(s[s.index(after: hash)...])
+        }
+        return out
+    }
+
+    /// `name=value` pairs separated by `&` or `;` (HTML 4's alternative, which some servers
+    /// take; also `?`, for a fragment such as `#x?token=T`), with the value of each secret one
+    /// (`isSecret(name:value:)`) replaced by `REDACTED`.
+    static func redactParameters(_ parameters: Substring) -> String {
+        if !parameters.contains("=") { return String(parameters) }
+        var out = ""
+        var start = parameters.startIndex
+        func flush(_ part: Substring) {
+            if let eq = part.firstIndex(of: "="), isSecret(name: part[..<eq], value: part[part.index(after: eq)...]) {
                 out += part[..<eq] + "=REDACTED"
             } else {
                 out += part
             }
         }
-        var start = query.startIndex
-        for idx in query.indices where query[idx] == "&" || query[idx] == ";" {
-            part = query[start..<idx]; flush(); out.append(query[idx]); start = query.index(after: idx)
-            first = false
+        for idx in parameters.indices where parameters[idx] == "&" || parameters[idx] == ";" || parameters[idx] == "?" {
+            flush(parameters[start..<idx])
+            out.append(parameters[idx])
+            start = parameters.index(after: idx)
         }
-        _ = first
-        part = query[start...]; flush()
-        return out + String(s[fragmentStart...])
+        flush(parameters[start...])
+        return out
+    }
+
+    /// The secret values of one request, to be replaced wherever they appear in text a server
+    /// sent back (it may echo a header or a key in a body, a Content-Type or a Location, in any
+    /// form): each value, its percent-decoded form and its percent-encoded forms (`%20` and `+`
+    /// for a space), at least `minimumLength` bytes long (shorter values cannot be told from
+    /// ordinary text, and replacing them would garble every message).
+    public struct Secrets: Sendable, Equatable {
+        /// The texts replaced, longest first, each once.
+        public private(set) var values: [String] = []
+        /// The shortest secret searched for, in UTF-8 bytes.
+        public static let minimumLength = 4
+        /// No secrets: `replaced(in:)` returns its text as it is.
+        public static let none = Secrets()
+
+        /// No secrets (`none`).
+        public init() {}
+
+        /// Secrets made of `values` (S3 credentials, say) and their forms.
+        public init(values: [String]) { add(values) }
+
+        /// The secrets of a request: every header value it sends (`headerValues`) and the
+        /// credentials of its URLs (`urlValues`: style URL or tile templates).
+        public init(headers: [(String, String)], urls: [String]) {
+            add(headers.flatMap { Secrets.headerValues($0.1) } + urls.flatMap(Secrets.urlValues))
+        }
+
+        /// These secrets and the credentials of `url` (`urlValues`), e.g. the URL of the
+        /// transfer a message is about.
+        public func adding(url: String) -> Secrets {
+            var s = self
+            s.add(Secrets.urlValues(url))
+            return s
+        }
+
+        /// True when there is nothing to replace.
+        public var isEmpty: Bool { values.isEmpty }
+
+        private mutating func add(_ raw: [String]) {
+            var all = values
+            for v in raw {
+                var forms = [v]
+                if let decoded = v.removingPercentEncoding, decoded != v { forms.append(decoded) }
+                if let encoded = v.addingPercentEncoding(withAllowedCharacters: Secrets.unreserved), encoded != v {
+                    forms.append(encoded)
+                    if v.contains(" ") { forms.append(encoded.replacingOccurrences(of: "%20", with: "+")) }
+                }
+                for f in forms where f.utf8.count >= Secrets.minimumLength && !all.contains(f) { all.append(f) }
+            }
+            values = all.sorted { $0.utf8.count > $1.utf8.count }
+        }
+
+        /// RFC 3986's unreserved characters: what percent-encoding leaves as it is.
+        static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+        /// What of a header value is secret: the whole value; for a value of the form
+        /// `scheme credentials` (`Authorization: Bearer T`), the credentials alone; for `Basic`,
+        /// also the decoded `user:password` (RFC 7617) and each of its two parts.
+        public static func headerValues(_ value: String) -> [String] {
+            var out = [value]
+            let v = value.trimmingCharacters(in: .whitespaces)
+            guard let space = v.firstIndex(of: " ") else { return out }
+            let scheme = v[..<space], credentials = v[space...].trimmingCharacters(in: .whitespaces)
+            out.append(credentials)
+            if scheme.lowercased() == "basic", let data = Data(base64Encoded: credentials),
+               let pair = String(data: data, encoding: .utf8) {
+                out.append(pair)
+                if let colon = pair.firstIndex(of: ":") { out += [String(pair[..<colon]), String(pair[pair.index(after: colon)...])] }
+            }
+            return out
+        }
+
+        /// The credentials a URL carries: its user info (`user:password`, and each part), and
+        /// the value of each secret parameter (`isSecret(name:value:)`) of its query and fragment.
+        public static func urlValues(_ url: String) -> [String] {
+            var out: [String] = []
+            if let schemeEnd = url.range(of: "://") {
+                let authority = url[schemeEnd.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+                if let at = authority.lastIndex(of: "@") {
+                    let info = authority[..<at]
+                    out.append(String(info))
+                    if let colon = info.firstIndex(of: ":") { out += [String(info[..<colon]), String(info[info.index(after: colon)...])] }
+                }
+            }
+            guard let q = url.firstIndex(where: { $0 == "?" || $0 == "#" }) else { return out }
+            for part in url[url.index(after: q)...].split(whereSeparator: { $0 == "&" || $0 == ";" || $0 == "#" || $0 == "?" }) {
+                guard let eq = part.firstIndex(of: "=") else { continue }
+                let value = part[part.index(after: eq)...]
+                if isSecret(name: part[..<eq], value: value) { out.append(String(value)) }
+            }
+            return out
+        }
+
+        /// `text` with every occurrence of one of `values` (the longest that matches at each
+        /// place) replaced by `REDACTED`, byte for byte.
+        public func replaced(in text: String) -> String {
+            guard !values.isEmpty, !text.isEmpty else { return text }
+            let u = Array(text.utf8)
+            let vs = values.map { Array($0.utf8) }
+            var out: [UInt8] = []
+            out.reserveCapacity(u.count)
+            var i = 0, changed = false
+            scan: while i < u.count {
+                for v in vs where v[0] == u[i] && u.count - i >= v.count && u[i..<(i + v.count)].elementsEqual(v) {
+                    out += Array("REDACTED".utf8)
+                    i += v.count
+                    changed = true
+                    continue scan
+                }
+                out.append(u[i])
+                i += 1
+            }
+            return changed ? String(decoding: out, as: UTF8.self) : text
+        }
     }
 }
 

@@ -17,7 +17,8 @@ public enum ErrorCode: String, Sendable, Codable {
     /// Every tile of the region was empty (an empty status such as 404 or 204, or an empty
     /// body): most often a wrong tile URL template. A request with `"allowEmpty": true` completes.
     case allTilesEmpty
-    /// A body was malformed in transit (truncated, undecodable, too large).
+    /// A response was malformed in transit (a body truncated, undecodable or too large, response
+    /// headers over libcurl's limit), or a tile body is not a tile.
     case badResponse
     /// The network failed (connection refused, timeout, DNS) and retries ran out.
     case networkError
@@ -124,6 +125,15 @@ public struct RegionRequest: Sendable, Equatable {
     public var maxRequestsPerSecond: Double?
     /// `headers` as (name, value) pairs sorted by name, as sent.
     public var headerList: [(String, String)] { headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+    /// What of this request is secret, to be replaced in any text a server sends back before it
+    /// is quoted (`Redaction.redactEmbedded(_:secrets:)`): every `headers` value and the
+    /// credentials of its `style` URL or `tiles` templates. Worked out on each call (only
+    /// messages about failures need it).
+    public var secrets: Redaction.Secrets {
+        let urls: [String]
+        switch source { case .style(let u): urls = [u]; case .tiles(let t): urls = t }
+        return Redaction.Secrets(headers: headerList, urls: urls)
+    }
     /// The default of `emptyStatuses`.
     public static let defaultEmptyStatuses = [204, 404]
 
@@ -272,12 +282,17 @@ public enum RequestValidator {
         return nil
     }
 
-    /// Checks that `url` is an absolute http or https URL with a host. Returns an error message or nil.
+    /// Checks that `url` is an absolute http or https URL with a host libcurl can use
+    /// (`hostProblem`). Returns an error message or nil. The one check of every URL a request
+    /// names (and of a style's URLs), so `tilespool plan` and the daemon refuse the same ones.
     public static func urlProblem(_ url: String) -> String? {
         // White space and control characters are not URL characters (RFC 3986 section 2); the
         // URL parser here would take some, libcurl later refuses them ("bad/illegal format").
         if url.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
             return "holds a space or a control character (write it percent-encoded: %20)"
+        }
+        if let r = url.range(of: "://"), ["http", "https"].contains(url[..<r.lowerBound].lowercased()), let p = hostProblem(url) {
+            return p
         }
         guard let u = URL(string: url), let scheme = u.scheme?.lowercased() else {
             return "is not a valid absolute URL"
@@ -287,6 +302,42 @@ public enum RequestValidator {
         }
         guard let host = u.host, !host.isEmpty else { return "has no host" }
         return nil
+    }
+
+    /// Why the host of `url` (`scheme://[user@]host[:port]/...`) is not one libcurl can use, or
+    /// nil (also when there is no host: `urlProblem` says so). Percent-decoded (libcurl decodes
+    /// it), a host name must be ASCII letters, digits, `-`, `.` and `_`, an IP literal `[...]`
+    /// hex digits, `:`, `.` and a zone after `%`. Refused: a non-ASCII name (fullwidth
+    /// `ｔｉｌｅ.openstreetmap.org`, ideographic full stops `tile。openstreetmap。org`; an
+    /// internationalised name must be written in its ASCII form, `xn--...`), an encoded NUL or
+    /// any other character (`tile.openstreetmap.org%00`), an encoding that does not decode. Such
+    /// hosts used to pass `plan` and fail the download at its first transfer ("bad/illegal format").
+    public static func hostProblem(_ url: String) -> String? {
+        guard let start = url.range(of: "://")?.upperBound else { return nil }
+        var authority = url[start...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        var host = authority
+        let literal = host.hasPrefix("[")
+        if literal {
+            // [IPv6] or [IPv6%25zone], then an optional port.
+            guard let close = host.firstIndex(of: "]") else { return unusableHost(host) }
+            host = host[host.index(after: host.startIndex)..<close]
+        } else if let colon = host.lastIndex(of: ":") {
+            host = host[..<colon]
+        }
+        if host.isEmpty { return nil }
+        let allowed: (Unicode.Scalar) -> Bool = { c in
+            (c.value >= 0x61 && c.value <= 0x7A) || (c.value >= 0x41 && c.value <= 0x5A) || (c.value >= 0x30 && c.value <= 0x39)
+                || c == "-" || c == "." || c == "_" || (literal && (c == ":" || c == "%"))
+        }
+        let decoded = host.contains("%") ? String(host).removingPercentEncoding : String(host)
+        if let decoded, decoded.unicodeScalars.allSatisfy(allowed) { return nil }
+        return unusableHost(host)
+    }
+
+    /// `hostProblem`'s message for `host` as written.
+    static func unusableHost(_ host: Substring) -> String {
+        "has the host '\(TerminalText.safe(String(host)))', which cannot be used: a host name is ASCII letters, digits, '-', '.' and '_' (percent-encoded or not), an IP address or [IPv6 address]; write an internationalised name in its ASCII form (xn--...)"
     }
 
     /// Validates a request file.

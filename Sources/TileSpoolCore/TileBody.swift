@@ -37,23 +37,32 @@ public enum TileBody {
 
     /// Why `body` is not a tile, naming what was received (Content-Type, size, the first bytes),
     /// or nil when it may be stored. An empty body is never a problem: it is an empty tile.
+    /// What the message quotes of the server's answer has `secrets` replaced (and credentials in
+    /// URL form redacted, `Redaction.redactEmbedded`) before it is cut to length, so no part of a
+    /// secret the server echoed survives.
     /// - Parameters:
     ///   - url: the URL asked (its extension gives the expected format).
     ///   - contentType: the response's `Content-Type`, if any.
     ///   - body: the body after content decoding.
-    public static func problem(url: String, contentType: String?, body: Data) -> String? {
+    ///   - secrets: the request's secrets (`RegionRequest.secrets` with the URL's); evaluated
+    ///     only for a body that is refused.
+    public static func problem(url: String, contentType: String?, body: Data,
+                               secrets: @autoclosure () -> Redaction.Secrets = Redaction.Secrets.none) -> String? {
         if body.isEmpty { return nil }
         // Once per tile: the common answer (a real tile) is decided on bytes in place, and the
         // message is built only for a body that is refused.
         let kind = contentType.map(mediaKind) ?? .other
         func received() -> String {
-            "received \(body.count) bytes" + (contentType.map { " of Content-Type '\(TerminalText.safe(String($0.prefix(80))))'" } ?? "") + " starting \(preview(body))"
+            let s = secrets()
+            return "received \(body.count) bytes"
+                + (contentType.map { " of Content-Type '\(TerminalText.safe(String(Redaction.redactEmbedded($0, secrets: s).prefix(80))))'" } ?? "")
+                + " starting \(preview(body, secrets: s))"
         }
         if kind == .html || looksLikeHTML(body) {
             return "the body is an HTML page, not a tile: \(received())"
         }
         if kind == .text, let contentType {
-            return "the body is text (\(bareMediaType(contentType))), not a tile: \(received())"
+            return "the body is text (\(Redaction.redactEmbedded(bareMediaType(contentType), secrets: secrets()))), not a tile: \(received())"
         }
         if let format = expectedFormat(url: url), !hasSignature(body, format) {
             return "the body is not a \(format) image (its first bytes are not the \(format) signature): \(received())"
@@ -130,13 +139,32 @@ public enum TileBody {
         return head.hasPrefix("<!doctype html") || head.hasPrefix("<html")
     }
 
-    /// The first bytes of `body` for a message: printable ASCII quoted, else hexadecimal.
-    static func preview(_ body: Data) -> String {
-        let b = [UInt8](body.prefix(24))
-        if b.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
-            // A server may echo the URL asked: its credentials are redacted here too.
-            return "'" + Redaction.redactEmbedded(String(decoding: b, as: UTF8.self)) + (body.count > b.count ? "...'" : "'")
+    /// How many characters of a body a message quotes.
+    static let previewLength = 24
+
+    /// The first bytes of `body` for a message: printable ASCII quoted (its first
+    /// `previewLength` characters, `...` when there is more), else the first 8 bytes in
+    /// hexadecimal. A server may echo the URL asked or the request's headers: the quoted text
+    /// is redacted (`Redaction.redactEmbedded` with `secrets`) before it is cut, over enough of
+    /// the body to hold any secret starting in the part shown; the hexadecimal form stops before
+    /// the first secret that starts in its 8 bytes (`REDACTED` follows).
+    static func preview(_ body: Data, secrets: Redaction.Secrets = .none) -> String {
+        let b = [UInt8](body.prefix(previewLength))
+        guard b.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
+            var hex = [UInt8](b.prefix(8)), cut = false
+            let head = [UInt8](body.prefix(8 + (secrets.values.first?.utf8.count ?? 0)))
+            for v in secrets.values.map({ Array($0.utf8) }) {
+                for start in 0..<min(hex.count, head.count) where head.count - start >= v.count && head[start..<(start + v.count)].elementsEqual(v) {
+                    if start < hex.count { hex = Array(hex[..<start]); cut = true }
+                    break
+                }
+            }
+            return "0x" + hex.map { String(format: "%02x", $0) }.joined() + (cut ? " REDACTED" : "")
         }
-        return "0x" + b.prefix(8).map { String(format: "%02x", $0) }.joined()
+        let longest = secrets.values.first?.utf8.count ?? 0
+        let window = body.prefix(previewLength + longest + 256).prefix { $0 >= 0x20 && $0 < 0x7F }
+        let text = Redaction.redactEmbedded(String(decoding: window, as: UTF8.self), secrets: secrets)
+        let more = text.count > previewLength || body.count > window.count
+        return "'" + String(text.prefix(previewLength)) + (more ? "...'" : "'")
     }
 }

@@ -84,6 +84,27 @@ public enum TileUsagePolicy {
         refusal(templates: urls.map { TileURLTemplate($0, subdomains: subdomains) }, allowedHosts: allowedHosts)
     }
 
+    /// The `policyRefused` error for the first URL `plan` fetches on a listed host not in
+    /// `allowedHosts`, or nil: its tile templates (`refusal(templates:allowedHosts:)`) and every
+    /// other resource (style, TileJSON, sprites, glyphs, GeoJSON or image data), judged by
+    /// `refusal(urls:allowedHosts:)` like a request's own URLs. A style's plan is known before
+    /// anything but the style and TileJSON is fetched, so nothing is asked of such a host.
+    public static func refusal(plan: ResourcePlan, allowedHosts: Set<String>) -> RegionError? {
+        if let e = refusal(templates: plan.tileSets.map(\.template), allowedHosts: allowedHosts) { return e }
+        // Hundreds of glyph ranges share a host: each host is judged once, by its first URL.
+        var seen = Set<String>(), urls: [String] = []
+        for r in plan.resources where seen.insert(host(of: r.url) ?? r.url).inserted { urls.append(r.url) }
+        return refusal(urls: urls, allowedHosts: allowedHosts)
+    }
+
+    /// The `policyRefused` error for the first TileJSON URL of `style` on a listed host not in
+    /// `allowedHosts`, or nil (`refusal(urls:allowedHosts:)`): checked as soon as the style is
+    /// known, before its TileJSON documents are fetched (the rest of what a style names is
+    /// checked with its plan, `refusal(plan:allowedHosts:)`).
+    public static func refusal(style: StyleDocument, allowedHosts: Set<String>) -> RegionError? {
+        refusal(urls: Planner.tileJSONURLs(style).map(\.url), allowedHosts: allowedHosts)
+    }
+
     /// The `policyRefused` error when `host` (any case, a final dot ignored: e.g. the host libcurl
     /// parsed from a redirect's target) is listed and not in `allowedHosts`, or nil. `url` is the
     /// URL the error names.

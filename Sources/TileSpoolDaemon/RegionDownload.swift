@@ -83,6 +83,7 @@ extension Daemon {
             }
         }
         guard let style = d.style else { d.needed = [.style]; r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1); return }
+        if let e = TileUsagePolicy.refusal(style: style, allowedHosts: options.allowedHosts) { refuseLate(r, e); return }
         let urls = Planner.tileJSONURLs(style)
         for l in lines where l.kind == .source {
             guard let sha = l.sha256, let data = try? store.read(sha, limit: 64 << 20),
@@ -98,19 +99,10 @@ extension Daemon {
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
         let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
-        // A style's tile servers are known only now: a listed one is refused before any tile is asked.
-        let policy = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: options.allowedHosts)
-        if let e = policy ?? tileLimitError(r, plan) {
-            // Known only now for a style: the request is refused like a bad file, as a copy of the
-            // accepted request in rejected/ (the region stays, so a resume can retry it).
-            if let data = try? r.files.requestData() {
-                let rejected = try? Directory(path: layout.rejected, followFinal: false)
-                try? rejected?.writeAtomically(data, to: "\(r.id).json")
-                try? rejected?.writeAtomically(Data(TerminalText.safe("\(e.code.rawValue): \(e.message)\n").utf8), to: "\(r.id).json.error")
-            }
-            fail(r, e)
-            return
-        }
+        // A style's tile servers, sprites, glyphs and data are known only now: one on a listed
+        // host is refused before anything is asked of it.
+        let policy = TileUsagePolicy.refusal(plan: plan, allowedHosts: options.allowedHosts)
+        if let e = policy ?? tileLimitError(r, plan) { refuseLate(r, e); return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
         d.done = Bitmap(count: plan.indexSpace)
@@ -128,6 +120,18 @@ extension Daemon {
         r.statusDirty = true
         Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
         finishIfDone(r, d)
+    }
+
+    /// Fails `r` with `e`, known only once its style or plan is (a tile usage policy, the tile
+    /// limit): the request is refused like a bad file, as a copy of the accepted request in
+    /// rejected/ with the reason beside it (the region stays, so a resume can retry it).
+    func refuseLate(_ r: Region, _ e: RegionError) {
+        if let data = try? r.files.requestData() {
+            let rejected = try? Directory(path: layout.rejected, followFinal: false)
+            try? rejected?.writeAtomically(data, to: "\(r.id).json")
+            try? rejected?.writeAtomically(Data(TerminalText.safe("\(e.code.rawValue): \(e.message)\n").utf8), to: "\(r.id).json.error")
+        }
+        fail(r, e)
     }
 
     /// The error when `plan` has more tiles than the region's `maxTiles` or the daemon's
@@ -277,16 +281,20 @@ extension Daemon {
 
         if let f = res.failure {
             switch f {
-            case .refused(let why):
+            case .refused(let text):
+                let why = quoted(text, r, url: url) // may quote a Location
                 fail(r, RegionError(code: .httpError, message: "\(why) (\(Redaction.redact(url)))", url: url))
-            case .policyRefused(let why):
+            case .policyRefused(let text):
                 // A redirect to a host whose tile usage policy forbids bulk downloading: not fetched.
+                let why = quoted(text, r, url: url)
                 fail(r, RegionError(code: .policyRefused, message: "\(why) (redirected from \(Redaction.redact(url)))", url: url))
-            case .network(let why):
+            case .network(let text):
+                let why = quoted(text, r, url: url)
                 retry(r, d, item, after: nil, exhausted: {
                     self.networkLost(r, url: url, why: why)
                 })
-            case .badResponse(let why):
+            case .badResponse(let text):
+                let why = quoted(text, r, url: url)
                 Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: url)
                 retry(r, d, item, after: nil, exhausted: {
                     self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
@@ -341,7 +349,8 @@ extension Daemon {
             failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
             return
         }
-        if kind == .tile && !empty, let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body) {
+        if kind == .tile && !empty,
+           let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body, secrets: r.request.secrets.adding(url: url)) {
             // Never stored: an HTML login page or a text error with 200 is not a tile.
             Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
             retry(r, d, item, after: nil, exhausted: {
@@ -416,20 +425,37 @@ extension Daemon {
     func received(_ r: Region, _ d: Download, _ item: WorkItem, _ line: ManifestLine, url: String, body: Data) {
         switch item {
         case .style:
-            do { d.style = try StyleDocument(data: body, baseURL: url) } catch { fail(r, error); return }
+            do { d.style = try StyleDocument(data: body, baseURL: url) } catch { fail(r, quoted(error, r, url: url)); return }
+            // Its TileJSON documents are fetched next: one on a listed host is refused first.
+            if let e = TileUsagePolicy.refusal(style: d.style!, allowedHosts: options.allowedHosts) { refuseLate(r, e); return }
             d.needed = Planner.tileJSONURLs(d.style!).map { .tileJSON($0.source) }
             commitNow(r, d, item, line)
             guard r.download === d else { return } // the commit failed the region
             r.progress.resourcesExpected = max(r.progress.resourcesExpected, 1 + d.needed.count)
             if d.needed.isEmpty { makePlan(r, d) }
         case .tileJSON(let name):
-            do { d.tileJSONs[name] = try TileJSON(data: body, baseURL: url) } catch { fail(r, error); return }
+            do { d.tileJSONs[name] = try TileJSON(data: body, baseURL: url) } catch { fail(r, quoted(error, r, url: url)); return }
             commitNow(r, d, item, line)
             guard r.download === d else { return }
             if d.inFlight.isEmpty && d.needed.isEmpty && d.retries.isEmpty { makePlan(r, d) }
         case .index:
             break
         }
+    }
+
+    /// `text`, which comes from a server's answer about `url` or quotes one (a body's first
+    /// bytes, a Content-Type, a Location, a style's own words), as it may be quoted in a status,
+    /// an event, a log line or failed.tsv: the request's secrets and those of `url` replaced
+    /// wherever they appear, credentials in URL form redacted (`Redaction.redactEmbedded`).
+    func quoted(_ text: String, _ r: Region, url: String) -> String {
+        Redaction.redactEmbedded(text, secrets: r.request.secrets.adding(url: url))
+    }
+
+    /// `e` with its message `quoted`.
+    func quoted(_ e: RegionError, _ r: Region, url: String) -> RegionError {
+        var e = e
+        e.message = quoted(e.message, r, url: url)
+        return e
     }
 
     /// The longest `Retry-After` honoured, in seconds (1 hour); a longer one is cut to it

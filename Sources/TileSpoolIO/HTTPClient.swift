@@ -33,6 +33,10 @@ public struct HTTPOptions: Sendable {
     /// daemon's `--allow-host`); a redirect to any other listed host fails the transfer with
     /// `TransferFailure.policyRefused` before anything is asked from it.
     public var allowedHosts: Set<String> = []
+    /// The largest `connectTimeout`, `lowSpeedTime` and `transferTimeout` the command line
+    /// accepts, in seconds (a day): libcurl takes them as integers (milliseconds for two of them),
+    /// which a larger number could overflow.
+    public static let maximumTimeout = 86_400.0
     public init() {}
 }
 
@@ -49,7 +53,8 @@ public enum TileSpoolVersion {
 public enum TransferFailure: Sendable, Equatable {
     /// The server could not be reached or stopped answering: refused, reset, DNS, timeout.
     case network(String)
-    /// The body arrived damaged: shorter than announced, undecodable content encoding, too large.
+    /// The response arrived damaged: a body shorter than announced, an undecodable content
+    /// encoding, a body too large, response headers over libcurl's limit (100 KB).
     case badResponse(String)
     /// The transfer cannot succeed by retrying: a scheme other than http(s) (also by redirect),
     /// more than `maxRedirects` redirects, a malformed URL.
@@ -162,9 +167,13 @@ public final class HTTPClient: @unchecked Sendable {
         tilespool_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0) // followed in `collect`, hop by hop
         tilespool_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
         tilespool_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "") // every encoding libcurl decodes
-        tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(options.connectTimeout * 1000))
+        // Clamped again here (the command line refuses more than `maximumTimeout`): a Double that
+        // does not fit an Int would trap.
+        let connect = options.connectTimeout
+        let connectMS = (connect.isNaN ? 0 : min(max(connect, 0), HTTPOptions.maximumTimeout)) * 1000
+        tilespool_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(connectMS.rounded(.up)))
         tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
-        tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, options.lowSpeedTime)
+        tilespool_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, min(max(options.lowSpeedTime, 0), Int(HTTPOptions.maximumTimeout)))
         tilespool_easy_setopt_off(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(options.maxObjectSize))
         tilespool_easy_setopt_string(easy, CURLOPT_USERAGENT, options.userAgent)
         tilespool_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
@@ -194,7 +203,7 @@ public final class HTTPClient: @unchecked Sendable {
         t.firstURL = url
         t.firstOrigin = nil
         t.redirects = 0
-        t.deadline = options.transferTimeout > 0 ? HTTPClient.now() + options.transferTimeout : .infinity
+        t.deadline = options.transferTimeout > 0 ? HTTPClient.now() + min(options.transferTimeout, HTTPOptions.maximumTimeout) : .infinity
         active[tag] = t
         byEasy[t.easy] = t
         begin(t, url: url)
@@ -376,6 +385,11 @@ public final class HTTPClient: @unchecked Sendable {
             r.failure = .badResponse("body larger than \(options.maxObjectSize) bytes")
         case CURLE_PARTIAL_FILE, CURLE_BAD_CONTENT_ENCODING, CURLE_WRITE_ERROR:
             r.failure = .badResponse(text)
+        case CURLE_OUT_OF_MEMORY:
+            // libcurl's answer to response headers over its limit (CURL_MAX_HTTP_HEADER, 100 KB,
+            // lib/http.c): a server that lies, not a network that failed (which would pause the
+            // region and probe it forever).
+            r.failure = .badResponse("response headers larger than libcurl accepts (100 KB; libcurl: \(text))")
         case CURLE_UNSUPPORTED_PROTOCOL, CURLE_TOO_MANY_REDIRECTS, CURLE_URL_MALFORMAT:
             r.failure = .refused(text)
         case CURLE_OPERATION_TIMEDOUT where HTTPClient.now() >= t.deadline - 0.05:
@@ -391,15 +405,16 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control`, `Expires` and (when asked) `Retry-After`. `Expires` is
-    /// read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it would be
-    /// ignored). The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
+    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires` and (when asked) `Retry-After`.
+    /// `Expires` is read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it
+    /// would be ignored), `Age` only when it does. The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
     /// and later): one lookup per name (walking every header with `curl_easy_nextheader` costs a
     /// pass over all of them per header, more in all).
     struct ResponseHeaders {
         var contentType, etag, lastModified, expires, retryAfter: String?
-        /// `Cache-Control`'s lifetime (`maxAge`).
-        var maxAge: Int64?
+        /// `Cache-Control`'s lifetime (`CacheLifetime.maxAge`) and the `Age` header
+        /// (`CacheLifetime.age`), in seconds, each at most 2^31.
+        var maxAge, age: Int64?
     }
 
     private func headers(_ easy: UnsafeMutableRawPointer, retryAfter: Bool) -> ResponseHeaders {
@@ -415,36 +430,20 @@ extension HTTPClient {
         out.contentType = type.map { String(cString: $0) }
         out.etag = value("ETag")
         out.lastModified = value("Last-Modified")
-        out.maxAge = HTTPClient.maxAge(value("Cache-Control"))
-        if out.maxAge == nil { out.expires = value("Expires") }
+        out.maxAge = CacheLifetime.maxAge(value("Cache-Control"))
+        if out.maxAge == nil { out.expires = value("Expires") } else { out.age = CacheLifetime.age(value("Age")) }
         if retryAfter { out.retryAfter = value("Retry-After") }
         return out
     }
 
-    /// What `Cache-Control` says of a response's lifetime, in seconds from now: 0 when it has
-    /// `no-cache` or `no-store` (wherever they stand), else the last `max-age=N` (N, at least 0);
-    /// nil when it has none of these (or is absent).
-    static func maxAge(_ cacheControl: String?) -> Int64? {
-        guard let cc = cacheControl?.lowercased() else { return nil }
-        var age: Int64?
-        for directive in cc.split(separator: ",") {
-            let d = directive.trimmingCharacters(in: .whitespaces)
-            if d == "no-cache" || d == "no-store" { return 0 }
-            if d.hasPrefix("max-age="), let n = Int64(d.dropFirst(8).trimmingCharacters(in: CharacterSet(charactersIn: "\""))) {
-                age = max(0, n)
-            }
-        }
-        return age
-    }
-
     /// The `ETag` as it can be kept and sent back byte for byte: trimmed of white space, and
-    /// only when every byte is visible ASCII (RFC 9110 section 8.8.3: `etagc` is `!` and `#`-`~`,
-    /// plus obs-text, which is left out here: it would not survive the manifest's text), else nil
-    /// (no validator: the next refresh asks with If-Modified-Since or unconditionally).
+    /// only when it is an entity-tag (`ConditionalRequest.isEntityTag`, RFC 9110 section 8.8.3:
+    /// `"..."` or `W/"..."` of visible ASCII, at most 1024 bytes), else nil: no validator, and the
+    /// next refresh asks with If-Modified-Since or unconditionally. `ETag: *` or an unquoted
+    /// `v1` is not kept (`*` sent back as `If-None-Match: *` is answered 304 whatever changed).
     public static func storableETag(_ raw: String) -> String? {
         let t = raw.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !t.isEmpty, t.utf8.count <= 1024, t.utf8.allSatisfy({ $0 >= 0x21 && $0 <= 0x7E }) else { return nil }
-        return t
+        return ConditionalRequest.isEntityTag(t) ? t : nil
     }
 
     /// An HTTP date (RFC 9110 section 5.6.7) in seconds since 1970, or -1 when invalid
@@ -456,9 +455,11 @@ extension HTTPClient {
         return v
     }
 
-    /// Validators and expiry of a response: `ETag`; `Last-Modified` and `Expires` parsed as
-    /// HTTP dates (`curl_getdate`); `Cache-Control` `max-age=N` (wins over `Expires`, RFC 9111
-    /// section 5.3), `no-cache` or `no-store` (expired at once).
+    /// Validators and expiry of a response: `ETag` (`storableETag`); `Last-Modified` and
+    /// `Expires` parsed as HTTP dates (`curl_getdate`); the expiry from `Cache-Control`
+    /// `max-age=N` less `Age` (wins over `Expires`, RFC 9111 section 5.3), `no-cache` or
+    /// `no-store` (expired at once), or `Expires` (`CacheLifetime.expiry`: clamped and saturating,
+    /// so no number a server sends can trap).
     func freshness(_ h: ResponseHeaders) -> Freshness {
         let time = Date().timeIntervalSince1970
         let now = Int64(time)
@@ -468,11 +469,9 @@ extension HTTPClient {
             let t = httpDate(lm)
             if t >= 0 { f.lastModified = Int64(t) }
         }
-        if let age = h.maxAge { f.expires = now + age }
-        if f.expires == nil, let ex = h.expires {
-            let t = httpDate(ex)
-            f.expires = t >= 0 ? Int64(t) : now // an invalid date means already expired (RFC 9111 section 5.3)
-        }
+        // An invalid Expires date means already expired (RFC 9111 section 5.3).
+        let expires = h.expires.map { ex -> Int64 in let t = httpDate(ex); return t >= 0 ? Int64(t) : now }
+        f.expires = CacheLifetime.expiry(fetched: now, maxAge: h.maxAge, age: h.age, expires: expires)
         return f
     }
 

@@ -36,6 +36,12 @@ public struct S3Config: Sendable {
         self.sessionToken = sessionToken; self.pathStyle = pathStyle
     }
 
+    /// The credentials as `Redaction.Secrets` (the access key id, the secret key and the session
+    /// token), to be replaced in anything a store's answer quotes.
+    public var secrets: Redaction.Secrets {
+        Redaction.Secrets(values: [accessKeyID, secretAccessKey] + (sessionToken.map { [$0] } ?? []))
+    }
+
     /// Parses `s3://BUCKET[/PREFIX]` and takes the endpoint and credentials the way AWS tools do:
     /// `endpoint` (else `AWS_ENDPOINT_URL`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     /// `AWS_SESSION_TOKEN`, `AWS_REGION` (default `us-east-1`).
@@ -131,7 +137,7 @@ public final class S3Client: @unchecked Sendable {
     public func put(_ key: String, _ body: Data, ifNoneMatch: Bool = false, declaredSHA256: String? = nil) throws(S3Error) -> S3PutOutcome {
         let r = try perform("PUT", url(key), body: body, headers: ifNoneMatch ? ["If-None-Match: *"] : [], contentSHA256: declaredSHA256)
         if r.status == 412 && ifNoneMatch { return .alreadyExists }
-        guard (200...299).contains(r.status) else { throw S3Client.error(r) }
+        guard (200...299).contains(r.status) else { throw refusal(r) }
         return .created
     }
 
@@ -140,7 +146,7 @@ public final class S3Client: @unchecked Sendable {
     public func get(_ key: String) throws(S3Error) -> Data? {
         let r = try perform("GET", url(key), body: nil, headers: [])
         if r.status == 404 { return nil }
-        guard r.status == 200 else { throw S3Client.error(r) }
+        guard r.status == 200 else { throw refusal(r) }
         return r.body
     }
 
@@ -153,7 +159,7 @@ public final class S3Client: @unchecked Sendable {
         let r = try perform("GET", url(key), body: nil, headers: ["Range: bytes=\(range.lowerBound)-\(range.upperBound - 1)"])
         if r.status == 404 { return nil }
         if r.status == 200 && r.body.count >= range.upperBound { return r.body.subdata(in: range) }
-        guard r.status == 206 else { throw S3Client.error(r) }
+        guard r.status == 206 else { throw refusal(r) }
         guard r.body.count == range.count else {
             throw S3Error(status: r.status, message: "\(key): asked for \(range.count) bytes at \(range.lowerBound), received \(r.body.count)")
         }
@@ -164,7 +170,7 @@ public final class S3Client: @unchecked Sendable {
     /// - Throws: `S3Error` when the server refuses.
     public func delete(_ key: String) throws(S3Error) {
         let r = try perform("DELETE", url(key), body: nil, headers: [])
-        guard (200...299).contains(r.status) || r.status == 404 else { throw S3Client.error(r) }
+        guard (200...299).contains(r.status) || r.status == 404 else { throw refusal(r) }
     }
 
     /// Every object whose key starts with `prefix` (under the config's prefix), following
@@ -180,7 +186,7 @@ public final class S3Client: @unchecked Sendable {
             if let token { q += "continuation-token=" + S3Client.encodeQuery(token) + "&" }
             q += "list-type=2&prefix=" + S3Client.encodeQuery(full)
             let r = try perform("GET", url(nil, query: q), body: nil, headers: [])
-            guard r.status == 200 else { throw S3Client.error(r) }
+            guard r.status == 200 else { throw refusal(r) }
             let page = ListingParser(data: r.body, strip: config.prefix.isEmpty ? "" : config.prefix + "/")
             guard page.ok else { throw S3Error(status: r.status, message: "cannot parse the ListObjectsV2 answer") }
             objects += page.objects
@@ -201,7 +207,7 @@ public final class S3Client: @unchecked Sendable {
             if let token { q += "continuation-token=" + S3Client.encodeQuery(token) + "&" }
             q += "delimiter=%2F&list-type=2&prefix=" + S3Client.encodeQuery(strip)
             let r = try perform("GET", url(nil, query: q), body: nil, headers: [])
-            guard r.status == 200 else { throw S3Client.error(r) }
+            guard r.status == 200 else { throw refusal(r) }
             let page = ListingParser(data: r.body, strip: strip)
             guard page.ok else { throw S3Error(status: r.status, message: "cannot parse the ListObjectsV2 answer") }
             folders += page.commonPrefixes.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
@@ -218,7 +224,7 @@ public final class S3Client: @unchecked Sendable {
     public func touch(_ key: String) throws(S3Error) {
         let source = "/" + config.bucket + "/" + S3Client.encodePath((config.prefix.isEmpty ? "" : config.prefix + "/") + key)
         let r = try perform("PUT", url(key), body: Data(), headers: ["x-amz-copy-source: \(source)", "x-amz-metadata-directive: REPLACE"])
-        guard (200...299).contains(r.status) else { throw S3Client.error(r) }
+        guard (200...299).contains(r.status) else { throw refusal(r) }
     }
 
     static func encodeQuery(_ s: String) -> String {
@@ -263,18 +269,27 @@ public final class S3Client: @unchecked Sendable {
         }
         let code = curl_easy_perform(easy)
         guard code == CURLE_OK else {
-            throw S3Error(message: "\(String(cString: curl_easy_strerror(code))) (\(config.endpoint))")
+            throw S3Error(message: quoted("\(String(cString: curl_easy_strerror(code))) (\(config.endpoint))"))
         }
         var status = 0
         tilespool_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
         return Response(status: status, body: sink.data)
     }
 
-    /// The error of a refused request: S3's `<Error><Code>` and `<Message>` when the body has them.
-    private static func error(_ r: Response) -> S3Error {
+    /// The error of a refused request: S3's `<Error><Code>` and `<Message>` when the body has them,
+    /// each with the credentials replaced (`quoted`: a server may echo the session token).
+    private func refusal(_ r: Response) -> S3Error {
         let p = ErrorParser(data: r.body)
-        return S3Error(status: r.status, code: p.code, message: p.message.isEmpty ? "HTTP \(r.status)" : p.message)
+        return S3Error(status: r.status, code: quoted(p.code), message: p.message.isEmpty ? "HTTP \(r.status)" : quoted(p.message))
     }
+
+    /// `text` from the server (or naming the endpoint) as an `S3Error` may quote it: the access
+    /// key id, the secret key and the session token replaced by `REDACTED` wherever they appear
+    /// (`S3Config.secrets`), and credentials in URL form redacted (`Redaction.redactEmbedded`).
+    func quoted(_ text: String) -> String { Redaction.redactEmbedded(text, secrets: secrets) }
+
+    /// `config.secrets`, worked out once.
+    private lazy var secrets = config.secrets
 }
 
 final class BodySink { var data = Data() }

@@ -48,9 +48,15 @@ struct Arguments {
         return v
     }
 
-    func seconds(_ name: String, default d: Double) throws -> Double {
+    /// The value of option `name` as a number of seconds, or `d` when it is not given.
+    /// - Parameter maximum: the largest value accepted (for a time handed to libcurl as an
+    ///   integer of milliseconds: a larger one would not convert); nil: any finite number.
+    /// - Throws: `UsageError` (exit status 2) for anything but a finite number from 0 to `maximum`.
+    func seconds(_ name: String, default d: Double, maximum: Double? = nil) throws -> Double {
         guard let s = options[name] else { return d }
-        guard let v = Double(s), v >= 0, v.isFinite else { throw UsageError("\(name) must be a number of seconds") }
+        guard let v = Double(s), v >= 0, v.isFinite, v <= (maximum ?? .greatestFiniteMagnitude) else {
+            throw UsageError(maximum.map { "\(name) must be a number of seconds from 0 to \(String(format: "%g", $0))" } ?? "\(name) must be a number of seconds")
+        }
         return v
     }
 }
@@ -170,10 +176,13 @@ options:
   --max-retries N                 retries of a transient failure (default 5)
   --retry-delay SECONDS           first retry delay, doubling up to 30 s (default 1)
   --max-probe-interval SECONDS    longest gap between probes while pausedNetwork (default 60)
-  --connect-timeout SECONDS       time allowed to connect (default 10)
-  --low-speed-time SECONDS        abort a transfer below 1 byte/s for this long (default 30)
+  --connect-timeout SECONDS       time allowed to connect (default 10; at most 86400;
+                                  0: libcurl's own, 300)
+  --low-speed-time SECONDS        abort a transfer below 1 byte/s for this long (default 30;
+                                  at most 86400; 0: no low-speed limit)
   --transfer-timeout SECONDS      abort a transfer (redirects included) not finished after this
-                                  long, retried like a network timeout (default 300; 0: none)
+                                  long, retried like a network timeout (default 300; at most
+                                  86400; 0: none)
   --sync-interval SECONDS         how often downloaded objects are synced and recorded (default 1)
   --refresh-interval SECONDS      refresh every completed region this long after its last
                                   download or refresh, checking resources at least that old
@@ -259,9 +268,11 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.maxRetries = try a.int("--max-retries", default: o.maxRetries, range: 0...100)
     o.retryDelay = try a.seconds("--retry-delay", default: o.retryDelay)
     o.maxProbeInterval = try a.seconds("--max-probe-interval", default: o.maxProbeInterval)
-    o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout)
-    o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime)).rounded(.up))
-    o.http.transferTimeout = try a.seconds("--transfer-timeout", default: o.http.transferTimeout)
+    // libcurl takes these as integers (milliseconds or seconds): a day at most, so none can
+    // fail to convert (9.3e18 once crashed the daemon at its first transfer).
+    o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout, maximum: HTTPOptions.maximumTimeout)
+    o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime), maximum: HTTPOptions.maximumTimeout).rounded(.up))
+    o.http.transferTimeout = try a.seconds("--transfer-timeout", default: o.http.transferTimeout, maximum: HTTPOptions.maximumTimeout)
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
     if let ua = a.options["--user-agent"] {
         guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {

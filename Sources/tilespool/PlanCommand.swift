@@ -48,14 +48,15 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
             return r.body
         }
         let style = try StyleDocument(data: try body(http.fetchAll([styleURL], headers: request.headerList)[0], styleURL), baseURL: styleURL)
+        if let e = TileUsagePolicy.refusal(style: style, allowedHosts: allowed) { return refuse(e) }
         let urls = Planner.tileJSONURLs(style)
         let results = http.fetchAll(urls.map(\.url), headers: request.headerList)
         var tileJSONs: [String: TileJSON] = [:]
         for (u, r) in zip(urls, results) { tileJSONs[u.source] = try TileJSON(data: try body(r, u.url), baseURL: u.url) }
         plan = Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs)
     }
-    // A style's tile servers are known only now, as for the daemon.
-    if let e = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: allowed) { return refuse(e) }
+    // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.
+    if let e = TileUsagePolicy.refusal(plan: plan, allowedHosts: allowed) { return refuse(e) }
     let overLimit = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles)
     var byKind: [String: Int] = [:]
     for r in plan.resources { byKind[r.kind.rawValue, default: 0] += 1 }

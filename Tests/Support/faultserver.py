@@ -61,6 +61,15 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          for /json/ and every "__VERSION__" by v
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
+    /reply/<name>/...    the reply registered as <name> (a JSON document
+                         {"status": 200, "headers": [[NAME, VALUE], ...], "body": TEXT}, all
+                         optional), whatever was asked: the status, the headers in order, and the
+                         body with Content-Length (Content-Type application/octet-stream unless
+                         the headers name one). In header values and the body, "__BASE__" becomes
+                         http://127.0.0.1:PORT, "__HEADER:Name__" the value of the request's
+                         header Name and "__QUERY:name__" the first value of its query parameter
+                         name, percent-decoded ("" when absent): a server that echoes what it was
+                         sent. 404 when not registered
 Control endpoints (not counted as hits):
     POST /_register/<name>   body = document; 201
     GET  /_hits?path=PATH    the hit count of PATH as a decimal number
@@ -241,6 +250,13 @@ class Handler(BaseHTTPRequestHandler):
     # ---- verbs ----------------------------------------------------------------------------
 
     def do_HEAD(self):
+        self.do_GET()
+
+    def do_PUT(self):
+        """Like GET (the body is read and dropped): an S3 endpoint for /reply/ answers."""
+        self.do_GET()
+
+    def do_DELETE(self):
         self.do_GET()
 
     def do_POST(self):
@@ -519,6 +535,33 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(400, b"use /redirectto/SCHEME/HOSTPORT/REST\n")
         target = "%s://%s/%s" % (segments[2], segments[3], "/".join(segments[4:]))
         self.send_no_body(302, headers=[("Location", target + ("?" + query if query else ""))])
+
+    def fault_reply(self, path, query, segments, count):
+        """/reply/<name>/...: the registered reply <name> (see the module docstring)."""
+        name = segments[2] if len(segments) > 2 else ""
+        doc = self.server.state.document(name) if NAME_RE.match(name) else None
+        if doc is None:
+            return self.send_body(404, b"no such reply\n")
+        reply = json.loads(doc)
+        params = urllib.parse.parse_qs(query, keep_blank_values=True)
+
+        def fill(text):
+            text = text.replace("__BASE__", self.base_url)
+            text = re.sub(r"__HEADER:([A-Za-z0-9-]+)__", lambda m: self.headers.get(m.group(1), ""), text)
+            return re.sub(r"__QUERY:(.+?)__", lambda m: params.get(m.group(1), [""])[0], text)
+        headers = [(n, fill(v)) for n, v in reply.get("headers", [])]
+        body = fill(reply.get("body", "")).encode("utf-8")
+        status = int(reply.get("status", 200))
+        if not any(n.lower() == "content-type" for n, _ in headers):
+            headers.insert(0, ("Content-Type", "application/octet-stream"))
+        self.send_response(status)
+        for n, v in headers:
+            self.send_header(n, v)
+        if status not in (204, 304):
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and status not in (204, 304):
+            self.wfile.write(body)
 
     def fault_json(self, path, query, segments, count):
         name = "/".join(segments[2:])

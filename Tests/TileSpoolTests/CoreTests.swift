@@ -293,6 +293,20 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(Redaction.redact("https://user:pw@h/x?Key=1"), "https://REDACTED@h/x?Key=REDACTED")
         XCTAssertEqual(Redaction.redact("https://h/x"), "https://h/x")
     }
+
+    /// A request's secrets (finding 4 of round 2): header values (and a Basic pair's parts) and
+    /// URL credentials, in their percent-encoded and decoded forms, replaced wherever they appear;
+    /// a body's preview never shows one, not even in hexadecimal.
+    func testRequestSecretsAreReplacedWhereverQuoted() {
+        let s = Redaction.Secrets(headers: [("Authorization", "Basic " + Data("alice:pa ss1234".utf8).base64EncodedString())],
+                                  urls: ["https://h/{z}/{x}/{y}.png?key=K%2FEY1234&lang=en"])
+        XCTAssertEqual(Redaction.redactEmbedded("user alice said pa ss1234, pa+ss1234 and K/EY1234, lang en", secrets: s),
+                       "user REDACTED said REDACTED, REDACTED and REDACTED, lang en")
+        XCTAssertEqual(Redaction.redactEmbedded("no secret here", secrets: s), "no secret here")
+        XCTAssertEqual(TileBody.preview(Data("K/EY1234 is wrong".utf8), secrets: s), "'REDACTED is wrong'")
+        XCTAssertEqual(TileBody.preview(Data([0x00, 0x41] + Array("K/EY1234".utf8)), secrets: s), "0x0041 REDACTED")
+        XCTAssertEqual(TileBody.preview(Data([0x00, 0x41, 0x42])), "0x004142")
+    }
 }
 
 /// The pure encodings the exports use (issue 8): PMTiles ids, directories and header, MapLibre's

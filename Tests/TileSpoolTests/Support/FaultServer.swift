@@ -38,6 +38,7 @@ import Foundation
 /// | `/changing/N/...` | request k of PATH sees version v = min(k, N): 200 with `okBody(PATH) + " v<v>"`, ETag `"v<v>"`, and always `Last-Modified` 2025-01-01; 304 when `If-None-Match` names `"v<v>"`, or (sent without If-None-Match) when `If-Modified-Since` is not before 2025-01-01 |
 /// | `/lastmodified/...` | like `/ok` with `Last-Modified` 2025-01-01 and no ETag; 304 when `If-Modified-Since` is not before it |
 /// | `/changingjson/N/NAME` | the same for the document registered as NAME, `__BASE__` and `__VERSION__` (v) replaced |
+/// | `/reply/NAME/...` | the reply registered with `registerReply(NAME, ...)`: its status, headers and body whatever was asked; in header values and the body `__BASE__` is `baseURL`, `__HEADER:Name__` the request's header Name, `__QUERY:name__` its query parameter (decoded): a server that echoes what it was sent |
 ///
 /// Control endpoints (not counted): `POST /_register/NAME` (body = document),
 /// `GET /_hits?path=PATH` (decimal count), `GET /_hits` (JSON object path -> count).
@@ -180,6 +181,18 @@ final class FaultServer: @unchecked Sendable {
         let folder = stateDirectory.appendingPathComponent("json", isDirectory: true)
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         try Data(document.utf8).write(to: folder.appendingPathComponent(name), options: .atomic)
+    }
+
+    /// Registers the reply served at `/reply/<name>/...` (any path below it, any query): `status`,
+    /// then `headers` in order (values may be of any length: `("X-Big", 200 KB)` makes a header
+    /// libcurl refuses), then `body` with its Content-Length; Content-Type
+    /// `application/octet-stream` unless `headers` names one. In the header values and the body,
+    /// `__BASE__` becomes `baseURL`, `__HEADER:Name__` the value of the request's header Name and
+    /// `__QUERY:name__` the first value of its query parameter `name`, percent-decoded (empty
+    /// when absent). Works while stopped too. `name`: as for `register`.
+    func registerReply(_ name: String, status: Int = 200, headers: [(String, String)] = [], body: String = "") throws {
+        let doc: [String: Any] = ["status": status, "headers": headers.map { [$0.0, $0.1] }, "body": body]
+        try register(name, json: String(decoding: try JSONSerialization.data(withJSONObject: doc), as: UTF8.self))
     }
 
     // MARK: - private

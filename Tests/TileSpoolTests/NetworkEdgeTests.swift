@@ -1,0 +1,429 @@
+// Issue 29, round 2 (/work/attack2/REPORT-round2.md), the network edge: numbers a server sends
+// (Cache-Control, Age, Expires) never trap, nor do huge timeouts on the command line; only real
+// entity-tags are kept as validators; a response whose headers libcurl refuses is a bad response;
+// what a server echoes back of a request's credentials is redacted wherever it is quoted; S3 error
+// messages too; more parameter names and fragments are redacted; tile usage policies cover every
+// URL fetched; `plan` and the daemon refuse the same hosts. Each test runs the real binary against
+// the fault server (`/reply/NAME/...` answers what the test registered), or pins a pure rule.
+import Foundation
+import Glibc
+import XCTest
+@testable import TileSpoolCore
+@testable import TileSpoolIO
+
+/// The daemon and `plan` against servers that send hostile numbers, echo credentials, or lead to
+/// hosts under a tile usage policy.
+final class NetworkEdgeTests: FaultServerSpoolTestCase {
+    /// 2^31 seconds: the largest lifetime kept (RFC 9111 section 1.2.2).
+    let cap: Int64 = 2_147_483_648
+
+    /// The manifest lines of `id` as columns, by key.
+    func columns(_ id: String) -> [String: [String]] {
+        let text = (try? String(contentsOfFile: "\(fx.store)/regions/\(id)/manifest.tsv", encoding: .utf8)) ?? ""
+        var out: [String: [String]] = [:]
+        for l in text.split(separator: "\n") where !l.hasPrefix("#") {
+            let f = l.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            out[f[3]] = f
+        }
+        return out
+    }
+
+    /// Seconds from a manifest line's fetch time (column 9, whole seconds) to its expiry
+    /// (column 8); nil when either is `-`.
+    func lifetime(_ line: [String]?) -> Int64? {
+        guard let line, let expires = Int64(line[7]), let fetched = Double(line[8]) else { return nil }
+        return expires - Int64(fetched.rounded(.down))
+    }
+
+    // MARK: Finding 1: no number in Cache-Control, Age or Expires traps
+
+    /// A tile server sending `Cache-Control: max-age=9223372036854775807` (and its variants)
+    /// crashed the daemon on every start. Now every lifetime is clamped to 2^31 s, an invalid
+    /// `max-age` counts as already expired, and `Age` is taken off max-age without overflowing:
+    /// the region completes and the manifest's expiry says so.
+    func testHugeCacheLifetimesDoNotCrashTheDaemon() throws {
+        let variants: [(String, [(String, String)], Int64?)] = [
+            ("int64max", [("Cache-Control", "max-age=9223372036854775807")], cap),
+            ("plus", [("Cache-Control", "public, max-age=+9223372036854775807")], 0),
+            ("zeros", [("Cache-Control", "max-age=09223372036854775807")], cap),
+            ("quoted", [("Cache-Control", "max-age=\"9223372036854775807\"")], cap),
+            ("huge", [("Cache-Control", "max-age=99999999999999999999999999")], cap),
+            ("negative", [("Cache-Control", "max-age=-9223372036854775808")], 0),
+            ("age", [("Cache-Control", "max-age=9223372036854775807"), ("Age", "100")], cap - 100),
+            ("hugeage", [("Cache-Control", "max-age=100"), ("Age", "9223372036854775807")], 0),
+            ("someage", [("Cache-Control", "max-age=100"), ("Age", "30")], 70),
+            ("expires", [("Expires", "Fri, 31 Dec 9999 23:59:59 GMT")], nil),
+        ]
+        for (name, headers, _) in variants { try server.registerReply(name, headers: headers, body: "tile \(name)") }
+        try fx.start()
+        try fx.drop("cc.json", server.tilesRequest(variants.map { "/reply/\($0.0)/{z}/{x}/{y}.pbf" }, id: "cc"))
+        try fx.waitForState("cc", "completed", timeout: 30)
+        let lines = columns("cc")
+        for (i, (name, _, expected)) in variants.enumerated() {
+            let line = lines["tiles\(i)/0/0/0"]
+            if let expected {
+                let got = try XCTUnwrap(lifetime(line), name)
+                XCTAssertTrue(abs(got - expected) <= 1, "\(name): lifetime \(got), expected \(expected)")
+            }
+        }
+        XCTAssertEqual(lines["tiles9/0/0/0"]?[7], "253402300799", "Expires kept as the date it names")
+        fx.assertStoreMatchesManifest("cc")
+        // And once more after a restart (it used to crash again at every start).
+        XCTAssertEqual(fx.stop(), 0)
+        try fx.start()
+        try fx.drop("cc.json", server.tilesRequest(variants.map { "/reply/\($0.0)/{z}/{x}/{y}.pbf" }, id: "cc"))
+        try waitUntil("the same request again refreshes cc") {
+            if let d = fx.daemon, !d.isRunning { XCTFail("daemon exited: \(fx.log().suffix(2000))"); return true }
+            return fx.events("cc").contains { $0["refresh"] as? String == "finished" }
+        }
+        XCTAssertEqual(fx.state("cc"), "completed")
+    }
+
+    /// `tilespool plan` read the same headers on the style and TileJSON and crashed.
+    func testPlanSurvivesHugeCacheLifetimes() throws {
+        try server.registerReply("tj", headers: [("Cache-Control", "max-age=9223372036854775807"), ("Content-Type", "application/json")],
+                                 body: #"{"tiles": ["__BASE__/ok/tj/{z}/{x}/{y}.pbf"], "maxzoom": 2}"#)
+        try server.registerReply("st", headers: [("Cache-Control", "max-age=9223372036854775807"), ("Age", "9223372036854775807")],
+                                 body: #"{"version": 8, "sources": {"v": {"type": "vector", "url": "__BASE__/reply/tj/x.json"}}, "layers": []}"#)
+        let file = fx.root.appendingPathComponent("p.json")
+        try JSONSerialization.data(withJSONObject: ["style": server.url("/reply/st/style.json"), "bounds": [-180, -85, 180, 85],
+                                                    "minZoom": 0, "maxZoom": 1]).write(to: file)
+        let (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("plan for p: 7 resources, 5 tiles"), out)
+    }
+
+    // MARK: Finding 15: huge timeouts are usage errors
+
+    /// `--connect-timeout`, `--low-speed-time` and `--transfer-timeout` of 9.3e18 were accepted
+    /// and crashed the daemon at its first transfer; now they are usage mistakes (exit 2) like
+    /// every other option out of range, and the limit is in `run --help`.
+    func testHugeTimeoutsAreUsageErrors() throws {
+        for option in ["--connect-timeout", "--low-speed-time", "--transfer-timeout"] {
+            for value in ["9.3e18", "86401", "1e400", "-1"] {
+                let p = Process()
+                p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+                p.arguments = ["run", "--spool", fx.spool, "--store", fx.store, option, value]
+                let log = fx.root.appendingPathComponent("run.out")
+                FileManager.default.createFile(atPath: log.path, contents: nil)
+                let h = try FileHandle(forWritingTo: log)
+                p.standardOutput = h
+                p.standardError = h
+                try p.run()
+                var exited = false
+                try? waitUntil("run \(option) \(value) exits", timeout: 10) { exited = !p.isRunning; return exited }
+                if !exited { p.terminate(); p.waitUntilExit() }
+                try h.close()
+                let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+                XCTAssertTrue(exited, "\(option) \(value) was accepted: the daemon runs")
+                XCTAssertEqual(p.terminationStatus, 2, "\(option) \(value): \(text)")
+                XCTAssertTrue(text.contains("tilespool: \(option) must be a number of seconds from 0 to 86400"), text)
+            }
+        }
+        // The largest value is fine: the daemon starts and downloads with it.
+        try fx.start(["--connect-timeout", "86400", "--low-speed-time", "86400", "--transfer-timeout", "86400"])
+        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t"))
+        try fx.waitForState("t", "completed")
+        let (_, help) = try fx.cli(["run", "--help"])
+        XCTAssertTrue(help.contains("--connect-timeout SECONDS") && help.contains("at most 86400"), help)
+    }
+
+    // MARK: Finding 13: only entity-tags are validators
+
+    /// `ETag: *` (and an unquoted ETag) was kept and sent back as `If-None-Match: *`, which any
+    /// server answers 304. Now such a response has no ETag: a refresh asks with its
+    /// `Last-Modified` instead, or unconditionally.
+    func testAnETagThatIsNotAnEntityTagIsNotKept() throws {
+        try server.registerReply("star", headers: [("ETag", "*"), ("Last-Modified", "Wed, 01 Jan 2025 00:00:00 GMT")], body: "tile star")
+        try server.registerReply("bare", headers: [("ETag", "v1")], body: "tile bare")
+        try server.registerReply("good", headers: [("ETag", "W/\"v1\"")], body: "tile good")
+        try fx.start()
+        try fx.drop("et.json", server.tilesRequest(["/reply/star/{z}/{x}/{y}.pbf", "/reply/bare/{z}/{x}/{y}.pbf", "/reply/good/{z}/{x}/{y}.pbf"], id: "et"))
+        try fx.waitForState("et", "completed")
+        let lines = columns("et")
+        XCTAssertEqual(lines["tiles0/0/0/0"]?[5], "-")
+        XCTAssertEqual(lines["tiles0/0/0/0"]?[6], "1735689600", "Last-Modified kept")
+        XCTAssertEqual(lines["tiles1/0/0/0"]?[5], "-")
+        XCTAssertEqual(lines["tiles2/0/0/0"]?[5], "W/\"v1\"")
+        let (rc, out) = try fx.cli(["refresh", "et", "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        func sent(_ path: String) -> [String] {
+            server.requests().filter { $0.path == path }.map { r in
+                [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }.joined(separator: " ")
+            }
+        }
+        XCTAssertEqual(sent("/reply/star/0/0/0.pbf"), ["", "IMS=Wed, 01 Jan 2025 00:00:00 GMT"])
+        XCTAssertEqual(sent("/reply/bare/0/0/0.pbf"), ["", ""])
+        XCTAssertEqual(sent("/reply/good/0/0/0.pbf"), ["", "INM=W/\"v1\""])
+    }
+
+    // MARK: Finding 14: response headers libcurl refuses are a bad response
+
+    /// A 200 KB response header (libcurl accepts 100 KB) gave libcurl's "Out of memory", taken for
+    /// a network failure: the region went `pausedNetwork` and probed the liar forever. It is a
+    /// bad response: retried, then `failed` with `badResponse`.
+    func testOversizedResponseHeaderIsABadResponse() throws {
+        try server.registerReply("bighdr", headers: [("X-Big", String(repeating: "a", count: 200_000))], body: "tile")
+        try fx.start(["--max-retries", "1"])
+        try fx.drop("bh.json", server.tilesRequest(["/reply/bighdr/{z}/{x}/{y}.pbf"], id: "bh"))
+        try fx.waitForState("bh", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("bh"), "badResponse")
+        let m = fx.errorMessage("bh") ?? ""
+        XCTAssertTrue(m.contains("response headers"), m)
+        XCTAssertEqual(server.hits("/reply/bighdr/0/0/0.pbf"), 2, "the first attempt and one retry")
+        XCTAssertEqual(fx.objects(), [])
+    }
+
+    // MARK: Finding 4: what a server echoes of the request's credentials
+
+    /// Secrets of the request, as `secretsLeaked` looks for them.
+    let authorization = "Bearer TOKH90SECRETA", custom = "TOKQQ1SECRETC", queryKey = "QK7SECRET"
+
+    /// Every secret of `secrets` found in `text`.
+    func leaked(_ text: String, _ secrets: [String]) -> [String] { secrets.filter { text.contains($0) } }
+
+    /// Everything a user reads: status files, events, the daemon's log, the region's manifest and
+    /// failed.tsv, `rejected/`.
+    func readable(_ id: String) -> String {
+        var text = fx.log()
+        for dir in [fx.spool + "/status", fx.spool + "/rejected"] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
+                text += (try? String(contentsOfFile: dir + "/" + name, encoding: .utf8)) ?? ""
+            }
+        }
+        for f in [fx.spool + "/events.jsonl", "\(fx.store)/regions/\(id)/manifest.tsv", "\(fx.store)/regions/\(id)/failed.tsv"] {
+            text += (try? String(contentsOfFile: f, encoding: .utf8)) ?? ""
+        }
+        return text
+    }
+
+    /// A tile server that quotes the request's `Authorization` and custom header values and its
+    /// query key (not in URL form) in a 200 text body and in the Content-Type: the bodies are
+    /// refused as before, and every quote of them (status, events, log, failed.tsv) shows
+    /// `REDACTED` where the secret was.
+    func testCredentialsEchoedByTheServerAreRedactedWhereverQuoted() throws {
+        try server.registerReply("echoauth", headers: [("Content-Type", "text/plain; x=__HEADER:X-Custom__")],
+                                 body: "__HEADER:Authorization__ for __QUERY:key__ and more text after it")
+        try server.registerReply("echokey", headers: [("Content-Type", "text/plain")], body: "Invalid key: __QUERY:key__")
+        try server.registerReply("echohtml", headers: [("Content-Type", "text/html")], body: "__HEADER:X-Custom__<html>")
+        var request = server.tilesRequest(["/reply/echoauth/{z}/{x}/{y}.pbf?key=\(queryKey)", "/reply/echokey/{z}/{x}/{y}.pbf?key=\(queryKey)",
+                                           "/reply/echohtml/{z}/{x}/{y}.pbf?key=\(queryKey)"], id: "echo")
+        request["headers"] = ["Authorization": authorization, "X-Custom": custom]
+        request["maxFailedTiles"] = 2
+        try fx.start(["--max-retries", "0"])
+        try fx.drop("echo.json", request)
+        try fx.waitForState("echo", "failed", timeout: 30)
+        // The server did receive them (the test is not vacuous).
+        let received = server.requests().filter { $0.path.hasPrefix("/reply/echo") }
+        XCTAssertEqual(received.count, 3)
+        XCTAssertTrue(received.allSatisfy { $0.headers["Authorization"] == authorization && $0.headers["X-Custom"] == custom })
+        let text = readable("echo")
+        XCTAssertEqual(leaked(text, [authorization, "TOKH90SECRETA", custom, queryKey]), [])
+        // The three refusals, each quoting what the server sent with the secrets replaced.
+        XCTAssertTrue(text.contains("of Content-Type 'text/plain; x=REDACTED' starting 'REDACTED for REDACTED an...'"), text)
+        XCTAssertTrue(text.contains("starting 'Invalid key: REDACTED'"), text)
+        XCTAssertTrue(text.contains("starting 'REDACTED<html>'"), text)
+        let failed = (try? String(contentsOfFile: "\(fx.store)/regions/echo/failed.tsv", encoding: .utf8)) ?? ""
+        XCTAssertEqual(failed.split(separator: "\n").count, 3, "a header and the two tiles within the budget: \(failed)")
+        XCTAssertTrue(failed.contains("REDACTED"), failed)
+    }
+
+    /// A redirect whose Location carries the request's secrets, to a host under a tile usage
+    /// policy: the `policyRefused` message quotes the Location with them replaced.
+    func testCredentialsEchoedInALocationAreRedacted() throws {
+        try server.registerReply("loc", status: 302,
+                                 headers: [("Location", "https://tile.openstreetmap.org/x.png?q=__HEADER:X-Custom__&k=__QUERY:key__")])
+        var request = server.tilesRequest(["/reply/loc/{z}/{x}/{y}.pbf?key=\(queryKey)"], id: "loc")
+        request["headers"] = ["Authorization": authorization, "X-Custom": custom]
+        try fx.start()
+        try fx.drop("loc.json", request)
+        try fx.waitForState("loc", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("loc"), "policyRefused")
+        let m = fx.errorMessage("loc") ?? ""
+        XCTAssertTrue(m.hasPrefix("redirect to https://tile.openstreetmap.org/x.png?q=REDACTED&k=REDACTED: "), m)
+        XCTAssertEqual(leaked(readable("loc"), ["TOKH90SECRETA", custom, queryKey]), [])
+    }
+
+    // MARK: Doc gaps: fragments and more parameter names
+
+    /// Credentials in a fragment and under parameter names the first list missed are redacted
+    /// in the status `request` and in the manifest; ordinary parameters (a short `code`, `lang`)
+    /// are not.
+    func testFragmentsAndMoreParameterNamesAreRedacted() throws {
+        let query = "accessKey=SEKRIT01&appKey=SEKRIT02&api.key=SEKRIT03&key%5B%5D=SEKRIT04&X-Goog-Credential=SEKRIT05&jwt=SEKRIT06"
+            + "&authorization=SEKRIT07&credential=SEKRIT08&sessionid=SEKRIT09&%20key=SEKRIT10&key%20=SEKRIT11"
+            + "&code=SEKRIT12oauthcode0123456789&code=de&lang=en"
+        let template = "/ok/fr/{z}/{x}/{y}.png?" + query + "#access_token=SEKRIT13"
+        try fx.start()
+        try fx.drop("fr.json", server.tilesRequest([template], id: "fr"))
+        try fx.waitForState("fr", "completed")
+        let expected = "accessKey=REDACTED&appKey=REDACTED&api.key=REDACTED&key%5B%5D=REDACTED&X-Goog-Credential=REDACTED&jwt=REDACTED"
+            + "&authorization=REDACTED&credential=REDACTED&sessionid=REDACTED&%20key=REDACTED&key%20=REDACTED&code=REDACTED&code=de&lang=en"
+            + "#access_token=REDACTED"
+        let shown = (fx.status("fr")?["request"] as? [String: Any])?["tiles"] as? [String]
+        XCTAssertEqual(shown, [server.url("/ok/fr/{z}/{x}/{y}.png?") + expected])
+        XCTAssertEqual(fx.manifest("fr").map(\.url), [server.url("/ok/fr/0/0/0.png?") + expected])
+        XCTAssertFalse(readable("fr").contains("SEKRIT"), readable("fr"))
+        XCTAssertTrue(server.requests().contains { $0.path == "/ok/fr/0/0/0.png" }, "the server was asked")
+    }
+
+    // MARK: Doc gaps: tile usage policies cover every URL fetched
+
+    /// A style on our own server whose glyphs, sprite, TileJSON or GeoJSON data lie on a host
+    /// under a tile usage policy: refused with `policyRefused` before anything is asked from that
+    /// host, by the daemon and by `plan` alike; `--allow-host` lifts it.
+    func testPolicyHoldsForGlyphsSpritesTileJSONAndData() throws {
+        let base = #""sources": {"r": {"type": "raster", "tiles": ["__BASE__/ok/r/{z}/{x}/{y}.png"], "maxzoom": 0}}"#
+        let styles: [(String, String, String)] = [
+            ("glyphs", #"{"version": 8, \#(base), "glyphs": "https://tile.openstreetmap.org/fonts/{fontstack}/{range}.pbf", "layers": [{"id": "l", "type": "symbol", "source": "r", "layout": {"text-field": "x"}}]}"#, "tile.openstreetmap.org"),
+            ("sprite", #"{"version": 8, \#(base), "sprite": "https://maps.wikimedia.org/sprite", "layers": []}"#, "maps.wikimedia.org"),
+            ("tilejson", #"{"version": 8, "sources": {"v": {"type": "vector", "url": "https://a.tile.openstreetmap.org/tiles.json"}}, "layers": []}"#, "a.tile.openstreetmap.org"),
+            ("data", #"{"version": 8, "sources": {"g": {"type": "geojson", "data": "https://MAPS.wikimedia.org./x.geojson"}}, "layers": []}"#, "maps.wikimedia.org"),
+        ]
+        try fx.start(["--max-retries", "0"])
+        for (name, doc, host) in styles {
+            try server.register("pol-\(name)", json: doc)
+            let request: [String: Any] = ["id": "pol-\(name)", "style": server.url("/json/pol-\(name)"), "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 0]
+            let file = fx.root.appendingPathComponent("pol-\(name).json")
+            try JSONSerialization.data(withJSONObject: request).write(to: file)
+            let (rc, out) = try fx.cli(["plan", file.path])
+            XCTAssertEqual(rc, 1, "\(name): \(out)")
+            XCTAssertTrue(out.contains("policyRefused: \(host): "), "\(name): \(out)")
+            try fx.drop("pol-\(name).json", request)
+            try fx.waitForState("pol-\(name)", "failed", timeout: 20)
+            XCTAssertEqual(fx.errorCode("pol-\(name)"), "policyRefused", "\(name): \(fx.errorMessage("pol-\(name)") ?? "")")
+            XCTAssertTrue(fx.errorMessage("pol-\(name)")?.hasPrefix("\(host): ") ?? false, fx.errorMessage("pol-\(name)") ?? "")
+            XCTAssertEqual(fx.manifest("pol-\(name)").filter { $0.kind != "style" }.map(\.url), [], "\(name): nothing but the style")
+        }
+        // `--allow-host` lifts it for plan (the glyphs are not fetched by plan).
+        let (rc, out) = try fx.cli(["plan", fx.root.appendingPathComponent("pol-glyphs.json").path, "--allow-host", "tile.openstreetmap.org"])
+        XCTAssertEqual(rc, 0, out)
+    }
+
+    /// Fullwidth and ideographic forms of a host (`ｔｉｌｅ.openstreetmap.org`,
+    /// `tile．openstreetmap．org`): `plan` printed a plan while the daemon failed at the first tile
+    /// ("bad/illegal format"). Both now refuse the request on arrival with the same
+    /// `invalidRequest` message, as for any host libcurl cannot use.
+    func testPlanAndTheDaemonRefuseTheSameNonASCIIHosts() throws {
+        try fx.start()
+        for (i, url) in ["http://ｔｉｌｅ.openstreetmap.org/{z}/{x}/{y}.png", "http://tile．openstreetmap．org/{z}/{x}/{y}.png",
+                         "http://tile。openstreetmap。org/{z}/{x}/{y}.png", "http://tile.openstreetmap.org%00/{z}/{x}/{y}.png"].enumerated() {
+            let request: [String: Any] = ["id": "idn\(i)", "tiles": [url], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 0]
+            let file = fx.root.appendingPathComponent("idn\(i).json")
+            try JSONSerialization.data(withJSONObject: request).write(to: file)
+            let (rc, out) = try fx.cli(["plan", file.path])
+            XCTAssertEqual(rc, 1, "\(url): \(out)")
+            try fx.drop("idn\(i).json", request)
+            try fx.waitForState("idn\(i)", "failed", timeout: 20)
+            XCTAssertEqual(fx.errorCode("idn\(i)"), "invalidRequest", url)
+            let m = try XCTUnwrap(fx.errorMessage("idn\(i)"))
+            XCTAssertTrue(m.contains("host"), m)
+            XCTAssertTrue(out.contains("tilespool: invalidRequest: " + m), "plan says what the daemon says: \(out) / \(m)")
+            XCTAssertEqual(fx.eventStates("idn\(i)"), ["failed"], "refused on arrival")
+        }
+    }
+
+    // MARK: Finding 16: S3 error messages
+
+    /// An S3 endpoint whose error message echoes the session token, the secret or the access
+    /// key: the `S3Error` (what the log and a status quote) has them replaced.
+    func testS3ErrorMessagesAreRedacted() throws {
+        try server.registerReply("s3", status: 403, headers: [("Content-Type", "application/xml")], body: """
+            <?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidToken __HEADER:x-amz-security-token__</Code>\
+            <Message>The provided token __HEADER:x-amz-security-token__ is malformed (secret SECRETKEY4567890, key AKIDTEST7890)</Message></Error>
+            """)
+        let config = S3Config(endpoint: server.baseURL, bucket: "reply", prefix: "s3", accessKeyID: "AKIDTEST7890",
+                              secretAccessKey: "SECRETKEY4567890", sessionToken: "SESSIONTOKEN123456", pathStyle: true)
+        let s3 = S3Client(config: config)
+        XCTAssertThrowsError(try s3.put("objects/x", Data("x".utf8))) { error in
+            let text = "\(error)"
+            XCTAssertEqual(leaked(text, ["SESSIONTOKEN123456", "SECRETKEY4567890", "AKIDTEST7890"]), [], text)
+            XCTAssertEqual(text, "S3 403 InvalidToken REDACTED: The provided token REDACTED is malformed (secret REDACTED, key REDACTED)")
+        }
+        XCTAssertEqual(server.requests().last?.headers["x-amz-security-token"], "SESSIONTOKEN123456", "sent as it is")
+    }
+}
+
+/// The pure rules behind finding 1: every number a server sends in `Cache-Control`, `Age` or
+/// `Expires` gives an expiry, none traps.
+final class ServerNumberTests: XCTestCase {
+    let cap = CacheLifetime.maximumDeltaSeconds
+
+    func testDeltaSecondsAreClampedTo2To31() {
+        XCTAssertEqual(cap, 2_147_483_648)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("0"), 0)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("60"), 60)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("2147483647"), 2_147_483_647)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("2147483648"), cap)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("9223372036854775807"), cap, "Int64.max")
+        XCTAssertEqual(CacheLifetime.deltaSeconds("09223372036854775807"), cap)
+        XCTAssertEqual(CacheLifetime.deltaSeconds(String(repeating: "9", count: 5000)), cap)
+        XCTAssertEqual(CacheLifetime.deltaSeconds("0000000000000000000000060"), 60)
+        for bad in ["", "+9223372036854775807", "-1", "1.5", " 60", "60s", "６０"] {
+            XCTAssertNil(CacheLifetime.deltaSeconds(bad), bad)
+        }
+    }
+
+    func testMaxAgeAndAge() {
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=9223372036854775807"), cap)
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=\"9223372036854775807\""), cap)
+        XCTAssertEqual(CacheLifetime.maxAge("public, max-age=+9223372036854775807"), 0, "not delta-seconds: stale")
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=-9223372036854775808"), 0)
+        XCTAssertEqual(CacheLifetime.maxAge("max-age=\""), 0)
+        XCTAssertEqual(CacheLifetime.age(" 30 "), 30)
+        XCTAssertEqual(CacheLifetime.age("9223372036854775807"), cap)
+        XCTAssertNil(CacheLifetime.age("-1"))
+        XCTAssertNil(CacheLifetime.age(nil))
+    }
+
+    /// The expiry saturates whatever it is given: the clamped lifetime less the clamped age,
+    /// never before the fetch, never past Int64.max.
+    func testExpiryNeverOverflows() {
+        let now: Int64 = 1_800_000_000
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: 60, age: nil, expires: 5), now + 60, "max-age wins over Expires")
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: 100, age: 30, expires: nil), now + 70)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: 100, age: 300, expires: nil), now, "older than its lifetime: expired")
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: .max, age: .min, expires: nil), now + cap)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: .min, age: .max, expires: nil), now)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: .max, maxAge: .max, age: nil, expires: nil), .max)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: .max - 5, maxAge: 60, age: nil, expires: nil), .max)
+        XCTAssertEqual(CacheLifetime.expiry(fetched: now, maxAge: nil, age: .max, expires: .max), .max, "Expires as it is")
+        XCTAssertNil(CacheLifetime.expiry(fetched: now, maxAge: nil, age: 5, expires: nil))
+    }
+}
+
+/// The host rule `plan` and the daemon share (`RequestValidator.hostProblem`, through `urlProblem`).
+final class UsableHostTests: XCTestCase {
+    func testOnlyHostsLibcurlCanUsePass() {
+        for good in ["http://127.0.0.1:8080/x", "http://[::1]:8080/x", "https://tile%2eexample.org/x", "https://u:p@a_b-c.Example.ORG./x?q=ｔ",
+                     "http://[fe80::1%25eth0]/x", "https://h:443"] {
+            XCTAssertNil(RequestValidator.urlProblem(good), good)
+        }
+        for bad in ["http://ｔｉｌｅ.openstreetmap.org/x", "http://tile．openstreetmap．org/x", "http://tile。openstreetmap。org/x",
+                    "http://tile.openstreetmap.org%00/x", "http://ex%ZZample/x", "http://[::1/x", "http://münchen.de/x", "http://a%2Fb/x"] {
+            let p = RequestValidator.urlProblem(bad)
+            XCTAssertTrue(p?.hasPrefix("has the host '") ?? false, "\(bad): \(p ?? "accepted")")
+        }
+        XCTAssertEqual(RequestValidator.urlProblem("ftp://ｔ/x"), "uses the scheme 'ftp'; only http and https are allowed")
+    }
+}
+
+/// Finding 13's rule: only an entity-tag (RFC 9110 section 8.8.3) is kept and sent back.
+final class EntityTagTests: XCTestCase {
+    func testOnlyEntityTagsAreValidators() {
+        for good in ["\"v1\"", "W/\"v1\"", "\"\"", "W/\"\"", "\"5f1e-2a\"", "\"!#~\""] {
+            XCTAssertTrue(ConditionalRequest.isEntityTag(good), good)
+            XCTAssertEqual(HTTPClient.storableETag(" \(good)\t"), good)
+        }
+        for bad in ["*", "v1", "W/v1", "w/\"v1\"", "\"a\"b\"", "\"a", "a\"", "\"", "W/\"", "\"a b\"", "\"é\"", "\"a\r\"", "",
+                    "\"" + String(repeating: "a", count: 1023) + "\""] {
+            XCTAssertFalse(ConditionalRequest.isEntityTag(bad), bad)
+            XCTAssertNil(HTTPClient.storableETag(bad), bad)
+        }
+        XCTAssertTrue(ConditionalRequest.isEntityTag("\"" + String(repeating: "a", count: 1022) + "\""), "1024 bytes")
+        XCTAssertFalse(ConditionalRequest.isEntityTag("\"a\"\r\n"), "CR LF would split the request")
+        // A manifest line written before the rule, with `*`: If-Modified-Since instead, or nothing.
+        XCTAssertEqual(ConditionalRequest.headers(for: Freshness(etag: "*", lastModified: 1_735_689_600)).map(\.0), ["If-Modified-Since"])
+        XCTAssertEqual(ConditionalRequest.headers(for: Freshness(etag: "v1")).map(\.0), [])
+    }
+}
