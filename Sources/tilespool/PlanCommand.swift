@@ -41,18 +41,30 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         var httpOptions = HTTPOptions()
         httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
         let http = HTTPClient(options: httpOptions)
+        // What a server sent (libcurl's text, a Location, a parse error quoting the body) is
+        // printed with the request's secrets replaced, as the daemon quotes it (contract.md).
+        func quoted(_ text: String, _ url: String) -> String {
+            Redaction.redactEmbedded(text, secrets: request.secrets.adding(url: url))
+        }
         func body(_ r: TransferResult, _ url: String) throws -> Data {
-            if case .policyRefused(let why)? = r.failure { throw CommandFailure("policyRefused: \(why) (redirected from \(Redaction.redact(url)))") }
-            if let f = r.failure { throw CommandFailure("cannot fetch \(Redaction.redact(url)): \(f)") }
+            if case .policyRefused(let why)? = r.failure { throw CommandFailure("policyRefused: \(quoted(why, url)) (redirected from \(Redaction.redact(url)))") }
+            if let f = r.failure { throw CommandFailure("cannot fetch \(Redaction.redact(url)): \(quoted(String(describing: f), url))") }
             guard (200...299).contains(r.status) else { throw CommandFailure("HTTP \(r.status) from \(Redaction.redact(url))") }
             return r.body
         }
-        let style = try StyleDocument(data: try body(http.fetchAll([styleURL], headers: request.headerList)[0], styleURL), baseURL: styleURL)
+        func parsed<T>(_ url: String, _ make: () throws -> T) throws -> T {
+            do { return try make() } catch var e as RegionError { e.message = quoted(e.message, url); throw e }
+        }
+        let styleBody = try body(http.fetchAll([styleURL], headers: request.headerList)[0], styleURL)
+        let style = try parsed(styleURL) { try StyleDocument(data: styleBody, baseURL: styleURL) }
         if let e = TileUsagePolicy.refusal(style: style, allowedHosts: allowed) { return refuse(e) }
         let urls = Planner.tileJSONURLs(style)
         let results = http.fetchAll(urls.map(\.url), headers: request.headerList)
         var tileJSONs: [String: TileJSON] = [:]
-        for (u, r) in zip(urls, results) { tileJSONs[u.source] = try TileJSON(data: try body(r, u.url), baseURL: u.url) }
+        for (u, r) in zip(urls, results) {
+            let data = try body(r, u.url)
+            tileJSONs[u.source] = try parsed(u.url) { try TileJSON(data: data, baseURL: u.url) }
+        }
         plan = Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs)
     }
     // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.

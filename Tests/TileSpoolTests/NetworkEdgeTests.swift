@@ -244,6 +244,23 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(leaked(readable("loc"), ["TOKH90SECRETA", custom, queryKey]), [])
     }
 
+    /// `tilespool plan` quotes what a server sent as the daemon does: a redirect of the style
+    /// to a host under a tile usage policy, whose Location carries the request's header value
+    /// and query key, is printed with both replaced.
+    func testPlanQuotesServerTextWithTheRequestsSecretsReplaced() throws {
+        try server.registerReply("ploc", status: 302,
+                                 headers: [("Location", "https://tile.openstreetmap.org/s.json?q=__HEADER:X-Custom__&k=__QUERY:key__")])
+        let file = fx.root.appendingPathComponent("pq.json")
+        try JSONSerialization.data(withJSONObject: ["style": server.url("/reply/ploc/style.json?key=\(queryKey)"),
+                                                    "headers": ["X-Custom": custom], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 0])
+            .write(to: file)
+        let (rc, out) = try fx.cli(["plan", file.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertEqual(server.requests().filter { $0.path.hasPrefix("/reply/ploc") }.first?.headers["X-Custom"], custom)
+        XCTAssertTrue(out.contains("policyRefused: redirect to https://tile.openstreetmap.org/s.json?q=REDACTED&k=REDACTED"), out)
+        XCTAssertEqual(leaked(out, [custom, queryKey]), [])
+    }
+
     // MARK: Doc gaps: fragments and more parameter names
 
     /// Credentials in a fragment and under parameter names the first list missed are redacted
