@@ -28,13 +28,23 @@ extension Daemon {
         var journalError: Error?
         var savedPlan = d.files.loadPlan()
         var readError = previousReadError ?? d.files.readFailure // a store that did not answer: what was read is incomplete
+        var overLimit: RegionError?
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
-            let plan = Planner.plan(request: r.request, templates: templates)
-            try? d.files.savePlan(plan)
-            savedPlan = plan
+            do {
+                let plan = try Planner.plan(request: r.request, templates: templates)
+                try? d.files.savePlan(plan)
+                savedPlan = plan
+            } catch {
+                overLimit = error
+            }
         }
-        if let plan = savedPlan {
+        // A plan over the limits (`--max-tiles` lowered since, or a count that overflows) is not
+        // read back: its bitmap alone could exhaust memory. The region fails below.
+        overLimit = overLimit ?? savedPlan.flatMap { tileLimitError(r, $0) }
+        if overLimit != nil {
+            savedPlan = nil
+        } else if let plan = savedPlan {
             d.plan = plan
             d.done = Bitmap(count: plan.indexSpace)
             var p = RegionProgress()
@@ -66,6 +76,7 @@ extension Daemon {
         default: return
         }
         if let e = readError ?? journalError { storageFailed(r, e, commitPending: false); return }
+        if let e = overLimit { fail(r, e); return }
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let e = tileLimitError(r, plan) { fail(r, e); return }
@@ -97,10 +108,21 @@ extension Daemon {
     /// Builds and saves the exact plan once the style and every TileJSON are known.
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
-        let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
+        let planned: Result<ResourcePlan, RegionError>
+        do throws(RegionError) {
+            planned = .success(try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs))
+        } catch {
+            planned = .failure(error)
+        }
         // A style's tile servers are known only now: a listed one is refused before any tile is asked.
-        let policy = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: options.allowedHosts)
-        if let e = policy ?? tileLimitError(r, plan) {
+        let refusal: RegionError?
+        switch planned {
+        case .failure(let e): refusal = e
+        case .success(let plan):
+            refusal = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: options.allowedHosts)
+                ?? tileLimitError(r, plan)
+        }
+        if let e = refusal {
             // Known only now for a style: the request is refused like a bad file, as a copy of the
             // accepted request in rejected/ (the region stays, so a resume can retry it).
             if let data = try? r.files.requestData() {
@@ -111,6 +133,7 @@ extension Daemon {
             fail(r, e)
             return
         }
+        guard case .success(let plan) = planned else { return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
         d.done = Bitmap(count: plan.indexSpace)

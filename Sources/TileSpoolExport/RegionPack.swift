@@ -111,7 +111,7 @@ public final class RegionPack: @unchecked Sendable {
         guard let set = plan.tileSets.first(where: { $0.source == source }) else {
             throw ExportError("region '\(id)' has no tile source '\(source)'")
         }
-        var seen = [UInt64](repeating: 0, count: (plan.indexSpace + 63) / 64)
+        var seen = [UInt64](repeating: 0, count: plan.indexSpace / 64 + 1)
         var met = 0, unplanned = 0
         var failure: Error?
         do {

@@ -36,7 +36,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     let plan: ResourcePlan
     switch request.source {
     case .tiles(let templates):
-        plan = Planner.plan(request: request, templates: templates)
+        do { plan = try Planner.plan(request: request, templates: templates) } catch { return refuse(error) }
     case .style(let styleURL):
         var httpOptions = HTTPOptions()
         httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
@@ -52,7 +52,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         let results = http.fetchAll(urls.map(\.url), headers: request.headerList)
         var tileJSONs: [String: TileJSON] = [:]
         for (u, r) in zip(urls, results) { tileJSONs[u.source] = try TileJSON(data: try body(r, u.url), baseURL: u.url) }
-        plan = Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs)
+        do { plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs) } catch { return refuse(error) }
     }
     // A style's tile servers are known only now, as for the daemon.
     if let e = TileUsagePolicy.refusal(templates: plan.tileSets.map(\.template), allowedHosts: allowed) { return refuse(e) }
