@@ -73,11 +73,13 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
         return overLimit.map(refuse) ?? 0
     }
-    out("plan for \(request.id): \(plan.count) resources, \(plan.tileCount) tiles")
-    for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(byKind[k.rawValue]!)") }
+    // Counts saturate at Int.max (`SaturatingCount`): such a count means at least that many.
+    func n(_ v: Int) -> String { v == Int.max ? "at least \(v)" : "\(v)" }
+    out("plan for \(request.id): \(n(plan.count)) resources, \(n(plan.tileCount)) tiles")
+    for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(n(byKind[k.rawValue]!))") }
     for set in plan.tileSets {
-        out("  source \(set.source): \(set.count) tiles")
-        for e in zooms where e.source == set.source { out("    z\(e.z): \(e.tiles)") }
+        out("  source \(set.source): \(n(set.count)) tiles")
+        for e in zooms where e.source == set.source { out("    z\(e.z): \(n(e.tiles))") }
     }
     return overLimit.map(refuse) ?? 0
 }

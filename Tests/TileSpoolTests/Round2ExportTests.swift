@@ -97,6 +97,7 @@ final class PlanOverflowTests: FaultServerSpoolTestCase {
         var (rc, out) = try fx.cli(["plan", file.path])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("tileLimitExceeded") && out.contains("--max-tiles (1000000)"), out)
+        XCTAssertTrue(out.contains("plan for ov: at least 9223372036854775807 resources, at least 9223372036854775807 tiles"), String(out.prefix(300)))
         (rc, out) = try fx.cli(["plan", file.path, "--json"])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("tileLimitExceeded"), out)
