@@ -58,6 +58,10 @@ public enum Exporter {
     /// Called with (tiles written, tiles planned) every few thousand tiles.
     public typealias Progress = (Int, Int) -> Void
 
+    /// The default limit on a decoded body, the daemon's `--max-object-size` default
+    /// (`HTTPOptions.maxObjectSize`, 32 MiB): what `RegionPack.maxDecodedBytes` starts at.
+    public static let defaultMaxObjectSize = HTTPOptions().maxObjectSize
+
     /// The file in a site folder that says TileSpool made it: only a folder holding it is ever
     /// replaced by another site export (`--force`, or the daemon's exports).
     public static let siteMarker = ".tilespool-site"
@@ -76,12 +80,17 @@ public enum Exporter {
     ///   - output: the file (or, for `site`, folder) to create; its folder must exist.
     ///   - force: replace an existing `output` (else it is refused).
     ///   - guard: folders the output must stay out of (`ExportGuard.spool`).
+    ///   - maxObjectSize: the most bytes a body stored as a gzip file (a server that sent gzip
+    ///     bytes without Content-Encoding) may inflate to, as `--max-object-size` bounds a decoded
+    ///     body at download (`RegionPack.maxDecodedBytes`); a body past it fails the export.
     /// - Returns: what was written; `pack` is the pack's version (`RegionPack.version`).
     /// - Throws: `ExportError` for a refused output, a region the format cannot hold, a pack
     ///   that does not match its plan, an object that vanished, a SQLite or file error. Nothing is
     ///   left at `output` then (an old export stays as it was), and the work folder is removed.
     public static func export(_ pack: RegionPack, _ spec: ExportSpec, to output: String, force: Bool = false,
-                              guard protection: ExportGuard = .none, progress: Progress? = nil) throws(ExportError) -> ExportResult {
+                              guard protection: ExportGuard = .none, maxObjectSize: Int = Exporter.defaultMaxObjectSize,
+                              progress: Progress? = nil) throws(ExportError) -> ExportResult {
+        pack.maxDecodedBytes = maxObjectSize
         let path = absolute(output)
         let (parentPath, name) = Files.split(path)
         guard Directory.isEntryName(name) else { throw ExportError("\(path) cannot be an export's name (give a file or folder name)") }

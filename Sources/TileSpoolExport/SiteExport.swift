@@ -42,6 +42,15 @@ enum SiteExport {
             self.bytes += bytes.count
         }
 
+        /// Writes object `sha` decoded at `rel`, a gzip file inflated chunk by chunk
+        /// (`RegionPack.writeDecoded`, at most `maxDecodedBytes`).
+        func decoded(_ rel: String, pack: RegionPack, sha: String, key: String) throws {
+            let out = try OutputFile(path: root + "/" + rel)
+            let n = try pack.writeDecoded(sha, for: key, to: out)
+            try out.flush()
+            bytes += n
+        }
+
         /// Hard-links object `source` at `rel`; copies it when the store is on another filesystem.
         func link(_ source: String, _ rel: String, pack: RegionPack, sha: String, key: String) throws {
             if Glibc.link(source, root + "/" + rel) == 0 {
@@ -89,13 +98,13 @@ enum SiteExport {
                 try w.folder("tiles/\(src)/\(t.z)/\(t.x)")
                 if let object = pack.objectPath(sha) {
                     if format == .pbf && storedAsGzip(object) {
-                        try w.file(rel, try pack.decodedBody(sha, for: line.key)) // served decoded, like every other tile here
+                        try w.decoded(rel, pack: pack, sha: sha, key: line.key) // served decoded, like every other tile here
                     } else {
                         try w.link(object, rel, pack: pack, sha: sha, key: line.key)
                     }
                 } else {
                     // A remote store (S3): nothing to link, the bytes are written (decoded for a vector tile).
-                    try w.file(rel, format == .pbf ? try pack.decodedBody(sha, for: line.key) : try pack.storedBody(sha, for: line.key))
+                    if format == .pbf { try w.decoded(rel, pack: pack, sha: sha, key: line.key) } else { try w.file(rel, try pack.storedBody(sha, for: line.key)) }
                 }
                 tiles += 1
             }
@@ -125,20 +134,19 @@ enum SiteExport {
                 let base = id.isEmpty ? "sprite" : try safe(id, "sprite id")
                 spriteBases[id] = base
                 try w.folder("sprites")
-                try w.file("sprites/" + base + file.dropFirst("sprite".count), try pack.decodedBody(sha, for: r.key))
+                try w.decoded("sprites/" + base + file.dropFirst("sprite".count), pack: pack, sha: sha, key: r.key)
             case .glyphs:
                 guard let slash = r.key.lastIndex(of: "/") else { continue }
                 let stack = try safe(String(r.key[..<slash]), "fontstack")
                 let range = try safe(String(r.key[r.key.index(after: slash)...]), "glyph range")
                 try w.folder("fonts/\(stack)")
-                try w.file("fonts/\(stack)/\(range).pbf", try pack.decodedBody(sha, for: r.key))
+                try w.decoded("fonts/\(stack)/\(range).pbf", pack: pack, sha: sha, key: r.key)
             case .data:
-                let body = try pack.decodedBody(sha, for: r.key)
                 let name = try safe(r.key, "source")
                 let ext = ((r.url.split(separator: "?").first.map(String.init) ?? r.url) as NSString).pathExtension
                 let file = "data/\(name).\(ext.isEmpty || ext.count > 8 ? "json" : ext)"
                 try w.folder("data")
-                try w.file(file, body)
+                try w.decoded(file, pack: pack, sha: sha, key: r.key)
                 dataFiles[r.key] = file
             default: break
             }

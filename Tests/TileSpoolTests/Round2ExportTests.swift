@@ -117,3 +117,124 @@ final class PlanOverflowTests: FaultServerSpoolTestCase {
         XCTAssertEqual(server.allHits().keys.filter { $0.hasPrefix("/ok/s") }, [], "no tile of the refused plan was asked")
     }
 }
+
+/// Finding 3: a body stored as a gzip file (its server sent gzip bytes without Content-Encoding)
+/// is inflated by the site and maplibre exports at most up to `--max-object-size` bytes, streamed
+/// (memory does not grow with the inflated size); over the bound the export fails and leaves
+/// nothing. mbtiles and pmtiles keep such a body as it is (their vector tiles are gzip) once it is
+/// known to inflate within the bound.
+final class ExportInflateBoundTests: FaultServerSpoolTestCase {
+    /// A style of one vector source whose tiles are `/gzipped/KIB/v/{z}/{x}/{y}.pbf`, z0 to `maxZoom`.
+    func completeGzipStyle(id: String, kib: Int, maxZoom: Int) throws {
+        try server.register("\(id).json", json: #"{"version": 8, "sources": {"v": {"type": "vector", "maxzoom": \#(maxZoom), "tiles": ["__BASE__/gzipped/\#(kib)/\#(id)/{z}/{x}/{y}.pbf"]}}, "layers": []}"#)
+        try fx.drop("\(id).json", ["id": id, "style": server.url("/json/\(id).json"), "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": maxZoom])
+        try fx.waitForState(id, "completed")
+        // Stored as received: gzip files of a few KiB, not the inflated bodies.
+        let tiles = fx.manifest(id).filter { $0.kind == "tile" }
+        XCTAssertFalse(tiles.isEmpty)
+        for t in tiles { XCTAssertLessThan(t.bytes, kib * 1024 / 100, "\(t.key) is stored as received") }
+    }
+
+    func export(_ args: [String]) throws -> (Int32, String) {
+        try fx.cli(["export"] + args + ["--spool", fx.spool, "--store", fx.store])
+    }
+
+    /// The body a user expects in a site tile or a MapLibre row: the inflated gzip file.
+    func expected(_ id: String, _ kib: Int, _ z: Int, _ x: Int, _ y: Int) -> Data {
+        FaultServer.gzippedBody("/gzipped/\(kib)/\(id)/\(z)/\(x)/\(y).pbf", kib: kib)
+    }
+
+    func testOverTheBoundTheSiteAndMapLibreExportsFail() throws {
+        try fx.start()
+        try completeGzipStyle(id: "g", kib: 2048, maxZoom: 1)
+        for format in ["site", "maplibre"] {
+            let output = fx.root.appendingPathComponent("g-\(format)").path
+            let (rc, out) = try export(["g", "--format", format, "--output", output, "--max-object-size", "1048576"])
+            XCTAssertEqual(rc, 1, out)
+            XCTAssertTrue(out.contains("inflates to more than 1048576 bytes") && out.contains("--max-object-size"), out)
+            XCTAssertFalse(fx.entryExists(output), "nothing at \(output)")
+        }
+        XCTAssertEqual(fx.names(in: fx.root.path).filter { $0.hasPrefix(".") }, [], "no work folder left")
+
+        // Within the bound: the inflated bodies, byte for byte.
+        let site = fx.root.appendingPathComponent("g-site").path
+        var (rc, out) = try export(["g", "--format", "site", "--output", site])
+        XCTAssertEqual(rc, 0, out)
+        for (z, x, y) in [(0, 0, 0), (1, 0, 0), (1, 1, 1)] {
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: "\(site)/tiles/v/\(z)/\(x)/\(y).pbf")), expected("g", 2048, z, x, y), "\(z)/\(x)/\(y)")
+        }
+        let db = fx.root.appendingPathComponent("g.db").path
+        (rc, out) = try export(["g", "--format", "maplibre", "--output", db])
+        XCTAssertEqual(rc, 0, out)
+        // MapLibre's rows: zlib (compressed = 1) of the inflated body, read back by Python's zlib.
+        let (prc, pout) = try runTool("/usr/bin/python3", ["-c", """
+            import sqlite3, zlib, hashlib, sys
+            c = sqlite3.connect(sys.argv[1])
+            for z, x, y, data, comp in c.execute("SELECT z, x, y, data, compressed FROM tiles ORDER BY z, x, y"):
+                body = zlib.decompress(data) if comp else data
+                print(z, x, y, comp, len(body), hashlib.sha256(body).hexdigest())
+            """, db])
+        XCTAssertEqual(prc, 0, pout)
+        let rows = pout.split(separator: "\n")
+        XCTAssertEqual(rows.count, 5, pout)
+        for row in rows {
+            let f = row.split(separator: " ").map(String.init)
+            let body = expected("g", 2048, Int(f[0])!, Int(f[1])!, Int(f[2])!)
+            XCTAssertEqual(f[3], "1", "compressed")
+            XCTAssertEqual(Int(f[4]), body.count)
+            XCTAssertEqual(f[5], sha256Hex(body))
+        }
+
+        // mbtiles and pmtiles keep the gzip files as they are, once they inflate within the bound.
+        let mb = fx.root.appendingPathComponent("g.mbtiles").path
+        (rc, out) = try export(["g", "--format", "mbtiles", "--output", mb, "--max-object-size", "1048576"])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("inflates to more than 1048576 bytes"), out)
+        (rc, out) = try export(["g", "--format", "mbtiles", "--output", mb])
+        XCTAssertEqual(rc, 0, out)
+        let stored = try XCTUnwrap(fx.manifest("g").first { $0.key == "v/0/0/0" })
+        XCTAssertEqual(try sqlite(mb, "SELECT hex(tile_data) FROM tiles WHERE zoom_level = 0"),
+                       try XCTUnwrap(fx.objectData(stored.sha)).map { String(format: "%02X", $0) }.joined())
+    }
+
+    /// The exports a request names are bounded by the daemon's own `--max-object-size`.
+    func testTheDaemonsExportsUseItsMaxObjectSize() throws {
+        try fx.start(["--max-object-size", "1048576"])
+        try fx.drop("d.json", server.tilesRequest(["/gzipped/2048/d/{z}/{x}/{y}.pbf"], id: "d", maxZoom: 1)
+                        .merging(["exports": [["format": "site"], ["format": "pmtiles"]]]) { a, _ in a })
+        try fx.waitForState("d", "completed")
+        try waitUntil("both exports are done") {
+            let e = fx.status("d")?["exports"] as? [[String: Any]] ?? []
+            return e.count == 2 && e.allSatisfy { $0["state"] as? String == "failed" || $0["state"] as? String == "written" }
+        }
+        for e in try XCTUnwrap(fx.status("d")?["exports"] as? [[String: Any]]) {
+            XCTAssertEqual(e["state"] as? String, "failed", "\(e)")
+            XCTAssertTrue(((e["error"] as? [String: Any])?["message"] as? String ?? "").contains("inflates to more than 1048576 bytes"), "\(e)")
+        }
+        XCTAssertEqual(fx.names(in: fx.spool + "/exports"), [], "nothing written, no work folder left")
+        XCTAssertEqual(fx.state("d"), "completed")
+    }
+
+    /// One tile whose gzip file inflates to 96 MiB: the site and maplibre exports write it with
+    /// their peak memory (as /usr/bin/time reports it) far below the inflated size.
+    func testInflatingIsStreamed() throws {
+        try fx.start()
+        let kib = 96 * 1024
+        try completeGzipStyle(id: "big", kib: kib, maxZoom: 0)
+        for format in ["site", "maplibre"] {
+            let output = fx.root.appendingPathComponent("big-\(format)").path
+            let (rc, out) = try runTool("/usr/bin/time", ["-f", "maxrss=%M", SpoolFixture.binary, "export", "big", "--format", format,
+                                                          "--output", output, "--max-object-size", String(128 << 20),
+                                                          "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 0, out)
+            let kb = try XCTUnwrap(out.split(separator: "\n").last { $0.hasPrefix("maxrss=") }.flatMap { Int($0.dropFirst(7)) }, out)
+            XCTAssertLessThan(kb, 64 * 1024, "\(format): peak RSS \(kb) KiB for a body that inflates to \(kib) KiB")
+            if format == "site" {
+                XCTAssertEqual(Files_size(output + "/tiles/v/0/0/0.pbf"), kib * 1024)
+                XCTAssertEqual(sha256sum([output + "/tiles/v/0/0/0.pbf"]).values.first, sha256Hex(expected("big", kib, 0, 0, 0)))
+            } else {
+                XCTAssertEqual(try sqlite(output, "SELECT compressed FROM tiles"), "1")
+            }
+        }
+    }
+}
