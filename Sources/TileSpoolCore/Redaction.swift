@@ -59,6 +59,19 @@ public enum Redaction {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// A parsed JSON value (`JSONSerialization`/`JSONKind.parse` types: dictionaries, arrays,
+    /// strings, numbers) with every string, at any depth, passed through `redactEmbedded`; keys
+    /// and other values unchanged. The one redaction of the JSON an export publishes: the site's
+    /// `style.json` and TileJSON, the metadata of mbtiles and pmtiles (docs/export.md).
+    public static func redactedJSON(_ value: Any) -> Any {
+        switch value {
+        case let s as String: return redactEmbedded(s)
+        case let a as [Any]: return a.map(redactedJSON)
+        case let o as [String: Any]: return o.mapValues(redactedJSON)
+        default: return value
+        }
+    }
+
     /// `url` with the value of every credential-like query parameter replaced by `REDACTED`, and any
     /// `user:password@` removed. Works on templates too (it does not parse `{z}`-style placeholders).
     public static func redact(_ url: String) -> String {

@@ -249,13 +249,15 @@ public final class RegionPack: @unchecked Sendable {
     }
 
     /// The TileJSON-like facts of a source for metadata: name, attribution, description,
-    /// vector_layers (from the stored TileJSON, or the style's inline source).
+    /// vector_layers (from the stored TileJSON, or the style's inline source), with every string
+    /// redacted (`Redaction.redactedJSON`): exports publish them (mbtiles and pmtiles metadata,
+    /// the site's TileJSON).
     func sourceMetadata(_ name: String) throws(ExportError) -> [String: Any] {
         var doc = (try jsonDocument(.source, name)) ?? [:]
         if doc.isEmpty, let inline = try styleSource(name) { doc = inline }
         var out: [String: Any] = [:]
         for k in ["name", "attribution", "description", "vector_layers", "version"] { if let v = doc[k] { out[k] = v } }
-        return out
+        return Redaction.redactedJSON(out) as? [String: Any] ?? [:]
     }
 
     /// The zoom levels a tile set spans.

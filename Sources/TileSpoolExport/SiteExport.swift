@@ -118,7 +118,7 @@ enum SiteExport {
             let b = pack.request.bounds
             tj["bounds"] = [b.west, b.south, b.east, b.north]
             try w.folder("sources")
-            try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(redactedStrings(tj), pretty: true)))
+            try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(Redaction.redactedJSON(tj), pretty: true)))
         }
 
         // Sprites, glyphs and data, from the plan's resources.
@@ -192,23 +192,12 @@ enum SiteExport {
         if style["glyphs"] != nil { style["glyphs"] = "\(prefix)fonts/{fontstack}/{range}.pbf" }
         // What still points at the origin (a video source's URLs, metadata, attribution links)
         // keeps no credential: the site is published.
-        try w.file("style.json", [UInt8](JSONKind.serialize(redactedStrings(style), pretty: true)))
+        try w.file("style.json", [UInt8](JSONKind.serialize(Redaction.redactedJSON(style), pretty: true)))
         try w.file("nginx.conf", [UInt8](try nginxSnippet(id: pack.id, baseURL: baseURL, path: finalPath).utf8))
         // Says that TileSpool made this folder: only such a folder is replaced by a later export.
         try w.file(Exporter.siteMarker, [UInt8]("TileSpool site export of region \(pack.id)\n".utf8))
         progress?(done, total)
         return ExportResult(format: .site, source: nil, path: dir, bytes: w.bytes, tiles: tiles, sha256: nil)
-    }
-
-    /// `value` (a parsed JSON document) with every string's credentials redacted
-    /// (`Redaction.redactEmbedded`): URLs the site does not hold point at the origin without its key.
-    static func redactedStrings(_ value: Any) -> Any {
-        switch value {
-        case let s as String: return Redaction.redactEmbedded(s)
-        case let a as [Any]: return a.map(redactedStrings)
-        case let o as [String: Any]: return o.mapValues(redactedStrings)
-        default: return value
-        }
     }
 
     /// True when the object's first bytes are gzip's magic number.

@@ -238,3 +238,60 @@ final class ExportInflateBoundTests: FaultServerSpoolTestCase {
         }
     }
 }
+
+/// Finding 5: the metadata of mbtiles and pmtiles exports (from the TileJSON: name, attribution,
+/// description, vector_layers) has every credential redacted, as the site export's style and
+/// TileJSON do; the maplibre export keeps the URLs MapLibre looks resources up by, and only those.
+final class ExportMetadataRedactionTests: FaultServerSpoolTestCase {
+    static let secrets = ["TOKA1", "KEYB2", "SIGC3", "TOKD4", "PWE5"]
+
+    func testTileJSONMetadataIsRedactedInMBTilesAndPMTiles() throws {
+        try ExportTools.require([ExportTools.python])
+        // A TileJSON whose free-text fields carry credentials, the way real ones quote their own URLs.
+        try server.register("tj.json", json: """
+            {"tilejson": "3.0.0", "name": "Keyed ?access_token=TOKA1", "tiles": ["__BASE__/ok/k/{z}/{x}/{y}.pbf?api_key=KEYB2"],
+             "minzoom": 0, "maxzoom": 1,
+             "attribution": "<a href=\\"https://maps.example.org/copyright?signature=SIGC3&x=1\\">© Example</a>",
+             "description": "served from https://u:PWE5@tiles.example.org/v1?access_token=TOKD4",
+             "vector_layers": [{"id": "roads", "fields": {}, "description": "see https://h/x?api_key=KEYB2"}]}
+            """)
+        try server.register("st.json", json: #"{"version": 8, "sources": {"k": {"type": "vector", "url": "__BASE__/json/tj.json?access_token=TOKA1"}}, "layers": []}"#)
+        try fx.start()
+        try fx.drop("k.json", ["id": "k", "style": server.url("/json/st.json?access_token=TOKA1"), "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("k", "completed")
+        let mb = fx.root.appendingPathComponent("k.mbtiles").path
+        let pm = fx.root.appendingPathComponent("k.pmtiles").path
+        for (format, path) in [("mbtiles", mb), ("pmtiles", pm)] {
+            let (rc, out) = try fx.cli(["export", "k", "--format", format, "--output", path, "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 0, out)
+        }
+        // What a reader of each format shows: sqlite3 for MBTiles, the pmtiles reader's metadata.
+        let mbMeta = try sqlite(mb, "SELECT name || '=' || value FROM metadata")
+        let (prc, pmMeta) = try runTool(ExportTools.python, ["-c", """
+            import sys, json
+            from pmtiles.reader import Reader, MmapSource
+            with open(sys.argv[1], "rb") as f:
+                print(json.dumps(Reader(MmapSource(f)).metadata(), ensure_ascii=False))
+            """, pm])
+        XCTAssertEqual(prc, 0, pmMeta)
+        for (what, text) in [("mbtiles", mbMeta), ("pmtiles", pmMeta)] {
+            for s in ExportMetadataRedactionTests.secrets { XCTAssertFalse(text.contains(s), "\(what) metadata keeps \(s): \(text)") }
+            XCTAssertTrue(text.contains("REDACTED"), "\(what): \(text)")
+            XCTAssertTrue(text.contains("© Example") && text.contains("roads"), "\(what): the metadata is still there: \(text)")
+        }
+        // Whole files: no secret anywhere in either (tiles are ours, gzip; metadata redacted).
+        for path in [mb, pm] {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+            for s in ExportMetadataRedactionTests.secrets { XCTAssertNil(bytes.range(of: Data(s.utf8)), "\(path) holds \(s)") }
+        }
+
+        // maplibre keeps the URLs MapLibre looks resources up by (its cache keys) and the
+        // documents as served, whose URLs lead to the next keys; nothing else.
+        let db = fx.root.appendingPathComponent("k.db").path
+        let (rc, out) = try fx.cli(["export", "k", "--format", "maplibre", "--output", db, "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(try sqlite(db, "SELECT url FROM resources WHERE kind = 1"), server.url("/json/st.json?access_token=TOKA1"))
+        XCTAssertEqual(try sqlite(db, "SELECT DISTINCT url_template FROM tiles"), server.url("/ok/k/{z}/{x}/{y}.pbf?api_key=KEYB2"))
+        XCTAssertTrue(try sqlite(db, "SELECT definition FROM regions").contains("access_token=TOKA1"))
+    }
+}
