@@ -220,9 +220,11 @@ public final class RegionPack: @unchecked Sendable {
         return (try? JSONKind.parse(Data(bytes), maxDepth: 128)) as? [String: Any]
     }
 
-    /// The style's source object `name`, when the region is a style request.
-    func styleSource(_ name: String) throws(ExportError) -> [String: Any]? {
-        ((try jsonDocument(.style, "style"))?["sources"] as? [String: Any])?[name] as? [String: Any]
+    /// The style's source object whose manifest key is `key` (`ManifestLine.sanitizeKey` of its
+    /// name), when the region is a style request.
+    func styleSource(_ key: String) throws(ExportError) -> [String: Any]? {
+        let sources = (try jsonDocument(.style, "style"))?["sources"] as? [String: Any]
+        return sources?.first { ManifestLine.sanitizeKey($0.key) == key }?.value as? [String: Any]
     }
 
     /// What a tile source holds: from the style (`type: vector`), else from the template's file
@@ -252,9 +254,10 @@ public final class RegionPack: @unchecked Sendable {
     /// vector_layers (from the stored TileJSON, or the style's inline source), with every string
     /// redacted (`Redaction.redactedJSON`): exports publish them (mbtiles and pmtiles metadata,
     /// the site's TileJSON).
-    func sourceMetadata(_ name: String) throws(ExportError) -> [String: Any] {
-        var doc = (try jsonDocument(.source, name)) ?? [:]
-        if doc.isEmpty, let inline = try styleSource(name) { doc = inline }
+    /// `key` is the source's manifest key (`TileSet.source`).
+    func sourceMetadata(_ key: String) throws(ExportError) -> [String: Any] {
+        var doc = (try jsonDocument(.source, key)) ?? [:]
+        if doc.isEmpty, let inline = try styleSource(key) { doc = inline }
         var out: [String: Any] = [:]
         for k in ["name", "attribution", "description", "vector_layers", "version"] { if let v = doc[k] { out[k] = v } }
         return Redaction.redactedJSON(out) as? [String: Any] ?? [:]

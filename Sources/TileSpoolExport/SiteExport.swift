@@ -23,6 +23,19 @@ enum SiteExport {
         return name
     }
 
+    /// A file name as one segment of a URL path: what a web server decodes back to the name
+    /// (`%` as `%25`, a space as `%20`, `?` and `#` escaped). File names of sources, tiles, sprites
+    /// and data are manifest keys, in which a source named `a%09b` is `a%2509b`
+    /// (`ManifestLine.sanitizeKey`).
+    static func urlSegment(_ name: String) -> String {
+        name.addingPercentEncoding(withAllowedCharacters: segmentAllowed) ?? name
+    }
+    static let segmentAllowed: CharacterSet = {
+        var c = CharacterSet.urlPathAllowed
+        c.remove(charactersIn: "/;")
+        return c
+    }()
+
     final class Writer {
         let root: String
         var made = Set<String>()
@@ -108,7 +121,7 @@ enum SiteExport {
                 }
                 tiles += 1
             }
-            let url = "\(prefix)tiles/\(src)/{z}/{x}/{y}.\(format.rawValue)"
+            let url = "\(prefix)tiles/\(urlSegment(src))/{z}/{x}/{y}.\(format.rawValue)"
             tileURL[set.source] = url
             var tj = try pack.sourceMetadata(set.source)
             tj["tilejson"] = "3.0.0"
@@ -122,7 +135,7 @@ enum SiteExport {
         }
 
         // Sprites, glyphs and data, from the plan's resources.
-        var spriteBases: [String: String] = [:] // sprite id ("" for a single sprite) -> file base
+        var spriteBases: [String: String] = [:] // sprite id as its key shows it ("" for a single sprite) -> file base
         var dataFiles: [String: String] = [:]
         for r in pack.plan.resources {
             guard let line = pack.line(r.kind, r.key), let sha = line.sha256 else { continue }
@@ -137,7 +150,11 @@ enum SiteExport {
                 try w.decoded("sprites/" + base + file.dropFirst("sprite".count), pack: pack, sha: sha, key: r.key)
             case .glyphs:
                 guard let slash = r.key.lastIndex(of: "/") else { continue }
-                let stack = try safe(String(r.key[..<slash]), "fontstack")
+                // The folder is the fontstack itself: MapLibre fills `{fontstack}` with the
+                // style's name, which the web server decodes back to it. A name with a control
+                // character keeps its key (no client asks for it).
+                let named = ManifestLine.unescapeKey(String(r.key[..<slash]))
+                let stack = try safe(named.utf8.contains(where: { $0 < 0x20 }) ? String(r.key[..<slash]) : named, "fontstack")
                 let range = try safe(String(r.key[r.key.index(after: slash)...]), "glyph range")
                 try w.folder("fonts/\(stack)")
                 try w.decoded("fonts/\(stack)/\(range).pbf", pack: pack, sha: sha, key: r.key)
@@ -147,7 +164,7 @@ enum SiteExport {
                 let file = "data/\(name).\(ext.isEmpty || ext.count > 8 ? "json" : ext)"
                 try w.folder("data")
                 try w.decoded(file, pack: pack, sha: sha, key: r.key)
-                dataFiles[r.key] = file
+                dataFiles[r.key] = "data/\(urlSegment(name)).\(ext.isEmpty || ext.count > 8 ? "json" : ext)"
             default: break
             }
         }
@@ -169,10 +186,12 @@ enum SiteExport {
         var sources = style["sources"] as? [String: Any] ?? [:]
         for (name, value) in sources {
             guard var s = value as? [String: Any] else { continue }
-            if tileURL[name] != nil {
-                s["url"] = "\(prefix)sources/\(try safe(name, "source")).json"
+            // Files are named by the source's manifest key, not the style's name: one escaping, in one place.
+            let key = ManifestLine.sanitizeKey(name)
+            if tileURL[key] != nil {
+                s["url"] = "\(prefix)sources/\(urlSegment(try safe(key, "source"))).json"
                 s.removeValue(forKey: "tiles")
-            } else if let file = dataFiles[name] {
+            } else if let file = dataFiles[key] {
                 if s["type"] as? String == "image" { s["url"] = prefix + file } else { s["data"] = prefix + file }
             }
             sources[name] = s
@@ -181,11 +200,11 @@ enum SiteExport {
         // Every sprite points into the site; one the server did not have (404: recorded missing)
         // is left out rather than pointing back at the origin, whose URL may carry a key.
         if style["sprite"] is String {
-            if let base = spriteBases[""] { style["sprite"] = "\(prefix)sprites/\(base)" } else { style.removeValue(forKey: "sprite") }
+            if let base = spriteBases[""] { style["sprite"] = "\(prefix)sprites/\(urlSegment(base))" } else { style.removeValue(forKey: "sprite") }
         } else if let arr = style["sprite"] as? [Any] {
             style["sprite"] = arr.compactMap { e -> Any? in
-                guard var o = e as? [String: Any], let id = o["id"] as? String, let base = spriteBases[id] else { return nil }
-                o["url"] = "\(prefix)sprites/\(base)"
+                guard var o = e as? [String: Any], let id = o["id"] as? String, let base = spriteBases[ManifestLine.sanitizeKey(id)] else { return nil }
+                o["url"] = "\(prefix)sprites/\(urlSegment(base))"
                 return o
             }
         }

@@ -295,3 +295,76 @@ final class ExportMetadataRedactionTests: FaultServerSpoolTestCase {
         XCTAssertTrue(try sqlite(db, "SELECT definition FROM regions").contains("access_token=TOKA1"))
     }
 }
+
+/// Finding 8: manifest keys are escaped injectively (`%` too), so two sources never share keys;
+/// keys of ordinary names are what they were.
+final class ManifestKeyTests: XCTestCase {
+    func testKeyEscapingIsInjectiveAndKeepsOrdinaryKeys() {
+        XCTAssertEqual(ManifestLine.sanitizeKey("a\tb"), "a%09b")
+        XCTAssertEqual(ManifestLine.sanitizeKey("a%09b"), "a%2509b")
+        XCTAssertEqual(ManifestLine.sanitizeKey("100% Sans\r\n"), "100%25 Sans%0D%0A")
+        for plain in ["openmaptiles", "KlokanTech Noto Sans Regular,Arial Unicode MS Regular/0-255", "sprite@2x.png", "icons:sprite.json", "tiles0"] {
+            XCTAssertEqual(ManifestLine.sanitizeKey(plain), plain)
+        }
+        // Distinct names, distinct keys, over names built from the characters that are escaped.
+        let alphabet = ["a", "%", "0", "9", "\t", "2", "5", "D", "\r", "\n"]
+        var seen: [String: String] = [:]
+        for a in alphabet { for b in alphabet { for c in alphabet {
+            let name = a + b + c
+            let key = ManifestLine.sanitizeKey(name)
+            if let other = seen[key] { XCTFail("\(name.debugDescription) and \(other.debugDescription) share key \(key)") }
+            seen[key] = name
+            XCTAssertFalse(key.contains("\t") || key.contains("\n") || key.contains("\r"))
+            XCTAssertEqual(ManifestLine.unescapeKey(key), name)
+        } } }
+    }
+}
+
+/// Finding 8 through the binary: sources `a<TAB>b` and `a%09b` of one style keep their own tiles,
+/// and `export --source` (the name as the manifest writes it) exports the one named.
+final class ManifestKeyCollisionTests: FaultServerSpoolTestCase {
+    func testSourcesWhoseNamesOnceCollidedKeepTheirOwnTiles() throws {
+        try server.register("clash.json", json: """
+            {"version": 8, "sources": {
+              "a\\tb": {"type": "raster", "tileSize": 512, "maxzoom": 0, "tiles": ["__BASE__/ok/tab/{z}/{x}/{y}.png"]},
+              "a%09b": {"type": "raster", "tileSize": 512, "maxzoom": 0, "tiles": ["__BASE__/ok/pct/{z}/{x}/{y}.png"]}},
+             "layers": []}
+            """)
+        try fx.start()
+        try fx.drop("clash.json", ["id": "clash", "style": server.url("/json/clash.json"), "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 0])
+        try fx.waitForState("clash", "completed")
+        let tiles = fx.manifest("clash").filter { $0.kind == "tile" }
+        XCTAssertEqual(Set(tiles.map(\.key)), ["a%09b/0/0/0", "a%2509b/0/0/0"], "\(tiles.map(\.key))")
+        XCTAssertEqual(tiles.count, 2)
+        for (source, path) in [("a%09b", "/ok/tab/0/0/0.png"), ("a%2509b", "/ok/pct/0/0/0.png")] {
+            let output = fx.root.appendingPathComponent("\(source).mbtiles").path
+            let (rc, out) = try fx.cli(["export", "clash", "--format", "mbtiles", "--source", source, "--output", output,
+                                        "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 0, out)
+            XCTAssertEqual(try sqlite(output, "SELECT count(*) FROM tiles"), "1")
+            XCTAssertEqual(try sqlite(output, "SELECT hex(tile_data) FROM tiles"),
+                           FaultServer.okBody(path).map { String(format: "%02X", $0) }.joined(), source)
+        }
+        // A site: each of the style's sources points at its own TileJSON and tiles, as a web
+        // server (nginx) serves them to a client following the style's URLs.
+        let site = fx.root.appendingPathComponent("clash-site").path
+        let (rc, out) = try fx.cli(["export", "clash", "--format", "site", "--output", site, "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        let web = try NginxServer(root: URL(fileURLWithPath: site))
+        defer { web.stop() }
+        let style = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: site + "/style.json"))) as? [String: Any])
+        let sources = try XCTUnwrap(style["sources"] as? [String: [String: Any]])
+        for (name, path) in [("a\tb", "/ok/tab/0/0/0.png"), ("a%09b", "/ok/pct/0/0/0.png")] {
+            let tjURL = try XCTUnwrap(sources[name]?["url"] as? String, "\(sources)")
+            XCTAssertFalse(tjURL.hasPrefix("http"), tjURL)
+            let (trc, tj) = try runTool("/usr/bin/curl", ["-sf", web.baseURL + "/" + tjURL])
+            XCTAssertEqual(trc, 0, "\(name): \(tjURL) is not served")
+            let template = try XCTUnwrap(((try? JSONSerialization.jsonObject(with: Data(tj.utf8))) as? [String: Any])?["tiles"] as? [String]).first ?? ""
+            let tileURL = web.baseURL + "/" + template.replacingOccurrences(of: "{z}/{x}/{y}", with: "0/0/0")
+            let got = fx.root.appendingPathComponent("got.png").path
+            let (crc, _) = try runTool("/usr/bin/curl", ["-sf", "-o", got, tileURL])
+            XCTAssertEqual(crc, 0, "\(name): \(tileURL)")
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: got)), FaultServer.okBody(path), name)
+        }
+    }
+}
