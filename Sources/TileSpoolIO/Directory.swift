@@ -237,6 +237,12 @@ public final class Directory: @unchecked Sendable {
         if Files.retrying({ Glibc.fsync(fd) }) != 0 { throw SystemError("fsync", path) }
     }
 
+    /// False once the folder held open has been removed (no link left to it).
+    public var isLinked: Bool {
+        var st = stat()
+        return fstat(fd, &st) == 0 && st.st_nlink > 0
+    }
+
     /// The (device, inode) of this folder.
     public var identity: (dev: UInt64, ino: UInt64) {
         var st = stat()

@@ -368,3 +368,43 @@ final class ManifestKeyCollisionTests: FaultServerSpoolTestCase {
         }
     }
 }
+
+/// Finding 9: a symlink at `<store>/regions/<id>` is never followed: at a start the region is
+/// skipped with a log line, a request for that id is refused, and nothing is written into (or
+/// removed from) the folder the link points to.
+final class RegionFolderSymlinkTests: FaultServerSpoolTestCase {
+    func testASymlinkedRegionFolderIsRefusedNotWrittenThrough() throws {
+        try fx.start()
+        try fx.drop("good.json", server.tilesRequest(["/ok/g/{z}/{x}/{y}.png"], id: "good"))
+        try fx.waitForState("good", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        let outside = fx.root.appendingPathComponent("elsewhere").path
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        let request = try Data(contentsOf: URL(fileURLWithPath: fx.store + "/regions/good/request.json"))
+        let evilRequest = try XCTUnwrap(String(data: request, encoding: .utf8)).replacingOccurrences(of: "\"good\"", with: "\"evil\"")
+        try Data(evilRequest.utf8).write(to: URL(fileURLWithPath: outside + "/request.json"))
+        try Data("precious\n".utf8).write(to: URL(fileURLWithPath: outside + "/manifest.tsv"))
+        XCTAssertEqual(symlink(outside, fx.store + "/regions/evil"), 0)
+
+        try fx.start()
+        try waitUntil("the daemon refuses (or loads) the symlinked region") {
+            fx.log().contains("store/regions/evil is not a folder TileSpool made") || fx.state("evil") != nil
+        }
+        XCTAssertTrue(fx.log().contains("store/regions/evil is not a folder TileSpool made"), fx.log())
+        XCTAssertNil(fx.state("evil"))
+        // A request for the id is refused too: the folder cannot be made by descriptor.
+        try fx.drop("evil.json", server.tilesRequest(["/ok/e/{z}/{x}/{y}.png"], id: "evil"))
+        try fx.waitForState("evil", "failed")
+        XCTAssertEqual(fx.errorCode("evil"), "storageError")
+        XCTAssertEqual(server.hits("/ok/e/0/0/0.png"), 0)
+        // The good region still works beside it.
+        XCTAssertEqual(fx.state("good"), "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        XCTAssertEqual(Set(fx.names(in: outside)), ["request.json", "manifest.tsv"])
+        XCTAssertEqual(try String(contentsOfFile: outside + "/manifest.tsv", encoding: .utf8), "precious\n")
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: outside + "/request.json")), Data(evilRequest.utf8))
+        var st = stat()
+        XCTAssertEqual(lstat(fx.store + "/regions/evil", &st), 0)
+        XCTAssertEqual(st.st_mode & S_IFMT, S_IFLNK, "the planted link is left as it was")
+    }
+}
