@@ -7,6 +7,7 @@ import Foundation
 import Glibc
 import TileSpoolCore
 import TileSpoolIO
+import TileSpoolExport
 
 /// Settings of the daemon (the options of `tilespool run`). Times in seconds.
 public struct DaemonOptions: Sendable {
@@ -148,9 +149,10 @@ public final class Daemon {
     func cleanTemporaryFiles() {
         store.recoverLeftovers()
         for name in Files.list(layout.status) where name.hasPrefix(".tmp-") { Files.remove(layout.status + "/" + name) }
-        // Work folders of exports a stop cut short (`.<name>.tmp-<pid>-<n>`, ours by name).
+        // Work folders of exports a stop or a kill cut short (`.<name>.tmp-<pid>-<n>`), by the
+        // CLI's own rule: only those whose process is gone (a CLI export may be running).
         if let exports = try? Directory(path: layout.exports, followFinal: false) {
-            for name in exports.list() where name.hasPrefix(".") && name.contains(".tmp-") { exports.removeTree(name) }
+            Exporter.removeAbandonedWorkFolders(in: exports)
         }
     }
 

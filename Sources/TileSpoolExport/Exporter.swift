@@ -87,6 +87,39 @@ public enum Exporter {
     /// - Throws: `ExportError` for a refused output, a region the format cannot hold, a pack
     ///   that does not match its plan, an object that vanished, a SQLite or file error. Nothing is
     ///   left at `output` then (an old export stays as it was), and the work folder is removed.
+    /// The process that owns export work folder `name` (`.<name>.tmp-<pid>-<n>`, as `export`
+    /// makes them), or nil when `name` is not such a folder's name.
+    public static func workFolderOwner(_ name: String) -> pid_t? {
+        guard name.hasPrefix("."), let mark = name.range(of: ".tmp-", options: .backwards), mark.lowerBound > name.startIndex else { return nil }
+        let parts = name[mark.upperBound...].split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }),
+              let pid = pid_t(parts[0]), pid > 0, Int(parts[1]) != nil else { return nil }
+        return pid
+    }
+
+    /// True when work folder `name` was left by an export whose process is gone: its name is a
+    /// work folder's (`workFolderOwner`), its owner is not this process, and `kill(pid, 0)` says
+    /// no such process (ESRCH). A live owner's folder (a CLI export running beside a daemon), or
+    /// one whose owner cannot be told, is not abandoned.
+    public static func isAbandonedWorkFolder(_ name: String) -> Bool {
+        guard let pid = workFolderOwner(name), pid != getpid() else { return false }
+        return kill(pid, 0) != 0 && errno == ESRCH
+    }
+
+    /// Removes the abandoned work folders (`isAbandonedWorkFolder`) among the entries of `parent`
+    /// starting with `prefix`: folders only (`Directory.removeTree`, no symlink followed). The one
+    /// rule for the CLI (before an export, the folders of that output's name) and the daemon (at a
+    /// start, every work folder in `<spool>/exports/`).
+    /// - Returns: the names removed.
+    @discardableResult
+    public static func removeAbandonedWorkFolders(in parent: Directory, prefix: String = ".") -> [String] {
+        var removed: [String] = []
+        for entry in parent.list() where entry.hasPrefix(prefix) && parent.entryType(entry) == .directory && isAbandonedWorkFolder(entry) {
+            if parent.removeTree(entry) { removed.append(entry) }
+        }
+        return removed
+    }
+
     public static func export(_ pack: RegionPack, _ spec: ExportSpec, to output: String, force: Bool = false,
                               guard protection: ExportGuard = .none, maxObjectSize: Int = Exporter.defaultMaxObjectSize,
                               progress: Progress? = nil) throws(ExportError) -> ExportResult {
@@ -106,14 +139,7 @@ public enum Exporter {
         var base = name
         while base.utf8.count > 160 { base.removeLast() }
         // Work folders an export of this name left when it was killed (its process is gone).
-        let stalePrefix = ".\(base).tmp-"
-        for entry in parent.list() where entry.hasPrefix(stalePrefix) && parent.entryType(entry) == .directory {
-            let rest = entry.dropFirst(stalePrefix.count)
-            if let dash = rest.firstIndex(of: "-"), let pid = Int32(rest[..<dash]), pid != getpid(),
-               kill(pid, 0) != 0 && errno == ESRCH {
-                parent.removeTree(entry)
-            }
-        }
+        removeAbandonedWorkFolders(in: parent, prefix: ".\(base).tmp-")
         let workName = ".\(base).tmp-\(getpid())-\(workCounter.next())"
         let work: Directory
         do throws(SystemError) {

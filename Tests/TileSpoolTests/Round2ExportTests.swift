@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 import TileSpoolCore
 import TileSpoolIO
+import TileSpoolExport
 import XCTest
 
 /// A style of `count` raster sources of 64 px tiles up to zoom 30: at maxZoom 24 each loads
@@ -406,5 +407,41 @@ final class RegionFolderSymlinkTests: FaultServerSpoolTestCase {
         var st = stat()
         XCTAssertEqual(lstat(fx.store + "/regions/evil", &st), 0)
         XCTAssertEqual(st.st_mode & S_IFMT, S_IFLNK, "the planted link is left as it was")
+    }
+}
+
+/// Finding 10: a daemon start removes only the export work folders whose process is gone, by the
+/// rule the CLI's own cleanup uses (`Exporter.isAbandonedWorkFolder`): a running CLI export's
+/// folder stays, and so does anything not named like a work folder.
+final class ExportWorkFolderTests: FaultServerSpoolTestCase {
+    func testWorkFolderNames() {
+        XCTAssertEqual(Exporter.workFolderOwner(".x.mbtiles.tmp-123-4"), 123)
+        XCTAssertEqual(Exporter.workFolderOwner(".a.tmp-b.pmtiles.tmp-5-6"), 5)
+        for name in ["x.tmp-1-2", ".x.tmp-1", ".x.tmp--1-2", ".x.tmp-1-", ".tmp-1-2", ".x.tmp-1-2-3", ".x.tmp-a-2", ".notes"] {
+            XCTAssertNil(Exporter.workFolderOwner(name), name)
+        }
+        XCTAssertFalse(Exporter.isAbandonedWorkFolder(".x.mbtiles.tmp-\(getpid())-1"))
+    }
+
+    func testADaemonStartKeepsALiveExportsWorkFolder() throws {
+        // A process that has exited (reaped): its pid names no process.
+        let gone = Process()
+        gone.executableURL = URL(fileURLWithPath: "/bin/true")
+        try gone.run()
+        gone.waitUntilExit()
+        let deadPID = gone.processIdentifier
+        XCTAssertTrue(kill(deadPID, 0) != 0 && errno == ESRCH)
+        let exports = fx.spool + "/exports"
+        try FileManager.default.createDirectory(atPath: exports, withIntermediateDirectories: true)
+        // This test process stands for a CLI export running beside the daemon.
+        let live = ".x.mbtiles.tmp-\(getpid())-1", dead = ".y.mbtiles.tmp-\(deadPID)-1", other = ".notes.tmp-mine"
+        for name in [live, dead, other] {
+            try FileManager.default.createDirectory(atPath: exports + "/" + name, withIntermediateDirectories: false)
+            try Data("x".utf8).write(to: URL(fileURLWithPath: exports + "/" + name + "/out"))
+        }
+        try fx.start() // returns once the daemon logs "watching", after its start-up cleanup
+        XCTAssertEqual(Set(fx.names(in: exports)), [live, other])
+        XCTAssertEqual(fx.names(in: exports + "/" + live), ["out"])
+        XCTAssertEqual(fx.stop(), 0)
     }
 }
