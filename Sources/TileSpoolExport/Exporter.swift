@@ -131,7 +131,7 @@ public enum Exporter {
         do { parent = try Directory(path: parentPath) } catch {
             throw ExportError(error.errno == ENOENT ? "the folder \(parentPath) does not exist" : "cannot open the folder \(parentPath): \(error.errnoDescription)")
         }
-        try check(parent: parent, name: name, path: path, guard: protection)
+        try check(parent: parent, parentPath: parentPath, name: name, path: path, guard: protection)
         try checkReplaceable(parent, name, path: path, format: spec.format, force: force)
         if case .tiles = pack.request.source, spec.format == .maplibre {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style (a MapLibre region names a style URL)")
@@ -192,44 +192,44 @@ public enum Exporter {
         return "/" + parts.joined(separator: "/")
     }
 
-    /// The real path of an open folder (the kernel's name for its descriptor), for comparisons only.
-    static func realPath(_ dir: Directory) -> String? {
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/fd/\(dir.fd)", &buf, buf.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    /// The real path of `path` when it exists, for comparisons only.
-    static func realPath(_ path: String) -> String? {
-        guard let r = Glibc.realpath(path, nil) else { return nil }
-        defer { free(r) }
-        return String(cString: r)
-    }
-
     /// Refuses an output that is, contains or lies inside a protected folder (the spool, the
     /// store), unless it lies directly in the exports folder; with `onlyInExportsFolder`, refuses
-    /// any other place, and an exports folder that is a symlink.
-    static func check(parent: Directory, name: String, path: String, guard g: ExportGuard) throws(ExportError) {
+    /// any other place. Folders are compared by device and inode, never by path: the folders
+    /// walked up (`..`, by descriptor) from the output's parent as opened, against the protected
+    /// folders; so a bind mount or another path to the spool is the spool. The exports folder
+    /// must be a real folder: a symlink there is never written through (the daemon's exports,
+    /// and a CLI export whose PATH goes through it, the default one included).
+    /// - Parameter parentPath: the output's folder as given (made absolute), for the symlink check.
+    static func check(parent: Directory, parentPath: String, name: String, path: String, guard g: ExportGuard) throws(ExportError) {
         guard !g.protected.isEmpty || g.onlyInExportsFolder else { return }
-        guard let realParent = realPath(parent) else { throw ExportError("cannot tell where \(path) is (no /proc?)") }
-        let out = realParent == "/" ? "/" + name : realParent + "/" + name
-        var exportsReal: String?
-        if let e = g.exportsFolder, Files.entryType(e) == .directory { exportsReal = realPath(e) }
-        if g.onlyInExportsFolder {
-            guard let e = g.exportsFolder else { throw ExportError("no exports folder") }
-            guard Files.entryType(e) == .directory else {
+        var exportsID: FolderID?
+        if let e = g.exportsFolder {
+            var st = stat()
+            let type: Files.EntryType = lstat(e, &st) == 0 ? Files.EntryType(mode: st.st_mode) : .missing
+            if type == .directory {
+                exportsID = FolderID(st)
+            } else if g.onlyInExportsFolder || (type == .symlink && absolute(parentPath) == absolute(e)) {
                 throw ExportError("\(e) is not a folder (a symlink there is never followed): exports are not written")
             }
-            guard exportsReal == realParent else { throw ExportError("\(path) is not in \(e)") }
         }
+        let parentID = FolderID(parent.identity)
+        if g.onlyInExportsFolder {
+            guard let e = g.exportsFolder else { throw ExportError("no exports folder") }
+            guard exportsID == parentID else { throw ExportError("\(path) is not in \(e)") }
+        }
+        let inExports = exportsID != nil && exportsID == parentID
+        let ancestry = Set(parent.ancestry())
+        // The output itself, when it exists as a folder (a site replaced with --force).
+        let outID: FolderID? = parent.status(name).flatMap { ($0.st_mode & S_IFMT) == S_IFDIR ? FolderID($0) : nil }
         for p in g.protected {
-            guard let real = realPath(p), real != "/" else { continue }
-            if out == real || out.hasPrefix(real + "/") {
-                if let e = exportsReal, realParent == e { continue }
+            guard let folder = try? Directory(path: p) else { continue } // missing: nothing to protect
+            let id = FolderID(folder.identity)
+            let above = folder.ancestry()
+            guard above.count > 1 else { continue } // the root: everything is inside it
+            if (ancestry.contains(id) && !inExports) || outID == id {
                 throw ExportError("\(path) lies inside \(p): an export may not be written in the spool or the store (except the spool's exports/ folder)")
             }
-            if real.hasPrefix(out + "/") {
+            if let outID, above.contains(outID) {
                 throw ExportError("\(path) contains \(p): an export may not replace a folder holding the spool or the store")
             }
         }

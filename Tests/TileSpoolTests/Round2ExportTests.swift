@@ -445,3 +445,54 @@ final class ExportWorkFolderTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.stop(), 0)
     }
 }
+
+/// Finding 11: "not inside the spool or store" goes by device and inode, so a bind mount of the
+/// spool is the spool; and the CLI refuses `<spool>/exports` when it is a symlink, as the daemon does.
+final class ExportEscapeTests: FaultServerSpoolTestCase {
+    func testABindMountOfTheSpoolIsTheSpool() throws {
+        try fx.start()
+        try fx.drop("bm.json", server.tilesRequest(["/ok/bm/{z}/{x}/{y}.png"], id: "bm"))
+        try fx.waitForState("bm", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        let bm = fx.root.appendingPathComponent("bm").path
+        try FileManager.default.createDirectory(atPath: bm, withIntermediateDirectories: true)
+        // The bind mount lives in a mount namespace of its own, gone with the command.
+        let script = #"mount --bind "$1" "$2" || exit 77; shift 2; exec "$@""#
+        let (rc, out) = try runTool("/usr/bin/unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", script, "sh", fx.spool, bm,
+                                                         SpoolFixture.binary, "export", "bm", "--format", "pmtiles", "--output", bm + "/status/x.pmtiles",
+                                                         "--spool", fx.spool, "--store", fx.store])
+        if rc == 77 || out.contains("unshare failed") || out.contains("Operation not permitted") { throw XCTSkip("no bind mount here: \(out)") }
+        XCTAssertNotEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("lies inside"), out)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/status/x.pmtiles"))
+        // Through the store's parent too: the output may not contain the store.
+        let (rc2, out2) = try runTool("/usr/bin/unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", script, "sh", fx.store, bm,
+                                                           SpoolFixture.binary, "export", "bm", "--format", "pmtiles", "--output", bm + "/regions/bm/x.pmtiles",
+                                                           "--spool", fx.spool, "--store", fx.store])
+        XCTAssertNotEqual(rc2, 0, out2)
+        XCTAssertTrue(out2.contains("lies inside"), out2)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/bm/x.pmtiles"))
+    }
+
+    func testTheCLIRefusesASymlinkedExportsFolder() throws {
+        try fx.start()
+        try fx.drop("sl.json", server.tilesRequest(["/ok/sl/{z}/{x}/{y}.png"], id: "sl"))
+        try fx.waitForState("sl", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        let outside = fx.root.appendingPathComponent("outside").path
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        let exports = fx.spool + "/exports"
+        if FileManager.default.fileExists(atPath: exports) { XCTAssertEqual(rename(exports, exports + ".real"), 0) }
+        XCTAssertEqual(symlink(outside, exports), 0)
+        for args in [[String](), ["--output", exports + "/sl.mbtiles"]] {
+            let (rc, out) = try fx.cli(["export", "sl", "--format", "mbtiles", "--spool", fx.spool, "--store", fx.store] + args)
+            XCTAssertNotEqual(rc, 0, out)
+            XCTAssertTrue(out.contains("a symlink there is never followed"), out)
+        }
+        XCTAssertEqual(fx.names(in: outside), [])
+        // An output elsewhere is not concerned.
+        let elsewhere = fx.root.appendingPathComponent("sl.mbtiles").path
+        let (rc, out) = try fx.cli(["export", "sl", "--format", "mbtiles", "--output", elsewhere, "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
+}
