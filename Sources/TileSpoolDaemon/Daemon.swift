@@ -130,6 +130,7 @@ public final class Daemon {
         status.eventsMaxBytes = options.eventsMaxBytes
         status.eventsKeep = options.eventsKeep
         store.maxBytes = options.maxStoreBytes
+        Daemon.raiseOpenFileLimit()
         cleanTemporaryFiles()
         if options.maxStoreBytes != nil || options.metricsFile != nil {
             // Once, before the first download, so the quota holds from the first object.
@@ -143,6 +144,19 @@ public final class Daemon {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// Raises the soft limit on open files to the hard one (at most 1,048,576): each region's
+    /// folder is held open by descriptor (`RegionFiles`), so a spool of many regions needs more
+    /// than the usual soft limit of 1,024 beside its transfers.
+    static func raiseOpenFileLimit() {
+        var rl = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &rl) == 0 else { return }
+        let want = min(rl.rlim_max, 1 << 20)
+        guard rl.rlim_cur < want else { return }
+        rl.rlim_cur = want
+        _ = setrlimit(resource, &rl)
     }
 
     /// Removes temp files a previous run left in the store (no other process writes there).

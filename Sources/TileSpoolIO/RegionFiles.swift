@@ -28,6 +28,9 @@ public final class RegionFiles: @unchecked Sendable {
     private let container: Container
     private let name: String
     private var handle: Directory?
+    /// Handles replaced (their folder was removed): kept open until this object goes, so that a
+    /// path made from one (`/proc/self/fd/<fd>/...`) in another thread never names a reused fd.
+    private var retired: [Directory] = []
     private let handleLock = NSLock()
 
     /// The base of every path this object acts on: `/proc/self/fd/<fd>` of the folder opened by
@@ -63,7 +66,7 @@ public final class RegionFiles: @unchecked Sendable {
     public func openFolder() throws(SystemError) -> Directory {
         handleLock.lock(); defer { handleLock.unlock() }
         if let h = handle, h.isLinked { return h }
-        handle = nil
+        if let h = handle { retired.append(h); handle = nil }
         let parent: Directory
         switch container {
         case .path(let p): parent = try Directory(path: p, followFinal: false)
@@ -158,7 +161,7 @@ public final class RegionFiles: @unchecked Sendable {
         guard case .path(let parent) = container else { throw SystemError("mkdir", dir, errno: EINVAL) }
         try Files.makeDirectories(parent)
         handleLock.lock()
-        handle = nil
+        if let h = handle { retired.append(h); handle = nil }
         do throws(SystemError) {
             handle = try Directory(path: parent, followFinal: false).subdirectory(name, create: true)
         } catch { handleLock.unlock(); throw error }
@@ -439,7 +442,7 @@ extension RegionFiles: RegionStorage {
     /// Anything else at `dir` (a symlink planted there) was not made by TileSpool and is left.
     public func remove() {
         closeManifest()
-        handleLock.lock(); handle = nil; handleLock.unlock()
+        handleLock.lock(); if let h = handle { retired.append(h); handle = nil }; handleLock.unlock()
         guard Files.entryType(dir) == .directory else { return }
         Files.removeTree(dir)
     }
