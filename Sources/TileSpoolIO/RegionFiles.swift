@@ -420,7 +420,12 @@ final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
 
 extension RegionFiles: RegionStorage {
     public var location: String { dir }
-    public var readFailure: Error? { nil }
+    /// Why the folder cannot be read, when it exists but cannot be opened (a symlink there,
+    /// ELOOP; anything but a folder; EACCES, EMFILE): what was read from it is not the region's.
+    /// nil when it opens, or does not exist (ENOENT: nothing to read).
+    public var readFailure: Error? {
+        do { _ = try openFolder(); return nil } catch { return error.errno == ENOENT ? nil : error }
+    }
     public var refreshStorage: any RegionStorage { refreshFiles }
 
     public func requestData() throws -> Data { try Files.readRegularFile(requestPath, limit: RequestValidator.maxFileSize) }

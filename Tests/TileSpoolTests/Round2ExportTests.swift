@@ -407,6 +407,11 @@ final class RegionFolderSymlinkTests: FaultServerSpoolTestCase {
         var st = stat()
         XCTAssertEqual(lstat(fx.store + "/regions/evil", &st), 0)
         XCTAssertEqual(st.st_mode & S_IFMT, S_IFLNK, "the planted link is left as it was")
+        // gc cannot read that region: it removes nothing rather than guess.
+        let (rc, out) = try fx.cli(["gc", "--grace", "0", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertNotEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("regions/evil"), out)
+        fx.assertStoreMatchesManifest("good")
     }
 }
 
