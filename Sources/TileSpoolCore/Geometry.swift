@@ -26,6 +26,12 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// for 256 px raster sources): the daemon tracks progress over the bounding rectangles, one bit
     /// per tile, and scans them row by row.
     public static let maxBoundingTiles = 50_000_000
+    /// The most plan indices a plan with a shape may span: its bounding rectangles over every tile
+    /// source at the zooms each loads (a 64 px raster source loads 3 zooms deeper than the map,
+    /// a 256 px one 1), one bit each in the daemon's progress bitmap (25 MB here), and each of
+    /// their rows scanned once to count the shape's tiles. `Planner` refuses a plan over it with
+    /// `tileLimitExceeded` before counting.
+    public static let maxPlanIndexSpace = 200_000_000
 
     /// The bounding box of every position.
     public var bounds: GeoBounds {

@@ -71,9 +71,9 @@ public struct ManifestLine: Sendable, Equatable {
         out.append(tab)
         ManifestLine.appendDecimal(Int64(bytes), to: &out); out.append(tab)
         ManifestLine.appendUTF8(key, to: &out); out.append(tab)
-        ManifestLine.appendUTF8(ManifestLine.sanitizeKey(Redaction.redact(url)), to: &out); out.append(tab)
+        ManifestLine.appendUTF8(TSV.field(Redaction.redact(url)), to: &out); out.append(tab)
         let f = freshness
-        if let etag = f.etag { ManifestLine.appendUTF8(ManifestLine.sanitizeKey(etag), to: &out) } else { out.append(dash) }
+        if let etag = f.etag { ManifestLine.appendUTF8(TSV.field(etag), to: &out) } else { out.append(dash) }
         out.append(tab)
         if let t = f.lastModified { ManifestLine.appendDecimal(t, to: &out) } else { out.append(dash) }
         out.append(tab)
@@ -155,8 +155,38 @@ public struct ManifestLine: Sendable, Equatable {
         self.failed = failed
     }
 
-    /// Replaces the characters that would break the line format (tab, CR, LF) by percent escapes.
-    public static func sanitizeKey(_ s: String) -> String { TSV.field(s) }
+    /// A name as a manifest key writes it (a source name, a fontstack, a sprite id): `%` as
+    /// `%25`, then TAB, LF and CR as `%09`, `%0A`, `%0D`. Injective, so two names never share a
+    /// key (`a<TAB>b` is `a%09b`, `a%09b` is `a%2509b`); a name without those four characters is
+    /// its own key. Keys are made once, from the style's names (`PlannedResource`, `TileSet`);
+    /// never escape a key again.
+    public static func sanitizeKey(_ s: String) -> String {
+        guard s.utf8Contains(where: { $0 == 0x25 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }) else { return s }
+        return TSV.field(s.replacingOccurrences(of: "%", with: "%25"))
+    }
+
+    /// The name a key part was made from: the inverse of `sanitizeKey` (`%25`, `%09`, `%0A`,
+    /// `%0D` read back as `%`, TAB, LF, CR; any other `%` is kept as it is).
+    public static func unescapeKey(_ key: String) -> String {
+        guard key.utf8Contains(where: { $0 == 0x25 }) else { return key }
+        var out = [UInt8](), bytes = Array(key.utf8), i = 0
+        out.reserveCapacity(bytes.count)
+        while i < bytes.count {
+            if bytes[i] == 0x25, i + 2 < bytes.count {
+                let pair = (bytes[i + 1], bytes[i + 2])
+                let decoded: UInt8? = switch pair {
+                case (0x32, 0x35): 0x25
+                case (0x30, 0x39): 0x09
+                case (0x30, 0x41): 0x0A
+                case (0x30, 0x44): 0x0D
+                default: nil
+                }
+                if let decoded { out.append(decoded); i += 3; continue }
+            }
+            out.append(bytes[i]); i += 1
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
 
     /// The manifest key of a tile: `<source>/<z>/<x>/<y>`.
     public static func tileKey(source: String, _ t: TileID) -> String { "\(source)/\(t.z)/\(t.x)/\(t.y)" }

@@ -47,10 +47,11 @@ public struct TileSet: Sendable, Equatable, Codable {
         self.shape = shape
         rectCounts = rects.map { r in shape.map { $0.count(in: r) } ?? r.count }
     }
-    /// Number of tiles planned in the set.
-    public var count: Int { rectCounts.reduce(0, +) }
-    /// Number of plan indices the set spans (its rectangles' sizes; more than `count` with a shape).
-    public var indexCount: Int { rects.reduce(0) { $0 + $1.count } }
+    /// Number of tiles planned in the set (`Int.max` when it overflows: `SaturatingCount`).
+    public var count: Int { SaturatingCount.sum(rectCounts) }
+    /// Number of plan indices the set spans (its rectangles' sizes; more than `count` with a
+    /// shape), saturating at `Int.max`.
+    public var indexCount: Int { rects.reduce(0) { SaturatingCount.add($0, $1.count) } }
 }
 
 /// Everything a region downloads, as a value: the non-tile resources in phase order, then the
@@ -65,12 +66,16 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
         self.resources = resources; self.tileSets = tileSets
     }
 
-    /// Number of tiles planned.
-    public var tileCount: Int { tileSets.reduce(0) { $0 + $1.count } }
-    /// Number of resources planned, tiles included.
-    public var count: Int { resources.count + tileCount }
-    /// Number of plan indices: `count`, plus the tiles of rectangles a GeoJSON shape leaves out.
-    public var indexSpace: Int { resources.count + tileSets.reduce(0) { $0 + $1.indexCount } }
+    /// Number of tiles planned. Saturates at `Int.max` (`SaturatingCount`): a plan can name more
+    /// tiles than an `Int` holds, and any tile limit refuses that count. Check it against the
+    /// limits (`RequestValidator.tileLimitError`) before using `count` or `indexSpace` to size
+    /// anything.
+    public var tileCount: Int { tileSets.reduce(0) { SaturatingCount.add($0, $1.count) } }
+    /// Number of resources planned, tiles included (saturating at `Int.max`).
+    public var count: Int { SaturatingCount.add(resources.count, tileCount) }
+    /// Number of plan indices: `count`, plus the tiles of rectangles a GeoJSON shape leaves out
+    /// (saturating at `Int.max`).
+    public var indexSpace: Int { tileSets.reduce(resources.count) { SaturatingCount.add($0, $1.indexCount) } }
 
     /// What lives at a plan index.
     public enum Item: Sendable, Equatable {
@@ -113,12 +118,12 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
         return nil
     }
 
-    /// Tile counts per source and zoom, for `tilespool plan`.
+    /// Tile counts per source and zoom, for `tilespool plan` (each saturating at `Int.max`).
     public func tileCountsByZoom() -> [(source: String, z: Int, tiles: Int)] {
         var out: [(String, Int, Int)] = []
         for set in tileSets {
             var byZoom: [Int: Int] = [:]
-            for (r, n) in zip(set.rects, set.rectCounts) { byZoom[r.z, default: 0] += n }
+            for (r, n) in zip(set.rects, set.rectCounts) { byZoom[r.z] = SaturatingCount.add(byZoom[r.z] ?? 0, n) }
             for z in byZoom.keys.sorted() { out.append((set.source, z, byZoom[z]!)) }
         }
         return out

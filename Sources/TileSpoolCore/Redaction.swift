@@ -109,6 +109,19 @@ public enum Redaction {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// A parsed JSON value (`JSONSerialization`/`JSONKind.parse` types: dictionaries, arrays,
+    /// strings, numbers) with every string, at any depth, passed through `redactEmbedded`; keys
+    /// and other values unchanged. The one redaction of the JSON an export publishes: the site's
+    /// `style.json` and TileJSON, the metadata of mbtiles and pmtiles (docs/export.md).
+    public static func redactedJSON(_ value: Any) -> Any {
+        switch value {
+        case let s as String: return redactEmbedded(s)
+        case let a as [Any]: return a.map(redactedJSON)
+        case let o as [String: Any]: return o.mapValues(redactedJSON)
+        default: return value
+        }
+    }
+
     /// `url` with any `user:password@` replaced by `REDACTED@`, and the value of every
     /// credential-like parameter (`isSecret(name:value:)`) of its query and of its fragment
     /// (`#access_token=...`, which OAuth's implicit flow uses) replaced by `REDACTED`; parameters

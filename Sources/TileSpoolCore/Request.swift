@@ -272,12 +272,15 @@ public enum RequestValidator {
 
     /// The `tileLimitExceeded` error for a plan of `tiles` tiles, naming the limit that applies
     /// (the request's `maxTiles` or the daemon's `--max-tiles`), or nil when the plan is within both.
+    /// `tiles` is a saturated count (`ResourcePlan.tileCount`): `Int.max` means at least that
+    /// many, and is always refused (the message says "at least 9223372036854775807 tiles").
     public static func tileLimitError(tiles: Int, maxTiles: Int?, daemonMaxTiles: Int) -> RegionError? {
-        if let m = maxTiles, m <= daemonMaxTiles, tiles > m {
-            return RegionError(code: .tileLimitExceeded, message: "maxTiles: the plan has \(tiles) tiles, more than the request's maxTiles (\(m))")
+        let has = tiles == Int.max ? "at least \(tiles) tiles (more than can be counted)" : "\(tiles) tiles"
+        if let m = maxTiles, m <= daemonMaxTiles, tiles > m || tiles == Int.max {
+            return RegionError(code: .tileLimitExceeded, message: "maxTiles: the plan has \(has), more than the request's maxTiles (\(m))")
         }
-        if tiles > daemonMaxTiles {
-            return RegionError(code: .tileLimitExceeded, message: "the plan has \(tiles) tiles, more than the daemon's --max-tiles (\(daemonMaxTiles))")
+        if tiles > daemonMaxTiles || tiles == Int.max {
+            return RegionError(code: .tileLimitExceeded, message: "the plan has \(has), more than the daemon's --max-tiles (\(daemonMaxTiles))")
         }
         return nil
     }

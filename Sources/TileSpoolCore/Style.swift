@@ -256,9 +256,13 @@ public enum Planner {
     /// - Parameters:
     ///   - styleURL: the style's URL; `style` its parsed document.
     ///   - tileJSONs: the parsed TileJSON of every source that has a `url`, by source name.
-    /// - Returns: the plan; its count is exact.
+    /// - Returns: the plan; its count is exact (saturating at `Int.max`: check it against the
+    ///   tile limits, `RequestValidator.tileLimitError`, before anything is sized by it).
+    /// - Throws: `RegionError` `tileLimitExceeded` when the request has a shape and the plan's
+    ///   bounding rectangles span more than `RegionShape.maxPlanIndexSpace` tiles (checked before
+    ///   the shape's tiles are counted, row by row).
     public static func plan(request: RegionRequest, styleURL: String, style: StyleDocument,
-                            tileJSONs: [String: TileJSON]) -> ResourcePlan {
+                            tileJSONs: [String: TileJSON]) throws(RegionError) -> ResourcePlan {
         var resources = [PlannedResource(kind: .style, key: "style", url: styleURL)]
         for src in style.sources where src.tileJSONURL != nil {
             resources.append(PlannedResource(kind: .source, key: src.name, url: src.tileJSONURL!))
@@ -284,7 +288,7 @@ public enum Planner {
         for src in style.sources {
             if let d = src.dataURL { resources.append(PlannedResource(kind: .data, key: src.name, url: d)) }
         }
-        var sets: [TileSet] = []
+        var planned: [(source: String, template: TileURLTemplate, rects: [TileRect])] = []
         let ratio = ratioToken(request.pixelRatio)
         for src in style.sources where src.isTiled {
             var template: String?, minZ = src.minZoom, maxZ = src.maxZoom, tms = src.tms
@@ -299,11 +303,12 @@ public enum Planner {
             let rounds = src.type == .raster
             let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ, 0)
             let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
-            var planned = rects(request.bounds, lo, hi)
-            if let sb = sourceBounds { planned = intersect(planned, rects(sb, lo, hi)) }
-            sets.append(TileSet(source: src.name, template: TileURLTemplate(template, tms: tms, ratio: ratio),
-                                rects: planned, shape: request.shape))
+            var covered = rects(request.bounds, lo, hi)
+            if let sb = sourceBounds { covered = intersect(covered, rects(sb, lo, hi)) }
+            planned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), covered))
         }
+        try checkShapeBudget(request, planned.map(\.rects), sources: "the style's \(planned.count) tile sources at the zooms each loads")
+        let sets = planned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
         // One resource per manifest key: fontstacks "A,B" and ["A", "B"], or two sprites of one id,
         // name the same file.
         var seen = Set<String>()
@@ -313,13 +318,25 @@ public enum Planner {
 
     /// The plan of a `tiles` request: each template over the region at the request's zoom levels
     /// (tile zooms, no covering-zoom shift). Sources are named `tiles0`, `tiles1`, ...
-    public static func plan(request: RegionRequest, templates: [String]) -> ResourcePlan {
+    /// - Throws: `RegionError` `tileLimitExceeded` as the style form does.
+    public static func plan(request: RegionRequest, templates: [String]) throws(RegionError) -> ResourcePlan {
         let ratio = ratioToken(request.pixelRatio)
+        let covered = rects(request.bounds, request.minZoom, request.maxZoom)
+        try checkShapeBudget(request, Array(repeating: covered, count: templates.count), sources: "the \(templates.count) templates")
         let sets = templates.enumerated().map { i, t in
             TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
-                    rects: rects(request.bounds, request.minZoom, request.maxZoom), shape: request.shape)
+                    rects: covered, shape: request.shape)
         }
         return ResourcePlan(resources: [], tileSets: sets)
+    }
+
+    /// Refuses a plan with a shape whose rectangles (one list per tile source) span more than
+    /// `RegionShape.maxPlanIndexSpace` tiles, before any is counted against the shape.
+    static func checkShapeBudget(_ request: RegionRequest, _ rectangles: [[TileRect]], sources: String) throws(RegionError) {
+        guard request.shape != nil else { return }
+        let spanned = SaturatingCount.sum(rectangles.lazy.flatMap { $0 }.map(\.count))
+        guard spanned > RegionShape.maxPlanIndexSpace else { return }
+        throw RegionError(code: .tileLimitExceeded, message: "geometry: its bounding box, over \(sources), spans \(spanned == Int.max ? "more than \(Int.max - 1)" : String(spanned)) tiles, more than \(RegionShape.maxPlanIndexSpace); split the region into smaller requests")
     }
 
     /// The TileJSON URLs a style needs resolved before the plan is exact, by source name.

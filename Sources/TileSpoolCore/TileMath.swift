@@ -46,14 +46,36 @@ public struct TileRect: Hashable, Sendable, Codable {
     }
     public var width: Int { maxX - minX + 1 }
     public var height: Int { maxY - minY + 1 }
-    /// Number of tiles in the rectangle.
-    public var count: Int { width * height }
+    /// Number of tiles in the rectangle; `Int.max` when that does not fit an `Int` (never at the
+    /// zooms a plan reaches, 0...30: at most 2^60).
+    public var count: Int { SaturatingCount.multiply(width, height) }
     /// The tile at row-major position `i` (`0..<count`).
     public func tile(at i: Int) -> TileID { TileID(z: z, x: minX + i % width, y: minY + i / width) }
     /// The row-major position of `t`, or nil when `t` lies outside.
     public func index(of t: TileID) -> Int? {
         guard t.z == z, t.x >= minX, t.x <= maxX, t.y >= minY, t.y <= maxY else { return nil }
         return (t.y - minY) * width + (t.x - minX)
+    }
+}
+
+/// Tile counts that stop at `Int.max` (2^63 - 1) instead of trapping on overflow. A plan may name
+/// more tiles than an `Int` holds (1,000 sources of 64 px tiles, each loading zoom 27 at map zoom
+/// 24, name about 2.4e19): its count is then `Int.max`, which every tile limit refuses
+/// (`RequestValidator.tileLimitError`). Counts are never negative.
+public enum SaturatingCount {
+    /// `a + b`, or `Int.max` when the sum overflows.
+    @inlinable public static func add(_ a: Int, _ b: Int) -> Int {
+        let (r, o) = a.addingReportingOverflow(b)
+        return o ? Int.max : r
+    }
+    /// `a * b`, or `Int.max` when the product overflows.
+    @inlinable public static func multiply(_ a: Int, _ b: Int) -> Int {
+        let (r, o) = a.multipliedReportingOverflow(by: b)
+        return o ? Int.max : r
+    }
+    /// The sum of `counts`, `Int.max` once it overflows.
+    @inlinable public static func sum<S: Sequence>(_ counts: S) -> Int where S.Element == Int {
+        counts.reduce(0, add)
     }
 }
 

@@ -7,6 +7,7 @@ import Foundation
 import Glibc
 import TileSpoolCore
 import TileSpoolIO
+import TileSpoolExport
 
 /// Settings of the daemon (the options of `tilespool run`). Times in seconds.
 public struct DaemonOptions: Sendable {
@@ -129,6 +130,7 @@ public final class Daemon {
         status.eventsMaxBytes = options.eventsMaxBytes
         status.eventsKeep = options.eventsKeep
         store.maxBytes = options.maxStoreBytes
+        Daemon.raiseOpenFileLimit()
         cleanTemporaryFiles()
         if options.maxStoreBytes != nil || options.metricsFile != nil {
             // Once, before the first download, so the quota holds from the first object.
@@ -144,13 +146,27 @@ public final class Daemon {
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 
+    /// Raises the soft limit on open files to the hard one (at most 1,048,576): each region's
+    /// folder is held open by descriptor (`RegionFiles`), so a spool of many regions needs more
+    /// than the usual soft limit of 1,024 beside its transfers.
+    static func raiseOpenFileLimit() {
+        var rl = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &rl) == 0 else { return }
+        let want = min(rl.rlim_max, 1 << 20)
+        guard rl.rlim_cur < want else { return }
+        rl.rlim_cur = want
+        _ = setrlimit(resource, &rl)
+    }
+
     /// Removes temp files a previous run left in the store (no other process writes there).
     func cleanTemporaryFiles() {
         store.recoverLeftovers()
         for name in Files.list(layout.status) where name.hasPrefix(".tmp-") { Files.remove(layout.status + "/" + name) }
-        // Work folders of exports a stop cut short (`.<name>.tmp-<pid>-<n>`, ours by name).
+        // Work folders of exports a stop or a kill cut short (`.<name>.tmp-<pid>-<n>`), by the
+        // CLI's own rule: only those whose process is gone (a CLI export may be running).
         if let exports = try? Directory(path: layout.exports, followFinal: false) {
-            for name in exports.list() where name.hasPrefix(".") && name.contains(".tmp-") { exports.removeTree(name) }
+            Exporter.removeAbandonedWorkFolders(in: exports)
         }
     }
 
@@ -166,6 +182,22 @@ public final class Daemon {
         // A shared store (S3) holds other daemons' regions too: this one resumes those its spool knows.
         for id in ids where RequestValidator.isValidID(id) && (!store.isShared || status.read(id: id) != nil) {
             let files = store.region(id)
+            // A symlink (or anything but a folder) at store/regions/<id> was not made by us: it is
+            // never followed, so nothing is read from or written into where it points.
+            if let local = files as? RegionFiles {
+                do { _ = try local.openFolder() } catch {
+                    let message = RegionFiles.refusal(id, error)
+                    Log.error(message, region: id)
+                    if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
+                        var failed = st
+                        failed.state = .failed
+                        failed.error = RegionError(code: .storeDamaged, message: message)
+                        failed.updatedAt = Date()
+                        status.record(failed)
+                    }
+                    continue
+                }
+            }
             guard let request = try? files.loadRequest() else {
                 Log.error("store/regions/\(id)/request.json is missing or invalid; region skipped (delete it to clean up)", region: id)
                 if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {

@@ -86,6 +86,7 @@ extension Daemon {
         let protection = ExportGuard(protected: [spool] + (StoreSpec.isS3(options.store) ? [] : [options.store]),
                                      exportsFolder: layout.exports, onlyInExportsFolder: true)
         let jobs = indices.map { ($0, specs[$0]) }
+        let maxObjectSize = options.http.maxObjectSize
         exportQueue.async {
             for (i, spec) in jobs {
                 var entry = spec.jsonObject
@@ -94,7 +95,7 @@ extension Daemon {
                 do {
                     let pack = try RegionPack(store: store, id: id)
                     let result = try Exporter.export(pack, spec, to: Exporter.spoolOutput(spool: spool, id: id, spec: spec),
-                                                     force: true, guard: protection)
+                                                     force: true, guard: protection, maxObjectSize: maxObjectSize)
                     for (k, v) in result.jsonObject { entry[k] = v }
                     entry["state"] = "written"
                 } catch {

@@ -103,7 +103,7 @@ extension Daemon {
             if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: options.allowedHosts) { throw e }
             // A tiles request's plan is known now: one over the limit is refused like any bad request.
             if case .tiles(let templates) = request.source {
-                let plan = Planner.plan(request: request, templates: templates)
+                let plan = try Planner.plan(request: request, templates: templates)
                 if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
                     throw e
                 }

@@ -28,13 +28,23 @@ extension Daemon {
         var journalError: Error?
         var savedPlan = d.files.loadPlan()
         var readError = previousReadError ?? d.files.readFailure // a store that did not answer: what was read is incomplete
+        var overLimit: RegionError?
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
-            let plan = Planner.plan(request: r.request, templates: templates)
-            try? d.files.savePlan(plan)
-            savedPlan = plan
+            do {
+                let plan = try Planner.plan(request: r.request, templates: templates)
+                try? d.files.savePlan(plan)
+                savedPlan = plan
+            } catch {
+                overLimit = error
+            }
         }
-        if let plan = savedPlan {
+        // A plan over the limits (`--max-tiles` lowered since, or a count that overflows) is not
+        // read back: its bitmap alone could exhaust memory. The region fails below.
+        overLimit = overLimit ?? savedPlan.flatMap { tileLimitError(r, $0) }
+        if overLimit != nil {
+            savedPlan = nil
+        } else if let plan = savedPlan {
             d.plan = plan
             d.done = Bitmap(count: plan.indexSpace)
             var p = RegionProgress()
@@ -66,6 +76,7 @@ extension Daemon {
         default: return
         }
         if let e = readError ?? journalError { storageFailed(r, e, commitPending: false); return }
+        if let e = overLimit { fail(r, e); return }
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let e = tileLimitError(r, plan) { fail(r, e); return }
@@ -98,7 +109,13 @@ extension Daemon {
     /// Builds and saves the exact plan once the style and every TileJSON are known.
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
-        let plan = Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
+        let plan: ResourcePlan
+        do throws(RegionError) {
+            plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
+        } catch {
+            refuseLate(r, error) // a shape over the planning budget: refused like a bad request
+            return
+        }
         // A style's tile servers, sprites, glyphs and data are known only now: one on a listed
         // host is refused before anything is asked of it.
         let policy = TileUsagePolicy.refusal(plan: plan, allowedHosts: options.allowedHosts)

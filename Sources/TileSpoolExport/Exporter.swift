@@ -58,6 +58,10 @@ public enum Exporter {
     /// Called with (tiles written, tiles planned) every few thousand tiles.
     public typealias Progress = (Int, Int) -> Void
 
+    /// The default limit on a decoded body, the daemon's `--max-object-size` default
+    /// (`HTTPOptions.maxObjectSize`, 32 MiB): what `RegionPack.maxDecodedBytes` starts at.
+    public static let defaultMaxObjectSize = HTTPOptions().maxObjectSize
+
     /// The file in a site folder that says TileSpool made it: only a folder holding it is ever
     /// replaced by another site export (`--force`, or the daemon's exports).
     public static let siteMarker = ".tilespool-site"
@@ -76,12 +80,50 @@ public enum Exporter {
     ///   - output: the file (or, for `site`, folder) to create; its folder must exist.
     ///   - force: replace an existing `output` (else it is refused).
     ///   - guard: folders the output must stay out of (`ExportGuard.spool`).
+    ///   - maxObjectSize: the most bytes a body stored as a gzip file (a server that sent gzip
+    ///     bytes without Content-Encoding) may inflate to, as `--max-object-size` bounds a decoded
+    ///     body at download (`RegionPack.maxDecodedBytes`); a body past it fails the export.
     /// - Returns: what was written; `pack` is the pack's version (`RegionPack.version`).
     /// - Throws: `ExportError` for a refused output, a region the format cannot hold, a pack
     ///   that does not match its plan, an object that vanished, a SQLite or file error. Nothing is
     ///   left at `output` then (an old export stays as it was), and the work folder is removed.
+    /// The process that owns export work folder `name` (`.<name>.tmp-<pid>-<n>`, as `export`
+    /// makes them), or nil when `name` is not such a folder's name.
+    public static func workFolderOwner(_ name: String) -> pid_t? {
+        guard name.hasPrefix("."), let mark = name.range(of: ".tmp-", options: .backwards), mark.lowerBound > name.startIndex else { return nil }
+        let parts = name[mark.upperBound...].split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && $0.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }),
+              let pid = pid_t(parts[0]), pid > 0, Int(parts[1]) != nil else { return nil }
+        return pid
+    }
+
+    /// True when work folder `name` was left by an export whose process is gone: its name is a
+    /// work folder's (`workFolderOwner`), its owner is not this process, and `kill(pid, 0)` says
+    /// no such process (ESRCH). A live owner's folder (a CLI export running beside a daemon), or
+    /// one whose owner cannot be told, is not abandoned.
+    public static func isAbandonedWorkFolder(_ name: String) -> Bool {
+        guard let pid = workFolderOwner(name), pid != getpid() else { return false }
+        return kill(pid, 0) != 0 && errno == ESRCH
+    }
+
+    /// Removes the abandoned work folders (`isAbandonedWorkFolder`) among the entries of `parent`
+    /// starting with `prefix`: folders only (`Directory.removeTree`, no symlink followed). The one
+    /// rule for the CLI (before an export, the folders of that output's name) and the daemon (at a
+    /// start, every work folder in `<spool>/exports/`).
+    /// - Returns: the names removed.
+    @discardableResult
+    public static func removeAbandonedWorkFolders(in parent: Directory, prefix: String = ".") -> [String] {
+        var removed: [String] = []
+        for entry in parent.list() where entry.hasPrefix(prefix) && parent.entryType(entry) == .directory && isAbandonedWorkFolder(entry) {
+            if parent.removeTree(entry) { removed.append(entry) }
+        }
+        return removed
+    }
+
     public static func export(_ pack: RegionPack, _ spec: ExportSpec, to output: String, force: Bool = false,
-                              guard protection: ExportGuard = .none, progress: Progress? = nil) throws(ExportError) -> ExportResult {
+                              guard protection: ExportGuard = .none, maxObjectSize: Int = Exporter.defaultMaxObjectSize,
+                              progress: Progress? = nil) throws(ExportError) -> ExportResult {
+        pack.maxDecodedBytes = maxObjectSize
         let path = absolute(output)
         let (parentPath, name) = Files.split(path)
         guard Directory.isEntryName(name) else { throw ExportError("\(path) cannot be an export's name (give a file or folder name)") }
@@ -89,7 +131,7 @@ public enum Exporter {
         do { parent = try Directory(path: parentPath) } catch {
             throw ExportError(error.errno == ENOENT ? "the folder \(parentPath) does not exist" : "cannot open the folder \(parentPath): \(error.errnoDescription)")
         }
-        try check(parent: parent, name: name, path: path, guard: protection)
+        try check(parent: parent, parentPath: parentPath, name: name, path: path, guard: protection)
         try checkReplaceable(parent, name, path: path, format: spec.format, force: force)
         if case .tiles = pack.request.source, spec.format == .maplibre {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style (a MapLibre region names a style URL)")
@@ -97,14 +139,7 @@ public enum Exporter {
         var base = name
         while base.utf8.count > 160 { base.removeLast() }
         // Work folders an export of this name left when it was killed (its process is gone).
-        let stalePrefix = ".\(base).tmp-"
-        for entry in parent.list() where entry.hasPrefix(stalePrefix) && parent.entryType(entry) == .directory {
-            let rest = entry.dropFirst(stalePrefix.count)
-            if let dash = rest.firstIndex(of: "-"), let pid = Int32(rest[..<dash]), pid != getpid(),
-               kill(pid, 0) != 0 && errno == ESRCH {
-                parent.removeTree(entry)
-            }
-        }
+        removeAbandonedWorkFolders(in: parent, prefix: ".\(base).tmp-")
         let workName = ".\(base).tmp-\(getpid())-\(workCounter.next())"
         let work: Directory
         do throws(SystemError) {
@@ -157,44 +192,44 @@ public enum Exporter {
         return "/" + parts.joined(separator: "/")
     }
 
-    /// The real path of an open folder (the kernel's name for its descriptor), for comparisons only.
-    static func realPath(_ dir: Directory) -> String? {
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/fd/\(dir.fd)", &buf, buf.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    /// The real path of `path` when it exists, for comparisons only.
-    static func realPath(_ path: String) -> String? {
-        guard let r = Glibc.realpath(path, nil) else { return nil }
-        defer { free(r) }
-        return String(cString: r)
-    }
-
     /// Refuses an output that is, contains or lies inside a protected folder (the spool, the
     /// store), unless it lies directly in the exports folder; with `onlyInExportsFolder`, refuses
-    /// any other place, and an exports folder that is a symlink.
-    static func check(parent: Directory, name: String, path: String, guard g: ExportGuard) throws(ExportError) {
+    /// any other place. Folders are compared by device and inode, never by path: the folders
+    /// walked up (`..`, by descriptor) from the output's parent as opened, against the protected
+    /// folders; so a bind mount or another path to the spool is the spool. The exports folder
+    /// must be a real folder: a symlink there is never written through (the daemon's exports,
+    /// and a CLI export whose PATH goes through it, the default one included).
+    /// - Parameter parentPath: the output's folder as given (made absolute), for the symlink check.
+    static func check(parent: Directory, parentPath: String, name: String, path: String, guard g: ExportGuard) throws(ExportError) {
         guard !g.protected.isEmpty || g.onlyInExportsFolder else { return }
-        guard let realParent = realPath(parent) else { throw ExportError("cannot tell where \(path) is (no /proc?)") }
-        let out = realParent == "/" ? "/" + name : realParent + "/" + name
-        var exportsReal: String?
-        if let e = g.exportsFolder, Files.entryType(e) == .directory { exportsReal = realPath(e) }
-        if g.onlyInExportsFolder {
-            guard let e = g.exportsFolder else { throw ExportError("no exports folder") }
-            guard Files.entryType(e) == .directory else {
+        var exportsID: FolderID?
+        if let e = g.exportsFolder {
+            var st = stat()
+            let type: Files.EntryType = lstat(e, &st) == 0 ? Files.EntryType(mode: st.st_mode) : .missing
+            if type == .directory {
+                exportsID = FolderID(st)
+            } else if g.onlyInExportsFolder || (type == .symlink && absolute(parentPath) == absolute(e)) {
                 throw ExportError("\(e) is not a folder (a symlink there is never followed): exports are not written")
             }
-            guard exportsReal == realParent else { throw ExportError("\(path) is not in \(e)") }
         }
+        let parentID = FolderID(parent.identity)
+        if g.onlyInExportsFolder {
+            guard let e = g.exportsFolder else { throw ExportError("no exports folder") }
+            guard exportsID == parentID else { throw ExportError("\(path) is not in \(e)") }
+        }
+        let inExports = exportsID != nil && exportsID == parentID
+        let ancestry = Set(parent.ancestry())
+        // The output itself, when it exists as a folder (a site replaced with --force).
+        let outID: FolderID? = parent.status(name).flatMap { ($0.st_mode & S_IFMT) == S_IFDIR ? FolderID($0) : nil }
         for p in g.protected {
-            guard let real = realPath(p), real != "/" else { continue }
-            if out == real || out.hasPrefix(real + "/") {
-                if let e = exportsReal, realParent == e { continue }
+            guard let folder = try? Directory(path: p) else { continue } // missing: nothing to protect
+            let id = FolderID(folder.identity)
+            let above = folder.ancestry()
+            guard above.count > 1 else { continue } // the root: everything is inside it
+            if (ancestry.contains(id) && !inExports) || outID == id {
                 throw ExportError("\(path) lies inside \(p): an export may not be written in the spool or the store (except the spool's exports/ folder)")
             }
-            if real.hasPrefix(out + "/") {
+            if let outID, above.contains(outID) {
                 throw ExportError("\(path) contains \(p): an export may not replace a folder holding the spool or the store")
             }
         }

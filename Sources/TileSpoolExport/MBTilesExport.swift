@@ -17,9 +17,12 @@ enum MBTilesExport {
       FROM map JOIN images ON images.tile_id = map.tile_id;
     """
 
-    /// A tile body as MBTiles readers expect it: vector tiles gzip-compressed, images as they are.
+    /// A tile body as MBTiles and PMTiles readers expect it: vector tiles gzip-compressed, images
+    /// as they are. A body stored as a gzip file is kept as it is, once it is known to inflate
+    /// within `pack.maxDecodedBytes` (`RegionPack.checkInflates`).
     static func tileBytes(_ pack: RegionPack, _ sha: String, key: String, format: TileFormat) throws -> [UInt8] {
         let stored = try pack.storedBody(sha, for: key)
+        try pack.checkInflates(stored, sha, for: key)
         guard format == .pbf, !isGzip(stored) else { return stored }
         do { return try Zlib.compress(stored, .gzip) } catch { throw ExportError("gzip: \(error)") }
     }

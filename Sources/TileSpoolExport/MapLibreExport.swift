@@ -69,6 +69,26 @@ enum MapLibreExport {
         return z.count < decoded.count ? (z, 1) : (decoded, 0)
     }
 
+    /// `blob` of object `sha`. A body stored as a gzip file (a server that sent gzip bytes without
+    /// Content-Encoding) is inflated chunk by chunk straight into the zlib stream, at most
+    /// `pack.maxDecodedBytes`, so only compressed bytes are held; in the rare case the plain bytes
+    /// are the smaller, they are inflated again (fewer than the compressed ones, already held).
+    /// - Throws: `ExportError` when the object is unreadable, damaged or inflates past the limit.
+    static func blob(_ pack: RegionPack, _ sha: String, _ key: String) throws -> ([UInt8], Int) {
+        let raw = try pack.storedBody(sha, for: key)
+        guard isGzip(raw) else { return try blob(raw) }
+        let z: Zlib.Deflater
+        do { z = try Zlib.Deflater(.zlib) } catch { throw ExportError("zlib: \(error)") }
+        let plain: Int
+        do { plain = try Zlib.inflate(raw, limit: pack.maxDecodedBytes) { chunk in try z.append(chunk); return true } } catch {
+            throw pack.inflateError(error, sha, key)
+        }
+        let compressed: [UInt8]
+        do { compressed = try z.finish() } catch { throw ExportError("zlib: \(error)") }
+        if plain > 64 && compressed.count < plain { return (compressed, 1) }
+        return (try pack.decodedBody(sha, for: key), 0)
+    }
+
     static func write(_ pack: RegionPack, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
         guard case .style(let styleURL) = pack.request.source else {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style")
@@ -105,7 +125,7 @@ enum MapLibreExport {
                 guard let line = pack.line(r.kind, r.key) else { continue }
                 var data: [UInt8]?, compressed = 0
                 if let sha = line.sha256 {
-                    (data, compressed) = try blob(try pack.decodedBody(sha, for: r.key))
+                    (data, compressed) = try blob(pack, sha, r.key)
                 }
                 res.bind(1, r.url)
                 res.bind(2, MapLibreOffline.kind(of: r, imageSources: imageSources))
@@ -139,7 +159,7 @@ enum MapLibreExport {
                 try pack.forEachTile(of: set.source) { (t, line) in
                     // An empty tile (404/204) is a row with NULL data: MapLibre then knows it has none.
                     var data: [UInt8]?, compressed = 0
-                    if let sha = line.sha256 { (data, compressed) = try blob(try pack.decodedBody(sha, for: line.key)) }
+                    if let sha = line.sha256 { (data, compressed) = try blob(pack, sha, line.key) }
                     tile.bind(1, template); tile.bind(2, ratio)
                         tile.bind(3, t.z); tile.bind(4, t.x); tile.bind(5, MapLibreOffline.tileRowY(t, tms: tms))
                         tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, line.freshness.fetched.map { Int64($0) } ?? modified)

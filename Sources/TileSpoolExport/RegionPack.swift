@@ -111,7 +111,7 @@ public final class RegionPack: @unchecked Sendable {
         guard let set = plan.tileSets.first(where: { $0.source == source }) else {
             throw ExportError("region '\(id)' has no tile source '\(source)'")
         }
-        var seen = [UInt64](repeating: 0, count: (plan.indexSpace + 63) / 64)
+        var seen = [UInt64](repeating: 0, count: plan.indexSpace / 64 + 1)
         var met = 0, unplanned = 0
         var failure: Error?
         do {
@@ -147,13 +147,70 @@ public final class RegionPack: @unchecked Sendable {
         }
     }
 
-    /// The decoded bytes of an object: a body stored gzip-compressed (a server that sent gzip
-    /// bytes without `Content-Encoding`) is inflated.
-    /// - Throws: `ExportError` when unreadable or not a valid gzip stream.
+    /// The most bytes a body stored as a gzip file (a server that sent gzip bytes without
+    /// `Content-Encoding`) may inflate to: the limit on a decoded body, `--max-object-size`
+    /// (`Exporter.export` sets it). Past it the export fails (`inflateError`).
+    public var maxDecodedBytes = Exporter.defaultMaxObjectSize
+
+    /// The export's error for a gzip body that cannot be inflated: over `maxDecodedBytes`, or damaged.
+    func inflateError(_ error: Error, _ sha256: String, _ key: String) -> ExportError {
+        if let e = error as? ZlibError, let limit = e.exceededLimit {
+            return ExportError("'\(key)' (object \(sha256)) is stored as a gzip file (its server sent gzip bytes without Content-Encoding) that inflates to more than \(limit) bytes, the limit on a decoded body (--max-object-size): nothing was exported")
+        }
+        if let e = error as? ExportError { return e }
+        return ExportError("object \(sha256) of '\(key)' is gzip but \(error)")
+    }
+
+    /// The decoded bytes of an object, in memory: a body stored as a gzip file is inflated, at
+    /// most `maxDecodedBytes`. For documents (style, TileJSON); bodies that go to a file or a
+    /// database row are streamed (`writeDecoded`, `MapLibreExport.blob`).
+    /// - Throws: `ExportError` when unreadable, not a valid gzip stream, or over the limit.
     func decodedBody(_ sha256: String, for key: String) throws(ExportError) -> [UInt8] {
         let raw = try storedBody(sha256, for: key)
         guard isGzip(raw) else { return raw }
-        do { return try Zlib.inflate(raw) } catch { throw ExportError("object \(sha256) of '\(key)' is gzip but \(error.message)") }
+        do { return try Zlib.inflate(raw, limit: maxDecodedBytes) } catch { throw inflateError(error, sha256, key) }
+    }
+
+    /// Writes the decoded bytes of an object to `out`, inflating a gzip file chunk by chunk (at
+    /// most `maxDecodedBytes`): memory does not grow with the inflated size.
+    /// - Returns: the bytes written.
+    /// - Throws: `ExportError` when unreadable, damaged, over the limit, or not writable.
+    @discardableResult
+    func writeDecoded(_ sha256: String, for key: String, to out: OutputFile) throws(ExportError) -> Int {
+        let raw = try storedBody(sha256, for: key)
+        guard isGzip(raw) else { try out.write(raw); return raw.count }
+        do {
+            return try Zlib.inflate(raw, limit: maxDecodedBytes) { chunk in try out.write(chunk); return true }
+        } catch {
+            throw inflateError(error, sha256, key)
+        }
+    }
+
+    /// The first `count` decoded bytes of an object (to sniff a format): a gzip file is inflated
+    /// only that far.
+    /// - Throws: `ExportError` when unreadable or damaged.
+    func decodedPrefix(_ sha256: String, for key: String, count: Int) throws(ExportError) -> [UInt8] {
+        let raw = try storedBody(sha256, for: key)
+        guard isGzip(raw) else { return Array(raw.prefix(count)) }
+        var head: [UInt8] = []
+        do {
+            try Zlib.inflate(raw, limit: maxDecodedBytes) { chunk in
+                head.append(contentsOf: chunk.prefix(count - head.count))
+                return head.count < count
+            }
+        } catch {
+            throw inflateError(error, sha256, key)
+        }
+        return head
+    }
+
+    /// Checks that a body stored as a gzip file inflates, within `maxDecodedBytes`, without
+    /// keeping what it inflates to: the formats that carry gzip tiles as they are (mbtiles,
+    /// pmtiles) hand no client a body over the limit or a damaged one.
+    /// - Throws: `ExportError` as `decodedBody`.
+    func checkInflates(_ raw: [UInt8], _ sha256: String, for key: String) throws(ExportError) {
+        guard isGzip(raw) else { return }
+        do { try Zlib.inflate(raw, limit: maxDecodedBytes) { _ in true } } catch { throw inflateError(error, sha256, key) }
     }
 
     /// A stored JSON document (style or TileJSON) as an object; nil when not recorded.
@@ -163,9 +220,11 @@ public final class RegionPack: @unchecked Sendable {
         return (try? JSONKind.parse(Data(bytes), maxDepth: 128)) as? [String: Any]
     }
 
-    /// The style's source object `name`, when the region is a style request.
-    func styleSource(_ name: String) throws(ExportError) -> [String: Any]? {
-        ((try jsonDocument(.style, "style"))?["sources"] as? [String: Any])?[name] as? [String: Any]
+    /// The style's source object whose manifest key is `key` (`ManifestLine.sanitizeKey` of its
+    /// name), when the region is a style request.
+    func styleSource(_ key: String) throws(ExportError) -> [String: Any]? {
+        let sources = (try jsonDocument(.style, "style"))?["sources"] as? [String: Any]
+        return sources?.first { ManifestLine.sanitizeKey($0.key) == key }?.value as? [String: Any]
     }
 
     /// What a tile source holds: from the style (`type: vector`), else from the template's file
@@ -186,19 +245,22 @@ public final class RegionPack: @unchecked Sendable {
         struct Stop: Error {}
         try forEachTile(of: set.source) { (_, line) in
             guard found == nil, let sha = line.sha256 else { return }
-            found = TileFormat.sniff(try decodedBody(sha, for: line.key).prefix(16).map { $0 })
+            found = TileFormat.sniff(try decodedPrefix(sha, for: line.key, count: 16))
         }
         return found ?? .pbf
     }
 
     /// The TileJSON-like facts of a source for metadata: name, attribution, description,
-    /// vector_layers (from the stored TileJSON, or the style's inline source).
-    func sourceMetadata(_ name: String) throws(ExportError) -> [String: Any] {
-        var doc = (try jsonDocument(.source, name)) ?? [:]
-        if doc.isEmpty, let inline = try styleSource(name) { doc = inline }
+    /// vector_layers (from the stored TileJSON, or the style's inline source), with every string
+    /// redacted (`Redaction.redactedJSON`): exports publish them (mbtiles and pmtiles metadata,
+    /// the site's TileJSON).
+    /// `key` is the source's manifest key (`TileSet.source`).
+    func sourceMetadata(_ key: String) throws(ExportError) -> [String: Any] {
+        var doc = (try jsonDocument(.source, key)) ?? [:]
+        if doc.isEmpty, let inline = try styleSource(key) { doc = inline }
         var out: [String: Any] = [:]
         for k in ["name", "attribution", "description", "vector_layers", "version"] { if let v = doc[k] { out[k] = v } }
-        return out
+        return Redaction.redactedJSON(out) as? [String: Any] ?? [:]
     }
 
     /// The zoom levels a tile set spans.

@@ -23,6 +23,19 @@ enum SiteExport {
         return name
     }
 
+    /// A file name as one segment of a URL path: what a web server decodes back to the name
+    /// (`%` as `%25`, a space as `%20`, `?` and `#` escaped). File names of sources, tiles, sprites
+    /// and data are manifest keys, in which a source named `a%09b` is `a%2509b`
+    /// (`ManifestLine.sanitizeKey`).
+    static func urlSegment(_ name: String) -> String {
+        name.addingPercentEncoding(withAllowedCharacters: segmentAllowed) ?? name
+    }
+    static let segmentAllowed: CharacterSet = {
+        var c = CharacterSet.urlPathAllowed
+        c.remove(charactersIn: "/;")
+        return c
+    }()
+
     final class Writer {
         let root: String
         var made = Set<String>()
@@ -40,6 +53,15 @@ enum SiteExport {
             try out.write(bytes)
             try out.flush()
             self.bytes += bytes.count
+        }
+
+        /// Writes object `sha` decoded at `rel`, a gzip file inflated chunk by chunk
+        /// (`RegionPack.writeDecoded`, at most `maxDecodedBytes`).
+        func decoded(_ rel: String, pack: RegionPack, sha: String, key: String) throws {
+            let out = try OutputFile(path: root + "/" + rel)
+            let n = try pack.writeDecoded(sha, for: key, to: out)
+            try out.flush()
+            bytes += n
         }
 
         /// Hard-links object `source` at `rel`; copies it when the store is on another filesystem.
@@ -89,17 +111,17 @@ enum SiteExport {
                 try w.folder("tiles/\(src)/\(t.z)/\(t.x)")
                 if let object = pack.objectPath(sha) {
                     if format == .pbf && storedAsGzip(object) {
-                        try w.file(rel, try pack.decodedBody(sha, for: line.key)) // served decoded, like every other tile here
+                        try w.decoded(rel, pack: pack, sha: sha, key: line.key) // served decoded, like every other tile here
                     } else {
                         try w.link(object, rel, pack: pack, sha: sha, key: line.key)
                     }
                 } else {
                     // A remote store (S3): nothing to link, the bytes are written (decoded for a vector tile).
-                    try w.file(rel, format == .pbf ? try pack.decodedBody(sha, for: line.key) : try pack.storedBody(sha, for: line.key))
+                    if format == .pbf { try w.decoded(rel, pack: pack, sha: sha, key: line.key) } else { try w.file(rel, try pack.storedBody(sha, for: line.key)) }
                 }
                 tiles += 1
             }
-            let url = "\(prefix)tiles/\(src)/{z}/{x}/{y}.\(format.rawValue)"
+            let url = "\(prefix)tiles/\(urlSegment(src))/{z}/{x}/{y}.\(format.rawValue)"
             tileURL[set.source] = url
             var tj = try pack.sourceMetadata(set.source)
             tj["tilejson"] = "3.0.0"
@@ -109,11 +131,11 @@ enum SiteExport {
             let b = pack.request.bounds
             tj["bounds"] = [b.west, b.south, b.east, b.north]
             try w.folder("sources")
-            try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(redactedStrings(tj), pretty: true)))
+            try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(Redaction.redactedJSON(tj), pretty: true)))
         }
 
         // Sprites, glyphs and data, from the plan's resources.
-        var spriteBases: [String: String] = [:] // sprite id ("" for a single sprite) -> file base
+        var spriteBases: [String: String] = [:] // sprite id as its key shows it ("" for a single sprite) -> file base
         var dataFiles: [String: String] = [:]
         for r in pack.plan.resources {
             guard let line = pack.line(r.kind, r.key), let sha = line.sha256 else { continue }
@@ -125,21 +147,24 @@ enum SiteExport {
                 let base = id.isEmpty ? "sprite" : try safe(id, "sprite id")
                 spriteBases[id] = base
                 try w.folder("sprites")
-                try w.file("sprites/" + base + file.dropFirst("sprite".count), try pack.decodedBody(sha, for: r.key))
+                try w.decoded("sprites/" + base + file.dropFirst("sprite".count), pack: pack, sha: sha, key: r.key)
             case .glyphs:
                 guard let slash = r.key.lastIndex(of: "/") else { continue }
-                let stack = try safe(String(r.key[..<slash]), "fontstack")
+                // The folder is the fontstack itself: MapLibre fills `{fontstack}` with the
+                // style's name, which the web server decodes back to it. A name with a control
+                // character keeps its key (no client asks for it).
+                let named = ManifestLine.unescapeKey(String(r.key[..<slash]))
+                let stack = try safe(named.utf8.contains(where: { $0 < 0x20 }) ? String(r.key[..<slash]) : named, "fontstack")
                 let range = try safe(String(r.key[r.key.index(after: slash)...]), "glyph range")
                 try w.folder("fonts/\(stack)")
-                try w.file("fonts/\(stack)/\(range).pbf", try pack.decodedBody(sha, for: r.key))
+                try w.decoded("fonts/\(stack)/\(range).pbf", pack: pack, sha: sha, key: r.key)
             case .data:
-                let body = try pack.decodedBody(sha, for: r.key)
                 let name = try safe(r.key, "source")
                 let ext = ((r.url.split(separator: "?").first.map(String.init) ?? r.url) as NSString).pathExtension
                 let file = "data/\(name).\(ext.isEmpty || ext.count > 8 ? "json" : ext)"
                 try w.folder("data")
-                try w.file(file, body)
-                dataFiles[r.key] = file
+                try w.decoded(file, pack: pack, sha: sha, key: r.key)
+                dataFiles[r.key] = "data/\(urlSegment(name)).\(ext.isEmpty || ext.count > 8 ? "json" : ext)"
             default: break
             }
         }
@@ -161,10 +186,12 @@ enum SiteExport {
         var sources = style["sources"] as? [String: Any] ?? [:]
         for (name, value) in sources {
             guard var s = value as? [String: Any] else { continue }
-            if tileURL[name] != nil {
-                s["url"] = "\(prefix)sources/\(try safe(name, "source")).json"
+            // Files are named by the source's manifest key, not the style's name: one escaping, in one place.
+            let key = ManifestLine.sanitizeKey(name)
+            if tileURL[key] != nil {
+                s["url"] = "\(prefix)sources/\(urlSegment(try safe(key, "source"))).json"
                 s.removeValue(forKey: "tiles")
-            } else if let file = dataFiles[name] {
+            } else if let file = dataFiles[key] {
                 if s["type"] as? String == "image" { s["url"] = prefix + file } else { s["data"] = prefix + file }
             }
             sources[name] = s
@@ -173,34 +200,23 @@ enum SiteExport {
         // Every sprite points into the site; one the server did not have (404: recorded missing)
         // is left out rather than pointing back at the origin, whose URL may carry a key.
         if style["sprite"] is String {
-            if let base = spriteBases[""] { style["sprite"] = "\(prefix)sprites/\(base)" } else { style.removeValue(forKey: "sprite") }
+            if let base = spriteBases[""] { style["sprite"] = "\(prefix)sprites/\(urlSegment(base))" } else { style.removeValue(forKey: "sprite") }
         } else if let arr = style["sprite"] as? [Any] {
             style["sprite"] = arr.compactMap { e -> Any? in
-                guard var o = e as? [String: Any], let id = o["id"] as? String, let base = spriteBases[id] else { return nil }
-                o["url"] = "\(prefix)sprites/\(base)"
+                guard var o = e as? [String: Any], let id = o["id"] as? String, let base = spriteBases[ManifestLine.sanitizeKey(id)] else { return nil }
+                o["url"] = "\(prefix)sprites/\(urlSegment(base))"
                 return o
             }
         }
         if style["glyphs"] != nil { style["glyphs"] = "\(prefix)fonts/{fontstack}/{range}.pbf" }
         // What still points at the origin (a video source's URLs, metadata, attribution links)
         // keeps no credential: the site is published.
-        try w.file("style.json", [UInt8](JSONKind.serialize(redactedStrings(style), pretty: true)))
+        try w.file("style.json", [UInt8](JSONKind.serialize(Redaction.redactedJSON(style), pretty: true)))
         try w.file("nginx.conf", [UInt8](try nginxSnippet(id: pack.id, baseURL: baseURL, path: finalPath).utf8))
         // Says that TileSpool made this folder: only such a folder is replaced by a later export.
         try w.file(Exporter.siteMarker, [UInt8]("TileSpool site export of region \(pack.id)\n".utf8))
         progress?(done, total)
         return ExportResult(format: .site, source: nil, path: dir, bytes: w.bytes, tiles: tiles, sha256: nil)
-    }
-
-    /// `value` (a parsed JSON document) with every string's credentials redacted
-    /// (`Redaction.redactEmbedded`): URLs the site does not hold point at the origin without its key.
-    static func redactedStrings(_ value: Any) -> Any {
-        switch value {
-        case let s as String: return Redaction.redactEmbedded(s)
-        case let a as [Any]: return a.map(redactedStrings)
-        case let o as [String: Any]: return o.mapValues(redactedStrings)
-        default: return value
-        }
     }
 
     /// True when the object's first bytes are gzip's magic number.

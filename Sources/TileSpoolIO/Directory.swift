@@ -237,12 +237,50 @@ public final class Directory: @unchecked Sendable {
         if Files.retrying({ Glibc.fsync(fd) }) != 0 { throw SystemError("fsync", path) }
     }
 
+    /// False once the folder held open has been removed (no link left to it).
+    public var isLinked: Bool {
+        var st = stat()
+        return fstat(fd, &st) == 0 && st.st_nlink > 0
+    }
+
+    /// The folder above this one (`..` opened relative to the descriptor): itself at the root.
+    /// - Throws: `SystemError`.
+    public func parentFolder() throws(SystemError) -> Directory {
+        let up = Files.retrying { CLinux.tilespool_openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) }
+        if up < 0 { throw SystemError("open", display("..")) }
+        return Directory(fd: up, path: display(".."))
+    }
+
+    /// The (device, inode) of this folder and of every folder above it up to the root, walked by
+    /// descriptor (`..`), this one first; at most `limit` of them. Whatever path reached a
+    /// folder (a symlink, a bind mount, another mount of it), these identities name it.
+    public func ancestry(limit: Int = 4096) -> [FolderID] {
+        var out = [FolderID(identity)]
+        var current = self
+        while out.count < limit, let up = try? current.parentFolder() {
+            let id = FolderID(up.identity)
+            if id == out.last { break } // the root is its own parent
+            out.append(id)
+            current = up
+        }
+        return out
+    }
+
     /// The (device, inode) of this folder.
     public var identity: (dev: UInt64, ino: UInt64) {
         var st = stat()
         fstat(fd, &st)
         return (UInt64(st.st_dev), UInt64(st.st_ino))
     }
+}
+
+/// A folder's identity: its device and inode, the same by whatever path it is reached.
+public struct FolderID: Hashable, Sendable {
+    public var dev: UInt64
+    public var ino: UInt64
+    public init(_ id: (dev: UInt64, ino: UInt64)) { dev = id.dev; ino = id.ino }
+    /// The identity in an `lstat`/`fstat` result.
+    public init(_ st: stat) { dev = UInt64(st.st_dev); ino = UInt64(st.st_ino) }
 }
 
 extension Files.EntryType {

@@ -13,41 +13,100 @@ import TileSpoolCore
 /// - `refresh/`: while a refresh is under way, its own `plan.json`, `manifest.tsv` and
 ///   `journal.tsv` (the same formats) and `refresh.json` (`RefreshScope.jsonObject`); the files
 ///   above stay untouched until `commitRefresh` swaps the new manifest in (docs/refresh.md).
+///
+/// The folder is reached by descriptor, never by its path: `<store>/regions` and the region's
+/// folder (and `refresh/` in it) are opened with O_NOFOLLOW, one component at a time, and every
+/// file is named under `/proc/self/fd/<fd>/` of the folder so opened. A symlink planted at
+/// `<store>/regions/<id>` (or at `refresh`) is never followed: `openFolder` throws ELOOP
+/// (`RegionFiles.refusal` words it), every read finds nothing and every write fails.
 public final class RegionFiles: @unchecked Sendable {
+    /// The folder's path, for messages and for `remove` (which removes a symlink there as a link).
     public let dir: String
-    public var requestPath: String { dir + "/request.json" }
-    public var planPath: String { dir + "/plan.json" }
-    public var manifestPath: String { dir + "/manifest.tsv" }
-    public var journalPath: String { dir + "/journal.tsv" }
+    /// Where the folder lives: `<store>/regions` by path (opened without following a symlink
+    /// there), or the region whose `refresh/` this is.
+    private enum Container { case path(String), files(RegionFiles) }
+    private let container: Container
+    private let name: String
+    private var handle: Directory?
+    /// Handles replaced (their folder was removed): kept open until this object goes, so that a
+    /// path made from one (`/proc/self/fd/<fd>/...`) in another thread never names a reused fd.
+    private var retired: [Directory] = []
+    private let handleLock = NSLock()
+
+    /// The base of every path this object acts on: `/proc/self/fd/<fd>` of the folder opened by
+    /// descriptor (`openFolder`), or a path that names nothing when it cannot be opened (missing,
+    /// or a symlink TileSpool did not make).
+    private var base: String {
+        guard let d = try? openFolder() else { return "/proc/self/fd/-1" }
+        return "/proc/self/fd/\(d.fd)"
+    }
+    public var requestPath: String { base + "/request.json" }
+    public var planPath: String { base + "/plan.json" }
+    public var manifestPath: String { base + "/manifest.tsv" }
+    public var journalPath: String { base + "/journal.tsv" }
     private var manifestFD: Int32 = -1
     private var journalFD: Int32 = -1
 
-    public init(dir: String) { self.dir = dir }
+    /// The files of the region folder `dir` (`<store>/regions/<id>`); nothing is opened yet.
+    public init(dir: String) {
+        self.dir = dir
+        let (parent, name) = Files.split(dir)
+        container = .path(parent); self.name = name
+    }
+    private init(refreshOf region: RegionFiles) {
+        dir = region.dir + "/refresh"
+        container = .files(region); name = "refresh"
+    }
     deinit { closeManifest() }
+
+    /// The region's folder, opened by descriptor without following a symlink at it or at its
+    /// container (`<store>/regions`, or the region for `refresh/`); kept open, and opened again
+    /// once the folder it holds has been removed (a region deleted and made again).
+    /// - Throws: `SystemError`: ENOENT when it does not exist, ELOOP (or ENOTDIR) for a symlink.
+    public func openFolder() throws(SystemError) -> Directory {
+        handleLock.lock(); defer { handleLock.unlock() }
+        if let h = handle, h.isLinked { return h }
+        if let h = handle { retired.append(h); handle = nil }
+        let parent: Directory
+        switch container {
+        case .path(let p): parent = try Directory(path: p, followFinal: false)
+        case .files(let region): parent = try region.openFolder()
+        }
+        let d = try parent.subdirectory(name)
+        handle = d
+        return d
+    }
+
+    /// What a daemon says of a region folder `openFolder` refused: a symlink (or anything but a
+    /// folder) at `<store>/regions/<id>`, which TileSpool did not make and never follows.
+    public static func refusal(_ id: String, _ error: SystemError) -> String {
+        "store/regions/\(id) is not a folder TileSpool made (\(error.errnoDescription)): a symlink there is never followed; region skipped, nothing read or written there (remove it, then drop the request again)"
+    }
 
     // MARK: - Refresh
 
-    /// The folder of a refresh under way, `<dir>/refresh`.
+    /// The folder of a refresh under way, `<dir>/refresh` (for messages).
     public var refreshDir: String { dir + "/refresh" }
     /// The files a refresh writes (plan, manifest, journal), in `refreshDir`.
-    public private(set) lazy var refreshFiles = RegionFiles(dir: refreshDir)
-    private var refreshInfoPath: String { refreshDir + "/refresh.json" }
+    public private(set) lazy var refreshFiles = RegionFiles(refreshOf: self)
+    private var refreshInfoPath: String { refreshFiles.base + "/refresh.json" }
     /// Written once the refreshed manifest is complete, before the swap: the swap is then finished
     /// by the next start whatever happens (roll forward).
-    private var refreshCommitPath: String { refreshDir + "/commit" }
+    private var refreshCommitPath: String { refreshFiles.base + "/commit" }
 
     /// Starts a refresh: a fresh `refresh/` folder with `refresh.json` (fsynced).
     /// - Parameter scope: which resources the refresh asks about again.
     /// - Throws: `SystemError` when the folder or file cannot be written.
     public func beginRefresh(scope: RefreshScope) throws(SystemError) {
         refreshFiles.closeManifest()
-        Files.removeTree(refreshDir)
+        let folder = try openFolder()
+        folder.removeTree("refresh")
         do throws(SystemError) {
-            try Files.makeDirectories(refreshDir)
+            try folder.makeDirectory("refresh")
             try Files.writeAtomically(JSONKind.serialize(scope.jsonObject), to: refreshInfoPath, sync: true)
-            try Files.syncDirectory(dir)
+            try folder.sync()
         } catch {
-            Files.removeTree(refreshDir) // no half-made refresh/ left (a full disk, say)
+            folder.removeTree("refresh") // no half-made refresh/ left (a full disk, say)
             throw error
         }
     }
@@ -66,7 +125,7 @@ public final class RegionFiles: @unchecked Sendable {
         refreshFiles.closeManifest()
         closeManifest()
         try Files.writeAtomically(Data(), to: refreshCommitPath, sync: true)
-        try Files.syncDirectory(refreshDir)
+        try refreshFiles.openFolder().sync()
         try finishCommit()
     }
 
@@ -85,19 +144,28 @@ public final class RegionFiles: @unchecked Sendable {
             if !same { try Files.rename(newPlan, planPath) }
         }
         if Files.entryType(refreshFiles.manifestPath) == .regular { try Files.rename(refreshFiles.manifestPath, manifestPath) }
-        try Files.syncDirectory(dir)
-        Files.removeTree(refreshDir)
+        let folder = try openFolder()
+        try folder.sync()
+        folder.removeTree("refresh")
     }
 
     /// Drops a refresh under way and its files; the region's own files are left as they were.
     public func abandonRefresh() {
         refreshFiles.closeManifest()
-        Files.removeTree(refreshDir)
+        (try? openFolder())?.removeTree("refresh")
     }
 
-    /// Creates the folder and writes the request (fsynced).
+    /// Creates the folder (by descriptor: a symlink at `<store>/regions/<id>` is refused, ELOOP,
+    /// never written through) and writes the request (fsynced).
     public func create(request: RegionRequest) throws(SystemError) {
-        try Files.makeDirectories(dir)
+        guard case .path(let parent) = container else { throw SystemError("mkdir", dir, errno: EINVAL) }
+        try Files.makeDirectories(parent)
+        handleLock.lock()
+        if let h = handle { retired.append(h); handle = nil }
+        do throws(SystemError) {
+            handle = try Directory(path: parent, followFinal: false).subdirectory(name, create: true)
+        } catch { handleLock.unlock(); throw error }
+        handleLock.unlock()
         try Files.writeAtomically(JSONKind.serialize(request.jsonObject, pretty: true), to: requestPath, sync: true)
     }
 
@@ -352,7 +420,12 @@ final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
 
 extension RegionFiles: RegionStorage {
     public var location: String { dir }
-    public var readFailure: Error? { nil }
+    /// Why the folder cannot be read, when it exists but cannot be opened (a symlink there,
+    /// ELOOP; anything but a folder; EACCES, EMFILE): what was read from it is not the region's.
+    /// nil when it opens, or does not exist (ENOENT: nothing to read).
+    public var readFailure: Error? {
+        do { _ = try openFolder(); return nil } catch { return error.errno == ENOENT ? nil : error }
+    }
     public var refreshStorage: any RegionStorage { refreshFiles }
 
     public func requestData() throws -> Data { try Files.readRegularFile(requestPath, limit: RequestValidator.maxFileSize) }
@@ -370,10 +443,17 @@ extension RegionFiles: RegionStorage {
     /// The manifest is one file already.
     public func compactManifest() throws -> Int { 0 }
 
-    public func remove() { closeManifest(); Files.removeTree(dir) }
+    /// Removes the region's folder and everything in it (by descriptor, `Files.removeTree`).
+    /// Anything else at `dir` (a symlink planted there) was not made by TileSpool and is left.
+    public func remove() {
+        closeManifest()
+        handleLock.lock(); if let h = handle { retired.append(h); handle = nil }; handleLock.unlock()
+        guard Files.entryType(dir) == .directory else { return }
+        Files.removeTree(dir)
+    }
 
     public func saveFailedList(_ text: String?) throws {
-        let path = dir + "/failed.tsv"
+        let path = base + "/failed.tsv"
         guard let text else { Files.remove(path); return }
         try Files.writeAtomically(Data(text.utf8), to: path)
     }

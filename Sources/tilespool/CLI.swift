@@ -172,7 +172,8 @@ options:
   --max-connections N             connections open at once, all hosts (default 16)
   --max-connections-per-host N    connections to one host (default 8)
   --max-tiles N                   largest plan accepted, in tiles (default 1000000)
-  --max-object-size BYTES         largest body accepted (default 33554432, 32 MiB)
+  --max-object-size BYTES         largest body accepted, after decoding (default 33554432, 32 MiB);
+                                  also what a gzip-file body may inflate to in request exports
   --max-retries N                 retries of a transient failure (default 5)
   --retry-delay SECONDS           first retry delay, doubling up to 30 s (default 1)
   --max-probe-interval SECONDS    longest gap between probes while pausedNetwork (default 60)

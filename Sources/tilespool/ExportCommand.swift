@@ -30,13 +30,18 @@ options:
   --base-url URL     site: the URL the folder will be served at (absolute URLs in style.json);
                      without it the URLs are relative paths
   --force            replace an existing PATH
+  --max-object-size BYTES
+                     the most bytes a body stored as a gzip file (its server sent gzip bytes
+                     without Content-Encoding) may inflate to where the export decodes it (site,
+                     maplibre) or hands it on (mbtiles, pmtiles); past it the export fails
+                     (default 33554432, as the daemon's --max-object-size)
   --json             print the result as JSON: format, source, path, bytes, tiles, sha256
 Exit status: 0 written, 1 not written (the region is not completed, a missing source, ...), 2 usage.
 """
 
 func commandExport(_ argv: [String]) throws -> Int32 {
     let a = try Arguments(argv, flags: commonFlags.union(["--force", "--json"]),
-                          valued: commonValued.union(["--format", "--output", "--source", "--base-url"]))
+                          valued: commonValued.union(["--format", "--output", "--source", "--base-url", "--max-object-size"]))
     if a.flags.contains("--help") { out(exportHelp); return 0 }
     guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("export takes one region ID") }
     guard let f = a.options["--format"] else { throw UsageError("--format is required (maplibre, mbtiles, pmtiles or site)") }
@@ -59,6 +64,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
             throw CommandFailure("region '\(id)' is \(st.state.rawValue), not completed: only a completed region can be exported")
         }
     }
+    let maxObjectSize = try a.int("--max-object-size", default: Exporter.defaultMaxObjectSize, range: 1...(1 << 34))
     let spec = ExportSpec(format: format, source: a.options["--source"], baseURL: a.options["--base-url"])
     let output: String
     if let o = a.options["--output"] {
@@ -79,7 +85,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     } : nil
     let started = Date()
     let result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
-                                     guard: .spool(loc.spool, store: loc.store), progress: progress)
+                                     guard: .spool(loc.spool, store: loc.store), maxObjectSize: maxObjectSize, progress: progress)
     if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
     if a.flags.contains("--json") {
         out(String(decoding: JSONKind.serialize(result.jsonObject, pretty: true), as: UTF8.self))

@@ -36,7 +36,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     let plan: ResourcePlan
     switch request.source {
     case .tiles(let templates):
-        plan = Planner.plan(request: request, templates: templates)
+        do { plan = try Planner.plan(request: request, templates: templates) } catch { return refuse(error) }
     case .style(let styleURL):
         var httpOptions = HTTPOptions()
         httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
@@ -65,7 +65,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
             let data = try body(r, u.url)
             tileJSONs[u.source] = try parsed(u.url) { try TileJSON(data: data, baseURL: u.url) }
         }
-        plan = Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs)
+        do { plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs) } catch { return refuse(error) }
     }
     // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.
     if let e = TileUsagePolicy.refusal(plan: plan, allowedHosts: allowed) { return refuse(e) }
@@ -86,11 +86,13 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
         return overLimit.map(refuse) ?? 0
     }
-    out("plan for \(request.id): \(plan.count) resources, \(plan.tileCount) tiles")
-    for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(byKind[k.rawValue]!)") }
+    // Counts saturate at Int.max (`SaturatingCount`): such a count means at least that many.
+    func n(_ v: Int) -> String { v == Int.max ? "at least \(v)" : "\(v)" }
+    out("plan for \(request.id): \(n(plan.count)) resources, \(n(plan.tileCount)) tiles")
+    for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(n(byKind[k.rawValue]!))") }
     for set in plan.tileSets {
-        out("  source \(set.source): \(set.count) tiles")
-        for e in zooms where e.source == set.source { out("    z\(e.z): \(e.tiles)") }
+        out("  source \(set.source): \(n(set.count)) tiles")
+        for e in zooms where e.source == set.source { out("    z\(e.z): \(n(e.tiles))") }
     }
     return overLimit.map(refuse) ?? 0
 }

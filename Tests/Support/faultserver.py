@@ -42,6 +42,9 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
     /huge/...            200 with a 64 MiB body: (b"tile " + PATH + b"\\n") repeated,
                          cut at exactly 64 MiB
     /badgzip/...         200, "Content-Encoding: gzip", body that is not gzip
+    /gzipped/KIB/...     200 WITHOUT Content-Encoding, body = a gzip file (RFC 1952, mtime 0,
+                         level 9) of ok_body(PATH) followed by zero bytes up to KIB KiB: a body
+                         that is itself gzip, as an object store serving .pbf.gz files sends it
     /redirectloop/...    302 to itself
     /redirectfile/...    302 to file:///etc/passwd
     /redirect/REST       302 to /ok/REST (query kept)
@@ -79,6 +82,7 @@ Control endpoints (not counted as hits):
 import argparse
 import email.utils
 import errno
+import gzip
 import json
 import os
 import re
@@ -467,6 +471,14 @@ class Handler(BaseHTTPRequestHandler):
     def fault_badgzip(self, path, query, segments, count):
         self.send_body(200, b"this is not gzip: " + path.encode("latin-1", "replace"),
                        content_type_for(path), headers=[("Content-Encoding", "gzip")])
+
+    def fault_gzipped(self, path, query, segments, count):
+        kib = self.threshold(segments)
+        if kib is None:
+            return self.send_body(400, b"/gzipped/KIB/...\n")
+        body = ok_body(path)
+        body += bytes(max(0, kib * 1024 - len(body)))
+        self.send_body(200, gzip.compress(body, compresslevel=9, mtime=0), content_type_for(path))
 
     def fault_redirectloop(self, path, query, segments, count):
         self.send_no_body(302, headers=[("Location", self.path)])

@@ -125,7 +125,7 @@ final class PlannerTests: XCTestCase {
         let req = RegionRequest(id: "monaco", source: .style(base + "/styles/bright/style.json"),
                                 bounds: GeoBounds(west: 7.409205, south: 43.72335, east: 7.448637, north: 43.75169),
                                 minZoom: 0, maxZoom: 14)
-        let plan = Planner.plan(request: req, styleURL: base + "/styles/bright/style.json", style: style, tileJSONs: ["openmaptiles": tj])
+        let plan = try Planner.plan(request: req, styleURL: base + "/styles/bright/style.json", style: style, tileJSONs: ["openmaptiles": tj])
         let kinds = Dictionary(grouping: plan.resources, by: \.kind).mapValues(\.count)
         XCTAssertEqual(kinds[.style], 1)
         XCTAssertEqual(kinds[.source], 1)
@@ -151,7 +151,7 @@ final class PlannerTests: XCTestCase {
         let style = try StyleDocument(data: Data(styleJSON.utf8), baseURL: "http://h/style.json")
         let req = RegionRequest(id: "r", source: .style("http://h/style.json"),
                                 bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85), minZoom: 0, maxZoom: 4)
-        let plan = Planner.plan(request: req, styleURL: "http://h/style.json", style: style, tileJSONs: [:])
+        let plan = try Planner.plan(request: req, styleURL: "http://h/style.json", style: style, tileJSONs: [:])
         XCTAssertEqual(plan.tileSets[0].rects.map(\.z), [1, 2, 3])
         XCTAssertEqual(plan.tileCount, 4 + 16 + 64)
     }
@@ -159,7 +159,7 @@ final class PlannerTests: XCTestCase {
     func testTilesRequestUsesTileZooms() {
         let req = RegionRequest(id: "t", source: .tiles(["http://h/{z}/{x}/{y}.png"]),
                                 bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85), minZoom: 0, maxZoom: 3)
-        XCTAssertEqual(Planner.plan(request: req, templates: ["http://h/{z}/{x}/{y}.png"]).tileCount, 85)
+        XCTAssertEqual(try Planner.plan(request: req, templates: ["http://h/{z}/{x}/{y}.png"]).tileCount, 85)
     }
 
     func testInlineSourceZoomsAreCheckedAndKeysAreUnique() throws {
@@ -171,11 +171,11 @@ final class PlannerTests: XCTestCase {
         let big = #"{"version":8,"sources":{"r":{"type":"raster","tileSize":2048,"tiles":["http://h/{z}/{x}/{y}.png"]}},"layers":[]}"#
         let style = try StyleDocument(data: Data(big.utf8), baseURL: "http://h/s.json")
         let req = RegionRequest(id: "r", source: .style("http://h/s.json"), bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 3)
-        XCTAssertEqual(Planner.plan(request: req, styleURL: "http://h/s.json", style: style, tileJSONs: [:]).tileSets[0].rects.map(\.z), [0, 1])
+        XCTAssertEqual(try Planner.plan(request: req, styleURL: "http://h/s.json", style: style, tileJSONs: [:]).tileSets[0].rects.map(\.z), [0, 1])
         // Fontstacks ["A,B"] and ["A", "B"] name the same glyph files: planned once.
         let fonts = #"{"version":8,"sources":{},"glyphs":"http://h/{fontstack}/{range}.pbf","layers":[{"id":"a","type":"symbol","layout":{"text-font":["A,B"]}},{"id":"b","type":"symbol","layout":{"text-font":["A","B"]}}]}"#
         let fstyle = try StyleDocument(data: Data(fonts.utf8), baseURL: "http://h/s.json")
-        let plan = Planner.plan(request: req, styleURL: "http://h/s.json", style: fstyle, tileJSONs: [:])
+        let plan = try Planner.plan(request: req, styleURL: "http://h/s.json", style: fstyle, tileJSONs: [:])
         XCTAssertEqual(plan.resources.filter { $0.kind == .glyphs }.count, 130)
     }
 
@@ -189,7 +189,7 @@ final class PlannerTests: XCTestCase {
         let style = try StyleDocument(data: Data(styleJSON.utf8), baseURL: "http://h/s.json")
         XCTAssertEqual(style.fontstacks, [["A", "B"], ["C"], StyleDocument.defaultFontstack])
         let req = RegionRequest(id: "g", source: .style("http://h/s.json"), bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 0)
-        let plan = Planner.plan(request: req, styleURL: "http://h/s.json", style: style, tileJSONs: [:])
+        let plan = try Planner.plan(request: req, styleURL: "http://h/s.json", style: style, tileJSONs: [:])
         XCTAssertTrue(plan.resources.contains { $0.url == "http://h/A%2cB/0-255.pbf" })
     }
 }

@@ -440,7 +440,7 @@ final class ExportTests: XCTestCase {
             let request = RegionRequest(id: id, source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]), bounds: bounds, minZoom: 0, maxZoom: maxZoom)
             let files = RegionFiles(dir: fx.store + "/regions/" + id)
             try files.create(request: request)
-            let plan = Planner.plan(request: request, templates: ["http://127.0.0.1:9/{z}/{x}/{y}.png"])
+            let plan = try Planner.plan(request: request, templates: ["http://127.0.0.1:9/{z}/{x}/{y}.png"])
             try files.savePlan(plan)
             var batch: [ManifestLine] = []
             var n = 0

@@ -30,6 +30,7 @@ import Foundation
 /// | `/hang/...` | never answers (until the client closes; 120 s cap) |
 /// | `/huge/...` | 200, `hugeBody(PATH)`: 64 MiB |
 /// | `/badgzip/...` | 200 with `Content-Encoding: gzip` and a body that is not gzip |
+/// | `/gzipped/KIB/...` | 200 without Content-Encoding, the body a gzip file of `gzippedBody(PATH, kib: KIB)` (a body that is itself gzip) |
 /// | `/redirectloop/...` | 302 to itself |
 /// | `/redirectfile/...` | 302 to `file:///etc/passwd` |
 /// | `/redirect/REST` | 302 to `/ok/REST` (query kept) |
@@ -63,6 +64,14 @@ final class FaultServer: @unchecked Sendable {
             : ext == "jpg" || ext == "jpeg" ? [0xFF, 0xD8, 0xFF]
             : ext == "webp" ? Array("RIFF".utf8) + [0, 0, 0, 0] + Array("WEBP".utf8) : []
         return Data(sig) + Data("tile \(path)".utf8)
+    }
+
+    /// What the gzip file `/gzipped/KIB/...` holds: `okBody(path)` followed by zero bytes up to
+    /// `kib` KiB (a body that inflates to `kib` KiB from a few bytes per KiB).
+    static func gzippedBody(_ path: String, kib: Int) -> Data {
+        var d = okBody(path)
+        if d.count < kib * 1024 { d.append(Data(count: kib * 1024 - d.count)) }
+        return d
     }
 
     /// The 64 MiB body of `/huge/...`: `okBody(path) + "\n"` repeated, cut at `hugeSize` bytes.
