@@ -534,7 +534,7 @@ extension Daemon {
         }
         let sys = error as? SystemError
         stopDownload(r, commitPending: commitPending)
-        r.error = RegionError(code: .storageError, message: sys?.description ?? "\(error)")
+        r.error = RegionError(code: .storageError, message: r.files.shown(sys?.description ?? "\(error)"))
         if let sys, sys.operation == "quota", let q = store.maxBytes {
             r.error = RegionError(code: .storageError, message: "store quota reached: the next object would take the store past --max-store-bytes \(q) (the store holds \(store.usage?.bytes ?? 0) bytes); free space (delete regions, then gc) or raise the quota, then resume")
         }

@@ -77,6 +77,37 @@ public final class RegionFiles: @unchecked Sendable {
         return d
     }
 
+    /// `message` with the descriptor paths of this folder and of its `refresh/`
+    /// (`/proc/self/fd/<fd>`, which name nothing to a reader) written as `dir` and `refreshDir`.
+    public func shownPaths(_ message: String) -> String {
+        guard message.contains("/proc/self/fd/") else { return message }
+        var text = message
+        handleLock.lock()
+        let mine = handle.map { "/proc/self/fd/\($0.fd)" }
+        handleLock.unlock()
+        if let r = refreshFilesIfMade?.shownBase { text = Self.replacing(r, by: refreshDir, in: text) }
+        if let mine { text = Self.replacing(mine, by: dir, in: text) }
+        return text
+    }
+    /// `base` of the folder now open, nil when none is.
+    private var shownBase: String? {
+        handleLock.lock(); defer { handleLock.unlock() }
+        return handle.map { "/proc/self/fd/\($0.fd)" }
+    }
+    /// `text` with `prefix` replaced by `by` where it is a whole path prefix (followed by `/` or
+    /// the end of a word), so that fd 1 does not match inside fd 12.
+    private static func replacing(_ prefix: String, by: String, in text: String) -> String {
+        var out = ""
+        var rest = Substring(text)
+        while let r = rest.range(of: prefix) {
+            let next = rest[r.upperBound...].first
+            out += rest[..<r.lowerBound]
+            out += (next == nil || next == "/" || next == " " || next == ":") ? by : prefix
+            rest = rest[r.upperBound...]
+        }
+        return out + rest
+    }
+
     /// What a daemon says of a region folder `openFolder` refused: a symlink (or anything but a
     /// folder) at `<store>/regions/<id>`, which TileSpool did not make and never follows.
     public static func refusal(_ id: String, _ error: SystemError) -> String {
@@ -88,7 +119,14 @@ public final class RegionFiles: @unchecked Sendable {
     /// The folder of a refresh under way, `<dir>/refresh` (for messages).
     public var refreshDir: String { dir + "/refresh" }
     /// The files a refresh writes (plan, manifest, journal), in `refreshDir`.
-    public private(set) lazy var refreshFiles = RegionFiles(refreshOf: self)
+    public var refreshFiles: RegionFiles {
+        handleLock.lock(); defer { handleLock.unlock() }
+        if let f = refreshFilesIfMade { return f }
+        let f = RegionFiles(refreshOf: self)
+        refreshFilesIfMade = f
+        return f
+    }
+    private var refreshFilesIfMade: RegionFiles?
     private var refreshInfoPath: String { refreshFiles.base + "/refresh.json" }
     /// Written once the refreshed manifest is complete, before the swap: the swap is then finished
     /// by the next start whatever happens (roll forward).

@@ -214,6 +214,11 @@ extension RegionStorage {
     /// The version of the pack's manifest now (`ManifestSnapshot.version`), nil when it has none.
     public func packVersion() -> String? { (try? manifestSnapshot())?.version }
 
+    /// `message` (an error's text) as people read it: a folder store names its files by
+    /// descriptor (`/proc/self/fd/<fd>/...`), which it writes back as the region's folder
+    /// (`RegionFiles.shown`); others have nothing to change.
+    public func shown(_ message: String) -> String { (self as? RegionFiles)?.shownPaths(message) ?? message }
+
     /// `readManifest` without cutting a partial line (readers beside the daemon).
     public func readManifest(_ body: (ManifestLine) -> Void) { readManifest(cutPartialLine: false, body) }
     /// `readJournal` without cutting a partial line.

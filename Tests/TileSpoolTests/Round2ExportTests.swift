@@ -501,3 +501,22 @@ final class ExportEscapeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(rc, 0, out)
     }
 }
+
+/// Region files are named by descriptor (`/proc/self/fd/<fd>/...`); a message about one shows
+/// the region's folder instead, which is what a reader can look at.
+final class RegionFilesMessageTests: XCTestCase {
+    func testMessagesNameTheRegionFolderNotADescriptor() throws {
+        let root = try TestScratch.folder("regionfiles-msg").path
+        try FileManager.default.createDirectory(atPath: root + "/regions/r1", withIntermediateDirectories: true)
+        let files = RegionFiles(dir: root + "/regions/r1")
+        XCTAssertTrue(files.manifestPath.hasPrefix("/proc/self/fd/"), files.manifestPath)
+        try files.beginRefresh(scope: .all)
+        let refreshManifest = files.refreshFiles.manifestPath
+        XCTAssertTrue(refreshManifest.hasPrefix("/proc/self/fd/"), refreshManifest)
+        let store: any RegionStorage = files
+        XCTAssertEqual(store.shown("write \(files.manifestPath): ENOSPC (No space left on device)"),
+                       "write \(root)/regions/r1/manifest.tsv: ENOSPC (No space left on device)")
+        XCTAssertEqual(store.shown("fdatasync \(refreshManifest): EIO"), "fdatasync \(root)/regions/r1/refresh/manifest.tsv: EIO")
+        XCTAssertEqual(store.shown("open /proc/self/fd/999999/x: ENOENT"), "open /proc/self/fd/999999/x: ENOENT")
+    }
+}
