@@ -103,6 +103,10 @@ public enum PackFormat {
     public static let footerSize = 16
     /// The largest body a record holds (u32 length).
     public static let maxBody = Int(UInt32.max)
+    /// The largest offset of a record an index may give (2^48 bytes, 256 TiB: far beyond any
+    /// pack written, and small enough that offset + header + body never overflows an `Int`).
+    /// An index entry past it is damage (`IndexFormat.plausible`).
+    public static let maxOffset: UInt64 = 1 << 48
 
     /// One object of a pack: where its record starts and its body's length.
     public struct Entry: Sendable, Equatable {
@@ -111,8 +115,13 @@ public enum PackFormat {
         public var offset: UInt64
         public var length: UInt32
         public init(digest: Digest, offset: UInt64, length: UInt32) { self.digest = digest; self.offset = offset; self.length = length }
-        /// Where the body starts and ends in the pack.
-        public var body: Range<Int> { (Int(offset) + PackFormat.headerSize)..<(Int(offset) + PackFormat.headerSize + Int(length)) }
+        /// Where the body starts and ends in the pack. An offset past `PackFormat.maxOffset`
+        /// (never written; index files giving one are refused as damaged) is read as that
+        /// offset, so that no value traps.
+        public var body: Range<Int> {
+            let start = Int(min(offset, PackFormat.maxOffset)) + PackFormat.headerSize
+            return start..<(start + Int(length))
+        }
     }
 
     /// A record's header for a body of `length` bytes named `digest`.
@@ -178,6 +187,14 @@ public enum IndexFormat {
         /// When the pack was written (seconds since 1970).
         public var created: UInt64
         public init(digest: Digest, created: UInt64) { self.digest = digest; self.created = created }
+    }
+
+    /// True when `e` can name a record of a pack: it starts after the pack's magic and no
+    /// further than `PackFormat.maxOffset`, and it names a pack of the table (`packs` of them).
+    /// An index file with any other entry is damaged (a crafted offset of 2^64 - 1 trapped
+    /// `cat` and `export`).
+    public static func plausible(_ e: Entry, packs: Int) -> Bool {
+        e.offset >= UInt64(PackFormat.magic.count) && e.offset <= PackFormat.maxOffset && Int(e.pack) < packs
     }
 
     /// Where the entries start, for `packs` packs.

@@ -172,7 +172,7 @@ final class IndexFile: @unchecked Sendable {
                     if let p = previous, e.digest < p { ordered = false }
                     previous = e.digest
                     if (i + k) % IndexFile.sampleEvery == 0 { samples.append((e.digest.a, e.digest.b)) }
-                    if Int(e.pack) < packs.count { each(e, packs[Int(e.pack)]) } else { ordered = false }
+                    if IndexFormat.plausible(e, packs: packs.count) { each(e, packs[Int(e.pack)]) } else { ordered = false }
                 }
             }
             i += n

@@ -171,6 +171,35 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try readerVerify(), "")
     }
 
+    /// An index file whose entries give offsets no pack can have (2^64 - 1, crafted, with a
+    /// valid trailer and name) trapped `cat` and `export`. It is damage now: refused when read,
+    /// so the pack it listed is indexed again and every object is found where it is.
+    func testAnIndexEntryWithAnImpossibleOffsetIsDamageNotATrap() throws {
+        let store = try open()
+        let bs = bodies(6, "idx")
+        for b in bs { try store.put(b) }
+        try store.sync()
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir + "/index")
+        XCTAssertEqual(names.count, 1)
+        var raw = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/index/" + names[0])))
+        let packs = Int(raw[IndexFormat.packTableOffset]) | Int(raw[IndexFormat.packTableOffset + 1]) << 8
+        let first = IndexFormat.entriesOffset(packs: packs)
+        let count = (raw.count - 32 - first) / IndexFormat.entrySize
+        XCTAssertEqual(count, 6)
+        for i in 0..<count { for k in 0..<8 { raw[first + i * IndexFormat.entrySize + 36 + k] = 0xFF } }
+        let body = Array(raw[0..<(raw.count - 32)])
+        let hex = Array(sha256Hex(Data(body)).utf8)
+        let trailer = stride(from: 0, to: 64, by: 2).map { UInt8(String(decoding: hex[$0..<($0 + 2)], as: UTF8.self), radix: 16)! }
+        raw = body + trailer
+        try FileManager.default.removeItem(atPath: dir + "/index/" + names[0])
+        try Data(raw).write(to: URL(fileURLWithPath: dir + "/index/" + sha256Hex(Data(body)) + ".idx"))
+        let again = try open()
+        again.recoverLeftovers() // the pack no valid index lists is indexed again
+        for b in bs { XCTAssertEqual(try again.read(sha256Hex(b), limit: 1 << 20), b) }
+        let (rc, out) = try runTool(SpoolFixture.binary, ["cat", sha256Hex(bs[0]), "--store", dir])
+        XCTAssertEqual(rc, 0, out)
+    }
+
     /// Objects of an earlier version (loose, `objects/ab/<sha>`) are read as they are, and gc
     /// moves the referenced ones into packs.
     func testLooseObjectsAreReadAndGCPacksThem() throws {
