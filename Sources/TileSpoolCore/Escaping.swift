@@ -67,8 +67,9 @@ public enum TSV {
 /// Text for a terminal: what `tilespool status`, `plan` and the other commands print comes in part
 /// from servers (error messages, Content-Types, style source names): C0 control characters
 /// (U+0000-U+001F but the newline and tab the command itself prints), DEL and the C1 range
-/// (U+0080-U+009F) are written as `\u{1B}` and the like, so no answer can move the cursor,
-/// clear the screen or set the window title.
+/// (U+0080-U+009F) and the bidirectional and separator characters of `isInvisibleControl` are
+/// written as `\u{1B}` and the like, so no answer can move the cursor, clear the screen, set the
+/// window title or show its text in another order.
 public enum TerminalText {
     /// `s` with every control character but `\n` and `\t` written as `\u{XX}`.
     public static func safe(_ s: String) -> String {
@@ -81,6 +82,19 @@ public enum TerminalText {
     }
 
     static func isControl(_ u: Unicode.Scalar) -> Bool {
-        (u.value < 0x20 && u != "\n" && u != "\t") || u.value == 0x7F || (0x80...0x9F).contains(u.value)
+        (u.value < 0x20 && u != "\n" && u != "\t") || u.value == 0x7F || isInvisibleControl(u)
+    }
+
+    /// True for the characters above U+007F that change how a terminal or viewer shows the text
+    /// around them rather than showing themselves: the C1 controls (U+0080-U+009F), the
+    /// bidirectional formatting characters that can make text read in another order than it is
+    /// (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069: Unicode Standard Annex #9; the
+    /// "Trojan Source" attack, CVE-2021-42574), and the line and paragraph separators U+2028,
+    /// U+2029. `safe` and the log's logfmt (`LogFmt.value`) write them as escapes.
+    public static func isInvisibleControl(_ u: Unicode.Scalar) -> Bool {
+        switch u.value {
+        case 0x80...0x9F, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069, 0x2028, 0x2029: return true
+        default: return false
+        }
     }
 }

@@ -139,7 +139,9 @@ public enum LogFmt {
 
     /// `s` as a logfmt value (bare or quoted).
     public static func value(_ s: String) -> String {
-        let needsQuotes = s.isEmpty || s.unicodeScalars.contains { $0 == " " || $0 == "\"" || $0 == "=" || $0 == "\\" || $0.value < 0x20 || $0.value == 0x7F }
+        let needsQuotes = s.isEmpty || s.unicodeScalars.contains {
+            $0 == " " || $0 == "\"" || $0 == "=" || $0 == "\\" || $0.value < 0x20 || $0.value == 0x7F || TerminalText.isInvisibleControl($0)
+        }
         guard needsQuotes else { return s }
         var out = "\""
         for u in s.unicodeScalars {
@@ -150,7 +152,11 @@ public enum LogFmt {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             default:
-                if u.value < 0x20 || u.value == 0x7F { out += String(format: "\\u%04x", u.value) } else { out.unicodeScalars.append(u) }
+                if u.value < 0x20 || u.value == 0x7F || TerminalText.isInvisibleControl(u) {
+                    out += String(format: "\\u%04x", u.value)
+                } else {
+                    out.unicodeScalars.append(u)
+                }
             }
         }
         return out + "\""

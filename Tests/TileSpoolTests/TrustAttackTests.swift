@@ -48,6 +48,11 @@ final class TrustAttackTests: FaultServerSpoolTestCase {
     /// and a body echoing the URL asked shows its key redacted.
     func testServerTextReachesTheTerminalEscapedAndRedacted() throws {
         XCTAssertEqual(TerminalText.safe("a\u{1B}]0;PWN\u{07}b\nc\td\u{9B}"), "a\\u{1B}]0;PWN\\u{7}b\nc\td\\u{9B}")
+        // Attack round 3: bidirectional overrides (a Content-Type reversing the text after it)
+        // and line separators, in the terminal and in the log.
+        XCTAssertEqual(TerminalText.safe("text/\u{202E}gnp\u{2066}x\u{2028}y\u{200F}é"), "text/\\u{202E}gnp\\u{2066}x\\u{2028}y\\u{200F}é")
+        XCTAssertEqual(LogFmt.value("a\u{202E}b\u{9B}c"), "\"a\\u202eb\\u009bc\"")
+        XCTAssertEqual(LogFmt.value("é"), "é")
         try fx.start(["--max-retries", "0"])
         try fx.drop("txt.json", server.tilesRequest(["/text/t/{z}/{x}/{y}.png?key=REFLECTED"], id: "txt"))
         try fx.waitForState("txt", "failed")
