@@ -46,6 +46,25 @@ public enum ConditionalRequest {
         return u.dropFirst().dropLast().allSatisfy { $0 == 0x21 || ($0 >= 0x23 && $0 <= 0x7E) }
     }
 
+    /// The HTTP date `text` in seconds since 1970, given `parsed`, what a lenient parser
+    /// (libcurl's `curl_getdate`) made of it: nil when the parser failed (negative), when the date
+    /// is outside 1970-9999 (`imfFixdate`), or when `text` names another year than the one
+    /// parsed. Every token of `text` (split at spaces and commas) of three or more digits, signed
+    /// or not, is a year and must be the parsed year as written: `Mon, 01 Jan 0001 00:00:00 GMT`
+    /// (Go's zero time, which servers send) was read as 2001, `Fri, 31 Dec -9999 ...` as 9999;
+    /// both are invalid dates, so absent (RFC 9110 section 5.6.7: a recipient ignores a date it
+    /// cannot parse). The two-digit year of the obsolete RFC 850 form is left to the parser.
+    public static func checkedHTTPDate(_ text: String, parsed: Int64) -> Int64? {
+        guard parsed >= 0, let fixdate = imfFixdate(parsed) else { return nil }
+        let year = fixdate.split(separator: " ")[3]
+        for token in text.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "\t" }) {
+            let digits = token.drop(while: { $0 == "+" || $0 == "-" })
+            guard digits.count >= 3, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { continue }
+            if token != year { return nil }
+        }
+        return parsed
+    }
+
     /// `secondsSince1970` (UTC) as an IMF-fixdate, the preferred HTTP date format (RFC 9110
     /// section 5.6.7), e.g. 784111777 -> `Sun, 06 Nov 1994 08:49:37 GMT`. Nil outside
     /// 1970-01-01 ... 9999-12-31 (the format has four year digits; HTTP dates before 1970 are

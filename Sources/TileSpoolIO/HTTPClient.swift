@@ -447,10 +447,11 @@ extension HTTPClient {
     }
 
     /// An HTTP date (RFC 9110 section 5.6.7) in seconds since 1970, or -1 when invalid
-    /// (`curl_getdate`); the last one is remembered.
+    /// (`curl_getdate`, then `ConditionalRequest.checkedHTTPDate`: a year it misread, such as
+    /// 0001 read as 2001, is invalid); the last one is remembered.
     private func httpDate(_ text: String) -> Int {
         if text == lastDate.text { return lastDate.value }
-        let v = Int(curl_getdate(text, nil))
+        let v = ConditionalRequest.checkedHTTPDate(text, parsed: Int64(curl_getdate(text, nil))).map { Int($0) } ?? -1
         lastDate = (text, v)
         return v
     }

@@ -157,6 +157,26 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(sent("/reply/good/0/0/0.pbf"), ["", "INM=W/\"v1\""])
     }
 
+    /// Attack round 3: a Last-Modified whose year libcurl misreads (Go's zero time, year 0001,
+    /// read as 2001; year -9999 read as 9999) is no date at all: not kept, so a refresh asks
+    /// unconditionally instead of `If-Modified-Since` a wrong date (9999: a permanent 304). The
+    /// three RFC 9110 date forms are still read.
+    func testAMisreadYearIsNoDate() throws {
+        try server.registerReply("y1", headers: [("Last-Modified", "Mon, 01 Jan 0001 00:00:00 GMT")], body: "tile y1")
+        try server.registerReply("ym", headers: [("Last-Modified", "Fri, 31 Dec -9999 23:59:59 GMT")], body: "tile ym")
+        try server.registerReply("ok", headers: [("Last-Modified", "Sun, 06 Nov 1994 08:49:37 GMT")], body: "tile ok")
+        try server.registerReply("asc", headers: [("Last-Modified", "Sun Nov  6 08:49:37 1994")], body: "tile asc")
+        try fx.start()
+        try fx.drop("yr.json", server.tilesRequest(["/reply/y1/{z}/{x}/{y}.pbf", "/reply/ym/{z}/{x}/{y}.pbf",
+                                                    "/reply/ok/{z}/{x}/{y}.pbf", "/reply/asc/{z}/{x}/{y}.pbf"], id: "yr"))
+        try fx.waitForState("yr", "completed")
+        let lines = columns("yr")
+        XCTAssertEqual(lines["tiles0/0/0/0"]?[6], "-")
+        XCTAssertEqual(lines["tiles1/0/0/0"]?[6], "-")
+        XCTAssertEqual(lines["tiles2/0/0/0"]?[6], "784111777")
+        XCTAssertEqual(lines["tiles3/0/0/0"]?[6], "784111777")
+    }
+
     // MARK: Finding 14: response headers libcurl refuses are a bad response
 
     /// A 200 KB response header (libcurl accepts 100 KB) gave libcurl's "Out of memory", taken for
@@ -365,6 +385,18 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
 /// `Expires` gives an expiry, none traps.
 final class ServerNumberTests: XCTestCase {
     let cap = CacheLifetime.maximumDeltaSeconds
+
+    /// What libcurl's lenient parser made of a date is kept only when the year it names is the
+    /// year parsed (the values are curl_getdate's, measured).
+    func testHTTPDatesWhoseYearWasMisreadAreInvalid() {
+        XCTAssertNil(ConditionalRequest.checkedHTTPDate("Mon, 01 Jan 0001 00:00:00 GMT", parsed: 978_307_200))
+        XCTAssertNil(ConditionalRequest.checkedHTTPDate("Fri, 31 Dec -9999 23:59:59 GMT", parsed: 253_402_300_799))
+        XCTAssertNil(ConditionalRequest.checkedHTTPDate("garbage", parsed: -1))
+        XCTAssertEqual(ConditionalRequest.checkedHTTPDate("Sun, 06 Nov 1994 08:49:37 GMT", parsed: 784_111_777), 784_111_777)
+        XCTAssertEqual(ConditionalRequest.checkedHTTPDate("Sunday, 06-Nov-94 08:49:37 GMT", parsed: 784_111_777), 784_111_777)
+        XCTAssertEqual(ConditionalRequest.checkedHTTPDate("Sun Nov  6 08:49:37 1994", parsed: 784_111_777), 784_111_777)
+        XCTAssertEqual(ConditionalRequest.checkedHTTPDate("Fri, 31 Dec 9999 23:59:59 GMT", parsed: 253_402_300_799), 253_402_300_799)
+    }
 
     func testDeltaSecondsAreClampedTo2To31() {
         XCTAssertEqual(cap, 2_147_483_648)
