@@ -59,7 +59,10 @@ public enum MapLibreRegionDefinition {
             return z
         }
         guard let minZoom = try zoom("min_zoom") else { throw bad("min_zoom: missing; give the lowest zoom, e.g. 0") }
-        let lo = Int(floor(min(minZoom, Double(RequestValidator.maxZoomLevel))))
+        guard minZoom <= Double(RequestValidator.maxZoomLevel) else {
+            throw bad("min_zoom (\(minZoom)) must be at most \(RequestValidator.maxZoomLevel), the highest zoom downloaded")
+        }
+        let lo = Int(floor(minZoom))
         let hi: Int
         if let maxZoom = try zoom("max_zoom") {
             guard maxZoom >= minZoom else { throw bad("max_zoom (\(maxZoom)) is less than min_zoom (\(minZoom))") }

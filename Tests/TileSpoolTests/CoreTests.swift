@@ -531,6 +531,8 @@ final class ImportAndLimitTests: XCTestCase {
         XCTAssertEqual(f.maxTiles, 5000)
         let unbounded = try request(["style_url": style, "bounds": [37.2, -122.8, 38.1, -121.7], "min_zoom": 0, "pixel_ratio": 1, "maxTiles": 100])
         XCTAssertEqual(unbounded.maxZoom, 24, "no max_zoom: each source's highest zoom, bounded by maxTiles")
+        let high = try request(["style_url": style, "bounds": [37.2, -122.8, 38.1, -121.7], "min_zoom": 3, "max_zoom": 25.5, "pixel_ratio": 1])
+        XCTAssertEqual([high.minZoom, high.maxZoom], [3, 24], "a max_zoom above 24 loads what MapLibre would, up to 24")
         let shape = try request(["style_url": style, "min_zoom": 1, "max_zoom": 2, "pixel_ratio": 1,
                                  "geometry": ["type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 0]]]]])
         XCTAssertNotNil(shape.shape)
@@ -548,6 +550,9 @@ final class ImportAndLimitTests: XCTestCase {
             (["style_url": style, "style": style, "bounds": b, "min_zoom": 0, "max_zoom": 3], "style: this request is a MapLibre"),
             (["style_url": style, "bounds": b, "minZoom": 0, "max_zoom": 3], "minZoom: this request is a MapLibre"),
             (["style_url": style, "bounds": b, "min_zoom": -1, "max_zoom": 3], "min_zoom: must be a number"),
+            // Attack round 3: a min_zoom above 24 was read as 24 (1e300 became a z24 region).
+            (["style_url": style, "bounds": b, "min_zoom": 1e300, "max_zoom": 1e300], "min_zoom (1e+300) must be at most 24"),
+            (["style_url": style, "bounds": b, "min_zoom": 30, "max_zoom": 31], "min_zoom (30.0) must be at most 24"),
             (["style_url": style, "bounds": b, "min_zoom": 0, "max_zoom": 3, "include_ideographs": 1], "include_ideographs: must be true or false"),
             (["style_url": "mapbox://styles/mapbox/streets-v11", "bounds": b, "min_zoom": 0, "max_zoom": 3], "'mapbox'"),
             (["style_url": style, "bounds": [38.1, -122.8, 37.2, -121.7], "min_zoom": 0, "max_zoom": 3], "south (38.1) must be less than north"),
