@@ -320,13 +320,30 @@ public enum RequestValidator {
         var authority = url[start...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
         var host = authority
+        var port: Substring?
         let literal = host.hasPrefix("[")
         if literal {
             // [IPv6] or [IPv6%25zone], then an optional port.
             guard let close = host.firstIndex(of: "]") else { return unusableHost(host) }
+            let after = host[host.index(after: close)...]
+            if !after.isEmpty {
+                guard after.first == ":" else { return unusableHost(authority) }
+                port = after.dropFirst()
+            }
             host = host[host.index(after: host.startIndex)..<close]
+            // The address itself (before a zone): hex digits, ':' and '.' (an IPv4 tail) only, so
+            // that a name inside the brackets ([::ffff:tile.openstreetmap.org]) is not passed on.
+            let address = host.prefix { $0 != "%" }
+            guard !address.isEmpty, address.unicodeScalars.allSatisfy({ $0.properties.isASCIIHexDigit || $0 == ":" || $0 == "." }) else {
+                return unusableHost(host)
+            }
         } else if let colon = host.lastIndex(of: ":") {
+            port = host[host.index(after: colon)...]
             host = host[..<colon]
+        }
+        // A port is empty (the scheme's) or a number from 0 to 65535 (RFC 3986 section 3.2.3).
+        if let port, !port.isEmpty, !(port.count <= 5 && port.allSatisfy({ $0.isASCII && $0.isNumber }) && Int(port)! <= 65535) {
+            return "has the port '\(TerminalText.safe(String(port)))', which cannot be used: a port is a number from 0 to 65535"
         }
         if host.isEmpty { return nil }
         let allowed: (Unicode.Scalar) -> Bool = { c in

@@ -454,6 +454,14 @@ final class UsableHostTests: XCTestCase {
             XCTAssertTrue(p?.hasPrefix("has the host '") ?? false, "\(bad): \(p ?? "accepted")")
         }
         XCTAssertEqual(RequestValidator.urlProblem("ftp://ｔ/x"), "uses the scheme 'ftp'; only http and https are allowed")
+        // Attack round 3: plan accepted what libcurl then refused ("URL using bad/illegal format").
+        for good in ["http://[::ffff:127.0.0.1]:80/x", "http://h:/x", "http://h:65535/x"] { XCTAssertNil(RequestValidator.urlProblem(good), good) }
+        for bad in ["http://[::ffff:tile.openstreetmap.org]/x", "http://[::1]x/y"] {
+            XCTAssertTrue(RequestValidator.urlProblem(bad)?.hasPrefix("has the host '") ?? false, bad)
+        }
+        for bad in ["http://h:99999999999999999999/x", "http://h:65536/x", "http://h:8o/x", "http://[::1]:-1/x"] {
+            XCTAssertTrue(RequestValidator.urlProblem(bad)?.hasPrefix("has the port '") ?? false, "\(bad): \(RequestValidator.urlProblem(bad) ?? "accepted")")
+        }
     }
 }
 
