@@ -688,6 +688,8 @@ def run_tilespool_tiles(run_dir, base, bounds, minz, maxz, expect, args=(), time
     d = Daemon(spool, store, args, binary=binary, env=env)
     try:
         req = {"tiles": [base + "/{z}/{x}/{y}.png"], "bounds": bounds, "minZoom": minz, "maxZoom": maxz}
+        if base.endswith("/empty"):
+            req["allowEmpty"] = True  # every tile a 204 on purpose (a region of only empty tiles fails otherwise)
         os.sync()
         srv0 = server_counters() if server_counters else {}
         snap0 = cpu_snapshot()
@@ -866,13 +868,13 @@ def phase_real(out, nginx, results):
         m = read_manifest(store, "real")
         if m["lines"] != expect:
             raise BenchError("real: manifest has %d lines, plan %d" % (m["lines"], expect))
-        files, size = count_files(os.path.join(store, "objects"))
+        files, size = count_files(os.path.join(store, "packs"))  # pack files (objects are packed)
         r = {"wall": t1 - t0, "cpu": (u1 - u0) + (s1 - s0), "rss_kb": hwm, "manifest": m,
              "object_files": files, "object_bytes": size, "requests": len(entries),
              "last_served": stamps[-1] - e0 if stamps else None}
         r["resources_s"] = m["lines"] / r["wall"]
         runs.append(r)
-        log("real run %d: wall %.2f s, %d resources (%.0f/s), %d objects on disk (%.1f MB), manifest bytes %.1f MB, missing %d; "
+        log("real run %d: wall %.2f s, %d resources (%.0f/s), %d pack files (%.1f MB), manifest bytes %.1f MB, missing %d; "
             "nginx: %d requests, the last served %.3f s after the drop" % (
             i + 1, r["wall"], m["lines"], r["resources_s"], files, size / 1e6, m["bytes"] / 1e6, m["missing"],
             len(entries), r["last_served"] or -1))
@@ -1337,7 +1339,8 @@ def latency_summary(lat, states):
 
 
 def phase_pickup(out, nginx, results):
-    req = {"tiles": [nginx.base + "/empty/{z}/{x}/{y}.png"], "bounds": PICKUP_BOUNDS, "minZoom": 14, "maxZoom": 14}
+    req = {"tiles": [nginx.base + "/empty/{z}/{x}/{y}.png"], "bounds": PICKUP_BOUNDS, "minZoom": 14, "maxZoom": 14,
+           "allowEmpty": True}
     # An idle daemon (apart from the one-tile regions it is given).
     spool = os.path.join(out, "pickup", "spool")
     d = Daemon(spool, os.path.join(out, "pickup", "store"), tilespool_args())
@@ -1353,7 +1356,7 @@ def phase_pickup(out, nginx, results):
     spool = os.path.join(out, "pickup-busy", "spool")
     d = Daemon(spool, os.path.join(out, "pickup-busy", "store"), tilespool_args() + ["--max-tiles", "2000000"])
     try:
-        big = {"tiles": [nginx.base + "/empty/{z}/{x}/{y}.png"], "bounds": SCALE_BOUNDS, "minZoom": SCALE_MINZ,
+        big = {"tiles": [nginx.base + "/empty/{z}/{x}/{y}.png"], "bounds": SCALE_BOUNDS, "minZoom": SCALE_MINZ, "allowEmpty": True,
                "maxZoom": SCALE_MAXZ - 1}
         os.sync()
         drop(spool, "busy", big)
