@@ -307,6 +307,17 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41] + Array("K/EY1234".utf8)), secrets: s), "0x0041 REDACTED")
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41, 0x42])), "0x004142")
     }
+
+    /// Round 3, finding 4: a header secret with upper-case letters echoed in a text
+    /// Content-Type is replaced in the "the body is text (...)" part too (the media type used
+    /// to be lower-cased before the secrets were searched for, which hid them).
+    func testSecretEchoedInATextContentTypeIsReplacedInEveryPart() throws {
+        let s = Redaction.Secrets(headers: [("X-Api-Key", "SeCrEtToKeN42")], urls: [])
+        let why = try XCTUnwrap(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "text/SeCrEtToKeN42; q=SeCrEtToKeN42",
+                                                 body: Data("x".utf8), secrets: s))
+        XCTAssertFalse(why.lowercased().contains("secrettoken42"), why)
+        XCTAssertTrue(why.hasPrefix("the body is text (text/REDACTED), not a tile"), why)
+    }
 }
 
 /// The pure encodings the exports use (issue 8): PMTiles ids, directories and header, MapLibre's
@@ -462,7 +473,7 @@ final class RealWorldCoreTests: XCTestCase {
         XCTAssertNil(TileBody.expectedFormat(url: "http://h/a.png/3"))
         XCTAssertNil(TileBody.expectedFormat(url: ""))
         XCTAssertEqual(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: " TEXT/Plain ; charset=utf-8", body: Data("x".utf8))?
-            .hasPrefix("the body is text (text/plain), not a tile"), true)
+            .hasPrefix("the body is text (TEXT/Plain), not a tile"), true, "quoted as sent")
         XCTAssertEqual(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "Application/XHTML+XML", body: Data("x".utf8))?
             .hasPrefix("the body is an HTML page"), true)
         XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "textual/x", body: Data("x".utf8)))

@@ -244,6 +244,23 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(leaked(readable("loc"), ["TOKH90SECRETA", custom, queryKey]), [])
     }
 
+    /// Round 3, finding 4: a server that echoes a header value with upper-case letters as a
+    /// text Content-Type (`text/TOKQQ1SECRETC`): the "the body is text (...)" part of the
+    /// message used to lower-case the media type before the secrets were searched for, and
+    /// showed `text/tokqq1secretc`. It is quoted as sent, with the secret replaced.
+    func testSecretEchoedInATextContentTypeIsReplacedInTheMediaTypePart() throws {
+        try server.registerReply("echoct", headers: [("Content-Type", "text/__HEADER:X-Custom__")], body: "plain text")
+        var request = server.tilesRequest(["/reply/echoct/{z}/{x}/{y}.pbf"], id: "ect")
+        request["headers"] = ["X-Custom": custom]
+        try fx.start(["--max-retries", "0"])
+        try fx.drop("ect.json", request)
+        try fx.waitForState("ect", "failed", timeout: 30)
+        XCTAssertEqual(server.requests().first { $0.path.hasPrefix("/reply/echoct") }?.headers["X-Custom"], custom)
+        let m = fx.errorMessage("ect") ?? ""
+        XCTAssertTrue(m.contains("the body is text (text/REDACTED), not a tile"), m)
+        XCTAssertEqual(leaked(readable("ect").lowercased(), [custom.lowercased()]), [])
+    }
+
     /// `tilespool plan` quotes what a server sent as the daemon does: a redirect of the style
     /// to a host under a tile usage policy, whose Location carries the request's header value
     /// and query key, is printed with both replaced.
