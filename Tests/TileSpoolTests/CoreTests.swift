@@ -308,6 +308,20 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41, 0x42])), "0x004142")
     }
 
+    /// Round 3, finding 5: percent-encodings are found whatever the case of their hex digits
+    /// (RFC 3986 section 2.1), mixed case included; other letters keep their case.
+    func testRequestSecretsArePercentEncodingCaseInsensitiveInHex() {
+        let s = Redaction.Secrets(headers: [("X-Token", "SECRET/TOKEN+123=abc")], urls: [])
+        XCTAssertEqual(Redaction.redactEmbedded("a SECRET%2fTOKEN%2b123%3dabc b", secrets: s), "a REDACTED b")
+        XCTAssertEqual(Redaction.redactEmbedded("a SECRET%2FTOKEN%2b123%3Dabc b", secrets: s), "a REDACTED b")
+        XCTAssertEqual(Redaction.redactEmbedded("a SECRET%2fTOKEN%2b123%3dABC b", secrets: s), "a SECRET%2fTOKEN%2b123%3dABC b",
+                       "only hex digits of an encoding are case-insensitive")
+        XCTAssertEqual(TileBody.preview(Data("x SECRET%2fTOKEN%2b123%3dabc".utf8), secrets: s), "'x REDACTED'")
+        let v = Redaction.Secrets(values: ["SESSION/TOKEN+12=34"])
+        XCTAssertEqual(v.replaced(in: "token SESSION%2ftoken%2b12%3d34"), "token SESSION%2ftoken%2b12%3d34")
+        XCTAssertEqual(v.replaced(in: "token SESSION%2fTOKEN%2b12%3d34"), "token REDACTED")
+    }
+
     /// Round 3, finding 4: a header secret with upper-case letters echoed in a text
     /// Content-Type is replaced in the "the body is text (...)" part too (the media type used
     /// to be lower-cased before the secrets were searched for, which hid them).

@@ -261,6 +261,28 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(leaked(readable("ect").lowercased(), [custom.lowercased()]), [])
     }
 
+    /// Round 3, finding 5: a secret with `/`, `+` and `=` that the server echoes
+    /// percent-encoded with lower-case hex digits (`%2f`, RFC 3986 section 2.1 makes them the
+    /// same as `%2F`), in a body and in a Location: replaced like the upper-case form.
+    func testSecretsEchoedPercentEncodedInLowerCaseHexAreRedacted() throws {
+        let secret = "SECRET/TOKEN+123=abc", echoed = "SECRET%2fTOKEN%2b123%3dabc"
+        try server.registerReply("lhbody", headers: [("Content-Type", "text/plain")], body: "bad token \(echoed) here")
+        try server.registerReply("lhloc", status: 302, headers: [("Location", "https://tile.openstreetmap.org/x.png?q=\(echoed)")])
+        var request = server.tilesRequest(["/reply/lhbody/{z}/{x}/{y}.pbf"], id: "lhb")
+        request["headers"] = ["X-Custom": secret]
+        try fx.start(["--max-retries", "0"])
+        try fx.drop("lhb.json", request)
+        try fx.waitForState("lhb", "failed", timeout: 30)
+        XCTAssertTrue((fx.errorMessage("lhb") ?? "").contains("starting 'bad token REDACTED here'"), fx.errorMessage("lhb") ?? "")
+        request = server.tilesRequest(["/reply/lhloc/{z}/{x}/{y}.pbf"], id: "lhl")
+        request["headers"] = ["X-Custom": secret]
+        try fx.drop("lhl.json", request)
+        try fx.waitForState("lhl", "failed", timeout: 30)
+        let m = fx.errorMessage("lhl") ?? ""
+        XCTAssertTrue(m.hasPrefix("redirect to https://tile.openstreetmap.org/x.png?q=REDACTED: "), m)
+        XCTAssertEqual(leaked((readable("lhb") + readable("lhl")).lowercased(), [echoed.lowercased(), "secret/token"]), [])
+    }
+
     /// `tilespool plan` quotes what a server sent as the daemon does: a redirect of the style
     /// to a host under a tile usage policy, whose Location carries the request's header value
     /// and query key, is printed with both replaced.
@@ -375,6 +397,20 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
             XCTAssertEqual(text, "S3 403 InvalidToken REDACTED: The provided token REDACTED is malformed (secret REDACTED, key REDACTED)")
         }
         XCTAssertEqual(server.requests().last?.headers["x-amz-security-token"], "SESSIONTOKEN123456", "sent as it is")
+    }
+
+    /// Round 3, finding 5: a session token with `/`, `+` and `=` that the store echoes
+    /// percent-encoded with lower-case hex digits is replaced too.
+    func testS3ErrorMessagesAreRedactedWhenEchoedInLowerCaseHex() throws {
+        try server.registerReply("s3lh", status: 403, headers: [("Content-Type", "application/xml")], body: """
+            <?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidToken</Code>\
+            <Message>The provided token SESSION%2fTOKEN%2b12%3d34 is malformed</Message></Error>
+            """)
+        let config = S3Config(endpoint: server.baseURL, bucket: "reply", prefix: "s3lh", accessKeyID: "AKIDTEST7890",
+                              secretAccessKey: "SECRETKEY4567890", sessionToken: "SESSION/TOKEN+12=34", pathStyle: true)
+        XCTAssertThrowsError(try S3Client(config: config).put("objects/x", Data("x".utf8))) { error in
+            XCTAssertEqual("\(error)", "S3 403 InvalidToken: The provided token REDACTED is malformed")
+        }
     }
 }
 
