@@ -337,7 +337,8 @@ extension Daemon {
                 return
             }
             d.attempts.removeValue(forKey: item)
-            let line = Refresh.revalidated(prev, url: url, response: res.freshness)
+            var line = Refresh.revalidated(prev, url: url, response: res.freshness)
+            if let etag = line.freshness.etag, quotesSecret(etag, r) { line.freshness.etag = nil }
             if case .index = item {
                 addPending(d, item, line)
                 return
@@ -380,8 +381,10 @@ extension Daemon {
         if !empty && !missing {
             do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
         }
+        var freshness = res.freshness
+        if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
         let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url,
-                                freshness: res.freshness)
+                                freshness: freshness)
         if case .index = item {
             addPending(d, item, line)
             return
@@ -466,6 +469,15 @@ extension Daemon {
     /// wherever they appear, credentials in URL form redacted (`Redaction.redactEmbedded`).
     func quoted(_ text: String, _ r: Region, url: String) -> String {
         Redaction.redactEmbedded(text, secrets: r.request.secrets.adding(url: url))
+    }
+
+    /// True when `text` (an ETag the server sent) quotes one of the request's secrets
+    /// (`Region.secrets`, in any of their forms) or carries a credential in URL form
+    /// (`Redaction.redactEmbedded` would change it): such an ETag is not kept, since the manifest
+    /// would show it, and the resource is recorded as having none. Cheap when there are no
+    /// secrets (the usual case) and the ETag has no `=` or `@`.
+    func quotesSecret(_ text: String, _ r: Region) -> Bool {
+        Redaction.redactEmbedded(text, secrets: r.secrets) != text
     }
 
     /// `e` with its message `quoted`.

@@ -157,6 +157,36 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(sent("/reply/good/0/0/0.pbf"), ["", "INM=W/\"v1\""])
     }
 
+    /// Round 3, finding 6: a server that echoes a request header's value as its ETag
+    /// (`ETag: "TOKQQ1SECRETC"`) had it written to manifest.tsv's etag column. Such an ETag is
+    /// not kept: the line has `-`, and a refresh asks with `If-Modified-Since` when there is a
+    /// `Last-Modified`, else unconditionally.
+    func testAnETagQuotingARequestSecretIsNotKept() throws {
+        try server.registerReply("etsec", headers: [("ETag", "\"__HEADER:X-Custom__\""), ("Last-Modified", "Wed, 01 Jan 2025 00:00:00 GMT")],
+                                 body: "tile etsec")
+        try server.registerReply("etsec2", headers: [("ETag", "W/\"v-__HEADER:X-Custom__\"")], body: "tile etsec2")
+        var request = server.tilesRequest(["/reply/etsec/{z}/{x}/{y}.pbf", "/reply/etsec2/{z}/{x}/{y}.pbf"], id: "ets")
+        request["headers"] = ["X-Custom": custom]
+        try fx.start()
+        try fx.drop("ets.json", request)
+        try fx.waitForState("ets", "completed")
+        let lines = columns("ets")
+        XCTAssertEqual(lines["tiles0/0/0/0"]?[5], "-")
+        XCTAssertEqual(lines["tiles0/0/0/0"]?[6], "1735689600", "Last-Modified kept")
+        XCTAssertEqual(lines["tiles1/0/0/0"]?[5], "-")
+        XCTAssertEqual(leaked(readable("ets"), [custom]), [])
+        let (rc, out) = try fx.cli(["refresh", "ets", "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        func sent(_ path: String) -> [String] {
+            server.requests().filter { $0.path == path }.map { r in
+                [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }.joined(separator: " ")
+            }
+        }
+        XCTAssertEqual(sent("/reply/etsec/0/0/0.pbf"), ["", "IMS=Wed, 01 Jan 2025 00:00:00 GMT"])
+        XCTAssertEqual(sent("/reply/etsec2/0/0/0.pbf"), ["", ""])
+        XCTAssertEqual(leaked(readable("ets"), [custom]), [])
+    }
+
     // MARK: Finding 14: response headers libcurl refuses are a bad response
 
     /// A 200 KB response header (libcurl accepts 100 KB) gave libcurl's "Out of memory", taken for
