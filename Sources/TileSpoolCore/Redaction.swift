@@ -152,6 +152,15 @@ public enum Redaction {
         return out
     }
 
+    /// `url` as shown to people (a message, an event, a log line, the manifest, `failed.tsv`):
+    /// every one of `secrets` replaced by `REDACTED` wherever it appears (`Secrets.replaced(in:)`:
+    /// a URL taken from a style or TileJSON may carry a request header's value or a key in its
+    /// path as well as in its query), then `redact(_:)`. With no secrets (the usual case) this is
+    /// `redact(_:)`.
+    public static func redact(_ url: String, secrets: Secrets) -> String {
+        redact(secrets.replaced(in: url))
+    }
+
     /// `name=value` pairs separated by `&` or `;` (HTML 4's alternative, which some servers
     /// take; also `?`, for a fragment such as `#x?token=T`), with the value of each secret one
     /// (`isSecret(name:value:)`) replaced by `REDACTED`.

@@ -308,6 +308,17 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41, 0x42])), "0x004142")
     }
 
+    /// Round 3, finding 3: a URL shown (`redact(_:secrets:)`) has the request's secrets replaced
+    /// in its path and under any parameter name, then its URL credentials redacted; with no
+    /// secrets it is `redact(_:)`.
+    func testURLsShownHaveTheRequestsSecretsReplaced() {
+        let s = Redaction.Secrets(headers: [("Authorization", "Bearer TOKH90SECRETA")], urls: ["https://h/s.json?key=QK7SECRET"])
+        XCTAssertEqual(Redaction.redact("https://h/t/TOKH90SECRETA/0/0/0.pbf?u=QK7SECRET&token=x&lang=en", secrets: s),
+                       "https://h/t/REDACTED/0/0/0.pbf?u=REDACTED&token=REDACTED&lang=en")
+        XCTAssertEqual(Redaction.redact("https://h/t/0.pbf?token=x", secrets: .none), "https://h/t/0.pbf?token=REDACTED")
+        XCTAssertEqual(Redaction.redact("https://h/t/0.pbf", secrets: s), "https://h/t/0.pbf")
+    }
+
     /// Round 3, finding 5: percent-encodings are found whatever the case of their hex digits
     /// (RFC 3986 section 2.1), mixed case included; other letters keep their case.
     func testRequestSecretsArePercentEncodingCaseInsensitiveInHex() {

@@ -313,6 +313,53 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(leaked((readable("lhb") + readable("lhl")).lowercased(), [echoed.lowercased(), "secret/token"]), [])
     }
 
+    /// Round 3, finding 3: a style (and a TileJSON it names) whose tile URLs carry the request's
+    /// secrets, echoed by the server in the path and under an ordinary parameter name
+    /// (`/t/SECRET/{z}/{x}/{y}.pbf?u=SECRET`): the `Authorization` and a custom header's values
+    /// and the style URL's `key`. The tiles are asked as they are, but every URL the daemon
+    /// shows (the status message "HTTP 500 from ...", events, the log, manifest.tsv's url
+    /// column, failed.tsv) has them replaced.
+    func testSecretsEchoedIntoPlanURLsAreRedactedWhereverShown() throws {
+        let bare = "TOKENA7SECRET9"
+        try server.registerReply("dsty", headers: [("Content-Type", "application/json")], body: """
+            {"version": 8, "sources": {\
+            "a": {"type": "vector", "tiles": ["__BASE__/reply/d500/a/__HEADER:X-Custom__/{z}/{x}/{y}.pbf?u=__QUERY:key__"], "maxzoom": 0},\
+            "b": {"type": "vector", "tiles": ["__BASE__/reply/dok/__QUERY:key__/{z}/{x}/{y}.pbf?u=__HEADER:X-Custom__"], "maxzoom": 0},\
+            "c": {"type": "vector", "url": "__BASE__/reply/dtj/tiles.json"}},\
+            "layers": [{"id": "a", "type": "line", "source": "a", "source-layer": "x"}, {"id": "b", "type": "line", "source": "b", "source-layer": "x"},\
+            {"id": "c", "type": "line", "source": "c", "source-layer": "x"}]}
+            """)
+        try server.registerReply("dtj", headers: [("Content-Type", "application/json")], body: """
+            {"tilejson": "3.0.0", "tiles": ["__BASE__/reply/d500/c/__HEADER:Authorization__/{z}/{x}/{y}.pbf?u=__HEADER:Authorization__"], "maxzoom": 0}
+            """)
+        try server.registerReply("d500", status: 500, body: "oops")
+        try server.registerReply("dok", headers: [("Content-Type", "application/x-protobuf")], body: "tile")
+        func request(_ id: String, budget: Int) -> [String: Any] {
+            ["id": id, "style": server.url("/reply/dsty/style.json?key=\(queryKey)"), "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 0,
+             "headers": ["Authorization": bare, "X-Custom": custom], "maxFailedTiles": budget]
+        }
+        try fx.start(["--max-retries", "0"])
+        // Two tiles answer 500, one of them more than the budget: failed, with failed.tsv.
+        try fx.drop("dsec.json", request("dsec", budget: 1))
+        try fx.waitForState("dsec", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("dsec"), "httpError")
+        let m = fx.errorMessage("dsec") ?? ""
+        XCTAssertTrue(m.contains("HTTP 500 from ") && m.contains("/reply/d500/"), m)
+        XCTAssertTrue(m.contains("REDACTED"), m)
+        // Within the budget: completed, every line in the manifest.
+        try fx.drop("dsok.json", request("dsok", budget: 5))
+        try fx.waitForState("dsok", "completed", timeout: 30)
+        let urls = fx.manifest("dsok").map(\.url)
+        XCTAssertTrue(urls.contains(server.url("/reply/dok/REDACTED/0/0/0.pbf?u=REDACTED")), "\(urls)")
+        XCTAssertTrue(urls.contains(server.url("/reply/d500/c/REDACTED/0/0/0.pbf?u=REDACTED")), "\(urls)")
+        // The server was asked the real URLs.
+        let paths = Set(server.requests().map(\.path))
+        XCTAssertTrue(paths.isSuperset(of: ["/reply/d500/a/\(custom)/0/0/0.pbf", "/reply/dok/\(queryKey)/0/0/0.pbf", "/reply/d500/c/\(bare)/0/0/0.pbf"]), "\(paths)")
+        let failed = (try? String(contentsOfFile: "\(fx.store)/regions/dsec/failed.tsv", encoding: .utf8)) ?? ""
+        XCTAssertTrue(failed.contains("/reply/d500/"), failed)
+        XCTAssertEqual(leaked(readable("dsec") + readable("dsok"), [custom, queryKey, bare]), [])
+    }
+
     /// `tilespool plan` quotes what a server sent as the daemon does: a redirect of the style
     /// to a host under a tile usage policy, whose Location carries the request's header value
     /// and query key, is printed with both replaced.
