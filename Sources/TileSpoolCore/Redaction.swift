@@ -152,6 +152,15 @@ public enum Redaction {
         return out
     }
 
+    /// `url` as shown to people (a message, an event, a log line, the manifest, `failed.tsv`):
+    /// every one of `secrets` replaced by `REDACTED` wherever it appears (`Secrets.replaced(in:)`:
+    /// a URL taken from a style or TileJSON may carry a request header's value or a key in its
+    /// path as well as in its query), then `redact(_:)`. With no secrets (the usual case) this is
+    /// `redact(_:)`.
+    public static func redact(_ url: String, secrets: Secrets) -> String {
+        redact(secrets.replaced(in: url))
+    }
+
     /// `name=value` pairs separated by `&` or `;` (HTML 4's alternative, which some servers
     /// take; also `?`, for a fragment such as `#x?token=T`), with the value of each secret one
     /// (`isSecret(name:value:)`) replaced by `REDACTED`.
@@ -178,8 +187,9 @@ public enum Redaction {
     /// The secret values of one request, to be replaced wherever they appear in text a server
     /// sent back (it may echo a header or a key in a body, a Content-Type or a Location, in any
     /// form): each value, its percent-decoded form and its percent-encoded forms (`%20` and `+`
-    /// for a space), at least `minimumLength` bytes long (shorter values cannot be told from
-    /// ordinary text, and replacing them would garble every message).
+    /// for a space; their hex digits match in either case, `replaced(in:)`), at least
+    /// `minimumLength` bytes long (shorter values cannot be told from ordinary text, and
+    /// replacing them would garble every message).
     public struct Secrets: Sendable, Equatable {
         /// The texts replaced, longest first, each once.
         public private(set) var values: [String] = []
@@ -266,17 +276,42 @@ public enum Redaction {
             return out
         }
 
+        /// For each of `values` (same order), the positions of the hex digits of its
+        /// percent-encodings (`%2F`: the `2` and the `F`), where `replaced(in:)` takes either
+        /// case of a letter (RFC 3986 section 2.1: `%2f` and `%2F` are the same octet).
+        private static func hexPositions(_ v: [UInt8]) -> [Bool] {
+            var hex = [Bool](repeating: false, count: v.count)
+            func isHex(_ b: UInt8) -> Bool { (b >= 0x30 && b <= 0x39) || (b | 0x20 >= 0x61 && b | 0x20 <= 0x66) }
+            var k = 0
+            while k + 2 < v.count {
+                if v[k] == UInt8(ascii: "%"), isHex(v[k + 1]), isHex(v[k + 2]) { hex[k + 1] = true; hex[k + 2] = true; k += 3 } else { k += 1 }
+            }
+            return hex
+        }
+
+        /// True when `u` at `i` holds `v`: byte for byte, except that a hex digit of a
+        /// percent-encoding in `v` (`hex`) matches in either case.
+        private static func matches(_ u: [UInt8], at i: Int, _ v: [UInt8], hex: [Bool]) -> Bool {
+            guard u.count - i >= v.count else { return false }
+            for k in 0..<v.count where u[i + k] != v[k] {
+                guard hex[k], u[i + k] | 0x20 == v[k] | 0x20, v[k] | 0x20 >= 0x61, v[k] | 0x20 <= 0x66 else { return false }
+            }
+            return true
+        }
+
         /// `text` with every occurrence of one of `values` (the longest that matches at each
-        /// place) replaced by `REDACTED`, byte for byte.
+        /// place) replaced by `REDACTED`, byte for byte, except that the hex digits of a
+        /// percent-encoding match in either case (`%2f` for `%2F`).
         public func replaced(in text: String) -> String {
             guard !values.isEmpty, !text.isEmpty else { return text }
             let u = Array(text.utf8)
             let vs = values.map { Array($0.utf8) }
+            let hexes = vs.map(Secrets.hexPositions)
             var out: [UInt8] = []
             out.reserveCapacity(u.count)
             var i = 0, changed = false
             scan: while i < u.count {
-                for v in vs where v[0] == u[i] && u.count - i >= v.count && u[i..<(i + v.count)].elementsEqual(v) {
+                for (n, v) in vs.enumerated() where v[0] == u[i] && Secrets.matches(u, at: i, v, hex: hexes[n]) {
                     out += Array("REDACTED".utf8)
                     i += v.count
                     changed = true

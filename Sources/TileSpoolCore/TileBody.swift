@@ -62,7 +62,9 @@ public enum TileBody {
             return "the body is an HTML page, not a tile: \(received())"
         }
         if kind == .text, let contentType {
-            return "the body is text (\(Redaction.redactEmbedded(bareMediaType(contentType), secrets: secrets()))), not a tile: \(received())"
+            // Quoted as sent (case kept): a secret the server echoed in it is found and replaced
+            // as the request has it, which lower-casing first would have hidden from the search.
+            return "the body is text (\(Redaction.redactEmbedded(bareMediaType(contentType, lowercased: false), secrets: secrets()))), not a tile: \(received())"
         }
         if let format = expectedFormat(url: url), !hasSignature(body, format) {
             return "the body is not a \(format) image (its first bytes are not the \(format) signature): \(received())"
@@ -103,10 +105,15 @@ public enum TileBody {
         }
     }
 
-    /// The media type of `contentType` for a message (`mediaTypeBounds`), in lower case (ASCII).
-    static func bareMediaType(_ contentType: String) -> String {
+    /// The media type of `contentType` (`mediaTypeBounds`), in lower case (ASCII) unless
+    /// `lowercased` is false. A message quotes it as sent (`lowercased: false`), so that the
+    /// request's secrets are searched for in the text as the server wrote it.
+    static func bareMediaType(_ contentType: String, lowercased: Bool = true) -> String {
         var contentType = contentType
-        return contentType.withUTF8 { b in String(decoding: b[mediaTypeBounds(b)].map(lowerASCII), as: UTF8.self) }
+        return contentType.withUTF8 { b in
+            let bytes = b[mediaTypeBounds(b)]
+            return String(decoding: lowercased ? bytes.map(lowerASCII) : Array(bytes), as: UTF8.self)
+        }
     }
 
     /// True when `body` starts with the signature of `format` ("PNG", "JPEG" or "WebP").

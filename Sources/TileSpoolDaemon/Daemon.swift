@@ -383,7 +383,7 @@ public final class Daemon {
     func fail(_ r: Region, _ e: RegionError) {
         guard case .to(let next) = RegionStateMachine.apply(.fail, to: r.state, refreshing: r.refreshing) else { return }
         stopDownload(r)
-        r.error = e
+        r.error = shown(e, r)
         if r.refreshing && next == .completed { abandonRefresh(r, "failed"); return }
         setState(r, next)
     }

@@ -39,7 +39,17 @@ struct Fetch {
 /// A region the daemon knows: its request, state, progress and, while downloading, its executor.
 final class Region {
     let id: String
-    var request: RegionRequest
+    var request: RegionRequest { didSet { cachedSecrets = nil } }
+    /// `request.secrets`, once worked out (forgotten when `request` changes).
+    private var cachedSecrets: Redaction.Secrets?
+    /// The request's secrets (`RegionRequest.secrets`), worked out once per request: consulted
+    /// for every tile (ETags, URLs shown), where they are usually empty.
+    var secrets: Redaction.Secrets {
+        if let s = cachedSecrets { return s }
+        let s = request.secrets
+        cachedSecrets = s
+        return s
+    }
     var state: RegionState
     var progress = RegionProgress()
     var error: RegionError?

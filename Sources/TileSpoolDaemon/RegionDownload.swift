@@ -143,6 +143,7 @@ extension Daemon {
     /// limit): the request is refused like a bad file, as a copy of the accepted request in
     /// rejected/ with the reason beside it (the region stays, so a resume can retry it).
     func refuseLate(_ r: Region, _ e: RegionError) {
+        let e = shown(e, r) // a policy refusal names a URL from the style
         if let data = try? r.files.requestData() {
             let rejected = try? Directory(path: layout.rejected, followFinal: false)
             try? rejected?.writeAtomically(data, to: "\(r.id).json")
@@ -300,11 +301,11 @@ extension Daemon {
             switch f {
             case .refused(let text):
                 let why = quoted(text, r, url: url) // may quote a Location
-                fail(r, RegionError(code: .httpError, message: "\(why) (\(Redaction.redact(url)))", url: url))
+                fail(r, RegionError(code: .httpError, message: "\(why) (\(shown(url, r)))", url: shown(url, r)))
             case .policyRefused(let text):
                 // A redirect to a host whose tile usage policy forbids bulk downloading: not fetched.
                 let why = quoted(text, r, url: url)
-                fail(r, RegionError(code: .policyRefused, message: "\(why) (redirected from \(Redaction.redact(url)))", url: url))
+                fail(r, RegionError(code: .policyRefused, message: "\(why) (redirected from \(shown(url, r)))", url: shown(url, r)))
             case .network(let text):
                 let why = quoted(text, r, url: url)
                 retry(r, d, item, after: nil, exhausted: {
@@ -312,9 +313,9 @@ extension Daemon {
                 })
             case .badResponse(let text):
                 let why = quoted(text, r, url: url)
-                Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: url)
+                Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: shown(url, r))
                 retry(r, d, item, after: nil, exhausted: {
-                    self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "\(why) (\(Redaction.redact(url)))", url: url))
+                    self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "\(why) (\(shown(url, r)))", url: shown(url, r)))
                 })
             }
             return
@@ -324,7 +325,7 @@ extension Daemon {
             // Part of a body, to a request that asked for all of it (no Range is ever sent):
             // never stored as the whole, retried like a damaged body.
             retry(r, d, item, after: nil, exhausted: {
-                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP 206 Partial Content to a request for the whole body, from \(Redaction.redact(url))", url: url, httpStatus: s))
+                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP 206 Partial Content to a request for the whole body, from \(shown(url, r))", url: shown(url, r), httpStatus: s))
             })
             return
         }
@@ -333,17 +334,18 @@ extension Daemon {
             // change. Only an answer to a conditional request: a 304 to a plain GET is a server
             // that lies (RFC 9110 section 15.4.5), never a reason to keep what we have.
             guard fetch.conditional, let prev = d.previousLine(kind, key) else {
-                fail(r, RegionError(code: .httpError, message: "HTTP \(s) Not Modified to a request that was not conditional, from \(Redaction.redact(url))", url: url, httpStatus: s))
+                fail(r, RegionError(code: .httpError, message: "HTTP \(s) Not Modified to a request that was not conditional, from \(shown(url, r))", url: shown(url, r), httpStatus: s))
                 return
             }
             d.attempts.removeValue(forKey: item)
-            let line = Refresh.revalidated(prev, url: url, response: res.freshness)
+            var line = Refresh.revalidated(prev, url: r.secrets.replaced(in: url), response: res.freshness)
+            if let etag = line.freshness.etag, quotesSecret(etag, r) { line.freshness.etag = nil }
             if case .index = item {
                 addPending(d, item, line)
                 return
             }
             guard let sha = prev.sha256, let body = try? store.read(sha, limit: 64 << 20) else {
-                fail(r, RegionError(code: .storeDamaged, message: "the stored copy of \(Redaction.redact(url)) is missing: run tilespool verify", url: url))
+                fail(r, RegionError(code: .storeDamaged, message: "the stored copy of \(shown(url, r)) is missing: run tilespool verify", url: shown(url, r)))
                 return
             }
             received(r, d, item, line, url: url, body: body)
@@ -355,7 +357,7 @@ extension Daemon {
                 r.statusDirty = true // the status shows `throttledUntil`
             }
             retry(r, d, item, after: res.retryAfter, exhausted: {
-                self.failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+                self.failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r))", url: shown(url, r), httpStatus: s))
             })
             return
         }
@@ -363,15 +365,15 @@ extension Daemon {
         let empty = kind == .tile && (r.request.emptyStatuses.contains(s) || ((200...299).contains(s) && res.body.isEmpty))
         let missing = kind.missingIsAllowed && s == 404
         if !(200...299).contains(s) && !empty && !missing {
-            failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(Redaction.redact(url))", url: url, httpStatus: s))
+            failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r))", url: shown(url, r), httpStatus: s))
             return
         }
         if kind == .tile && !empty,
-           let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body, secrets: r.request.secrets.adding(url: url)) {
+           let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body, secrets: r.secrets.adding(url: url)) {
             // Never stored: an HTML login page or a text error with 200 is not a tile.
-            Log.error("\(r.id): \(Redaction.redact(url)): HTTP \(s): \(why)")
+            Log.error("\(r.id): \(shown(url, r)): HTTP \(s): \(why)")
             retry(r, d, item, after: nil, exhausted: {
-                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP \(s) from \(Redaction.redact(url)): \(why)", url: url, httpStatus: s))
+                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP \(s) from \(shown(url, r)): \(why)", url: shown(url, r), httpStatus: s))
             })
             return
         }
@@ -380,8 +382,10 @@ extension Daemon {
         if !empty && !missing {
             do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
         }
-        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: url,
-                                freshness: res.freshness)
+        var freshness = res.freshness
+        if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
+        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: r.secrets.replaced(in: url),
+                                freshness: freshness)
         if case .index = item {
             addPending(d, item, line)
             return
@@ -411,7 +415,7 @@ extension Daemon {
             return
         }
         d.attempts.removeValue(forKey: item)
-        var line = ManifestLine(kind: .tile, sha256: nil, bytes: 0, key: fetch.key, url: fetch.url)
+        var line = ManifestLine(kind: .tile, sha256: nil, bytes: 0, key: fetch.key, url: r.secrets.replaced(in: fetch.url))
         line.failed = true
         d.failureReasons[fetch.key] = "\(e.code.rawValue): \(e.message)"
         Log.error("\(r.id): tile \(fetch.key) failed (\(failedSoFar + 1) of at most \(budget)): \(e.message)")
@@ -429,7 +433,7 @@ extension Daemon {
         // The progress counts failed tiles: with none, no need to read the whole manifest again.
         if r.progress.tilesFailed > 0 { files.readManifest { l in
             guard l.failed else { return }
-            text += [l.key, Redaction.redact(l.url), reasons[l.key] ?? "-"].map(TSV.field).joined(separator: "\t") + "\n"
+            text += [l.key, shown(l.url, r), reasons[l.key] ?? "-"].map(TSV.field).joined(separator: "\t") + "\n"
         } }
         do { try r.files.saveFailedList(text.isEmpty ? nil : "# key\turl\terror\n" + text) } catch {
             Log.error("\(r.id): cannot write failed.tsv: \(error)")
@@ -465,13 +469,45 @@ extension Daemon {
     /// an event, a log line or failed.tsv: the request's secrets and those of `url` replaced
     /// wherever they appear, credentials in URL form redacted (`Redaction.redactEmbedded`).
     func quoted(_ text: String, _ r: Region, url: String) -> String {
-        Redaction.redactEmbedded(text, secrets: r.request.secrets.adding(url: url))
+        Redaction.redactEmbedded(text, secrets: r.secrets.adding(url: url))
     }
 
-    /// `e` with its message `quoted`.
+    /// `url` (one the plan fetches: from the request, a style or a TileJSON) as a message, an
+    /// event, a log line or `failed.tsv` shows it: the request's secrets replaced wherever they
+    /// appear (a server may echo them into the URLs of the documents it sends) and credentials
+    /// in URL form redacted (`Redaction.redact(_:secrets:)`). The manifest's URL column records
+    /// `r.secrets.replaced(in: url)`, which its writer then redacts. Only the text shown: the
+    /// server is asked the URL as it is.
+    func shown(_ url: String, _ r: Region) -> String {
+        Redaction.redact(url, secrets: r.secrets)
+    }
+
+    /// `e` with the request's secrets replaced in its message and its URL: what `fail` and
+    /// `refuseLate` record, whatever built the error (a tile usage policy names a URL from the
+    /// style as it is). Free when the request has no secrets.
+    func shown(_ e: RegionError, _ r: Region) -> RegionError {
+        let secrets = r.secrets
+        if secrets.isEmpty { return e }
+        var e = e
+        e.message = secrets.replaced(in: e.message)
+        e.url = e.url.map { secrets.replaced(in: $0) }
+        return e
+    }
+
+    /// True when `text` (an ETag the server sent) quotes one of the request's secrets
+    /// (`Region.secrets`, in any of their forms) or carries a credential in URL form
+    /// (`Redaction.redactEmbedded` would change it): such an ETag is not kept, since the manifest
+    /// would show it, and the resource is recorded as having none. Cheap when there are no
+    /// secrets (the usual case) and the ETag has no `=` or `@`.
+    func quotesSecret(_ text: String, _ r: Region) -> Bool {
+        Redaction.redactEmbedded(text, secrets: r.secrets) != text
+    }
+
+    /// `e` with its message and URL `quoted`.
     func quoted(_ e: RegionError, _ r: Region, url: String) -> RegionError {
         var e = e
         e.message = quoted(e.message, r, url: url)
+        e.url = e.url.map { quoted($0, r, url: url) }
         return e
     }
 
@@ -496,7 +532,7 @@ extension Daemon {
     /// when `commitPending` (not when the store itself is what does not answer).
     func networkLost(_ r: Region, url: String, why: String, commitPending: Bool = true) {
         stopDownload(r, commitPending: commitPending)
-        r.error = RegionError(code: .networkError, message: "\(why) (\(Redaction.redact(url)))", url: url)
+        r.error = RegionError(code: .networkError, message: "\(why) (\(shown(url, r)))", url: shown(url, r))
         guard case .to(let next) = RegionStateMachine.apply(.networkLost, to: r.state, refreshing: r.refreshing) else { return }
         if r.refreshing && next == .completed { abandonRefresh(r, "failed"); return }
         r.probeURL = url
@@ -556,7 +592,7 @@ extension Daemon {
         if plan.tileCount > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {
             let sample = plan.tileSets.first.map { set -> String in
                 let t = set.rects.first.map { $0.tile(at: 0) }
-                return t.map { " (e.g. \(Redaction.redact(set.template.url(for: $0))))" } ?? ""
+                return t.map { " (e.g. \(shown(set.template.url(for: $0), r)))" } ?? ""
             } ?? ""
             let why = p.tilesFailed == 0 ? "was empty (\(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body)"
                 : "was empty or failed (\(p.tilesEmpty) empty, \(p.tilesFailed) failed within maxFailedTiles)"

@@ -307,6 +307,42 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41] + Array("K/EY1234".utf8)), secrets: s), "0x0041 REDACTED")
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41, 0x42])), "0x004142")
     }
+
+    /// Round 3, finding 3: a URL shown (`redact(_:secrets:)`) has the request's secrets replaced
+    /// in its path and under any parameter name, then its URL credentials redacted; with no
+    /// secrets it is `redact(_:)`.
+    func testURLsShownHaveTheRequestsSecretsReplaced() {
+        let s = Redaction.Secrets(headers: [("Authorization", "Bearer TOKH90SECRETA")], urls: ["https://h/s.json?key=QK7SECRET"])
+        XCTAssertEqual(Redaction.redact("https://h/t/TOKH90SECRETA/0/0/0.pbf?u=QK7SECRET&token=x&lang=en", secrets: s),
+                       "https://h/t/REDACTED/0/0/0.pbf?u=REDACTED&token=REDACTED&lang=en")
+        XCTAssertEqual(Redaction.redact("https://h/t/0.pbf?token=x", secrets: .none), "https://h/t/0.pbf?token=REDACTED")
+        XCTAssertEqual(Redaction.redact("https://h/t/0.pbf", secrets: s), "https://h/t/0.pbf")
+    }
+
+    /// Round 3, finding 5: percent-encodings are found whatever the case of their hex digits
+    /// (RFC 3986 section 2.1), mixed case included; other letters keep their case.
+    func testRequestSecretsArePercentEncodingCaseInsensitiveInHex() {
+        let s = Redaction.Secrets(headers: [("X-Token", "SECRET/TOKEN+123=abc")], urls: [])
+        XCTAssertEqual(Redaction.redactEmbedded("a SECRET%2fTOKEN%2b123%3dabc b", secrets: s), "a REDACTED b")
+        XCTAssertEqual(Redaction.redactEmbedded("a SECRET%2FTOKEN%2b123%3Dabc b", secrets: s), "a REDACTED b")
+        XCTAssertEqual(Redaction.redactEmbedded("a SECRET%2fTOKEN%2b123%3dABC b", secrets: s), "a SECRET%2fTOKEN%2b123%3dABC b",
+                       "only hex digits of an encoding are case-insensitive")
+        XCTAssertEqual(TileBody.preview(Data("x SECRET%2fTOKEN%2b123%3dabc".utf8), secrets: s), "'x REDACTED'")
+        let v = Redaction.Secrets(values: ["SESSION/TOKEN+12=34"])
+        XCTAssertEqual(v.replaced(in: "token SESSION%2ftoken%2b12%3d34"), "token SESSION%2ftoken%2b12%3d34")
+        XCTAssertEqual(v.replaced(in: "token SESSION%2fTOKEN%2b12%3d34"), "token REDACTED")
+    }
+
+    /// Round 3, finding 4: a header secret with upper-case letters echoed in a text
+    /// Content-Type is replaced in the "the body is text (...)" part too (the media type used
+    /// to be lower-cased before the secrets were searched for, which hid them).
+    func testSecretEchoedInATextContentTypeIsReplacedInEveryPart() throws {
+        let s = Redaction.Secrets(headers: [("X-Api-Key", "SeCrEtToKeN42")], urls: [])
+        let why = try XCTUnwrap(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "text/SeCrEtToKeN42; q=SeCrEtToKeN42",
+                                                 body: Data("x".utf8), secrets: s))
+        XCTAssertFalse(why.lowercased().contains("secrettoken42"), why)
+        XCTAssertTrue(why.hasPrefix("the body is text (text/REDACTED), not a tile"), why)
+    }
 }
 
 /// The pure encodings the exports use (issue 8): PMTiles ids, directories and header, MapLibre's
@@ -462,7 +498,7 @@ final class RealWorldCoreTests: XCTestCase {
         XCTAssertNil(TileBody.expectedFormat(url: "http://h/a.png/3"))
         XCTAssertNil(TileBody.expectedFormat(url: ""))
         XCTAssertEqual(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: " TEXT/Plain ; charset=utf-8", body: Data("x".utf8))?
-            .hasPrefix("the body is text (text/plain), not a tile"), true)
+            .hasPrefix("the body is text (TEXT/Plain), not a tile"), true, "quoted as sent")
         XCTAssertEqual(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "Application/XHTML+XML", body: Data("x".utf8))?
             .hasPrefix("the body is an HTML page"), true)
         XCTAssertNil(TileBody.problem(url: "http://h/1/2/3.pbf", contentType: "textual/x", body: Data("x".utf8)))

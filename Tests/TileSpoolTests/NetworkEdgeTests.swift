@@ -177,6 +177,36 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(lines["tiles3/0/0/0"]?[6], "784111777")
     }
 
+    /// Round 3, finding 6: a server that echoes a request header's value as its ETag
+    /// (`ETag: "TOKQQ1SECRETC"`) had it written to manifest.tsv's etag column. Such an ETag is
+    /// not kept: the line has `-`, and a refresh asks with `If-Modified-Since` when there is a
+    /// `Last-Modified`, else unconditionally.
+    func testAnETagQuotingARequestSecretIsNotKept() throws {
+        try server.registerReply("etsec", headers: [("ETag", "\"__HEADER:X-Custom__\""), ("Last-Modified", "Wed, 01 Jan 2025 00:00:00 GMT")],
+                                 body: "tile etsec")
+        try server.registerReply("etsec2", headers: [("ETag", "W/\"v-__HEADER:X-Custom__\"")], body: "tile etsec2")
+        var request = server.tilesRequest(["/reply/etsec/{z}/{x}/{y}.pbf", "/reply/etsec2/{z}/{x}/{y}.pbf"], id: "ets")
+        request["headers"] = ["X-Custom": custom]
+        try fx.start()
+        try fx.drop("ets.json", request)
+        try fx.waitForState("ets", "completed")
+        let lines = columns("ets")
+        XCTAssertEqual(lines["tiles0/0/0/0"]?[5], "-")
+        XCTAssertEqual(lines["tiles0/0/0/0"]?[6], "1735689600", "Last-Modified kept")
+        XCTAssertEqual(lines["tiles1/0/0/0"]?[5], "-")
+        XCTAssertEqual(leaked(readable("ets"), [custom]), [])
+        let (rc, out) = try fx.cli(["refresh", "ets", "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        func sent(_ path: String) -> [String] {
+            server.requests().filter { $0.path == path }.map { r in
+                [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }.joined(separator: " ")
+            }
+        }
+        XCTAssertEqual(sent("/reply/etsec/0/0/0.pbf"), ["", "IMS=Wed, 01 Jan 2025 00:00:00 GMT"])
+        XCTAssertEqual(sent("/reply/etsec2/0/0/0.pbf"), ["", ""])
+        XCTAssertEqual(leaked(readable("ets"), [custom]), [])
+    }
+
     // MARK: Finding 14: response headers libcurl refuses are a bad response
 
     /// A 200 KB response header (libcurl accepts 100 KB) gave libcurl's "Out of memory", taken for
@@ -262,6 +292,92 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         let m = fx.errorMessage("loc") ?? ""
         XCTAssertTrue(m.hasPrefix("redirect to https://tile.openstreetmap.org/x.png?q=REDACTED&k=REDACTED: "), m)
         XCTAssertEqual(leaked(readable("loc"), ["TOKH90SECRETA", custom, queryKey]), [])
+    }
+
+    /// Round 3, finding 4: a server that echoes a header value with upper-case letters as a
+    /// text Content-Type (`text/TOKQQ1SECRETC`): the "the body is text (...)" part of the
+    /// message used to lower-case the media type before the secrets were searched for, and
+    /// showed `text/tokqq1secretc`. It is quoted as sent, with the secret replaced.
+    func testSecretEchoedInATextContentTypeIsReplacedInTheMediaTypePart() throws {
+        try server.registerReply("echoct", headers: [("Content-Type", "text/__HEADER:X-Custom__")], body: "plain text")
+        var request = server.tilesRequest(["/reply/echoct/{z}/{x}/{y}.pbf"], id: "ect")
+        request["headers"] = ["X-Custom": custom]
+        try fx.start(["--max-retries", "0"])
+        try fx.drop("ect.json", request)
+        try fx.waitForState("ect", "failed", timeout: 30)
+        XCTAssertEqual(server.requests().first { $0.path.hasPrefix("/reply/echoct") }?.headers["X-Custom"], custom)
+        let m = fx.errorMessage("ect") ?? ""
+        XCTAssertTrue(m.contains("the body is text (text/REDACTED), not a tile"), m)
+        XCTAssertEqual(leaked(readable("ect").lowercased(), [custom.lowercased()]), [])
+    }
+
+    /// Round 3, finding 5: a secret with `/`, `+` and `=` that the server echoes
+    /// percent-encoded with lower-case hex digits (`%2f`, RFC 3986 section 2.1 makes them the
+    /// same as `%2F`), in a body and in a Location: replaced like the upper-case form.
+    func testSecretsEchoedPercentEncodedInLowerCaseHexAreRedacted() throws {
+        let secret = "SECRET/TOKEN+123=abc", echoed = "SECRET%2fTOKEN%2b123%3dabc"
+        try server.registerReply("lhbody", headers: [("Content-Type", "text/plain")], body: "bad token \(echoed) here")
+        try server.registerReply("lhloc", status: 302, headers: [("Location", "https://tile.openstreetmap.org/x.png?q=\(echoed)")])
+        var request = server.tilesRequest(["/reply/lhbody/{z}/{x}/{y}.pbf"], id: "lhb")
+        request["headers"] = ["X-Custom": secret]
+        try fx.start(["--max-retries", "0"])
+        try fx.drop("lhb.json", request)
+        try fx.waitForState("lhb", "failed", timeout: 30)
+        XCTAssertTrue((fx.errorMessage("lhb") ?? "").contains("starting 'bad token REDACTED here'"), fx.errorMessage("lhb") ?? "")
+        request = server.tilesRequest(["/reply/lhloc/{z}/{x}/{y}.pbf"], id: "lhl")
+        request["headers"] = ["X-Custom": secret]
+        try fx.drop("lhl.json", request)
+        try fx.waitForState("lhl", "failed", timeout: 30)
+        let m = fx.errorMessage("lhl") ?? ""
+        XCTAssertTrue(m.hasPrefix("redirect to https://tile.openstreetmap.org/x.png?q=REDACTED: "), m)
+        XCTAssertEqual(leaked((readable("lhb") + readable("lhl")).lowercased(), [echoed.lowercased(), "secret/token"]), [])
+    }
+
+    /// Round 3, finding 3: a style (and a TileJSON it names) whose tile URLs carry the request's
+    /// secrets, echoed by the server in the path and under an ordinary parameter name
+    /// (`/t/SECRET/{z}/{x}/{y}.pbf?u=SECRET`): the `Authorization` and a custom header's values
+    /// and the style URL's `key`. The tiles are asked as they are, but every URL the daemon
+    /// shows (the status message "HTTP 500 from ...", events, the log, manifest.tsv's url
+    /// column, failed.tsv) has them replaced.
+    func testSecretsEchoedIntoPlanURLsAreRedactedWhereverShown() throws {
+        let bare = "TOKENA7SECRET9"
+        try server.registerReply("dsty", headers: [("Content-Type", "application/json")], body: """
+            {"version": 8, "sources": {\
+            "a": {"type": "vector", "tiles": ["__BASE__/reply/d500/a/__HEADER:X-Custom__/{z}/{x}/{y}.pbf?u=__QUERY:key__"], "maxzoom": 0},\
+            "b": {"type": "vector", "tiles": ["__BASE__/reply/dok/__QUERY:key__/{z}/{x}/{y}.pbf?u=__HEADER:X-Custom__"], "maxzoom": 0},\
+            "c": {"type": "vector", "url": "__BASE__/reply/dtj/tiles.json"}},\
+            "layers": [{"id": "a", "type": "line", "source": "a", "source-layer": "x"}, {"id": "b", "type": "line", "source": "b", "source-layer": "x"},\
+            {"id": "c", "type": "line", "source": "c", "source-layer": "x"}]}
+            """)
+        try server.registerReply("dtj", headers: [("Content-Type", "application/json")], body: """
+            {"tilejson": "3.0.0", "tiles": ["__BASE__/reply/d500/c/__HEADER:Authorization__/{z}/{x}/{y}.pbf?u=__HEADER:Authorization__"], "maxzoom": 0}
+            """)
+        try server.registerReply("d500", status: 500, body: "oops")
+        try server.registerReply("dok", headers: [("Content-Type", "application/x-protobuf")], body: "tile")
+        func request(_ id: String, budget: Int) -> [String: Any] {
+            ["id": id, "style": server.url("/reply/dsty/style.json?key=\(queryKey)"), "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 0,
+             "headers": ["Authorization": bare, "X-Custom": custom], "maxFailedTiles": budget]
+        }
+        try fx.start(["--max-retries", "0"])
+        // Two tiles answer 500, one of them more than the budget: failed, with failed.tsv.
+        try fx.drop("dsec.json", request("dsec", budget: 1))
+        try fx.waitForState("dsec", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("dsec"), "httpError")
+        let m = fx.errorMessage("dsec") ?? ""
+        XCTAssertTrue(m.contains("HTTP 500 from ") && m.contains("/reply/d500/"), m)
+        XCTAssertTrue(m.contains("REDACTED"), m)
+        // Within the budget: completed, every line in the manifest.
+        try fx.drop("dsok.json", request("dsok", budget: 5))
+        try fx.waitForState("dsok", "completed", timeout: 30)
+        let urls = fx.manifest("dsok").map(\.url)
+        XCTAssertTrue(urls.contains(server.url("/reply/dok/REDACTED/0/0/0.pbf?u=REDACTED")), "\(urls)")
+        XCTAssertTrue(urls.contains(server.url("/reply/d500/c/REDACTED/0/0/0.pbf?u=REDACTED")), "\(urls)")
+        // The server was asked the real URLs.
+        let paths = Set(server.requests().map(\.path))
+        XCTAssertTrue(paths.isSuperset(of: ["/reply/d500/a/\(custom)/0/0/0.pbf", "/reply/dok/\(queryKey)/0/0/0.pbf", "/reply/d500/c/\(bare)/0/0/0.pbf"]), "\(paths)")
+        let failed = (try? String(contentsOfFile: "\(fx.store)/regions/dsec/failed.tsv", encoding: .utf8)) ?? ""
+        XCTAssertTrue(failed.contains("/reply/d500/"), failed)
+        XCTAssertEqual(leaked(readable("dsec") + readable("dsok"), [custom, queryKey, bare]), [])
     }
 
     /// `tilespool plan` quotes what a server sent as the daemon does: a redirect of the style
@@ -378,6 +494,20 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
             XCTAssertEqual(text, "S3 403 InvalidToken REDACTED: The provided token REDACTED is malformed (secret REDACTED, key REDACTED)")
         }
         XCTAssertEqual(server.requests().last?.headers["x-amz-security-token"], "SESSIONTOKEN123456", "sent as it is")
+    }
+
+    /// Round 3, finding 5: a session token with `/`, `+` and `=` that the store echoes
+    /// percent-encoded with lower-case hex digits is replaced too.
+    func testS3ErrorMessagesAreRedactedWhenEchoedInLowerCaseHex() throws {
+        try server.registerReply("s3lh", status: 403, headers: [("Content-Type", "application/xml")], body: """
+            <?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidToken</Code>\
+            <Message>The provided token SESSION%2fTOKEN%2b12%3d34 is malformed</Message></Error>
+            """)
+        let config = S3Config(endpoint: server.baseURL, bucket: "reply", prefix: "s3lh", accessKeyID: "AKIDTEST7890",
+                              secretAccessKey: "SECRETKEY4567890", sessionToken: "SESSION/TOKEN+12=34", pathStyle: true)
+        XCTAssertThrowsError(try S3Client(config: config).put("objects/x", Data("x".utf8))) { error in
+            XCTAssertEqual("\(error)", "S3 403 InvalidToken: The provided token REDACTED is malformed")
+        }
     }
 }
 
