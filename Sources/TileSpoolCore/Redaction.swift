@@ -204,11 +204,21 @@ public enum Redaction {
         /// Secrets made of `values` (S3 credentials, say) and their forms.
         public init(values: [String]) { add(values) }
 
-        /// The secrets of a request: every header value it sends (`headerValues`) and the
-        /// credentials of its URLs (`urlValues`: style URL or tile templates).
+        /// The secrets of a request: the value of every header it sends (`headerValues`) but
+        /// those of `publicHeaders`, and the credentials of its URLs (`urlValues`: style URL or
+        /// tile templates).
         public init(headers: [(String, String)], urls: [String]) {
-            add(headers.flatMap { Secrets.headerValues($0.1) } + urls.flatMap(Secrets.urlValues))
+            let secret = headers.filter { !Secrets.publicHeaders.contains($0.0.lowercased()) }
+            add(secret.flatMap { Secrets.headerValues($0.1) } + urls.flatMap(Secrets.urlValues))
         }
+
+        /// Request headers (lower-case names) whose values are not credentials: what a browser
+        /// sends anyway (`Referer` and `Origin` name the site, often the tile server's own
+        /// origin; replacing them would write `REDACTED` into every URL shown), content
+        /// negotiation and caching. Every other header value counts as a secret.
+        public static let publicHeaders: Set<String> = [
+            "referer", "origin", "user-agent", "accept", "accept-language", "accept-encoding", "cache-control", "pragma", "dnt",
+        ]
 
         /// These secrets and the credentials of `url` (`urlValues`), e.g. the URL of the
         /// transfer a message is about.

@@ -306,6 +306,11 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(TileBody.preview(Data("K/EY1234 is wrong".utf8), secrets: s), "'REDACTED is wrong'")
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41] + Array("K/EY1234".utf8)), secrets: s), "0x0041 REDACTED")
         XCTAssertEqual(TileBody.preview(Data([0x00, 0x41, 0x42])), "0x004142")
+        // A Referer (often the tile server's own origin) or a User-Agent is no secret: a URL on
+        // that origin is shown as it is; an API key header is.
+        let h = Redaction.Secrets(headers: [("Referer", "https://maps.example.org/"), ("User-Agent", "FieldKit/2.1"), ("X-Api-Key", "KEY7SECRET")], urls: [])
+        XCTAssertEqual(Redaction.redact("https://maps.example.org/t/1/2/3.png?a=KEY7SECRET", secrets: h), "https://maps.example.org/t/1/2/3.png?a=REDACTED")
+        XCTAssertEqual(Redaction.redactEmbedded("FieldKit/2.1 at https://maps.example.org/", secrets: h), "FieldKit/2.1 at https://maps.example.org/")
     }
 
     /// Round 3, finding 3: a URL shown (`redact(_:secrets:)`) has the request's secrets replaced
