@@ -16,7 +16,7 @@ public enum Redaction {
         "client_secret", "x-amz-signature", "x-amz-credential", "x-amz-security-token", "session",
         "jwt", "authorization", "credential", "credentials", "sessionid", "session_id",
         "accesskey", "appkey", "authkey", "clientkey", "secretkey", "privatekey", "licensekey", "subscriptionkey",
-        "awsaccesskeyid",
+        "awsaccesskeyid", "app_code",
     ]
 
     /// Endings of parameter names (normalised) that carry credentials.
@@ -28,8 +28,8 @@ public enum Redaction {
     public static let minimumCodeLength = 16
 
     /// A parameter name as a server may read it, for `isSecret`: percent-decoded (when it
-    /// decodes), `+` and white space trimmed at both ends (`%20key`, `key%20`), `[` and `]`
-    /// removed (`key[]`, `auth[token]`), lower-cased. Also whether it ends in `Key` after a
+    /// decodes), `+` and white space trimmed at both ends (`%20key`, `key%20`), the last part of a nested name
+    /// taken (`key[]` is `key`, `params[key]` is `key`, `auth[token]` is `token`), lower-cased. Also whether it ends in `Key` after a
     /// lower-case letter or digit (camelCase: `accessKey`, `mapboxKey`), seen before lower-casing.
     static func normalizedName<S: StringProtocol>(_ raw: S) -> (name: String, camelKey: Bool) {
         // Once per parameter of every tile URL: plain lower-case names go through untouched.
@@ -39,7 +39,8 @@ public enum Redaction {
         var n = String(raw)
         if n.utf8.contains(UInt8(ascii: "%")) { n = n.removingPercentEncoding ?? n }
         n = n.trimmingCharacters(in: CharacterSet.whitespacesAndNewlines.union(CharacterSet(charactersIn: "+")))
-        n.removeAll { $0 == "[" || $0 == "]" }
+        // PHP-style nesting names its last part: `key[]` is `key`, `params[key]` is `key`.
+        if n.contains("[") || n.contains("]") { n = n.split(whereSeparator: { $0 == "[" || $0 == "]" }).last.map(String.init) ?? "" }
         var camel = false
         if n.hasSuffix("Key"), let before = n.dropLast(3).last, before.isLowercase || before.isNumber { camel = true }
         return (n.lowercased(), camel)

@@ -292,6 +292,9 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(Redaction.redact("https://h/{z}/{x}/{y}.png?api_key=abc&sig=zz"), "https://h/{z}/{x}/{y}.png?api_key=REDACTED&sig=REDACTED")
         XCTAssertEqual(Redaction.redact("https://user:pw@h/x?Key=1"), "https://REDACTED@h/x?Key=REDACTED")
         XCTAssertEqual(Redaction.redact("https://h/x"), "https://h/x")
+        // Attack round 3: HERE's app_code and PHP-style nested names (the last part counts).
+        XCTAssertEqual(Redaction.redact("https://h/t?app_id=A1&app_code=C0DE99&params%5Bkey%5D=K1&params[key]=K2&auth[token]=T3&layer[name]=roads"),
+                       "https://h/t?app_id=A1&app_code=REDACTED&params%5Bkey%5D=REDACTED&params[key]=REDACTED&auth[token]=REDACTED&layer[name]=roads")
     }
 
     /// A request's secrets (finding 4 of round 2): header values (and a Basic pair's parts) and
