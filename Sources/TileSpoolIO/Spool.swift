@@ -217,10 +217,15 @@ public final class StatusWriter: @unchecked Sendable {
     }
 
     /// Reads `<id>.json`; nil when absent or unreadable.
+    ///
+    /// A file whose `id` is not a valid region id or is not `id` (a status file edited or planted
+    /// by hand) is not a status: nil. Callers use the id to name files (`prune` removes
+    /// `<store>/regions/<id>`), so it must be the file's own, valid name (`RequestValidator.isValidID`).
     public func read(id: String) -> RegionStatus? {
-        guard let data = try? Files.readRegularFile(layout.statusJSON(id), limit: 4 << 20),
-              let o = try? JSONKind.parse(data) else { return nil }
-        return RegionStatus(jsonObject: o)
+        guard RequestValidator.isValidID(id),
+              let data = try? Files.readRegularFile(layout.statusJSON(id), limit: 4 << 20),
+              let o = try? JSONKind.parse(data), let status = RegionStatus(jsonObject: o), status.id == id else { return nil }
+        return status
     }
 
     /// Every status in `status/`, sorted by id.

@@ -241,6 +241,40 @@ final class OperationsTests: FaultServerSpoolTestCase {
         XCTAssertEqual(Array(try lines(6).dropFirst(3)), ["n queued [completed]", "n downloading [queued]", "n completed [downloading]"])
     }
 
+    /// Attack round 4: a status file planted with an `id` that is not its own name
+    /// (`y.json` saying `"id": "../../../victim"`) made prune delete a folder outside the store
+    /// (`<store>/regions/../../../victim`), or write `control/../../x.delete` beside a daemon.
+    /// A status is the file's own valid id or none.
+    func testPruneTrustsNoIdAStatusFileClaims() throws {
+        try fx.start()
+        try fx.drop("p1.json", server.tilesRequest(["/ok/pv/{z}/{x}/{y}.png"], id: "p1"))
+        try fx.waitForState("p1", "completed")
+        let victim = fx.root.appendingPathComponent("victim").path
+        try FileManager.default.createDirectory(atPath: victim + "/sub", withIntermediateDirectories: true)
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: victim + "/a"))
+        var st = try XCTUnwrap(fx.status("p1"))
+        let up = String(repeating: "../", count: 8)
+        st["id"] = up + String(victim.dropFirst())
+        try JSONSerialization.data(withJSONObject: st).write(to: URL(fileURLWithPath: fx.spool + "/status/y.json"))
+        try Data("completed\n".utf8).write(to: URL(fileURLWithPath: fx.spool + "/status/y.state"))
+        st["id"] = "../../pwned"
+        try JSONSerialization.data(withJSONObject: st).write(to: URL(fileURLWithPath: fx.spool + "/status/z.json"))
+        // Beside a running daemon prune writes control files: none outside control/.
+        var (rc, out) = try fx.cli(["prune", "--state", "completed", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertFalse(out.contains("pwned") || out.contains("victim"), out)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.root.appendingPathComponent("pwned.delete").path))
+        try waitUntil("the daemon deleted p1", timeout: 15) { fx.state("p1") == nil }
+        fx.stop()
+        (rc, out) = try fx.cli(["prune", "--state", "completed", "--dry-run", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertFalse(out.contains("victim") || out.contains(".."), out)
+        (rc, out) = try fx.cli(["prune", "--state", "completed", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertFalse(out.contains("victim"), out)
+        XCTAssertEqual(try String(contentsOfFile: victim + "/a", encoding: .utf8), "keep")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: victim + "/sub"))
+    }
+
     func testPruneDeletesExactlyTheSelectedRegionsDirectlyOrThroughTheDaemon() throws {
         try fx.start()
         for id in ["p1", "p2", "p3"] { try fx.drop("\(id).json", server.tilesRequest(["/ok/\(id)/{z}/{x}/{y}.png"], id: id)) }
