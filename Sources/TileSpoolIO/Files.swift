@@ -43,6 +43,24 @@ public enum Files {
         return fd
     }
 
+    /// Opens the regular file at `path` (`open` with `flags`, plus O_NOFOLLOW and O_NONBLOCK):
+    /// a symlink (ELOOP), a FIFO or anything else but a regular file (EINVAL) is refused, and
+    /// never waited on: a FIFO planted where a manifest or journal is expected opened without
+    /// O_NONBLOCK blocked gc, verify and the daemon for ever. O_NONBLOCK does nothing to a
+    /// regular file's reads and writes.
+    /// - Throws: `SystemError` "open" (the errno), or "open" with EINVAL for a file that is not
+    ///   regular.
+    public static func openRegular(_ path: String, _ flags: Int32, mode: Int32 = 0o666) throws(SystemError) -> Int32 {
+        let fd = try open(path, flags | O_NOFOLLOW | O_NONBLOCK, mode: mode)
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+            let e = SystemError("open", path, errno: EINVAL)
+            Glibc.close(fd)
+            throw e
+        }
+        return fd
+    }
+
     /// Writes all of `bytes` to `fd`. The corresponding C function is `write`.
     public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(SystemError) {
         var off = 0
@@ -125,7 +143,7 @@ public enum Files {
 
     /// Appends `data` to `path` (creating it) with O_APPEND, whole or not at all (`appendWhole`).
     public static func append(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
-        let fd = try open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
+        let fd = try openRegular(path, O_WRONLY | O_CREAT | O_APPEND, mode: 0o666)
         defer { Glibc.close(fd) }
         try appendWhole(fd, data, path: path)
         if sync { try fsync(fd, path: path) }

@@ -54,6 +54,7 @@ public enum StoreMaintenance {
                 files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }
                 if let e = files.readFailure { throw e }
                 files.readJournal { line in if let s = line.sha256 { refs.insert(s) } }
+                if let e = files.readFailure { throw e }
             }
         }
         return refs

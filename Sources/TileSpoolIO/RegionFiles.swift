@@ -237,7 +237,15 @@ public final class RegionFiles: @unchecked Sendable {
     /// the only writer, before it appends) it is also cut off the file, so appends stay aligned.
     /// Readers beside a running daemon (gc, verify) must leave the file alone.
     public func readManifest(cutPartialLine: Bool = false, _ body: (ManifestLine) -> Void) {
+        handleLock.lock(); linesFailure = nil; handleLock.unlock()
         readLines(manifestPath, cut: cutPartialLine, body)
+    }
+
+    /// Why the last `readManifest` or `readJournal` since a `readManifest` read less than the
+    /// file holds (part of `readFailure`).
+    private var linesFailure: SystemError?
+    private func noteReadFailure(_ e: SystemError) {
+        handleLock.lock(); if linesFailure == nil { linesFailure = e }; handleLock.unlock()
     }
 
     /// Calls `body` for every complete line of the journal (see the type's documentation).
@@ -247,16 +255,25 @@ public final class RegionFiles: @unchecked Sendable {
 
     /// Streams `path` in 1 MiB blocks (memory stays flat however long the manifest is), calling
     /// `body` for each complete line; cuts off a trailing partial line.
+    /// A file that exists but is not a regular file (a symlink, a folder, a FIFO) or cannot be
+    /// read is a `readFailure`: gc must not take it for an empty manifest.
     private func readLines(_ path: String, cut: Bool, _ body: (ManifestLine) -> Void) {
-        guard let fd = try? Files.open(path, O_RDONLY | O_NOFOLLOW) else { return }
+        let fd: Int32
+        do throws(SystemError) { fd = try Files.openRegular(path, O_RDONLY) } catch {
+            if error.errno != ENOENT { noteReadFailure(error) }
+            return
+        }
         defer { close(fd) }
+        var failed: SystemError?
         let consumed = RegionFiles.scanLines(read: { buf, n in
             while true {
                 let r = read(fd, buf, n)
                 if r < 0 && errno == EINTR { continue }
+                if r < 0 { failed = SystemError("read", path) }
                 return r
             }
         }, body)
+        if let failed { noteReadFailure(failed); return }
         if cut, let consumed, truncate(path, off_t(consumed)) != 0 {
             Log.error("cannot cut the partial last line of \(path): \(SystemError("truncate", path).errnoDescription)")
         }
@@ -317,7 +334,7 @@ public final class RegionFiles: @unchecked Sendable {
         guard !bytes.isEmpty else { return }
         if manifestFD < 0 {
             let existed = Files.entryType(manifestPath) == .regular
-            manifestFD = try Files.open(manifestPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666)
+            manifestFD = try Files.openRegular(manifestPath, O_WRONLY | O_CREAT | O_APPEND, mode: 0o666)
             if !existed {
                 try Files.appendWhole(manifestFD, Data(ManifestLine.header.utf8), path: manifestPath)
             }
@@ -333,7 +350,7 @@ public final class RegionFiles: @unchecked Sendable {
     /// - Throws: `SystemError` from open or write.
     public func appendToJournal(text bytes: ArraySlice<UInt8>) throws(SystemError) {
         guard !bytes.isEmpty else { return }
-        if journalFD < 0 { journalFD = try Files.open(journalPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666) }
+        if journalFD < 0 { journalFD = try Files.openRegular(journalPath, O_WRONLY | O_CREAT | O_APPEND, mode: 0o666) }
         let r: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
             do throws(SystemError) { try Files.appendWhole(journalFD, raw, path: journalPath); return .success(()) } catch { return .failure(error) }
         }
@@ -368,7 +385,7 @@ public final class RegionFiles: @unchecked Sendable {
     /// Appends lines to the journal without syncing, whole or not at all.
     public func appendToJournal(_ lines: [ManifestLine]) throws(SystemError) {
         guard !lines.isEmpty else { return }
-        if journalFD < 0 { journalFD = try Files.open(journalPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o666) }
+        if journalFD < 0 { journalFD = try Files.openRegular(journalPath, O_WRONLY | O_CREAT | O_APPEND, mode: 0o666) }
         var text = ""
         for l in lines { text += l.text }
         try Files.appendWhole(journalFD, Data(text.utf8), path: journalPath)
@@ -428,7 +445,7 @@ final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
 
     init(path: String) throws(SystemError) {
         self.path = path
-        fd = try Files.open(path, O_RDONLY | O_NOFOLLOW)
+        fd = try Files.openRegular(path, O_RDONLY)
         var st = stat()
         guard fstat(fd, &st) == 0 else { let e = SystemError("fstat", path); close(fd); throw e }
         guard (st.st_mode & S_IFMT) == S_IFREG else { close(fd); throw SystemError("read", path, errno: EINVAL) }
@@ -460,9 +477,13 @@ extension RegionFiles: RegionStorage {
     public var location: String { dir }
     /// Why the folder cannot be read, when it exists but cannot be opened (a symlink there,
     /// ELOOP; anything but a folder; EACCES, EMFILE): what was read from it is not the region's.
-    /// nil when it opens, or does not exist (ENOENT: nothing to read).
+    /// nil when it opens, or does not exist (ENOENT: nothing to read). Also why the last
+    /// `readManifest` (and `readJournal` after it) read less than the file: a manifest or
+    /// journal that is not a regular file (a symlink, a folder, a FIFO) or a failed read.
     public var readFailure: Error? {
-        do { _ = try openFolder(); return nil } catch { return error.errno == ENOENT ? nil : error }
+        do { _ = try openFolder() } catch { return error.errno == ENOENT ? nil : error }
+        handleLock.lock(); defer { handleLock.unlock() }
+        return linesFailure
     }
     public var refreshStorage: any RegionStorage { refreshFiles }
 

@@ -129,6 +129,46 @@ final class TrustStoreTests: XCTestCase {
     /// grace period needs the daemon stopped; the count taken again while a daemon runs and a gc
     /// with its grace period frees space beside it is StoreTests'
     /// `testQuotaIsCountedAgainAfterAGCBesideIt`.
+    /// Attack round 4: a manifest that is not a regular file was read as an empty one: gc then
+    /// removed every object of the region (a symlink or a folder at manifest.tsv), and a FIFO
+    /// there hung gc, verify and the daemon's start. Each is a read failure now: gc and verify
+    /// stop without removing anything, the daemon starts and stays up.
+    func testAManifestThatIsNotARegularFileStopsGCAndHangsNothing() throws {
+        try fx.start()
+        try fx.drop("t.json", toner("t"))
+        try fx.waitForState("t", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        let before = Set(fx.objects())
+        XCTAssertFalse(before.isEmpty)
+        let path = fx.store + "/regions/t/manifest.tsv", kept = fx.root.appendingPathComponent("kept.tsv").path
+        try FileManager.default.moveItem(atPath: path, toPath: kept)
+        func plant(_ what: String) throws {
+            try? FileManager.default.removeItem(atPath: path)
+            switch what {
+            case "symlink": try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: kept)
+            case "folder": try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            default: XCTAssertEqual(mkfifo(path, 0o644), 0)
+            }
+        }
+        for what in ["symlink", "folder", "fifo"] {
+            try plant(what)
+            let (rc, out) = try fx.cli(["gc", "--grace", "0", "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 1, "\(what): \(out)")
+            XCTAssertEqual(Set(fx.objects()), before, "\(what): gc removed objects")
+            let (vrc, vout) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+            XCTAssertNotEqual(vrc, 0, "\(what): \(vout)")
+        }
+        // The daemon starts with a FIFO there and answers SIGTERM.
+        try fx.start()
+        try fx.drop("u.json", toner("u", zooms: 0...0))
+        try fx.waitForState("u", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        try? FileManager.default.removeItem(atPath: path)
+        try FileManager.default.moveItem(atPath: kept, toPath: path)
+        let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
+
     func testQuotaIsCountedAgainOnceSpaceIsFreed() throws {
         try fx.start(["--max-store-bytes", "600000"])
         try fx.drop("big.json", toner("big", zooms: 3...3))       // 476,245 bytes of tiles
