@@ -2,7 +2,7 @@
 //
 //     style.json                          the style, every URL pointing into the site
 //     sources/<source>.json               a TileJSON 3.0.0 per tile source
-//     tiles/<source>/<z>/<x>/<y>.<ext>    hard links to the store's objects (copies across filesystems)
+//     tiles/<source>/<z>/<x>/<y>.<ext>    copies of the objects (packed objects cannot be linked; loose ones of an older store are hard-linked)
 //     sprites/<id>{,@2x}.{json,png}       the sprites (`sprite` for a single sprite)
 //     fonts/<fontstack>/<start>-<end>.pbf the glyph ranges
 //     data/<source>.<ext>                 GeoJSON data and image-source pictures
