@@ -27,7 +27,8 @@ public struct Freshness: Sendable, Equatable {
 /// `kind` is a `ResourceKind`; `sha256` is 64 lower-case hex digits, or `-` for an empty tile (404
 /// or 204) and for a sprite or glyph range the server did not have, or `!` for a tile that failed
 /// within the request's `maxFailedTiles` budget (read like an empty tile); `bytes` is the stored body's
-/// size; `key` is `style`, a source name, `sprite@2x.png`, `<fontstack>/<range>` or
+/// size (`0 ... PackFormat.maxBody`: a larger value is damage and the line is refused, so sums of
+/// `bytes` cannot overflow); `key` is `style`, a source name, `sprite@2x.png`, `<fontstack>/<range>` or
 /// `<source>/<z>/<x>/<y>` (XYZ); `url` is the URL fetched, credentials redacted. The last four are the
 /// response's `Freshness`: the ETag as sent, then three times in seconds since 1970 (`-` when
 /// unknown; the fetch time with three decimals, milliseconds). Lines written before TileSpool kept validators have only the first five columns and
@@ -37,6 +38,7 @@ public struct ManifestLine: Sendable, Equatable {
     public var kind: ResourceKind
     /// The object's SHA-256 in hex, or nil for an empty or missing resource.
     public var sha256: String?
+    /// The stored body's size in bytes, `0 ... PackFormat.maxBody` for a parsed line.
     public var bytes: Int
     public var key: String
     public var url: String
@@ -132,7 +134,8 @@ public struct ManifestLine: Sendable, Equatable {
         // A decimal integer with an optional sign; nil on overflow (a short column: an inline string).
         func integer(_ r: Range<Int>) -> Int64? { Int64(string(r)) }
         guard let c0 = column(), let c1 = column(), let c2 = column(), let c3 = column(), let c4 = column(),
-              let kind = ResourceKind(rawValue: string(c0)), let bytes = integer(c2), bytes >= 0, bytes <= Int64(Int.max) else { return nil }
+              let kind = ResourceKind(rawValue: string(c0)), let bytes = integer(c2), bytes >= 0,
+              bytes <= Int64(PackFormat.maxBody) else { return nil } // no body a pack holds is larger (u32)
         let failed = c1.count == 1 && b[c1.lowerBound] == UInt8(ascii: "!")
         var sha: String?
         if !failed && !isDash(c1) {

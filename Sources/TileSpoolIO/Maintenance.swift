@@ -85,7 +85,7 @@ public enum StoreMaintenance {
         }
         var out: [String: Int] = [:]
         for id in ids { out[id] = 0 }
-        for o in owner.values where !o.shared { out[ids[Int(o.region)], default: 0] += o.bytes }
+        for o in owner.values where !o.shared { out[ids[Int(o.region)]] = SaturatingCount.add(out[ids[Int(o.region)]] ?? 0, o.bytes) }
         return out
     }
 

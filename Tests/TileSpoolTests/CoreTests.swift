@@ -272,6 +272,10 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t"), "six columns (a trailing tab)")
         XCTAssertNil(ManifestLine("tile\t-\t-1\ts/1/2/3\tu"), "negative bytes")
         XCTAssertNil(ManifestLine("tile\t-\t99999999999999999999\ts/1/2/3\tu"), "bytes past Int64")
+        // No body a pack holds is larger than PackFormat.maxBody (u32): more is damage, refused.
+        XCTAssertNil(ManifestLine("tile\t-\t4611686018427387904\ts/1/2/3\tu"), "bytes 2^62")
+        XCTAssertNil(ManifestLine("tile\t-\t\(PackFormat.maxBody + 1)\ts/1/2/3\tu"), "bytes past maxBody")
+        XCTAssertEqual(ManifestLine("tile\t-\t\(PackFormat.maxBody)\ts/1/2/3\tu")?.bytes, PackFormat.maxBody)
         XCTAssertNil(ManifestLine("tile\t" + String(repeating: "AB", count: 32) + "\t1\ts/1/2/3\tu"), "upper-case hex")
         XCTAssertNil(ManifestLine("pyramid\t-\t0\ts/1/2/3\tu"), "unknown kind")
         // A failed tile, signed and negative times, and a fetch time that is no time.
