@@ -31,7 +31,7 @@ public struct Freshness: Sendable, Equatable {
 /// `bytes` cannot overflow); `key` is `style`, a source name, `sprite@2x.png`, `<fontstack>/<range>` or
 /// `<source>/<z>/<x>/<y>` (XYZ); `url` is the URL fetched, credentials redacted. The last four are the
 /// response's `Freshness`: the ETag as sent, then three times in seconds since 1970 (`-` when
-/// unknown; the fetch time with three decimals, milliseconds). Lines written before TileSpool kept validators have only the first five columns and
+/// unknown; the fetch time with three decimals, milliseconds), within `timeRange`. Lines written before TileSpool kept validators have only the first five columns and
 /// are read with an unknown freshness. Lines starting with `#` are comments. Format documented in
 /// docs/contract.md ("The manifest").
 public struct ManifestLine: Sendable, Equatable {
@@ -52,6 +52,11 @@ public struct ManifestLine: Sendable, Equatable {
         self.kind = kind; self.sha256 = sha256; self.bytes = bytes; self.key = key; self.url = url
         self.freshness = freshness
     }
+
+    /// The times a parsed line may hold (`lastModified`, `expires`, `fetched`), in seconds since
+    /// 1970: 1970-01-01 to 9999-12-31T23:59:59Z, the last second an HTTP date can name. A line with
+    /// a time outside is refused as damaged, so every time read converts to `Int64` without trapping.
+    public static let timeRange: ClosedRange<Int64> = 0...253_402_300_799
 
     /// The first line of every manifest.
     public static let header = "# tilespool manifest v2: kind\tsha256\tbytes\tkey\turl\tetag\tlastModified\texpires\tfetched\n"
@@ -145,11 +150,16 @@ public struct ManifestLine: Sendable, Equatable {
         var fresh = Freshness()
         if i <= b.count {
             guard let c5 = column(), let c6 = column(), let c7 = column(), let c8 = column(), i > b.count else { return nil }
-            func time(_ r: Range<Int>) -> Int64?? { isDash(r) ? .some(nil) : integer(r).map { .some($0) } }
+            // A time outside `timeRange` is damage: the line is refused like any bad number.
+            func time(_ r: Range<Int>) -> Int64?? {
+                if isDash(r) { return .some(nil) }
+                guard let v = integer(r), ManifestLine.timeRange.contains(v) else { return nil }
+                return .some(v)
+            }
             guard let lm = time(c6), let ex = time(c7) else { return nil }
             var fetched: Double?
             if !isDash(c8) {
-                guard let v = Double(string(c8)), v.isFinite else { return nil }
+                guard let v = Double(string(c8)), v.isFinite, v >= 0, v <= Double(ManifestLine.timeRange.upperBound) else { return nil }
                 fetched = v
             }
             fresh = Freshness(etag: isDash(c5) ? nil : string(c5), lastModified: lm, expires: ex, fetched: fetched)
