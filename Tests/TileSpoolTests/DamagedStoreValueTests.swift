@@ -100,4 +100,71 @@ final class DamagedStoreValueTests: XCTestCase {
         XCTAssertEqual(fx.daemon?.isRunning, true, "daemon crashed: \(fx.log().suffix(2000))")
         XCTAssertEqual(fx.stop(), 0)
     }
+
+    /// A tile rectangle in `t`'s plan.json made huge (maxX = maxY = 2^62: a bitmap of 1e18 bytes)
+    /// or overflowing (minX = -2^63, maxX = 2^63 - 1: `TileRect.width` trapped): the daemon
+    /// aborted at every start and `export` crashed. Such a plan is unreadable, as one that is not
+    /// JSON: `verify` reports it, `export` refuses the region, and the daemon stays up and
+    /// downloads the region again from a plan made anew.
+    func testAPlanRectangleOutsideItsZoomIsUnreadableNotACrash() throws {
+        try completedRegion()
+        let path = fx.store + "/regions/t/plan.json"
+        let original = try Data(contentsOf: URL(fileURLWithPath: path))
+        for (minX, maxX, maxY) in [(0, 1 << 62, 1 << 62), (Int.min, Int.max, 0)] {
+            var plan = try XCTUnwrap(JSONSerialization.jsonObject(with: original) as? [String: Any])
+            var sets = try XCTUnwrap(plan["tileSets"] as? [[String: Any]])
+            var rects = try XCTUnwrap(sets[0]["rects"] as? [[String: Any]])
+            rects[0]["minX"] = minX; rects[0]["maxX"] = maxX; rects[0]["maxY"] = maxY
+            sets[0]["rects"] = rects; plan["tileSets"] = sets
+            try JSONSerialization.data(withJSONObject: plan).write(to: URL(fileURLWithPath: path))
+
+            var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 1, out)
+            XCTAssertTrue(out.contains("unreadable plan: t:"), out)
+            (rc, out) = try fx.cli(["export", "t", "--format", "mbtiles", "--output", fx.root.appendingPathComponent("t\(minX).mbtiles").path,
+                                    "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 1, "export: \(out)")
+            XCTAssertTrue(out.contains("no plan"), out)
+
+            try assertDaemonStaysUp()
+            try fx.waitForState("t", "completed")
+            XCTAssertEqual(fx.stop(), 0)
+            (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 0, out)
+        }
+    }
+}
+
+/// `ResourcePlan` decoding refuses a plan that could not have been planned.
+final class PlanDecodingTests: XCTestCase {
+    func plan(_ rect: TileRect, counts: [Int]? = nil) throws -> Data {
+        // Made over a good rectangle, then given `rect` as it is (a bad one's count could trap).
+        var set = TileSet(source: "s", template: TileURLTemplate("http://h/{z}/{x}/{y}.png"), rects: [TileRect(z: 0, minX: 0, minY: 0, maxX: 0, maxY: 0)])
+        set.rects = [rect]
+        set.rectCounts = counts ?? [1]
+        return try JSONEncoder().encode(ResourcePlan(resources: [], tileSets: [set]))
+    }
+
+    func testRectanglesOutsideTheirZoomAndBadCountsAreUnreadable() throws {
+        let good = TileRect(z: 2, minX: 0, minY: 1, maxX: 3, maxY: 2)
+        XCTAssertEqual(try JSONDecoder().decode(ResourcePlan.self, from: plan(good, counts: [8])).tileCount, 8)
+        let world30 = TileRect(z: 30, minX: 0, minY: 0, maxX: (1 << 30) - 1, maxY: (1 << 30) - 1)
+        XCTAssertNoThrow(try JSONDecoder().decode(ResourcePlan.self, from: plan(world30)))
+        let bad: [TileRect] = [
+            TileRect(z: 2, minX: 0, minY: 0, maxX: 1 << 62, maxY: 1 << 62),
+            TileRect(z: 2, minX: Int.min, minY: 0, maxX: Int.max, maxY: 0),
+            TileRect(z: 2, minX: 3, minY: 0, maxX: 2, maxY: 0),       // min > max
+            TileRect(z: 2, minX: 0, minY: 0, maxX: 4, maxY: 0),       // past 2^z - 1
+            TileRect(z: 2, minX: -1, minY: 0, maxX: 0, maxY: 0),
+            TileRect(z: 31, minX: 0, minY: 0, maxX: 0, maxY: 0),
+            TileRect(z: -1, minX: 0, minY: 0, maxX: 0, maxY: 0),
+            TileRect(z: 63, minX: 0, minY: 0, maxX: 0, maxY: 0),
+        ]
+        for r in bad {
+            XCTAssertThrowsError(try JSONDecoder().decode(ResourcePlan.self, from: plan(r)), "\(r)")
+        }
+        for counts in [[], [1, 1], [-1], [9]] {
+            XCTAssertThrowsError(try JSONDecoder().decode(ResourcePlan.self, from: plan(good, counts: counts)), "\(counts)")
+        }
+    }
 }
