@@ -170,6 +170,13 @@ public enum MapLibreOffline {
     /// `expires` written on every row: 9999-12-31T23:59:59Z in seconds, so clients never revalidate.
     public static let farFutureExpires: Int64 = 253_402_300_799
 
+    /// A time in seconds (a manifest line's `fetched`) as whole seconds for the database, nil when
+    /// unknown or not a whole number of seconds an `Int64` holds (never a trap: `Int64(exactly:)`).
+    public static func seconds(_ t: Double?) -> Int64? {
+        guard let t, t.isFinite else { return nil }
+        return Int64(exactly: t.rounded(.down))
+    }
+
     /// The `resources.kind` of a planned resource: 1 style, 2 source (TileJSON, GeoJSON data),
     /// 4 glyphs, 5 sprite image, 6 sprite JSON, 7 image (an image source's picture).
     public static func kind(of r: PlannedResource, imageSources: Set<String>) -> Int {

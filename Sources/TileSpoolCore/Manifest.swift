@@ -27,16 +27,18 @@ public struct Freshness: Sendable, Equatable {
 /// `kind` is a `ResourceKind`; `sha256` is 64 lower-case hex digits, or `-` for an empty tile (404
 /// or 204) and for a sprite or glyph range the server did not have, or `!` for a tile that failed
 /// within the request's `maxFailedTiles` budget (read like an empty tile); `bytes` is the stored body's
-/// size; `key` is `style`, a source name, `sprite@2x.png`, `<fontstack>/<range>` or
+/// size (`0 ... PackFormat.maxBody`: a larger value is damage and the line is refused, so sums of
+/// `bytes` cannot overflow); `key` is `style`, a source name, `sprite@2x.png`, `<fontstack>/<range>` or
 /// `<source>/<z>/<x>/<y>` (XYZ); `url` is the URL fetched, credentials redacted. The last four are the
 /// response's `Freshness`: the ETag as sent, then three times in seconds since 1970 (`-` when
-/// unknown; the fetch time with three decimals, milliseconds). Lines written before TileSpool kept validators have only the first five columns and
+/// unknown; the fetch time with three decimals, milliseconds), within `timeRange`. Lines written before TileSpool kept validators have only the first five columns and
 /// are read with an unknown freshness. Lines starting with `#` are comments. Format documented in
 /// docs/contract.md ("The manifest").
 public struct ManifestLine: Sendable, Equatable {
     public var kind: ResourceKind
     /// The object's SHA-256 in hex, or nil for an empty or missing resource.
     public var sha256: String?
+    /// The stored body's size in bytes, `0 ... PackFormat.maxBody` for a parsed line.
     public var bytes: Int
     public var key: String
     public var url: String
@@ -50,6 +52,11 @@ public struct ManifestLine: Sendable, Equatable {
         self.kind = kind; self.sha256 = sha256; self.bytes = bytes; self.key = key; self.url = url
         self.freshness = freshness
     }
+
+    /// The times a parsed line may hold (`lastModified`, `expires`, `fetched`), in seconds since
+    /// 1970: 1970-01-01 to 9999-12-31T23:59:59Z, the last second an HTTP date can name. A line with
+    /// a time outside is refused as damaged, so every time read converts to `Int64` without trapping.
+    public static let timeRange: ClosedRange<Int64> = 0...253_402_300_799
 
     /// The first line of every manifest.
     public static let header = "# tilespool manifest v2: kind\tsha256\tbytes\tkey\turl\tetag\tlastModified\texpires\tfetched\n"
@@ -132,7 +139,8 @@ public struct ManifestLine: Sendable, Equatable {
         // A decimal integer with an optional sign; nil on overflow (a short column: an inline string).
         func integer(_ r: Range<Int>) -> Int64? { Int64(string(r)) }
         guard let c0 = column(), let c1 = column(), let c2 = column(), let c3 = column(), let c4 = column(),
-              let kind = ResourceKind(rawValue: string(c0)), let bytes = integer(c2), bytes >= 0, bytes <= Int64(Int.max) else { return nil }
+              let kind = ResourceKind(rawValue: string(c0)), let bytes = integer(c2), bytes >= 0,
+              bytes <= Int64(PackFormat.maxBody) else { return nil } // no body a pack holds is larger (u32)
         let failed = c1.count == 1 && b[c1.lowerBound] == UInt8(ascii: "!")
         var sha: String?
         if !failed && !isDash(c1) {
@@ -142,11 +150,16 @@ public struct ManifestLine: Sendable, Equatable {
         var fresh = Freshness()
         if i <= b.count {
             guard let c5 = column(), let c6 = column(), let c7 = column(), let c8 = column(), i > b.count else { return nil }
-            func time(_ r: Range<Int>) -> Int64?? { isDash(r) ? .some(nil) : integer(r).map { .some($0) } }
+            // A time outside `timeRange` is damage: the line is refused like any bad number.
+            func time(_ r: Range<Int>) -> Int64?? {
+                if isDash(r) { return .some(nil) }
+                guard let v = integer(r), ManifestLine.timeRange.contains(v) else { return nil }
+                return .some(v)
+            }
             guard let lm = time(c6), let ex = time(c7) else { return nil }
             var fetched: Double?
             if !isDash(c8) {
-                guard let v = Double(string(c8)), v.isFinite else { return nil }
+                guard let v = Double(string(c8)), v.isFinite, v >= 0, v <= Double(ManifestLine.timeRange.upperBound) else { return nil }
                 fetched = v
             }
             fresh = Freshness(etag: isDash(c5) ? nil : string(c5), lastModified: lm, expires: ex, fetched: fetched)

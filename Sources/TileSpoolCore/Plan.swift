@@ -66,6 +66,37 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
         self.resources = resources; self.tileSets = tileSets
     }
 
+    private enum CodingKeys: String, CodingKey { case resources, tileSets }
+
+    /// Decodes a plan (`plan.json`) and checks it (`damage`): a plan whose rectangles or counts
+    /// could not have been planned is unreadable (a `DecodingError`), exactly as one that is not
+    /// JSON, so that no value in the file can trap or exhaust memory.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        resources = try c.decode([PlannedResource].self, forKey: .resources)
+        tileSets = try c.decode([TileSet].self, forKey: .tileSets)
+        if let why = damage {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "plan.json is damaged: \(why)"))
+        }
+    }
+
+    /// Why the plan could not have been planned, nil when it could: every rectangle within its
+    /// zoom's tiles (`TileRect.isValid`), one count per rectangle, each `0 ... rect.count`.
+    public var damage: String? {
+        for set in tileSets {
+            if set.rectCounts.count != set.rects.count {
+                return "tile set '\(set.source)' has \(set.rects.count) rectangles but \(set.rectCounts.count) counts"
+            }
+            for (r, n) in zip(set.rects, set.rectCounts) {
+                guard r.isValid else {
+                    return "tile set '\(set.source)': rectangle z\(r.z) x \(r.minX)...\(r.maxX), y \(r.minY)...\(r.maxY) is outside its zoom's tiles (zooms \(TileRect.zoomRange))"
+                }
+                guard n >= 0, n <= r.count else { return "tile set '\(set.source)': count \(n) for a rectangle of \(r.count) tiles" }
+            }
+        }
+        return nil
+    }
+
     /// Number of tiles planned. Saturates at `Int.max` (`SaturatingCount`): a plan can name more
     /// tiles than an `Int` holds, and any tile limit refuses that count. Check it against the
     /// limits (`RequestValidator.tileLimitError`) before using `count` or `indexSpace` to size

@@ -130,10 +130,10 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     /// line counts; the progress of a pack is this over its manifest's distinct lines.
     public mutating func count(_ line: ManifestLine) {
         resourcesCompleted += 1
-        bytesCompleted += line.bytes
+        bytesCompleted = SaturatingCount.add(bytesCompleted, line.bytes) // saturates, never traps
         if line.kind == .tile {
             tilesCompleted += 1
-            tileBytesCompleted += line.bytes
+            tileBytesCompleted = SaturatingCount.add(tileBytesCompleted, line.bytes)
             if line.sha256 == nil && !line.failed { tilesEmpty += 1 }
         }
         if line.kind != .tile && line.sha256 == nil { resourcesMissing += 1 }

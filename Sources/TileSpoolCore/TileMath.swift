@@ -44,6 +44,16 @@ public struct TileRect: Hashable, Sendable, Codable {
     public init(z: Int, minX: Int, minY: Int, maxX: Int, maxY: Int) {
         self.z = z; self.minX = minX; self.minY = minY; self.maxX = maxX; self.maxY = maxY
     }
+    /// The zooms a plan reaches (map zoom 24 with 64 px tiles asks tile zoom 26; 30 leaves room).
+    public static let zoomRange = 0...30
+    /// True when `z` is in `zoomRange` and the rectangle lies within that zoom's tiles
+    /// (`0 ..< 2^z` both ways) with `min <= max`: what every planned rectangle is, and what a
+    /// rectangle read from `plan.json` must be before `width`, `count` or `tile(at:)` are used.
+    public var isValid: Bool {
+        guard TileRect.zoomRange.contains(z) else { return false }
+        let n = 1 << z
+        return minX >= 0 && minX <= maxX && maxX < n && minY >= 0 && minY <= maxY && maxY < n
+    }
     public var width: Int { maxX - minX + 1 }
     public var height: Int { maxY - minY + 1 }
     /// Number of tiles in the rectangle; `Int.max` when that does not fit an `Int` (never at the

@@ -131,7 +131,7 @@ enum MapLibreExport {
                 res.bind(2, MapLibreOffline.kind(of: r, imageSources: imageSources))
                 res.bind(3, MapLibreOffline.farFutureExpires)
                 // When this resource was fetched (or last revalidated) and its ETag, where known.
-                res.bind(4, line.freshness.fetched.map { Int64($0) } ?? modified)
+                res.bind(4, MapLibreOffline.seconds(line.freshness.fetched) ?? modified)
                 res.bind(5, line.freshness.etag)
                 res.bind(6, blob: data)
                 res.bind(7, compressed)
@@ -162,7 +162,7 @@ enum MapLibreExport {
                     if let sha = line.sha256 { (data, compressed) = try blob(pack, sha, line.key) }
                     tile.bind(1, template); tile.bind(2, ratio)
                         tile.bind(3, t.z); tile.bind(4, t.x); tile.bind(5, MapLibreOffline.tileRowY(t, tms: tms))
-                        tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, line.freshness.fetched.map { Int64($0) } ?? modified)
+                        tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, MapLibreOffline.seconds(line.freshness.fetched) ?? modified)
                         tile.bind(8, line.freshness.etag)
                         tile.bind(9, blob: data); tile.bind(10, compressed); tile.bind(11, now)
                         guard try tile.step() else { throw SQLiteError(message: "no id returned for tile \(t)") }

@@ -32,7 +32,10 @@ public struct VerifyReport: Sendable {
     public var regionsMarked: [String] = []
     /// Regions whose refresh swap, cut short, `verify --repair` finished before checking.
     public var refreshesFinished: [String] = []
-    public var faults: Int { badObjects.count + missingObjects.count + tempFiles.count + countMismatches.count }
+    /// "region: why" for completed regions whose `plan.json` is missing, not a plan, or damaged
+    /// (`ResourcePlan.damage`): the daemon does not believe such a region complete.
+    public var unreadablePlans: [String] = []
+    public var faults: Int { badObjects.count + missingObjects.count + tempFiles.count + countMismatches.count + unreadablePlans.count }
 }
 
 /// Garbage collection and verification of a store, either backend. Both only read manifests; gc
@@ -86,7 +89,7 @@ public enum StoreMaintenance {
         }
         var out: [String: Int] = [:]
         for id in ids { out[id] = 0 }
-        for o in owner.values where !o.shared { out[ids[Int(o.region)], default: 0] += o.bytes }
+        for o in owner.values where !o.shared { out[ids[Int(o.region)]] = SaturatingCount.add(out[ids[Int(o.region)]] ?? 0, o.bytes) }
         return out
     }
 
@@ -165,7 +168,11 @@ public enum StoreMaintenance {
             let st = status.read(id: id)
             var mismatch = false
             if let st, st.state == .completed {
-                let planned = files.loadPlan()?.count
+                let plan = files.loadPlan()
+                let planned = plan?.count
+                if plan == nil && files.readFailure == nil {
+                    report.unreadablePlans.append("\(id): plan.json is missing or unreadable (not a plan, or a value out of range); the daemon downloads the region again")
+                }
                 if st.progress.resourcesCompleted != own.lines || (planned != nil && planned != own.lines) {
                     mismatch = true
                     report.countMismatches.append("\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(own.lines)" + (planned.map { ", plan has \($0)" } ?? ""))

@@ -272,17 +272,35 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t"), "six columns (a trailing tab)")
         XCTAssertNil(ManifestLine("tile\t-\t-1\ts/1/2/3\tu"), "negative bytes")
         XCTAssertNil(ManifestLine("tile\t-\t99999999999999999999\ts/1/2/3\tu"), "bytes past Int64")
+        // No body a pack holds is larger than PackFormat.maxBody (u32): more is damage, refused.
+        XCTAssertNil(ManifestLine("tile\t-\t4611686018427387904\ts/1/2/3\tu"), "bytes 2^62")
+        XCTAssertNil(ManifestLine("tile\t-\t\(PackFormat.maxBody + 1)\ts/1/2/3\tu"), "bytes past maxBody")
+        XCTAssertEqual(ManifestLine("tile\t-\t\(PackFormat.maxBody)\ts/1/2/3\tu")?.bytes, PackFormat.maxBody)
+        // Times outside 0 ... 253402300799 (9999-12-31T23:59:59Z) are damage, refused.
+        for bad in ["1e19", "9223372036854775807.5", "-1", "253402300800", "nan", "inf"] {
+            XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\t-\t-\t\(bad)"), "fetched \(bad)")
+            XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\t\(bad)\t-\t-"), "lastModified \(bad)")
+            XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\t-\t\(bad)\t-"), "expires \(bad)")
+        }
+        XCTAssertEqual(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\t253402300799\t0\t253402300799.000")?.freshness,
+                       Freshness(lastModified: 253402300799, expires: 0, fetched: 253402300799))
         XCTAssertNil(ManifestLine("tile\t" + String(repeating: "AB", count: 32) + "\t1\ts/1/2/3\tu"), "upper-case hex")
         XCTAssertNil(ManifestLine("pyramid\t-\t0\ts/1/2/3\tu"), "unknown kind")
-        // A failed tile, signed and negative times, and a fetch time that is no time.
-        let failed = ManifestLine("tile\t!\t0\ts/1/2/3\tu\t-\t+5\t-7\t-")
+        // A failed tile, signed times (a negative one is refused), and a fetch time that is no time.
+        let failed = ManifestLine("tile\t!\t0\ts/1/2/3\tu\t-\t+5\t7\t-")
         XCTAssertEqual(failed?.failed, true)
         XCTAssertNil(failed?.sha256)
         XCTAssertEqual(failed?.freshness.lastModified, 5)
-        XCTAssertEqual(failed?.freshness.expires, -7)
-        XCTAssertEqual(failed?.text, "tile\t!\t0\ts/1/2/3\tu\t-\t5\t-7\t-\n")
-        let farFuture = ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\t-\t-\t1e17")
-        XCTAssertEqual(farFuture?.text, "tile\t-\t0\ts/1/2/3\tu\t-\t-\t-\t-\n", "rendered without trapping")
+        XCTAssertEqual(failed?.freshness.expires, 7)
+        XCTAssertEqual(failed?.text, "tile\t!\t0\ts/1/2/3\tu\t-\t5\t7\t-\n")
+        XCTAssertNil(ManifestLine("tile\t!\t0\ts/1/2/3\tu\t-\t+5\t-7\t-"), "a negative expiry")
+        XCTAssertNil(ManifestLine("tile\t-\t0\ts/1/2/3\tu\t-\t-\t-\t1e17"), "a fetch time past year 9999")
+        let farFuture = ManifestLine(kind: .tile, sha256: nil, bytes: 0, key: "s/1/2/3", url: "u", freshness: Freshness(fetched: 1e17))
+        XCTAssertEqual(farFuture.text, "tile\t-\t0\ts/1/2/3\tu\t-\t-\t-\t-\n", "rendered without trapping")
+        // Export's conversion of a fetch time never traps.
+        XCTAssertNil(MapLibreOffline.seconds(1e19))
+        XCTAssertNil(MapLibreOffline.seconds(9223372036854775807.5))
+        XCTAssertEqual(MapLibreOffline.seconds(1_700_000_000.9), 1_700_000_000)
         XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.0, "a/b")
         XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.1, TileID(z: 14, x: 8530, y: 5975))
     }
