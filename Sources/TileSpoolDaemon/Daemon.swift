@@ -329,6 +329,10 @@ public final class Daemon {
             if r.state == .downloading { setState(r, .queued, note: "daemon stopped") }
         }
         commitAndWait() // the writer is drained before the process exits
+        // Objects whose lines no region waits for any more (a region deleted, cancelled or
+        // replaced meanwhile) may still sit in the open pack: sealed too, so a clean stop leaves
+        // no open pack in tmp/ (verify would report it; gc removes the unreferenced objects).
+        do { try store.sync() } catch { Log.error("cannot seal the open pack at stop: \(error)") }
         writer.stop()
         for r in regions.values where r.statusDirty { writeStatus(r) }
         if options.metricsFile != nil { writeMetrics(now: Daemon.now()) }

@@ -115,8 +115,11 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertEqual(rc, 4, out)
         XCTAssertTrue(out.contains("w: refresh started\n") && out.contains("tilespool: w: refresh failed: networkError: "), out)
         XCTAssertEqual(fx.state("w"), "completed")
-        // A status the daemon has no region for (copied by hand): it refuses the control file.
-        try FileManager.default.copyItem(atPath: fx.spool + "/status/w.json", toPath: fx.spool + "/status/ghost.json")
+        // A status the daemon has no region for (copied by hand, its id made its own name: a
+        // status whose id is not its file's name is no status): it refuses the control file.
+        var ghost = try XCTUnwrap(fx.status("w"))
+        ghost["id"] = "ghost"
+        try JSONSerialization.data(withJSONObject: ghost).write(to: URL(fileURLWithPath: fx.spool + "/status/ghost.json"))
         (rc, out) = try run(["pause", "ghost"])
         XCTAssertEqual(rc, 3, out)
         XCTAssertTrue(out.hasSuffix("tilespool: the daemon refused control/ghost.pause: no region with id 'ghost'\n"), out)
