@@ -84,8 +84,9 @@ public final class RegionFiles: @unchecked Sendable {
         var text = message
         handleLock.lock()
         let mine = handle.map { "/proc/self/fd/\($0.fd)" }
+        let refresh = refreshFilesIfMade // read under the lock: the writer thread may make it
         handleLock.unlock()
-        if let r = refreshFilesIfMade?.shownBase { text = Self.replacing(r, by: refreshDir, in: text) }
+        if let r = refresh?.shownBase { text = Self.replacing(r, by: refreshDir, in: text) }
         if let mine { text = Self.replacing(mine, by: dir, in: text) }
         return text
     }
