@@ -185,11 +185,10 @@ public enum Files {
     /// blocking on a FIFO. Throws `SystemError` (ELOOP for a symlink, EFBIG when larger than `limit`,
     /// EINVAL... for a FIFO or device).
     public static func readRegularFile(_ path: String, limit: Int) throws(SystemError) -> Data {
-        let fd = try open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+        let fd = try openRegular(path, O_RDONLY)
         defer { Glibc.close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { throw SystemError("read", path, errno: EINVAL) }
         guard Int(st.st_size) <= limit else { throw SystemError("read", path, errno: EFBIG) }
         var data = Data(count: Int(st.st_size) + 1)
         var total = 0

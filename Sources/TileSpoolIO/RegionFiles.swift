@@ -79,7 +79,7 @@ public final class RegionFiles: @unchecked Sendable {
 
     /// `message` with the descriptor paths of this folder and of its `refresh/`
     /// (`/proc/self/fd/<fd>`, which name nothing to a reader) written as `dir` and `refreshDir`.
-    public func shownPaths(_ message: String) -> String {
+    public func shown(_ message: String) -> String {
         guard message.contains("/proc/self/fd/") else { return message }
         var text = message
         handleLock.lock()

@@ -124,6 +124,10 @@ public struct ObjectCheck: Sendable {
 public protocol RegionStorage: AnyObject, Sendable {
     /// Where the files are, for messages: a folder or `s3://BUCKET/PREFIX/regions/<id>/`.
     var location: String { get }
+    /// `message` (an error's text) as people read it: paths by which the files were reached
+    /// written as the region's folder (a folder store reaches them by descriptor,
+    /// `/proc/self/fd/<fd>/...`); unchanged when there is nothing to write back.
+    func shown(_ message: String) -> String
     /// Creates the region and writes its request (durably).
     func create(request: RegionRequest) throws
     /// The stored request. - Throws: when absent, unreadable or not a valid request.
@@ -214,10 +218,9 @@ extension RegionStorage {
     /// The version of the pack's manifest now (`ManifestSnapshot.version`), nil when it has none.
     public func packVersion() -> String? { (try? manifestSnapshot())?.version }
 
-    /// `message` (an error's text) as people read it: a folder store names its files by
-    /// descriptor (`/proc/self/fd/<fd>/...`), which it writes back as the region's folder
-    /// (`RegionFiles.shown`); others have nothing to change.
-    public func shown(_ message: String) -> String { (self as? RegionFiles)?.shownPaths(message) ?? message }
+    /// `message` unchanged: only a store that names its files by descriptor has paths to write
+    /// back (`RegionFiles.shown`).
+    public func shown(_ message: String) -> String { message }
 
     /// `readManifest` without cutting a partial line (readers beside the daemon).
     public func readManifest(_ body: (ManifestLine) -> Void) { readManifest(cutPartialLine: false, body) }

@@ -28,6 +28,14 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         return out
     }
 
+    /// The conditional headers each request for `path` carried, in order: `INM=...` for
+    /// If-None-Match, `IMS=...` for If-Modified-Since, "" for a plain GET.
+    func sent(_ path: String) -> [String] {
+        server.requests().filter { $0.path == path }.map { r in
+            [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }.joined(separator: " ")
+        }
+    }
+
     /// Seconds from a manifest line's fetch time (column 9, whole seconds) to its expiry
     /// (column 8); nil when either is `-`.
     func lifetime(_ line: [String]?) -> Int64? {
@@ -147,11 +155,6 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(lines["tiles2/0/0/0"]?[5], "W/\"v1\"")
         let (rc, out) = try fx.cli(["refresh", "et", "--wait", "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
-        func sent(_ path: String) -> [String] {
-            server.requests().filter { $0.path == path }.map { r in
-                [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }.joined(separator: " ")
-            }
-        }
         XCTAssertEqual(sent("/reply/star/0/0/0.pbf"), ["", "IMS=Wed, 01 Jan 2025 00:00:00 GMT"])
         XCTAssertEqual(sent("/reply/bare/0/0/0.pbf"), ["", ""])
         XCTAssertEqual(sent("/reply/good/0/0/0.pbf"), ["", "INM=W/\"v1\""])
@@ -197,11 +200,6 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertEqual(leaked(readable("ets"), [custom]), [])
         let (rc, out) = try fx.cli(["refresh", "ets", "--wait", "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
-        func sent(_ path: String) -> [String] {
-            server.requests().filter { $0.path == path }.map { r in
-                [r.headers["If-None-Match"].map { "INM=\($0)" }, r.headers["If-Modified-Since"].map { "IMS=\($0)" }].compactMap { $0 }.joined(separator: " ")
-            }
-        }
         XCTAssertEqual(sent("/reply/etsec/0/0/0.pbf"), ["", "IMS=Wed, 01 Jan 2025 00:00:00 GMT"])
         XCTAssertEqual(sent("/reply/etsec2/0/0/0.pbf"), ["", ""])
         XCTAssertEqual(leaked(readable("ets"), [custom]), [])
