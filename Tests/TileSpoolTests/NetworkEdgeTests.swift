@@ -82,7 +82,8 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         try fx.drop("cc.json", server.tilesRequest(variants.map { "/reply/\($0.0)/{z}/{x}/{y}.pbf" }, id: "cc"))
         try waitUntil("the same request again refreshes cc") {
             if let d = fx.daemon, !d.isRunning { XCTFail("daemon exited: \(fx.log().suffix(2000))"); return true }
-            return fx.events("cc").contains { $0["refresh"] as? String == "finished" }
+            // The event is written before the status (contract.md): wait for both.
+            return fx.events("cc").contains { $0["refresh"] as? String == "finished" } && fx.state("cc") == "completed"
         }
         XCTAssertEqual(fx.state("cc"), "completed")
     }
