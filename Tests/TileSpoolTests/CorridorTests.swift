@@ -1,0 +1,330 @@
+import Foundation
+import XCTest
+@testable import TileSpoolCore
+
+/// Corridor regions (issue 32): the tiles within a buffer of a route, checked against a brute-force
+/// computation written here; order along the route; validation; per-zoom parts.
+final class CorridorTests: XCTestCase {
+    // MARK: helpers
+
+    /// Validates a `tiles` request with `fields` added and plans it.
+    func planOf(_ fields: [String: Any]) throws -> (RegionRequest, ResourcePlan) {
+        var o: [String: Any] = ["id": "c", "tiles": ["http://127.0.0.1/{z}/{x}/{y}.png"]]
+        for (k, v) in fields { o[k] = v }
+        let data = try JSONSerialization.data(withJSONObject: o)
+        let request = try RequestValidator.validate(data, fileName: "c.json")
+        guard case .tiles(let t) = request.source else { throw XCTSkip("not a tiles request") }
+        return (request, try Planner.plan(request: request, templates: t))
+    }
+
+    /// The tiles the plan downloads, in download order (plan index order, planned indices only).
+    func plannedTiles(_ plan: ResourcePlan, set: Int = 0) -> [TileID] {
+        let cover = PlanCover(plan)
+        var out: [TileID] = []
+        for i in plan.resources.count..<plan.indexSpace {
+            guard cover.isPlannedInAreas(i), let (s, _, t) = cover.locate(i), s == set else { continue }
+            out.append(t)
+        }
+        return out
+    }
+
+    static let R = 6378137.0
+
+    /// Great-circle distance in metres (haversine), positions in degrees.
+    static func haversine(_ lon1: Double, _ lat1: Double, _ lon2: Double, _ lat2: Double) -> Double {
+        let r = Double.pi / 180
+        let dphi = (lat2 - lat1) * r, dlam = (lon2 - lon1) * r
+        let a = sin(dphi / 2) * sin(dphi / 2) + cos(lat1 * r) * cos(lat2 * r) * sin(dlam / 2) * sin(dlam / 2)
+        return 2 * R * asin(min(1, a.squareRoot()))
+    }
+
+    /// Brute force, independent of `Corridor`: the line (lon unwrapped by hand in `line`) sampled
+    /// every `step` metres or less, and each tile's rectangle as its interior test plus its
+    /// perimeter sampled at 64 points per edge; the least haversine distance between them (0 when
+    /// a line point lies inside the tile). It overstates the true distance by at most
+    /// `step/2 + edge/128`, never understates it. A tile whose lower bound is beyond `farEnough`
+    /// returns that bound.
+    func bruteDistance(line: [[Double]], step: Double, tile t: TileID, farEnough: Double) -> Double {
+        let n = Double(1 << t.z)
+        func lonOf(_ x: Double) -> Double { x / n * 360 - 180 }
+        func latOf(_ y: Double) -> Double { atan(sinh(.pi * (1 - 2 * y / n))) * 180 / .pi }
+        let w = lonOf(Double(t.x)), e = lonOf(Double(t.x + 1)), north = latOf(Double(t.y)), south = latOf(Double(t.y + 1))
+        var points: [(Double, Double)] = []
+        for k in 1..<line.count {
+            let a = line[k - 1], b = line[k]
+            let len = Self.haversine(a[0], a[1], b[0], b[1]) * 1.5 + 1 // generous: the lon/lat line is longer than the great circle
+            let m = max(1, Int((len / step).rounded(.up)))
+            for j in 0...m { let f = Double(j) / Double(m); points.append((a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f)) }
+        }
+        var perimeter: [(Double, Double)] = []
+        for j in 0...64 {
+            let f = Double(j) / 64
+            perimeter += [(w + (e - w) * f, north), (w + (e - w) * f, south), (w, south + (north - south) * f), (e, south + (north - south) * f)]
+        }
+        // A cheap lower bound first: from the tile's centre, less its farthest corner (with 1 %
+        // to spare); a tile certainly beyond `farEnough` needs no perimeter.
+        let clon = (w + e) / 2, clat = (north + south) / 2
+        let half = 1.01 * [(w, north), (e, north), (w, south), (e, south)].map { Self.haversine(clon, clat, $0.0, $0.1) }.max()!
+        var nearest = Double.infinity
+        for (plon, plat) in points { for shift in [-360.0, 0, 360] { nearest = min(nearest, Self.haversine(plon + shift, plat, clon, clat)) } }
+        if nearest - half > farEnough { return nearest - half }
+        var best = Double.infinity
+        for (plon, plat) in points {
+            // The same point at ±360 (a line across the antimeridian, unwrapped).
+            for shift in [-360.0, 0, 360] {
+                let lon = plon + shift
+                if lon >= w && lon <= e && plat >= south && plat <= north { return 0 }
+            }
+            for (qlon, qlat) in perimeter { best = min(best, Self.haversine(plon, plat, qlon, qlat)) }
+        }
+        return best
+    }
+
+    /// Checks the plan's tiles at zoom `z` against the brute force over a generous box: every tile
+    /// within the buffer is planned; none farther than `coverRadius` (plus the brute force's own
+    /// sampling error) is. Returns (planned count at z, tiles in the tolerance band).
+    func checkAgainstBruteForce(line: [[Double]], buffer: Double, z: Int, file: StaticString = #filePath, line fileLine: UInt = #line) throws -> (Int, Int) {
+        let (request, plan) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": line], "bufferMeters": buffer],
+                                        "minZoom": z, "maxZoom": z])
+        let tiles = plannedTiles(plan)
+        XCTAssertEqual(tiles.count, plan.tileCount, "the expected count is exact", file: file, line: fileLine)
+        XCTAssertEqual(Set(tiles).count, tiles.count, "each tile once", file: file, line: fileLine)
+        let planned = Set(tiles)
+        // Unwrap the line by hand for the brute force.
+        var unwrapped = line
+        for i in 1..<unwrapped.count {
+            while unwrapped[i][0] - unwrapped[i - 1][0] > 180 { unwrapped[i][0] -= 360 }
+            while unwrapped[i][0] - unwrapped[i - 1][0] < -180 { unwrapped[i][0] += 360 }
+        }
+        let n = 1 << z
+        let lats = unwrapped.map { $0[1] }, lons = unwrapped.map { $0[0] }
+        let margin = 3 * buffer / Self.R * 180 / .pi / cos(lats.map(abs).max()! * .pi / 180) + 360.0 / Double(n)
+        let y0 = Int(WebMercator.tileY(lat: lats.max()! + margin, z: z)), y1 = Int(WebMercator.tileY(lat: lats.min()! - margin, z: z))
+        let x0 = Int(floor(WebMercator.tileX(lon: lons.min()! - margin, z: z))), x1 = Int(floor(WebMercator.tileX(lon: lons.max()! + margin, z: z)))
+        let step = buffer / 40
+        let corridor = try XCTUnwrap(request.corridor)
+        var band = 0, inBox = 0
+        for y in y0...y1 {
+            for xu in x0...x1 {
+                let x = ((xu % n) + n) % n
+                let t = TileID(z: z, x: x, y: y)
+                let d = bruteDistance(line: unwrapped, step: step, tile: TileID(z: z, x: xu, y: y), farEnough: 2 * buffer)
+                let slack = step / 2 + Self.haversine(0, 0, 360.0 / Double(n), 0) / 128
+                if d <= buffer {
+                    XCTAssertTrue(planned.contains(t), "\(t) is \(Int(d)) m from the line, within \(buffer) m, but not planned", file: file, line: fileLine)
+                } else if d > corridor.coverRadius + slack {
+                    XCTAssertFalse(planned.contains(t), "\(t) is \(Int(d)) m from the line, beyond \(corridor.coverRadius) m, but planned", file: file, line: fileLine)
+                } else if planned.contains(t) {
+                    band += 1
+                }
+                if planned.contains(t) { inBox += 1 }
+            }
+        }
+        XCTAssertEqual(inBox, planned.count, "every planned tile lies in the brute-force box", file: file, line: fileLine)
+        return (planned.count, band)
+    }
+
+    // MARK: tile sets at three latitudes
+
+    /// At the equator, a 20 km route with a bend and a 500 m buffer at z15 (1.2 km tiles).
+    func testCorridorAtTheEquatorMatchesBruteForce() throws {
+        let (count, band) = try checkAgainstBruteForce(line: [[9.40, 0.02], [9.50, 0.05], [9.52, 0.13]], buffer: 500, z: 15)
+        XCTAssertGreaterThan(count, 30)
+        print("corridor equator z15: \(count) tiles, \(band) in the tolerance band")
+        // The same route at z13 (4.9 km tiles).
+        let (c13, _) = try checkAgainstBruteForce(line: [[9.40, 0.02], [9.50, 0.05], [9.52, 0.13]], buffer: 500, z: 13)
+        XCTAssertGreaterThan(c13, 5)
+    }
+
+    /// At 60° N a degree of longitude is half as long: the corridor must be as wide in metres
+    /// (twice as wide in degrees of longitude) as at the equator.
+    func testCorridorAt60NorthMatchesBruteForce() throws {
+        let line: [[Double]] = [[10.70, 59.90], [10.85, 59.95], [10.90, 60.05]]
+        let (count, band) = try checkAgainstBruteForce(line: line, buffer: 1000, z: 15)
+        print("corridor 60N z15: \(count) tiles, \(band) in the tolerance band")
+        XCTAssertGreaterThan(count, 60)
+        // A north-south line: the corridor is 2 km wide, i.e. about 0.036° of longitude at 60° N.
+        let (_, plan) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": [[10.0, 60.0], [10.0, 60.1]]], "bufferMeters": 1000],
+                                  "minZoom": 16, "maxZoom": 16])
+        let cols = Set(plannedTiles(plan).map(\.x))
+        let width = Double(cols.count) * 360 / 65536 // degrees of longitude spanned by whole tiles
+        XCTAssertGreaterThanOrEqual(width, 2000 / (Self.R * cos(60 * Double.pi / 180)) * 180 / .pi, "at least the buffer's width in degrees at 60° N")
+        XCTAssertLessThanOrEqual(width, 2000 / (Self.R * cos(60 * Double.pi / 180)) * 180 / .pi + 2 * 360 / 65536)
+    }
+
+    /// A route across the antimeridian (Fiji's Taveuni to Vanua Levu side): tiles on both sides,
+    /// and the short way, not around the world.
+    func testCorridorAcrossTheAntimeridianMatchesBruteForce() throws {
+        let line: [[Double]] = [[179.85, -16.75], [-179.95, -16.80], [-179.80, -16.90]]
+        let (count, band) = try checkAgainstBruteForce(line: line, buffer: 800, z: 14)
+        print("corridor antimeridian z14: \(count) tiles, \(band) in the tolerance band")
+        let (_, plan) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": line], "bufferMeters": 800], "minZoom": 14, "maxZoom": 14])
+        let xs = Set(plannedTiles(plan).map(\.x))
+        XCTAssertTrue(xs.contains(16383) && xs.contains(0), "both sides of the antimeridian: \(xs.sorted())")
+        XCTAssertLessThan(xs.count, 20, "the short way across, not around the world")
+        // The same route written with longitudes beyond 180 plans the same tiles.
+        let (_, plan2) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": [[179.85, -16.75], [180.05, -16.80], [180.20, -16.90]]], "bufferMeters": 800],
+                                   "minZoom": 14, "maxZoom": 14])
+        XCTAssertEqual(Set(plannedTiles(plan2)), Set(plannedTiles(plan)))
+        XCTAssertGreaterThan(count, 10)
+    }
+
+    // MARK: order
+
+    /// Tiles are downloaded along the route from its start: over zooms 10-16 of a 60 km route, the
+    /// first tenth of the z16 tiles in download order lie near the start, the last tenth near the end.
+    func testTilesAreOrderedAlongTheRoute() throws {
+        let start = [6.0, 46.0], end = [6.6, 46.3]
+        let (_, plan) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": [start, [6.3, 46.1], end]], "bufferMeters": 300],
+                                  "minZoom": 10, "maxZoom": 16])
+        let tiles = plannedTiles(plan)
+        XCTAssertEqual(tiles.count, plan.tileCount)
+        XCTAssertEqual(Set(tiles).count, tiles.count)
+        func centre(_ t: TileID) -> (Double, Double) {
+            let n = Double(1 << t.z)
+            return ((Double(t.x) + 0.5) / n * 360 - 180, atan(sinh(.pi * (1 - 2 * (Double(t.y) + 0.5) / n))) * 180 / .pi)
+        }
+        let z16 = tiles.filter { $0.z == 16 }
+        let tenth = z16.count / 10
+        XCTAssertGreaterThan(tenth, 10)
+        let fromStart = z16.map { t -> Double in let c = centre(t); return Self.haversine(c.0, c.1, start[0], start[1]) }
+        XCTAssertLessThan(fromStart[..<tenth].max()!, 10_000, "the first z16 tiles are within 10 km of the start")
+        XCTAssertGreaterThan(fromStart[(z16.count - tenth)...].min()!, 40_000, "the last z16 tiles are far along the route")
+        // The first tile fetched at each zoom lies within a piece (4 tiles at the equator) and the
+        // buffer of the start.
+        let corridor = try XCTUnwrap(RequestValidator.validate(JSONKind.serialize(["id": "c", "tiles": ["http://h/{z}/{x}/{y}"], "minZoom": 10, "maxZoom": 16,
+            "corridor": ["line": ["type": "LineString", "coordinates": [start, end]], "bufferMeters": 300]]), fileName: "c.json").corridor)
+        for z in 10...16 {
+            let first = try XCTUnwrap(tiles.first { $0.z == z })
+            let c = centre(first)
+            let tileSize = 2 * Double.pi * Self.R / Double(1 << z)
+            XCTAssertLessThanOrEqual(Self.haversine(c.0, c.1, start[0], start[1]), corridor.pieceLength(z: z) + 300 + tileSize, "z\(z)")
+        }
+        // The plan indices of manifest keys round-trip to the owning rectangle's index.
+        let cover = PlanCover(plan)
+        for t in tiles.prefix(200) {
+            let i = try XCTUnwrap(plan.index(kind: .tile, key: ManifestLine.tileKey(source: "tiles0", t), cover: cover))
+            XCTAssertEqual(cover.locate(i)?.tile, t)
+            XCTAssertTrue(cover.isPlannedInAreas(i))
+        }
+    }
+
+    /// A long route stays cheap: 1000 km to z16 with a 1 km buffer plans within seconds, with an
+    /// index space (the daemon's progress bitmap) within a small multiple of its tiles.
+    func testLongRoutePlansWithBoundedIndexSpace() throws {
+        var coords: [[Double]] = []
+        for i in 0...1000 { coords.append([2.0 + Double(i) * 0.0125, 43.0 + Double(i) * 0.006]) } // about 1,150 km diagonal
+        let t0 = Date()
+        let (_, plan) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": coords], "bufferMeters": 1000],
+                                  "minZoom": 0, "maxZoom": 16])
+        let seconds = Date().timeIntervalSince(t0)
+        print("corridor 1150 km z0-16 1 km: \(plan.tileCount) tiles, index space \(plan.indexSpace), \(plan.tileSets[0].rects.count) rectangles, planned in \(String(format: "%.2f", seconds)) s")
+        XCTAssertGreaterThan(plan.tileCount, 10_000)
+        XCTAssertLessThan(plan.indexSpace, 10 * plan.tileCount)
+        XCTAssertLessThan(seconds, 60)
+    }
+
+    // MARK: validation
+
+    func testCorridorValidation() throws {
+        func message(_ fields: [String: Any]) -> String? {
+            var o: [String: Any] = ["id": "c", "tiles": ["http://127.0.0.1/{z}/{x}/{y}.png"], "minZoom": 0, "maxZoom": 10]
+            for (k, v) in fields { o[k] = v }
+            do { _ = try RequestValidator.validate(try! JSONSerialization.data(withJSONObject: o), fileName: "c.json"); return nil } catch { return error.message }
+        }
+        let line: [String: Any] = ["type": "LineString", "coordinates": [[0, 0], [1, 1]]]
+        XCTAssertNil(message(["corridor": ["line": line, "bufferMeters": 1000]]))
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 0]]), "corridor: bufferMeters: 0.0 must be a finite number greater than 0")
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": -5]]), "corridor: bufferMeters: -5.0 must be a finite number greater than 0")
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 200_000]]), "corridor: bufferMeters: 200000.0 is more than 100000 m; give a narrower buffer or use a geometry")
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": "1km"]]), "corridor: bufferMeters: must be a number of metres, not a string")
+        XCTAssertEqual(message(["corridor": ["line": line]]), "corridor: bufferMeters: missing; give the buffer in metres, e.g. 1000")
+        XCTAssertEqual(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0]]], "bufferMeters": 10]]), "corridor: line: coordinates needs at least 2 positions")
+        XCTAssertEqual(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [0, 89]]], "bufferMeters": 10]]),
+                       "corridor: line: coordinates[1] [0.0, 89.0] is outside -360...360, ±85.0511 degrees (Web Mercator's latitudes; beyond ±180 only to cross the antimeridian)")
+        XCTAssertEqual(message(["corridor": ["line": ["type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 0]]]], "bufferMeters": 10]]),
+                       "corridor: line: type 'Polygon' is not supported; use LineString or MultiLineString")
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 10], "bounds": [0, 0, 1, 1]]),
+                       "bounds and corridor: give exactly one of bounds, geometry, corridor and parts")
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 10, "width": 3]]), "corridor: unknown field 'width'; give 'line' and 'bufferMeters'")
+        // A long line with a tiny buffer: too many stations.
+        let long = try XCTUnwrap(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [40, 0]]], "bufferMeters": 1]]))
+        XCTAssertTrue(long.hasPrefix("corridor: the line is too long for a buffer of 1.0 m: 1781"), long)
+        XCTAssertTrue(long.hasSuffix("stations 0.25 m apart, at most 4000000; give a wider buffer or split the route"), long)
+        // Too many tiles to plan: a continent-long route at z24.
+        var o: [String: Any] = ["id": "c", "tiles": ["http://127.0.0.1/{z}/{x}/{y}.png"], "minZoom": 24, "maxZoom": 24,
+                                "corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [10, 0]]], "bufferMeters": 5000]]
+        XCTAssertThrowsError(try RequestValidator.validate(try JSONSerialization.data(withJSONObject: o), fileName: "c.json")) { e in
+            XCTAssertEqual((e as? RegionError)?.code, .tileLimitExceeded)
+        }
+        o["minZoom"] = 0; o["maxZoom"] = 12
+        // Feature and FeatureCollection of lines are accepted, in order.
+        let fc: [String: Any] = ["type": "FeatureCollection", "features": [
+            ["type": "Feature", "properties": [:] as [String: Any], "geometry": ["type": "LineString", "coordinates": [[0, 0], [1, 1]]]],
+            ["type": "Feature", "properties": [:] as [String: Any], "geometry": ["type": "MultiLineString", "coordinates": [[[2, 2], [3, 3]], [[4, 4], [5, 5]]]]]]]
+        XCTAssertNil(message(["corridor": ["line": fc, "bufferMeters": 100]]))
+        let req = try RequestValidator.validate(try JSONSerialization.data(withJSONObject: ["id": "c", "tiles": ["http://127.0.0.1/{z}/{x}/{y}.png"], "minZoom": 0, "maxZoom": 3, "corridor": ["line": fc, "bufferMeters": 100]]), fileName: "c.json")
+        XCTAssertEqual(req.corridor?.lines.count, 3)
+        // request.json round-trips (the daemon reads it back on every start).
+        let again = try RequestValidator.validate(JSONKind.serialize(req.jsonObject), fileName: "c.json")
+        XCTAssertEqual(again, req)
+    }
+
+    // MARK: parts
+
+    /// Overlapping parts: the union, each tile once. A z0-8 box and a z5-10 box inside it: at z5-8
+    /// the inner box's tiles are the outer's, counted once; z9-10 only the inner box.
+    func testPartsUnionCountsOverlapsOnce() throws {
+        let outer = GeoBounds(west: 5, south: 45, east: 11, north: 48), inner = GeoBounds(west: 7, south: 46, east: 8, north: 47)
+        let (request, plan) = try planOf(["parts": [
+            ["bounds": [outer.west, outer.south, outer.east, outer.north], "minZoom": 0, "maxZoom": 8],
+            ["bounds": [inner.west, inner.south, inner.east, inner.north], "minZoom": 5, "maxZoom": 10],
+        ]])
+        var expected = 0
+        for z in 0...8 { expected += WebMercator.cover(outer, z: z)[0].count }
+        for z in 9...10 { expected += WebMercator.cover(inner, z: z)[0].count }
+        XCTAssertEqual(plan.tileCount, expected)
+        let tiles = plannedTiles(plan)
+        XCTAssertEqual(tiles.count, expected)
+        XCTAssertEqual(Set(tiles).count, expected, "each tile once")
+        XCTAssertEqual(request.minZoom, 0)
+        XCTAssertEqual(request.maxZoom, 10)
+        XCTAssertEqual(request.bounds, outer)
+        // A corridor part beside a box: the union's bounding box, and the corridor's tiles at its zooms.
+        let (r2, p2) = try planOf(["parts": [
+            ["bounds": [7, 46, 8, 47], "minZoom": 0, "maxZoom": 6],
+            ["corridor": ["line": ["type": "LineString", "coordinates": [[7.5, 46.5], [9.5, 46.6]]], "bufferMeters": 2000], "minZoom": 10, "maxZoom": 12],
+        ]])
+        XCTAssertEqual(r2.bounds.west, 7)
+        XCTAssertGreaterThan(r2.bounds.east, 9.5)
+        let t2 = plannedTiles(p2)
+        XCTAssertEqual(t2.count, p2.tileCount)
+        XCTAssertEqual(Set(t2.map(\.z)), Set([0, 1, 2, 3, 4, 5, 6, 10, 11, 12]))
+        let (_, alone) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": [[7.5, 46.5], [9.5, 46.6]]], "bufferMeters": 2000], "minZoom": 10, "maxZoom": 12])
+        XCTAssertEqual(Set(t2.filter { $0.z >= 10 }), Set(plannedTiles(alone)))
+        // request.json round-trips.
+        XCTAssertEqual(try RequestValidator.validate(JSONKind.serialize(r2.jsonObject), fileName: "c.json"), r2)
+    }
+
+    func testPartsValidation() throws {
+        func message(_ fields: [String: Any]) -> String? {
+            var o: [String: Any] = ["id": "c", "tiles": ["http://127.0.0.1/{z}/{x}/{y}.png"]]
+            for (k, v) in fields { o[k] = v }
+            do { _ = try RequestValidator.validate(try! JSONSerialization.data(withJSONObject: o), fileName: "c.json"); return nil } catch { return error.message }
+        }
+        let part: [String: Any] = ["bounds": [7, 46, 8, 47], "minZoom": 0, "maxZoom": 6]
+        XCTAssertNil(message(["parts": [part]]))
+        XCTAssertEqual(message(["parts": [part], "minZoom": 0, "maxZoom": 3]), "parts: minZoom and maxZoom cannot be given beside parts; each part has its own minZoom and maxZoom")
+        XCTAssertEqual(message(["parts": [part], "bounds": [7, 46, 8, 47]]), "bounds and parts: give exactly one of bounds, geometry, corridor and parts")
+        XCTAssertEqual(message(["parts": []]), "parts: must have at least one part")
+        XCTAssertEqual(message(["parts": [["minZoom": 0, "maxZoom": 1]]]), "parts[0]: give one of bounds, geometry and corridor")
+        XCTAssertEqual(message(["parts": [part, ["bounds": [7, 46, 8, 47], "minZoom": 5]]]), "parts[1].maxZoom: missing; give an integer 0...24")
+        XCTAssertEqual(message(["parts": [["bounds": [7, 46, 8, 47], "geometry": ["type": "Polygon"], "minZoom": 0, "maxZoom": 1]]]),
+                       "parts[0]: bounds and geometry: give exactly one of them")
+        XCTAssertEqual(message(["parts": [["bounds": [8, 46, 8, 47], "minZoom": 0, "maxZoom": 1]]]), "parts[0].bounds: west and east are equal (8.0); the box has no area")
+        XCTAssertEqual(message(["parts": [["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [1, 1]]], "bufferMeters": 0], "minZoom": 0, "maxZoom": 1]]]),
+                       "parts[0].corridor: bufferMeters: 0.0 must be a finite number greater than 0")
+        XCTAssertEqual(message(["parts": [["bounds": [7, 46, 8, 47], "minZoom": 0, "maxZoom": 1, "buffer": 1]]]),
+                       "parts[0]: unknown field 'buffer'; a part has one of bounds, geometry and corridor, and minZoom and maxZoom")
+    }
+}
