@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import TileSpoolCore
+import TileSpoolIO
 
 /// Corridor regions (issue 32): the tiles within a buffer of a route, checked against a brute-force
 /// computation written here; order along the route; validation; per-zoom parts.
@@ -326,5 +327,173 @@ final class CorridorTests: XCTestCase {
                        "parts[0].corridor: bufferMeters: 0.0 must be a finite number greater than 0")
         XCTAssertEqual(message(["parts": [["bounds": [7, 46, 8, 47], "minZoom": 0, "maxZoom": 1, "buffer": 1]]]),
                        "parts[0]: unknown field 'buffer'; a part has one of bounds, geometry and corridor, and minZoom and maxZoom")
+    }
+}
+
+/// GPX and GeoJSON files as devices write them (`RouteFile`), and `tilespool plan --corridor`.
+final class RouteFileTests: XCTestCase {
+    /// A Garmin-style GPX 1.1 track: the Garmin extension namespaces, two track segments (a pause),
+    /// elevation and time per point, a waypoint (not part of the line).
+    static let garminTrack = """
+    <?xml version="1.0" encoding="UTF-8" standalone="no" ?>
+    <gpx xmlns="http://www.topografix.com/GPX/1/1" xmlns:gpxx="http://www.garmin.com/xmlschemas/GpxExtensions/v3" xmlns:gpxtpx="http://www.garmin.com/xmlschemas/TrackPointExtension/v1" creator="eTrex 32x" version="1.1" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:schemaLocation="http://www.topografix.com/GPX/1/1 http://www.topografix.com/GPX/1/1/gpx.xsd">
+      <metadata><link href="http://www.garmin.com"><text>Garmin International</text></link><time>2026-06-14T07:02:11Z</time></metadata>
+      <wpt lat="43.7400" lon="7.4200"><ele>12.0</ele><name>Start</name><sym>Flag, Blue</sym></wpt>
+      <trk>
+        <name>Monaco coast 2026-06-14</name>
+        <extensions><gpxx:TrackExtension><gpxx:DisplayColor>Cyan</gpxx:DisplayColor></gpxx:TrackExtension></extensions>
+        <trkseg>
+          <trkpt lat="43.7283" lon="7.4150"><ele>4.2</ele><time>2026-06-14T07:02:11Z</time></trkpt>
+          <trkpt lat="43.7321" lon="7.4219"><ele>6.0</ele><time>2026-06-14T07:05:40Z</time><extensions><gpxtpx:TrackPointExtension><gpxtpx:hr>121</gpxtpx:hr></gpxtpx:TrackPointExtension></extensions></trkpt>
+          <trkpt lat="43.7369" lon="7.4262"><ele>9.8</ele><time>2026-06-14T07:09:02Z</time></trkpt>
+        </trkseg>
+        <trkseg>
+          <trkpt lat="43.7402" lon="7.4291"><ele>11.1</ele><time>2026-06-14T07:20:00Z</time></trkpt>
+          <trkpt lat="43.7441" lon="7.4335"><ele>7.3</ele><time>2026-06-14T07:24:31Z</time></trkpt>
+          <trkpt lat="43.7473" lon="7.4370"><ele>3.0</ele><time>2026-06-14T07:28:15Z</time></trkpt>
+        </trkseg>
+      </trk>
+    </gpx>
+    """
+
+    /// An OsmAnd-style GPX 1.1 route (rte/rtept) with the osmand namespace and a track beside it.
+    static let osmandRoute = """
+    <?xml version='1.0' encoding='UTF-8' standalone='yes' ?>
+    <gpx version="1.1" creator="OsmAnd Maps 4.7.8 (4.7.8.2)" xmlns="http://www.topografix.com/GPX/1/1" xmlns:osmand="https://osmand.net/docs/technical/osmand-file-formats/osmand-gpx" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:schemaLocation="http://www.topografix.com/GPX/1/1 http://www.topografix.com/GPX/1/1/gpx.xsd">
+      <metadata><name>route_2026-06-14</name></metadata>
+      <rte>
+        <name>Fontvieille - Larvotto</name>
+        <rtept lat="43.728300" lon="7.415000"><osmand:profile>bicycle</osmand:profile></rtept>
+        <rtept lat="43.738100" lon="7.427200"></rtept>
+        <rtept lat="43.747300" lon="7.437000"></rtept>
+      </rte>
+      <extensions><osmand:show_arrows>false</osmand:show_arrows></extensions>
+    </gpx>
+    """
+
+    func testGarminTrackSegmentsAreLines() throws {
+        let line = try RouteFile.line(from: Data(Self.garminTrack.utf8))
+        XCTAssertEqual(line["type"] as? String, "MultiLineString")
+        let coords = try XCTUnwrap(line["coordinates"] as? [[[Double]]])
+        XCTAssertEqual(coords, [[[7.415, 43.7283], [7.4219, 43.7321], [7.4262, 43.7369]],
+                                [[7.4291, 43.7402], [7.4335, 43.7441], [7.437, 43.7473]]], "two segments, [lon, lat], waypoint left out")
+    }
+
+    func testOsmAndRouteIsALine() throws {
+        let coords = try XCTUnwrap(try RouteFile.line(from: Data(Self.osmandRoute.utf8))["coordinates"] as? [[[Double]]])
+        XCTAssertEqual(coords, [[[7.415, 43.7283], [7.4272, 43.7381], [7.437, 43.7473]]])
+    }
+
+    func testGeoJSONFilesAndFailures() throws {
+        let fc = #"{"type":"FeatureCollection","features":[{"type":"Feature","properties":{"name":"a"},"geometry":{"type":"LineString","coordinates":[[7.41,43.72],[7.44,43.75]]}}]}"#
+        XCTAssertEqual(try RouteFile.line(from: Data(("\u{FEFF}\n" + fc).utf8))["coordinates"] as? [[[Double]]], [[[7.41, 43.72], [7.44, 43.75]]])
+        let poly = #"{"type":"Polygon","coordinates":[[[7.41,43.72],[7.44,43.72],[7.44,43.75],[7.41,43.72]]]}"#
+        XCTAssertEqual(try RouteFile.geometry(from: Data(poly.utf8))["type"] as? String, "Polygon")
+        // A closed GPX track as an outline.
+        XCTAssertEqual(try RouteFile.geometry(from: Data(Self.osmandRoute.utf8))["type"] as? String, "MultiPolygon")
+        func failure(_ text: String, line: Bool = true) -> String {
+            do { _ = line ? try RouteFile.line(from: Data(text.utf8)) : try RouteFile.geometry(from: Data(text.utf8)); return "" } catch { return "\(error)" }
+        }
+        XCTAssertEqual(failure("hello"), "the file is neither GPX (XML, starting with '<') nor GeoJSON (a JSON object, starting with '{')")
+        XCTAssertTrue(failure("<gpx><trk><trkseg><trkpt lat=\"1\" lon=\"2\"></trkseg></gpx>").hasPrefix("the GPX file is not well-formed XML (line 1"), failure("<gpx><trk><trkseg><trkpt lat=\"1\" lon=\"2\"></trkseg></gpx>"))
+        XCTAssertEqual(failure("<gpx><trk><trkseg><trkpt lat=\"95\" lon=\"2\"/></trkseg></trk></gpx>"),
+                       "the GPX file's <trkpt> at line 1 needs lat (-90...90) and lon (-180...180) attributes in degrees")
+        XCTAssertEqual(failure("<kml><Placemark/></kml>"), "the XML file is not GPX: its root element is not <gpx>")
+        XCTAssertEqual(failure("<gpx><wpt lat=\"1\" lon=\"2\"/></gpx>"), "the GPX file has no track segment or route of two points or more")
+        XCTAssertEqual(failure(poly), "the GeoJSON file: type 'Polygon' is not supported; use LineString or MultiLineString")
+        XCTAssertEqual(failure(fc, line: false), "the GeoJSON file: features[0] is a LineString; only Polygon and MultiPolygon members are supported")
+    }
+
+    /// `tilespool plan --corridor FILE --buffer-meters N`: the GPX embedded, the same count as the
+    /// core's plan of the same line; and the options' mistakes.
+    func testPlanCorridorFromAGPXFileThroughTheCLI() throws {
+        let dir = NSTemporaryDirectory() + "corridor-cli-\(getpid())-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try Data(Self.garminTrack.utf8).write(to: URL(fileURLWithPath: dir + "/track.gpx"))
+        let request: [String: Any] = ["id": "coast", "tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "minZoom": 10, "maxZoom": 16]
+        try JSONSerialization.data(withJSONObject: request).write(to: URL(fileURLWithPath: dir + "/coast.json"))
+        let (rc, out) = try runTool(SpoolFixture.binary, ["plan", dir + "/coast.json", "--corridor", dir + "/track.gpx", "--buffer-meters", "250", "--json"])
+        XCTAssertEqual(rc, 0, out)
+        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        // The core's plan of the same two segments.
+        let line = try RouteFile.line(from: Data(Self.garminTrack.utf8))
+        var o = request
+        o["corridor"] = ["line": line, "bufferMeters": 250]
+        let r = try RequestValidator.validate(JSONKind.serialize(o), fileName: "coast.json")
+        let plan = try Planner.plan(request: r, templates: ["http://127.0.0.1:9/{z}/{x}/{y}.png"])
+        XCTAssertEqual(doc["tiles"] as? Int, plan.tileCount)
+        XCTAssertGreaterThan(plan.tileCount, 20)
+        let byZoom = try XCTUnwrap(((doc["bySource"] as? [String: Any])?["tiles0"] as? [String: Any])?["byZoom"] as? [String: Int])
+        XCTAssertEqual(Set(byZoom.keys), Set((10...16).map(String.init)))
+        // Mistakes: exit 2 for the options, 1 for a request that names its own area.
+        var (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/coast.json", "--corridor", dir + "/track.gpx"])
+        XCTAssertEqual(rc2, 2, out2)
+        XCTAssertTrue(out2.contains("--corridor FILE needs --buffer-meters N"), out2)
+        (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/coast.json", "--corridor", dir + "/track.gpx", "--buffer-meters", "0"])
+        XCTAssertEqual(rc2, 1, out2)
+        XCTAssertTrue(out2.contains("invalidRequest: corridor: bufferMeters: 0.0 must be a finite number greater than 0"), out2)
+        o = request
+        o["bounds"] = [7, 43, 8, 44]
+        try JSONSerialization.data(withJSONObject: o).write(to: URL(fileURLWithPath: dir + "/boxed.json"))
+        (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/boxed.json", "--corridor", dir + "/track.gpx", "--buffer-meters", "250"])
+        XCTAssertEqual(rc2, 1, out2)
+        XCTAssertTrue(out2.contains("the request already names its area (bounds); remove it to use --corridor"), out2)
+        // --geometry with a GeoJSON polygon file.
+        try Data(#"{"type":"Polygon","coordinates":[[[7.41,43.72],[7.44,43.72],[7.44,43.75],[7.41,43.72]]]}"#.utf8).write(to: URL(fileURLWithPath: dir + "/area.geojson"))
+        (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/coast.json", "--geometry", dir + "/area.geojson"])
+        XCTAssertEqual(rc2, 0, out2)
+        XCTAssertTrue(out2.hasPrefix("plan for coast: "), out2)
+    }
+}
+
+/// A corridor region downloaded by the daemon over the real Monaco tiles served by nginx: the
+/// completed manifest holds exactly the planned tiles.
+final class CorridorEndToEndTests: XCTestCase {
+    var mapdata: URL!
+    var nginx: NginxServer!
+    var fx: SpoolFixture!
+
+    override func setUpWithError() throws {
+        mapdata = try MapData.require()
+        nginx = try NginxServer(root: mapdata)
+        fx = try SpoolFixture()
+        try fx.start()
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        nginx?.stop()
+    }
+
+    func testCorridorRegionDownloadsExactlyThePlannedTiles() throws {
+        let template = nginx.baseURL + "/tiles/monaco/{z}/{x}/{y}.pbf"
+        let line: [String: Any] = ["type": "LineString", "coordinates": [[7.4150, 43.7283], [7.4262, 43.7369], [7.4370, 43.7473]]]
+        let request: [String: Any] = ["id": "coast", "tiles": [template], "minZoom": 10, "maxZoom": 14, "allowEmpty": true,
+                                      "corridor": ["line": line, "bufferMeters": 300]]
+        // The plan, by the core, of the same request.
+        let r = try RequestValidator.validate(JSONKind.serialize(request), fileName: "coast.json")
+        let plan = try Planner.plan(request: r, templates: [template])
+        let cover = PlanCover(plan)
+        var planned: [String] = []
+        for i in 0..<plan.indexSpace where cover.isPlannedInAreas(i) {
+            if let (_, _, t) = cover.locate(i) { planned.append(ManifestLine.tileKey(source: "tiles0", t)) }
+        }
+        XCTAssertEqual(planned.count, plan.tileCount)
+        XCTAssertGreaterThan(plan.tileCount, 10)
+        try fx.drop("coast.json", request)
+        try fx.waitForState("coast", "completed")
+        fx.assertStoreMatchesManifest("coast")
+        let keys = fx.manifest("coast").map(\.key)
+        XCTAssertEqual(keys.count, planned.count, "one line per planned tile")
+        XCTAssertEqual(Set(keys), Set(planned))
+        XCTAssertEqual(fx.progress("coast")["tilesExpected"], plan.tileCount)
+        XCTAssertEqual(fx.progress("coast")["tilesCompleted"], plan.tileCount)
+        // Each tile asked once, and some had content (the route is on land and sea).
+        XCTAssertEqual(nginx.accessLog().filter { $0.path.hasPrefix("/tiles/monaco/") }.count, plan.tileCount)
+        XCTAssertTrue(fx.manifest("coast").contains { $0.sha != "-" })
+        // The status keeps the corridor and reports its bounding box.
+        let st = try XCTUnwrap(fx.status("coast"))
+        XCTAssertNotNil((st["request"] as? [String: Any])?["corridor"])
     }
 }
