@@ -495,5 +495,49 @@ final class CorridorEndToEndTests: XCTestCase {
         // The status keeps the corridor and reports its bounding box.
         let st = try XCTUnwrap(fx.status("coast"))
         XCTAssertNotNil((st["request"] as? [String: Any])?["corridor"])
+        XCTAssertEqual((st["area"] as? [String: Any])?["of"] as? String, "boundingBox")
+        print("corridor end to end: \(plan.tileCount) tiles planned and downloaded")
+    }
+
+    /// Parts: Monaco's box at z0-11 and a corridor along the coast at z12-14, overlapping at no
+    /// zoom but sharing the region: one plan, one pack, and one MBTiles whose metadata names the
+    /// union's box and zooms 0-14.
+    func testPartsRegionIsOnePackAndOneExport() throws {
+        let template = nginx.baseURL + "/tiles/monaco/{z}/{x}/{y}.pbf"
+        let box = [7.409205, 43.72335, 7.448637, 43.75169]
+        let line: [String: Any] = ["type": "LineString", "coordinates": [[7.4150, 43.7283], [7.4262, 43.7369], [7.4370, 43.7473]]]
+        let request: [String: Any] = ["id": "mc", "tiles": [template], "allowEmpty": true, "parts": [
+            ["bounds": box, "minZoom": 0, "maxZoom": 11],
+            ["corridor": ["line": line, "bufferMeters": 200], "minZoom": 12, "maxZoom": 14],
+            ["bounds": box, "minZoom": 10, "maxZoom": 12], // overlaps both: counted once
+        ]]
+        let r = try RequestValidator.validate(JSONKind.serialize(request), fileName: "mc.json")
+        let plan = try Planner.plan(request: r, templates: [template])
+        var expected = Set<String>()
+        for z in 0...12 { for rect in WebMercator.cover(GeoBounds(west: box[0], south: box[1], east: box[2], north: box[3]), z: z) {
+            for i in 0..<rect.count { expected.insert(ManifestLine.tileKey(source: "tiles0", rect.tile(at: i))) } } }
+        let corridorOnly = try Planner.plan(request: RequestValidator.validate(JSONKind.serialize(
+            ["id": "x", "tiles": [template], "minZoom": 12, "maxZoom": 14, "corridor": ["line": line, "bufferMeters": 200]]), fileName: "x.json"), templates: [template])
+        let cover = PlanCover(corridorOnly)
+        for i in 0..<corridorOnly.indexSpace where cover.isPlannedInAreas(i) {
+            if let (_, _, t) = cover.locate(i) { expected.insert(ManifestLine.tileKey(source: "tiles0", t)) }
+        }
+        XCTAssertEqual(plan.tileCount, expected.count, "the union, each tile once")
+        try fx.drop("mc.json", request)
+        try fx.waitForState("mc", "completed")
+        fx.assertStoreMatchesManifest("mc")
+        XCTAssertEqual(Set(fx.manifest("mc").map(\.key)), expected)
+        XCTAssertEqual(fx.manifest("mc").count, expected.count)
+        XCTAssertEqual(fx.progress("mc")["tilesExpected"], expected.count)
+        let out = fx.root.appendingPathComponent("mc.mbtiles").path
+        let (rc, text) = try fx.cli(["export", "mc", "--format", "mbtiles", "--output", out, "--json", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, text)
+        let withContent = Set(fx.manifest("mc").filter { $0.sha != "-" }.map(\.key)).count
+        XCTAssertEqual(Int(try sqlite(out, "SELECT count(*) FROM tiles")), withContent)
+        XCTAssertEqual(try sqlite(out, "SELECT value FROM metadata WHERE name IN ('minzoom', 'maxzoom') ORDER BY name"), "14\n0")
+        let bounds = try sqlite(out, "SELECT value FROM metadata WHERE name = 'bounds'").split(separator: ",").compactMap { Double($0) }
+        guard bounds.count == 4 else { return XCTFail("metadata bounds: \(bounds)") }
+        XCTAssertEqual(bounds[0], box[0], accuracy: 1e-6)
+        XCTAssertEqual(bounds[3], box[3], accuracy: 1e-6)
     }
 }
