@@ -225,6 +225,44 @@ final class CorridorTests: XCTestCase {
         XCTAssertLessThan(seconds, 60)
     }
 
+    /// A style request with a corridor part and a box part: each source plans at its covering
+    /// zooms (a 256 px raster source one deeper than a vector one) and within its TileJSON's
+    /// bounds; a corridor's tiles at tile zoom z+1 are the same as a tiles request's at z+1.
+    func testStylePlanOfPartsUsesCoveringZoomsAndSourceBounds() throws {
+        let styleJSON = #"{"version":8,"sources":{"v":{"type":"vector","tiles":["http://h/v/{z}/{x}/{y}.pbf"],"maxzoom":14},"r":{"type":"raster","tileSize":256,"url":"http://h/r.json"}},"layers":[]}"#
+        let style = try StyleDocument(data: Data(styleJSON.utf8), baseURL: "http://h/style.json")
+        // The raster TileJSON covers only east of 7.43.
+        let tj = try TileJSON(data: Data(#"{"tiles":["http://h/r/{z}/{x}/{y}.png"],"minzoom":0,"maxzoom":16,"bounds":[7.43,43.0,8.0,44.0]}"#.utf8), baseURL: "http://h/r.json")
+        let line: [String: Any] = ["type": "LineString", "coordinates": [[7.4150, 43.7283], [7.4370, 43.7473]]]
+        let o: [String: Any] = ["id": "s", "style": "http://h/style.json", "parts": [
+            ["corridor": ["line": line, "bufferMeters": 300], "minZoom": 12, "maxZoom": 14],
+            ["bounds": [7.40, 43.72, 7.45, 43.76], "minZoom": 0, "maxZoom": 5]]]
+        let request = try RequestValidator.validate(JSONKind.serialize(o), fileName: "s.json")
+        let plan = try Planner.plan(request: request, styleURL: "http://h/style.json", style: style, tileJSONs: ["r": tj])
+        let v = try XCTUnwrap(plan.tileSets.firstIndex { $0.source == "v" }), r = try XCTUnwrap(plan.tileSets.firstIndex { $0.source == "r" })
+        let vt = plannedTiles(plan, set: v), rt = plannedTiles(plan, set: r)
+        XCTAssertEqual(Set(vt.map(\.z)), Set(Array(0...5) + [12, 13, 14]))
+        XCTAssertEqual(Set(rt.map(\.z)), Set(Array(1...6) + [13, 14, 15]))
+        XCTAssertEqual(vt.count + rt.count, plan.tileCount)
+        // The raster source's tiles all meet its bounds (x of 7.43 at each zoom or east).
+        for t in rt { XCTAssertGreaterThanOrEqual(t.x, Int(WebMercator.tileX(lon: 7.43, z: t.z)), "\(t)") }
+        // The vector corridor tiles at z13 are those of a tiles request at z13.
+        let (_, alone) = try planOf(["corridor": ["line": line, "bufferMeters": 300], "minZoom": 13, "maxZoom": 13])
+        XCTAssertEqual(Set(vt.filter { $0.z == 13 }), Set(plannedTiles(alone)))
+    }
+
+    /// A corridor across the antimeridian has a bounding box across it (west > east), a narrow one.
+    func testCorridorBoundsAcrossTheAntimeridian() throws {
+        let (request, _) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": [[179.85, -16.75], [-179.95, -16.80]]], "bufferMeters": 800],
+                                       "minZoom": 10, "maxZoom": 10])
+        let b = request.bounds
+        XCTAssertGreaterThan(b.west, 179.8)
+        XCTAssertLessThan(b.east, -179.9)
+        XCTAssertGreaterThan(b.west, b.east)
+        XCTAssertEqual(b.south, -16.80 - 800 / 6378137.0 * 180 / .pi, accuracy: 1e-9)
+        XCTAssertEqual(RegionWarning.of(request).count, 0, "no warning about a box across the antimeridian: the corridor is meant")
+    }
+
     // MARK: validation
 
     func testCorridorValidation() throws {
