@@ -120,14 +120,19 @@ public final class TileSetCover {
         return TileColumns.clip(cols, r.minX, r.maxX)
     }
 
+    /// Rectangle positions by zoom, ascending (made on first use).
+    private var byZoom: [Int: [Int]]?
+
     /// Earlier rectangles of the same zoom that overlap rectangle `k`.
     func earlier(_ k: Int) -> [Int] {
         if let e = earlierCache[k] { return e }
+        if byZoom == nil { byZoom = Dictionary(grouping: set.rects.indices, by: { set.rects[$0].z }) }
         let r = set.rects[k]
         var out: [Int] = []
-        for j in 0..<k {
+        for j in byZoom![r.z] ?? [] {
+            if j >= k { break }
             let q = set.rects[j]
-            if q.z == r.z && q.minX <= r.maxX && q.maxX >= r.minX && q.minY <= r.maxY && q.maxY >= r.minY { out.append(j) }
+            if q.minX <= r.maxX && q.maxX >= r.minX && q.minY <= r.maxY && q.maxY >= r.minY { out.append(j) }
         }
         earlierCache[k] = out
         return out
@@ -154,7 +159,10 @@ public final class TileSetCover {
 
     /// The rectangle that plans `t` (the first whose area meets it), or nil.
     public func owner(of t: TileID) -> Int? {
-        for (k, r) in set.rects.enumerated() where r.z == t.z && t.x >= r.minX && t.x <= r.maxX && t.y >= r.minY && t.y <= r.maxY {
+        if byZoom == nil { byZoom = Dictionary(grouping: set.rects.indices, by: { set.rects[$0].z }) }
+        for k in byZoom![t.z] ?? [] {
+            let r = set.rects[k]
+            guard t.x >= r.minX && t.x <= r.maxX && t.y >= r.minY && t.y <= r.maxY else { continue }
             if own(rect: k, y: t.y).contains(where: { $0.contains(t.x) }) { return k }
         }
         return nil

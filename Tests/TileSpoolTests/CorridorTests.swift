@@ -223,6 +223,14 @@ final class CorridorTests: XCTestCase {
         XCTAssertGreaterThan(plan.tileCount, 10_000)
         XCTAssertLessThan(plan.indexSpace, 10 * plan.tileCount)
         XCTAssertLessThan(seconds, 60)
+        // The same route to z18 with a 100 m buffer.
+        let t1 = Date()
+        let (_, deep) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": coords], "bufferMeters": 100],
+                                    "minZoom": 0, "maxZoom": 18])
+        let s1 = Date().timeIntervalSince(t1)
+        print("corridor 1150 km z0-18 100 m: \(deep.tileCount) tiles, index space \(deep.indexSpace), \(deep.tileSets[0].rects.count) rectangles, planned in \(String(format: "%.2f", s1)) s")
+        XCTAssertLessThan(deep.indexSpace, 10 * deep.tileCount)
+        XCTAssertLessThan(s1, 120)
     }
 
     /// A style request with a corridor part and a box part: each source plans at its covering
