@@ -215,12 +215,13 @@ public struct Corridor: Sendable, Equatable, Codable {
 
     // MARK: pieces
 
-    /// The length in metres of the pieces a line is cut into at tile zoom `z`: 4 tiles at the
+    /// The length in metres of the pieces a line is cut into at tile zoom `z`: a tile at the
     /// equator or twice the buffer, whichever is longer. Tiles are downloaded piece by piece along
-    /// the line (row by row within a piece), and a piece's rectangle is mostly corridor, so the
-    /// progress bitmap and the rows scanned stay within a few times the tiles planned.
+    /// the line (row by row within a piece, so the order along the route is exact to about a
+    /// piece), and a piece's rectangle is mostly corridor, so the progress bitmap and the rows
+    /// scanned stay within a few times the tiles planned.
     public func pieceLength(z: Int) -> Double {
-        max(4 * 2 * Double.pi * Corridor.earthRadius / Double(1 << z), 2 * bufferMeters)
+        max(2 * Double.pi * Corridor.earthRadius / Double(1 << z), 2 * bufferMeters)
     }
 
     /// A stretch of a line: stations `from...to` of line `line`.

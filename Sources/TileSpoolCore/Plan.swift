@@ -122,15 +122,44 @@ public final class TileSetCover {
 
     /// Rectangle positions by zoom, ascending (made on first use).
     private var byZoom: [Int: [Int]]?
+    /// Per zoom, a grid of cells `cellSize` tiles square, each listing (ascending) the rectangles
+    /// that overlap it: the rectangles overlapping one are found among its cells' lists, not
+    /// among every rectangle of the zoom (a long corridor has thousands).
+    private var grids: [Int: (cell: Int, cells: [Int64: [Int]])] = [:]
 
-    /// Earlier rectangles of the same zoom that overlap rectangle `k`.
+    func grid(_ z: Int) -> (cell: Int, cells: [Int64: [Int]]) {
+        if let g = grids[z] { return g }
+        if byZoom == nil { byZoom = Dictionary(grouping: set.rects.indices, by: { set.rects[$0].z }) }
+        let members = byZoom![z] ?? []
+        // Cells about the size of the largest side of a typical rectangle (the median).
+        let sides = members.map { max(set.rects[$0].width, set.rects[$0].height) }.sorted()
+        let cell = max(1, sides.isEmpty ? 1 : sides[sides.count / 2])
+        var cells: [Int64: [Int]] = [:]
+        for k in members {
+            let r = set.rects[k]
+            let cx0 = r.minX / cell, cx1 = r.maxX / cell, cy0 = r.minY / cell, cy1 = r.maxY / cell
+            if (cx1 - cx0 + 1) * (cy1 - cy0 + 1) > 4096 { cells[-1, default: []].append(k); continue } // a huge one: checked always
+            for cy in cy0...cy1 { for cx in cx0...cx1 { cells[Int64(cy) << 32 | Int64(cx), default: []].append(k) } }
+        }
+        grids[z] = (cell, cells)
+        return (cell, cells)
+    }
+
+    /// Earlier rectangles of the same zoom that overlap rectangle `k`, ascending.
     func earlier(_ k: Int) -> [Int] {
         if let e = earlierCache[k] { return e }
-        if byZoom == nil { byZoom = Dictionary(grouping: set.rects.indices, by: { set.rects[$0].z }) }
         let r = set.rects[k]
+        let g = grid(r.z)
+        var candidates = Set<Int>()
+        let cx0 = r.minX / g.cell, cx1 = r.maxX / g.cell, cy0 = r.minY / g.cell, cy1 = r.maxY / g.cell
+        if (cx1 - cx0 + 1) * (cy1 - cy0 + 1) > 4096 {
+            candidates = Set(byZoom![r.z] ?? [])
+        } else {
+            for cy in cy0...cy1 { for cx in cx0...cx1 { for j in g.cells[Int64(cy) << 32 | Int64(cx)] ?? [] where j < k { candidates.insert(j) } } }
+            for j in g.cells[-1] ?? [] where j < k { candidates.insert(j) }
+        }
         var out: [Int] = []
-        for j in byZoom![r.z] ?? [] {
-            if j >= k { break }
+        for j in candidates.sorted() where j < k {
             let q = set.rects[j]
             if q.minX <= r.maxX && q.maxX >= r.minX && q.minY <= r.maxY && q.maxY >= r.minY { out.append(j) }
         }

@@ -191,7 +191,7 @@ final class CorridorTests: XCTestCase {
         let fromStart = z16.map { t -> Double in let c = centre(t); return Self.haversine(c.0, c.1, start[0], start[1]) }
         XCTAssertLessThan(fromStart[..<tenth].max()!, 10_000, "the first z16 tiles are within 10 km of the start")
         XCTAssertGreaterThan(fromStart[(z16.count - tenth)...].min()!, 40_000, "the last z16 tiles are far along the route")
-        // The first tile fetched at each zoom lies within a piece (4 tiles at the equator) and the
+        // The first tile fetched at each zoom lies within a piece (a tile at the equator) and the
         // buffer of the start.
         let corridor = try XCTUnwrap(RequestValidator.validate(JSONKind.serialize(["id": "c", "tiles": ["http://h/{z}/{x}/{y}"], "minZoom": 10, "maxZoom": 16,
             "corridor": ["line": ["type": "LineString", "coordinates": [start, end]], "bufferMeters": 300]]), fileName: "c.json").corridor)
@@ -543,6 +543,45 @@ final class CorridorEndToEndTests: XCTestCase {
         XCTAssertNotNil((st["request"] as? [String: Any])?["corridor"])
         XCTAssertEqual((st["area"] as? [String: Any])?["of"] as? String, "boundingBox")
         print("corridor end to end: \(plan.tileCount) tiles planned and downloaded")
+    }
+
+    /// A corridor download stopped partway covers the start of the route first, and after a restart
+    /// it fetches only the rest: each planned tile asked once in all (the manifest read back maps
+    /// every tile to the rectangle that plans it).
+    func testCutShortCorridorCoversTheStartFirstAndResumes() throws {
+        let template = nginx.baseURL + "/tiles/monaco/{z}/{x}/{y}.pbf"
+        let start = [7.4150, 43.7283]
+        let line: [String: Any] = ["type": "LineString", "coordinates": [start, [7.4262, 43.7369], [7.4370, 43.7473]]]
+        let request: [String: Any] = ["id": "trip", "tiles": [template], "minZoom": 13, "maxZoom": 16, "allowEmpty": true,
+                                      "maxRequestsPerSecond": 5, "corridor": ["line": line, "bufferMeters": 300]]
+        let plan = try Planner.plan(request: RequestValidator.validate(JSONKind.serialize(request), fileName: "trip.json"), templates: [template])
+        let total = plan.tileCount
+        XCTAssertGreaterThan(total, 30)
+        try fx.drop("trip.json", request)
+        try waitUntil("half the corridor is downloaded", timeout: 60) { (fx.progress("trip")["tilesCompleted"] ?? 0) * 2 >= total }
+        XCTAssertEqual(fx.stop(), 0)
+        let before = Set(fx.manifest("trip").map(\.key))
+        XCTAssertLessThan(before.count, total, "stopped partway")
+        func distanceFromStart(_ key: String) -> Double? {
+            let parts = key.split(separator: "/").compactMap { Int($0) }
+            guard parts.count == 3, parts[0] == 16 else { return nil }
+            let n = Double(1 << 16)
+            let lon = (Double(parts[1]) + 0.5) / n * 360 - 180
+            let lat = atan(sinh(.pi * (1 - 2 * (Double(parts[2]) + 0.5) / n))) * 180 / .pi
+            return CorridorTests.haversine(lon, lat, start[0], start[1])
+        }
+        try fx.start()
+        try fx.waitForState("trip", "completed")
+        let after = Set(fx.manifest("trip").map(\.key)).subtracting(before)
+        let early = before.compactMap(distanceFromStart), late = after.compactMap(distanceFromStart)
+        XCTAssertFalse(early.isEmpty, "some z16 tiles before the stop")
+        XCTAssertFalse(late.isEmpty, "some z16 tiles after it")
+        XCTAssertLessThan(early.reduce(0, +) / Double(early.count), late.reduce(0, +) / Double(late.count),
+                          "the z16 tiles fetched first are nearer the start than those fetched after the restart")
+        XCTAssertLessThan(early.max() ?? 0, late.max() ?? 0)
+        XCTAssertEqual(fx.manifest("trip").count, total)
+        XCTAssertEqual(fx.progress("trip")["tilesCompleted"], total)
+        XCTAssertEqual(nginx.accessLog().filter { $0.path.hasPrefix("/tiles/monaco/") }.count, total, "each planned tile asked once across the restart")
     }
 
     /// Parts: Monaco's box at z0-11 and a corridor along the coast at z12-14, overlapping at no
