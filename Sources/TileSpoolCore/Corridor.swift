@@ -226,8 +226,11 @@ public struct Corridor: Sendable, Equatable, Codable {
 
     /// A stretch of a line: stations `from...to` of line `line`.
     public struct Piece: Sendable, Equatable, Hashable, Codable {
+        /// The line's position in `lines`.
         public var line: Int
+        /// The first station (0 is the line's first position; stations are `spacing` apart or less).
         public var from: Int
+        /// The last station, `from...to` inclusive.
         public var to: Int
         public init(line: Int, from: Int, to: Int) { self.line = line; self.from = from; self.to = to }
     }

@@ -12,6 +12,7 @@ public struct RegionPart: Sendable, Equatable {
         /// A line and a buffer in metres (`Corridor`).
         case corridor(Corridor)
     }
+    /// The part's area.
     public var area: Area
     /// Map zoom range, `0 <= minZoom <= maxZoom <= 24`.
     public var minZoom: Int

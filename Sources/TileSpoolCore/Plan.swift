@@ -85,7 +85,9 @@ public enum TileArea: Sendable, Equatable, Codable {
 
 /// A rectangle's area in `TileSet.areas`, and for a corridor the stretch of line (stations).
 public struct RectArea: Sendable, Equatable, Codable {
+    /// The area's position in `TileSet.areas`.
     public var area: Int
+    /// For a corridor area, the stretch of line whose buffer the rectangle holds; nil otherwise.
     public var piece: Corridor.Piece?
     public init(area: Int, piece: Corridor.Piece? = nil) { self.area = area; self.piece = piece }
 }
@@ -94,6 +96,7 @@ public struct RectArea: Sendable, Equatable, Codable {
 /// repeated questions cheap (a shape's rings per zoom, a corridor's stations per line, the last
 /// row). Not thread-safe; one per user.
 public final class TileSetCover {
+    /// The tile set asked about.
     public let set: TileSet
     private var rings: [Int: (z: Int, rings: [[(Double, Double)]])] = [:]
     private var stations: [Int: (line: Int, stations: Corridor.Stations)] = [:]
@@ -210,6 +213,7 @@ public final class TileSetCover {
 /// where an index lies (binary search over rectangle offsets) and whether a corridor's or parts'
 /// tile there is planned (`TileSetCover`). Not thread-safe; one per user.
 public final class PlanCover {
+    /// The plan asked about.
     public let plan: ResourcePlan
     /// Per rectangle, in plan order: its first plan index, its set and its position in the set.
     private var starts: [(base: Int, set: Int, rect: Int)] = []
