@@ -262,7 +262,11 @@ public struct Corridor: Sendable, Equatable, Codable {
         var (w, s) = st.position(piece.from), (e, n) = (w, s)
         func add(_ p: (Double, Double)) { w = min(w, p.0); e = max(e, p.0); s = min(s, p.1); n = max(n, p.1) }
         add(st.position(piece.to))
-        for k in st.start.indices where st.start[k] > piece.from && st.start[k] < piece.to { add((st.positions[k][0], st.positions[k][1])) }
+        // The positions strictly inside the piece: from the first whose station is past `from`.
+        var lo = 0, hi = st.start.count
+        while lo < hi { let mid = (lo + hi) / 2; if st.start[mid] <= piece.from { lo = mid + 1 } else { hi = mid } }
+        var k = lo
+        while k < st.start.count && st.start[k] < piece.to { add((st.positions[k][0], st.positions[k][1])); k += 1 }
         let rho = capAngle, deg = 180 / Double.pi
         let south = max(s - rho * deg, -90), north = min(n + rho * deg, 90)
         let widest = max(abs(south), abs(north)) / deg

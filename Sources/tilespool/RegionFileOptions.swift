@@ -53,6 +53,10 @@ enum RegionFileOptions {
         } catch let e as RouteFile.Failure {
             throw CommandFailure("\(path): \(e.description)")
         }
-        return JSONKind.serialize(o)
+        let out = JSONKind.serialize(o)
+        if out.count > RequestValidator.maxFileSize {
+            throw CommandFailure("\(path): the request with it embedded is \(out.count) bytes, more than the \(RequestValidator.maxFileSize) a request may have; simplify the \(geometry != nil ? "outline" : "track") to fewer points first")
+        }
+        return out
     }
 }

@@ -231,6 +231,16 @@ final class CorridorTests: XCTestCase {
         print("corridor 1150 km z0-18 100 m: \(deep.tileCount) tiles, index space \(deep.indexSpace), \(deep.tileSets[0].rects.count) rectangles, planned in \(String(format: "%.2f", s1)) s")
         XCTAssertLessThan(deep.indexSpace, 10 * deep.tileCount)
         XCTAssertLessThan(s1, 120)
+        // A recorded track: 30,000 points (one every 38 m, as many as fit a 1 MiB request) over the
+        // same route, z0-16, 500 m.
+        var dense: [[Double]] = []
+        func r5(_ v: Double) -> Double { (v * 1e5).rounded() / 1e5 }
+        for i in 0..<30_000 { let f = Double(i) / 29_999 * 1000; dense.append([r5(2.0 + f * 0.0125 + 0.0001 * sin(f)), r5(43.0 + f * 0.006)]) }
+        let t2 = Date()
+        let (_, track) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": dense], "bufferMeters": 500], "minZoom": 0, "maxZoom": 16])
+        let s2 = Date().timeIntervalSince(t2)
+        print("corridor 30000-point track z0-16 500 m: \(track.tileCount) tiles, index space \(track.indexSpace), planned in \(String(format: "%.2f", s2)) s")
+        XCTAssertLessThan(s2, 120)
     }
 
     /// A style request with a corridor part and a box part: each source plans at its covering
@@ -485,6 +495,15 @@ final class RouteFileTests: XCTestCase {
         (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/boxed.json", "--corridor", dir + "/track.gpx", "--buffer-meters", "250"])
         XCTAssertEqual(rc2, 1, out2)
         XCTAssertTrue(out2.contains("the request already names its area (bounds); remove it to use --corridor"), out2)
+        // A track too long to embed in a request file (1 MiB): said so, naming the file.
+        var big = "<gpx version=\"1.1\"><trk><trkseg>"
+        for i in 0..<60_000 { big += "<trkpt lat=\"\(43.0 + Double(i) * 1e-5)\" lon=\"\(7.0 + Double(i) * 1e-5)\"/>" }
+        big += "</trkseg></trk></gpx>"
+        try Data(big.utf8).write(to: URL(fileURLWithPath: dir + "/long.gpx"))
+        (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/coast.json", "--corridor", dir + "/long.gpx", "--buffer-meters", "250"])
+        XCTAssertEqual(rc2, 1, out2)
+        XCTAssertTrue(out2.contains("long.gpx: the request with it embedded is "), out2)
+        XCTAssertTrue(out2.contains("simplify the track to fewer points first"), out2)
         // --geometry with a GeoJSON polygon file.
         try Data(#"{"type":"Polygon","coordinates":[[[7.41,43.72],[7.44,43.72],[7.44,43.75],[7.41,43.72]]]}"#.utf8).write(to: URL(fileURLWithPath: dir + "/area.geojson"))
         (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/coast.json", "--geometry", dir + "/area.geojson"])
