@@ -281,6 +281,21 @@ final class CorridorTests: XCTestCase {
         XCTAssertEqual(RegionWarning.of(request).count, 0, "no warning about a box across the antimeridian: the corridor is meant")
     }
 
+    /// plan.json of a corridor reads back equal (the daemon reads it at every start), and a
+    /// stretch of line out of range is damage, refused on reading.
+    func testCorridorPlanJSONRoundTripsAndDamageIsRefused() throws {
+        let (_, plan) = try planOf(["corridor": ["line": ["type": "LineString", "coordinates": [[6.0, 46.0], [6.2, 46.1]]], "bufferMeters": 500],
+                                    "minZoom": 8, "maxZoom": 13])
+        let data = try JSONEncoder().encode(plan)
+        XCTAssertEqual(try JSONDecoder().decode(ResourcePlan.self, from: data), plan)
+        var broken = plan
+        broken.tileSets[0].rectAreas![0].piece!.to = 10_000_000
+        XCTAssertThrowsError(try JSONDecoder().decode(ResourcePlan.self, from: JSONEncoder().encode(broken)))
+        broken = plan
+        broken.tileSets[0].rectAreas!.removeLast()
+        XCTAssertThrowsError(try JSONDecoder().decode(ResourcePlan.self, from: JSONEncoder().encode(broken)))
+    }
+
     // MARK: validation
 
     func testCorridorValidation() throws {
