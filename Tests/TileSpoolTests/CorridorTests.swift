@@ -569,6 +569,12 @@ final class CorridorEndToEndTests: XCTestCase {
         XCTAssertEqual(Set(keys), Set(planned))
         XCTAssertEqual(fx.progress("coast")["tilesExpected"], plan.tileCount)
         XCTAssertEqual(fx.progress("coast")["tilesCompleted"], plan.tileCount)
+        // `tilespool plan` on the same request says the same count.
+        let file = fx.root.appendingPathComponent("coast-request.json").path
+        try JSONKind.serialize(request).write(to: URL(fileURLWithPath: file))
+        let (rc, out) = try fx.cli(["plan", file, "--json"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual((try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])?["tiles"] as? Int, keys.count)
         // Each tile asked once, and some had content (the route is on land and sea).
         XCTAssertEqual(nginx.accessLog().filter { $0.path.hasPrefix("/tiles/monaco/") }.count, plan.tileCount)
         XCTAssertTrue(fx.manifest("coast").contains { $0.sha != "-" })
