@@ -289,6 +289,7 @@ public enum Planner {
             if let d = src.dataURL { resources.append(PlannedResource(kind: .data, key: src.name, url: d)) }
         }
         var planned: [(source: String, template: TileURLTemplate, rects: [TileRect])] = []
+        var areaPlanned: [(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])] = []
         let ratio = ratioToken(request.pixelRatio)
         for src in style.sources where src.isTiled {
             var template: String?, minZ = src.minZoom, maxZ = src.maxZoom, tms = src.tms
@@ -301,6 +302,15 @@ public enum Planner {
             }
             guard let template else { continue }
             let rounds = src.type == .raster
+            if let parts = request.areaParts {
+                let a = areaRects(parts, zooms: { part in
+                    let lo = max(WebMercator.coveringZoom(part.minZoom, tileSize: src.tileSize, rounds: rounds), minZ, 0)
+                    let hi = min(WebMercator.coveringZoom(part.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
+                    return lo <= hi ? lo...hi : nil
+                }, sourceBounds: sourceBounds)
+                areaPlanned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), a.rects, a.areas, a.rectAreas))
+                continue
+            }
             let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ, 0)
             let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
             var covered = rects(request.bounds, lo, hi)
@@ -308,7 +318,11 @@ public enum Planner {
             planned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), covered))
         }
         try checkShapeBudget(request, planned.map(\.rects), sources: "the style's \(planned.count) tile sources at the zooms each loads")
-        let sets = planned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
+        var sets = planned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
+        if request.areaParts != nil {
+            try checkAreaBudget(areaPlanned.map(\.rects), sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
+            sets = areaPlanned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, areas: $0.areas, rectAreas: $0.rectAreas) }
+        }
         // One resource per manifest key: fontstacks "A,B" and ["A", "B"], or two sprites of one id,
         // name the same file.
         var seen = Set<String>()
@@ -321,6 +335,20 @@ public enum Planner {
     /// - Throws: `RegionError` `tileLimitExceeded` as the style form does.
     public static func plan(request: RegionRequest, templates: [String]) throws(RegionError) -> ResourcePlan {
         let ratio = ratioToken(request.pixelRatio)
+        if let parts = request.areaParts {
+            let a = areaRects(parts, zooms: { $0.minZoom...$0.maxZoom }, sourceBounds: nil)
+            try checkAreaBudget(Array(repeating: a.rects, count: templates.count), sources: "the \(templates.count) templates")
+            // Every template plans the same tiles: count once, copy the counts.
+            let first = TileSet(source: "tiles0", template: TileURLTemplate(templates[0], ratio: ratio, subdomains: request.subdomains),
+                                rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
+            let sets = templates.enumerated().map { i, t in
+                var set = first
+                set.source = "tiles\(i)"
+                set.template = TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains)
+                return set
+            }
+            return ResourcePlan(resources: [], tileSets: sets)
+        }
         let covered = rects(request.bounds, request.minZoom, request.maxZoom)
         try checkShapeBudget(request, Array(repeating: covered, count: templates.count), sources: "the \(templates.count) templates")
         let sets = templates.enumerated().map { i, t in

@@ -287,7 +287,7 @@ extension Daemon {
         var recovered: [(Int, ManifestLine)] = []
         var seen = Set<Int>()
         d.files.readJournal(cutPartialLine: true) { line in
-            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i], !seen.contains(i) else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i], !seen.contains(i) else { return }
             if let sha = line.sha256, !store.isIntact(sha) { return }
             seen.insert(i)
             recovered.append((i, line))

@@ -52,7 +52,7 @@ extension Daemon {
             p.tilesExpected = plan.tileCount
             p.resourcesExpectedIsPrecise = true
             d.files.readManifest(cutPartialLine: true) { line in
-                guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+                guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
                 d.done[i] = true
                 count(line, d, into: &p)
             }
@@ -126,7 +126,7 @@ extension Daemon {
         var p = RegionProgress()
         d.tilesWithContent = [:]
         d.files.readManifest(cutPartialLine: true) { line in
-            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
             d.done[i] = true
             count(line, d, into: &p)
         }
@@ -686,8 +686,9 @@ extension Daemon {
         p.tilesExpected = plan.tileCount
         p.resourcesExpectedIsPrecise = true
         var done = Bitmap(count: plan.indexSpace)
+        let cover = PlanCover(plan)
         r.files.readManifest { line in
-            guard let i = plan.index(kind: line.kind, key: line.key), !done[i] else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), !done[i] else { return }
             done[i] = true
             count(line, nil, into: &p)
         }
