@@ -95,6 +95,40 @@ public final class LocalBackend: Backend, @unchecked Sendable {
         return (dir, file)
     }
 
+    /// Folders already opened for reading (`packs/ab`, ...), by their path under the root: a read
+    /// of an object (an export reads one per tile) then costs an `openat`, `fstat`, `pread` and
+    /// `close` instead of a walk from the root, one `openat` per segment, each time. Only folder
+    /// descriptors are kept (a file's space is never held by them); at most `maxOpenFolders`.
+    private var openFolders: [String: Directory] = [:]
+    private let foldersLock = NSLock()
+    static let maxOpenFolders = 128
+
+    /// `folder(of:create: false)` through `openFolders`. `cached` says whether the folder came
+    /// from there (a folder replaced since is then looked up afresh by the caller).
+    private func readFolder(of name: String) throws(SystemError) -> (dir: Directory, file: String, cached: Bool) {
+        guard let slash = name.lastIndex(of: "/") else { let (d, f) = try folder(of: name, create: false); return (d, f, false) }
+        let path = String(name[..<slash]), file = String(name[name.index(after: slash)...])
+        foldersLock.lock()
+        let hit = openFolders[path]
+        foldersLock.unlock()
+        if let hit, BackendName.isValid(name) { return (hit, file, true) }
+        let (dir, f) = try folder(of: name, create: false)
+        foldersLock.lock()
+        if openFolders.count >= LocalBackend.maxOpenFolders { openFolders.removeAll() }
+        openFolders[path] = dir
+        foldersLock.unlock()
+        return (dir, f, false)
+    }
+
+    /// Forgets the opened folder of `name` (it was not found there: the folder may have been
+    /// replaced).
+    private func forgetFolder(of name: String) {
+        guard let slash = name.lastIndex(of: "/") else { return }
+        foldersLock.lock()
+        openFolders.removeValue(forKey: String(name[..<slash]))
+        foldersLock.unlock()
+    }
+
     @discardableResult
     public func save(_ name: String, _ data: Data, ifAbsent: Bool) throws -> Bool {
         let (dir, file) = try folder(of: name, create: true)
@@ -138,15 +172,23 @@ public final class LocalBackend: Backend, @unchecked Sendable {
     }
 
     public func load(_ name: String, range: Range<Int>?) throws -> Data? {
-        let dir: Directory, file: String
-        do { (dir, file) = try folder(of: name, create: false) } catch {
+        var (dir, file, cached): (Directory, String, Bool)
+        do { (dir, file, cached) = try readFolder(of: name) } catch {
             if error.errno == ENOENT { return nil }
             throw error
         }
-        let fd: Int32
-        do { fd = try dir.openForReading(file) } catch {
-            if error.errno == ENOENT { return nil }
-            throw error
+        var fd: Int32 = -1
+        while fd < 0 {
+            do { fd = try dir.openForReading(file) } catch {
+                guard error.errno == ENOENT else { throw error }
+                // Not in a folder opened earlier: look again from the root (the folder may be new).
+                guard cached else { return nil }
+                forgetFolder(of: name)
+                do { (dir, file, cached) = try readFolder(of: name) } catch {
+                    if error.errno == ENOENT { return nil }
+                    throw error
+                }
+            }
         }
         defer { Glibc.close(fd) }
         var st = Glibc.stat()

@@ -66,13 +66,18 @@ final class RepackCrashTests: XCTestCase {
         let before = packBytes(original)
         XCTAssertGreaterThanOrEqual(before, liveBytes + deadBytes)
 
-        // How long one whole gc takes here (on a copy), to spread the kills over it.
-        try FileManager.default.copyItem(atPath: original, toPath: root + "/timed")
-        let t0 = Date()
-        let (rc0, out0) = try tilespool(["gc", "--grace", "0", "--store", root + "/timed", "--spool", root + "/spool"])
-        let whole = Date().timeIntervalSince(t0)
-        XCTAssertEqual(rc0, 0, out0)
-        XCTAssertTrue(out0.contains("removed 1000 objects"), out0)
+        // How long one whole gc takes here (on copies; the fastest of three, so that a slow first
+        // run does not spread the kills past the end of the later ones), to spread the kills over it.
+        var whole = Double.infinity
+        for k in 0..<3 {
+            try FileManager.default.copyItem(atPath: original, toPath: root + "/timed\(k)")
+            let t0 = Date()
+            let (rc0, out0) = try tilespool(["gc", "--grace", "0", "--store", root + "/timed\(k)", "--spool", root + "/spool"])
+            whole = min(whole, Date().timeIntervalSince(t0))
+            XCTAssertEqual(rc0, 0, out0)
+            XCTAssertTrue(out0.contains("removed 1000 objects"), out0)
+            try FileManager.default.removeItem(atPath: root + "/timed\(k)")
+        }
 
         var interrupted = 0, tempLeft = 0
         for round in 0..<20 {
