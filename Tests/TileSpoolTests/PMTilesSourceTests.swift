@@ -1,0 +1,257 @@
+import Foundation
+import XCTest
+@testable import TileSpoolCore
+@testable import TileSpoolExport
+
+/// PMTiles archives as sources (issue 31): the pure reader (header, directories, TileIds), the
+/// planner over the root and leaf directories, and the range coalescer; then the real archives
+/// in ../shared/mapdata/pmtiles read through them, every body cut out compared byte for byte with
+/// the identical tiles in mapdata/raster.
+final class PMTilesSourceTests: XCTestCase {
+    // MARK: TileIds
+
+    /// `tile(ofID:)` inverts `tileID(_:)` for every tile of zooms 0-6 and a few deep ones, and
+    /// TileIds are dense: zoom z's ids are exactly `(4^z - 1)/3 ..< (4^(z+1) - 1)/3`.
+    func testTileIDRoundTrip() {
+        for z in 0...6 {
+            var ids = Set<UInt64>()
+            let n = 1 << z
+            for x in 0..<n {
+                for y in 0..<n {
+                    let t = TileID(z: z, x: x, y: y)
+                    let id = PMTiles.tileID(t)
+                    XCTAssertEqual(PMTiles.tile(ofID: id), t)
+                    ids.insert(id)
+                }
+            }
+            let first = ((UInt64(1) << (2 * UInt64(z))) - 1) / 3
+            XCTAssertEqual(ids, Set(first..<(first + UInt64(n * n))), "zoom \(z)")
+        }
+        for t in [TileID(z: 12, x: 3423, y: 1763), TileID(z: 20, x: 1_000_000, y: 3), TileID(z: 26, x: (1 << 26) - 1, y: 12345)] {
+            XCTAssertEqual(PMTiles.tile(ofID: PMTiles.tileID(t)), t)
+        }
+        XCTAssertEqual(PMTiles.tile(ofID: 19_078_479), TileID(z: 12, x: 3423, y: 1763)) // the spec's example
+    }
+
+    // MARK: Header
+
+    func testHeaderRoundTripsAndOtherVersionsAreRefusedByName() throws {
+        var h = PMTiles.Header()
+        h.rootLength = 300; h.metadataOffset = 427; h.metadataLength = 20; h.leafOffset = 447; h.leafLength = 99
+        h.dataOffset = 546; h.dataLength = 123_456; h.addressedTiles = 85; h.tileEntries = 80; h.tileContents = 79
+        h.tileCompression = .gzip; h.tileType = 1; h.minZoom = 2; h.maxZoom = 14
+        h.minLon = 7.4; h.minLat = 43.7; h.maxLon = 7.5; h.maxLat = 43.8; h.centerZoom = 9; h.centerLon = 7.45; h.centerLat = 43.75
+        let back = try PMTiles.readHeader(h.bytes + [1, 2, 3])
+        XCTAssertEqual(back, h)
+
+        func refusal(_ bytes: [UInt8]) -> String? {
+            do { _ = try PMTiles.readHeader(bytes); return nil } catch { return error.message }
+        }
+        XCTAssertEqual(refusal(Array("PM".utf8) + [1, 0] + [UInt8](repeating: 0, count: 200)),
+                       "the archive is PMTiles version 1; only version 3 is supported (convert it with `pmtiles convert`)")
+        XCTAssertTrue(refusal(Array("PM".utf8) + [2, 0] + [UInt8](repeating: 0, count: 200))?.contains("version 2") == true)
+        var v4 = h.bytes; v4[7] = 4
+        XCTAssertEqual(refusal(v4), "the archive is PMTiles version 4; only version 3 is supported")
+        XCTAssertTrue(refusal(Array(h.bytes[0..<100]))?.contains("cut short: 100 of 127") == true)
+        XCTAssertTrue(refusal(Array("<html>".utf8))?.contains("not a PMTiles archive") == true)
+        var brotli = h.bytes; brotli[98] = 3
+        XCTAssertTrue(refusal(brotli)?.contains("brotli") == true)
+
+        // The real v1 archives in mapdata are refused naming their version.
+        if MapData.isAvailable {
+            for name in ["osm_carto.v1.pmtiles", "tpe_sample.v1.pmtiles"] {
+                let data = try Data(contentsOf: MapData.directory.appendingPathComponent("pmtiles/\(name)"))
+                XCTAssertEqual(refusal([UInt8](data.prefix(127))),
+                               "the archive is PMTiles version 1; only version 3 is supported (convert it with `pmtiles convert`)", name)
+            }
+        }
+    }
+
+    // MARK: Directories
+
+    func testDirectoryRoundTripWithRunLengthsAndRelativeOffsets() throws {
+        let entries = [
+            PMTiles.Entry(tileID: 0, offset: 0, length: 10, runLength: 1),
+            PMTiles.Entry(tileID: 1, offset: 10, length: 20, runLength: 3),   // relative (0 in the offsets column)
+            PMTiles.Entry(tileID: 4, offset: 0, length: 10, runLength: 1),    // the first body again
+            PMTiles.Entry(tileID: 5, offset: 1_000_000, length: 70_000, runLength: 1_000),
+            PMTiles.Entry(tileID: 90_000, offset: 77, length: 5, runLength: 0), // a leaf pointer
+        ]
+        let bytes = PMTiles.serializeDirectory(entries)
+        XCTAssertEqual(try PMTiles.readDirectory(bytes), entries)
+        XCTAssertEqual(try PMTiles.readDirectory(PMTiles.serializeDirectory([])), [])
+
+        func refusal(_ bytes: [UInt8]) -> String? {
+            do { _ = try PMTiles.readDirectory(bytes); return nil } catch { return error.message }
+        }
+        XCTAssertNotNil(refusal(Array(bytes.dropLast())), "cut short")
+        XCTAssertNotNil(refusal(bytes + [0]), "bytes left over")
+        XCTAssertNotNil(refusal([0xFF, 0xFF, 0xFF, 0x0F]), "a count that cannot fit")
+        // TileIds not increasing (a zero delta after the first), a zero length.
+        XCTAssertNotNil(refusal([2, 5, 0, 1, 1, 3, 3, 1, 0]))
+        XCTAssertNotNil(refusal([1, 5, 1, 0, 1]))
+    }
+
+    // MARK: Planner
+
+    /// A hand-built archive layout: root directory with two tile entries and two leaf pointers
+    /// (gzip-compressed as writers do), leaves holding runs. The planner reads only the leaf
+    /// that meets the region and lists exactly the wanted tiles the archive holds.
+    func testPlannerReadsOnlyTheLeavesThatMeetTheRegionAndExpandsRuns() throws {
+        // z0 and z1 tiles in the root; z2 tiles in leaf A (ids 5..<21); z3 in leaf B (ids 21..<85).
+        let leafA: [PMTiles.Entry] = [
+            .init(tileID: 5, offset: 300, length: 50, runLength: 4),   // ids 5,6,7,8 share one body
+            .init(tileID: 12, offset: 350, length: 60, runLength: 1),
+            .init(tileID: 13, offset: 410, length: 70, runLength: 1),
+        ]
+        let leafB: [PMTiles.Entry] = [.init(tileID: 21, offset: 480, length: 10, runLength: 64)]
+        let gz = { (e: [PMTiles.Entry]) in try Zlib.compress(PMTiles.serializeDirectory(e), .gzip) }
+        let a = try gz(leafA), b = try gz(leafB)
+        let root: [PMTiles.Entry] = [
+            .init(tileID: 0, offset: 0, length: 100, runLength: 1),
+            .init(tileID: 1, offset: 100, length: 200, runLength: 1),   // z1 0/0 only
+            .init(tileID: 5, offset: 0, length: UInt32(a.count), runLength: 0),
+            .init(tileID: 21, offset: UInt64(a.count), length: UInt32(b.count), runLength: 0),
+        ]
+        let rootBytes = try gz(root)
+        var h = PMTiles.Header()
+        h.dataOffset = 1000; h.leafOffset = 5000; h.minZoom = 0; h.maxZoom = 3
+        let leafSection = a + b
+        var asked: [PMTiles.Entry] = []
+        func leaf(_ e: PMTiles.Entry) throws -> [PMTiles.Entry] {
+            asked.append(e)
+            let bytes = Array(leafSection[Int(e.offset)..<Int(e.offset) + Int(e.length)])
+            return try PMTiles.readDirectory(try Zlib.inflate(bytes, limit: 1 << 20))
+        }
+        let rootEntries = try PMTiles.readDirectory(try Zlib.inflate(rootBytes, limit: 1 << 20))
+        XCTAssertEqual(rootEntries, root)
+
+        // The north-west quarter of the world at z0-2: z0 0/0/0, z1 0/0 (held), z2 the 4 tiles
+        // x,y in 0...1 (ids 5,6,7,8: one run), leaf B (z3) never read.
+        let rects = [TileRect(z: 0, minX: 0, minY: 0, maxX: 0, maxY: 0), TileRect(z: 1, minX: 0, minY: 0, maxX: 0, maxY: 0),
+                     TileRect(z: 2, minX: 0, minY: 0, maxX: 1, maxY: 1)]
+        let wanted = PMTiles.tileIDs(rects: rects, shape: nil)
+        XCTAssertEqual(wanted, [0, 1, 5, 6, 7, 8])
+        let plan = try PMTiles.plan(header: h, root: rootEntries, wanted: wanted, leaf: leaf)
+        XCTAssertEqual(asked, [root[2]], "only leaf A meets the region")
+        XCTAssertEqual(plan.leavesRead, [root[2]])
+        XCTAssertEqual(plan.tileCount, 6)
+        XCTAssertEqual(plan.tiles.map(\.tile), [TileID(z: 0, x: 0, y: 0), TileID(z: 1, x: 0, y: 0),
+                                                 TileID(z: 2, x: 0, y: 0), TileID(z: 2, x: 1, y: 0), TileID(z: 2, x: 1, y: 1), TileID(z: 2, x: 0, y: 1)])
+        XCTAssertEqual(plan.tiles.map(\.offset), [1000, 1100, 1300, 1300, 1300, 1300])
+        XCTAssertEqual(plan.tileBytes, 100 + 200 + 4 * 50)
+        XCTAssertEqual(plan.bodyBytes, 100 + 200 + 50)
+
+        // z1 1/1 is not in the archive; z3 tiles come from leaf B's run; the z2 tile of id 10 (in
+        // leaf A's range but in no entry) is not held.
+        asked = []
+        let unheld = try XCTUnwrap(PMTiles.tile(ofID: 10))
+        let w2 = PMTiles.tileIDs(rects: [TileRect(z: 1, minX: 1, minY: 1, maxX: 1, maxY: 1),
+                                         TileRect(z: 2, minX: unheld.x, minY: unheld.y, maxX: unheld.x, maxY: unheld.y),
+                                         TileRect(z: 3, minX: 0, minY: 0, maxX: 7, maxY: 7)], shape: nil)
+        let p2 = try PMTiles.plan(header: h, root: rootEntries, wanted: w2, leaf: leaf)
+        XCTAssertEqual(asked, [root[2], root[3]])
+        XCTAssertEqual(p2.tileCount, 64)
+        XCTAssertEqual(Set(p2.tiles.map(\.tile)), Set((0..<64).map { TileID(z: 3, x: $0 % 8, y: $0 / 8) }))
+        XCTAssertEqual(p2.tileBytes, 640)
+        XCTAssertEqual(p2.bodyBytes, 10)
+        XCTAssertEqual(PMTiles.coalesce(p2.tiles), [PMTiles.RangeRequest(start: 1480, end: 1490, tiles: 0..<64, gapBytes: 0)])
+    }
+
+    /// The header's bounds and zooms clip the region as a TileJSON's do.
+    func testCoverIsClippedByTheHeadersBoundsAndZooms() {
+        var h = PMTiles.Header()
+        h.minZoom = 8; h.maxZoom = 10
+        h.minLon = 0; h.minLat = 0; h.maxLon = 10; h.maxLat = 10
+        let world = GeoBounds(west: -20, south: -5, east: 5, north: 5)
+        let rects = PMTiles.cover(world, minZoom: 0, maxZoom: 14, header: h)
+        XCTAssertEqual(Set(rects.map(\.z)), [8, 9, 10])
+        let clipped = GeoBounds(west: 0, south: 0, east: 5, north: 5)
+        XCTAssertEqual(rects, Planner.rects(clipped, 8, 10))
+    }
+
+    // MARK: Coalescer
+
+    func testCoalescerMergesSmallGapsWithinTheBoundsAndCapsRanges() {
+        func t(_ offset: UInt64, _ length: UInt32, _ x: Int) -> PMTiles.ArchiveTile {
+            PMTiles.ArchiveTile(tile: TileID(z: 10, x: x, y: 0), offset: offset, length: length)
+        }
+        // Contiguous bodies: one range.
+        let contiguous = (0..<100).map { t(UInt64($0) * 1000, 1000, $0) }
+        XCTAssertEqual(PMTiles.coalesce(contiguous), [.init(start: 0, end: 100_000, tiles: 0..<100, gapBytes: 0)])
+        XCTAssertEqual(PMTiles.coalesce(contiguous).first?.header, "bytes=0-99999")
+        // A gap of 5% of the wanted bytes is spanned; one over maxGap is not.
+        let gapped = [t(0, 100_000, 0), t(105_000, 100_000, 1), t(205_000 + 65_537, 100_000, 2)]
+        XCTAssertEqual(PMTiles.coalesce(gapped), [.init(start: 0, end: 205_000, tiles: 0..<2, gapBytes: 5000),
+                                                  .init(start: 270_537, end: 370_537, tiles: 2..<3, gapBytes: 0)])
+        // A gap over a tenth of the wanted bytes is not spanned, however small.
+        let sparse = [t(0, 1000, 0), t(1201, 1000, 1)]
+        XCTAssertEqual(PMTiles.coalesce(sparse).count, 2)
+        let dense = [t(0, 1000, 0), t(1150, 1000, 1)]
+        XCTAssertEqual(PMTiles.coalesce(dense).count, 1)
+        // Ranges are capped (a single larger body is its own range).
+        let big = (0..<10).map { t(UInt64($0) << 20, 1 << 20, $0) } + [t(10 << 20, 9 << 20, 10)]
+        let ranges = PMTiles.coalesce(big)
+        XCTAssertEqual(ranges.map(\.tiles), [0..<4, 4..<8, 8..<10, 10..<11])
+        XCTAssertTrue(ranges.dropLast().allSatisfy { $0.length <= PMTiles.defaultMaxRange })
+        // Whatever the layout: every tile in exactly one range that holds its body, and the
+        // bytes asked at most 1.1x the distinct bodies.
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<50 {
+            var tiles: [PMTiles.ArchiveTile] = []
+            var at: UInt64 = 0
+            for i in 0..<300 {
+                if Bool.random(using: &rng) || tiles.isEmpty { at += UInt64.random(in: 0...80_000, using: &rng) } else { at = tiles.last!.offset + UInt64(tiles.last!.length) }
+                let len = UInt32.random(in: 1...60_000, using: &rng)
+                tiles.append(t(at, len, i))
+                if Int.random(in: 0..<10, using: &rng) == 0 { tiles.append(t(at, len, 1000 + i)) } // a run-length twin
+            }
+            let rs = PMTiles.coalesce(tiles)
+            XCTAssertEqual(rs.flatMap { Array($0.tiles) }, Array(0..<tiles.count))
+            for r in rs { for i in r.tiles { XCTAssertTrue(r.start <= tiles[i].offset && tiles[i].offset + UInt64(tiles[i].length) <= r.end) } }
+            var distinct = 0, last: UInt64?
+            for x in tiles where x.offset != last { distinct += Int(x.length); last = x.offset }
+            let asked = rs.reduce(0) { $0 + Int($1.length) }
+            XCTAssertLessThanOrEqual(Double(asked), 1.1 * Double(distinct))
+        }
+    }
+
+    // MARK: The real archives, read through the planner (no network)
+
+    /// Every tile of the two v3 archives in mapdata, planned over the whole world at every
+    /// zoom, cut out of the file by offset and length, is byte-identical to the same z/x/y in
+    /// mapdata/raster; the counts and bytes are those the notes give.
+    func testRealArchivesPlanExactlyAndCutBodiesMatchTheRasterFiles() throws {
+        let mapdata = try MapData.require()
+        for (name, raster, ext, tiles, bytes) in [
+            ("stamen_toner(raster)CC-BY+ODbL_z3.pmtiles", "stamen_toner", "png", 85, 720_035),
+            ("usgs-mt-whitney-8-15-webp-512.pmtiles", "usgs_whitney", "webp", 50, 1_964_030),
+        ] {
+            let file = [UInt8](try Data(contentsOf: mapdata.appendingPathComponent("pmtiles/\(name)")))
+            let h = try PMTiles.readHeader(file)
+            XCTAssertEqual(h.internalCompression, .gzip)
+            func directory(_ offset: UInt64, _ length: UInt64) throws -> [PMTiles.Entry] {
+                let raw = Array(file[Int(offset)..<Int(offset + length)])
+                return try PMTiles.readDirectory(try Zlib.inflate(raw, limit: 1 << 26))
+            }
+            let root = try directory(h.rootOffset, h.rootLength)
+            let world = GeoBounds(west: -180, south: -85.05, east: 180, north: 85.05)
+            let rects = PMTiles.cover(world, minZoom: 0, maxZoom: 22, header: h)
+            let plan = try PMTiles.plan(header: h, root: root, wanted: PMTiles.tileIDs(rects: rects, shape: nil)) { e in
+                try directory(h.leafOffset + e.offset, UInt64(e.length))
+            }
+            XCTAssertEqual(plan.tileCount, tiles, name)
+            XCTAssertEqual(plan.tileBytes, bytes, name)
+            XCTAssertEqual(UInt64(plan.tileCount), h.addressedTiles, name)
+            for t in plan.tiles {
+                let body = Data(file[Int(t.offset)..<Int(t.offset) + Int(t.length)])
+                let path = mapdata.appendingPathComponent("raster/\(raster)/\(t.tile.z)/\(t.tile.x)/\(t.tile.y).\(ext)")
+                XCTAssertEqual(body, try Data(contentsOf: path), "\(name) \(t.tile)")
+            }
+            let ranges = PMTiles.coalesce(plan.tiles)
+            let asked = ranges.reduce(0) { $0 + Int($1.length) }
+            print("MEASURED: \(name): \(plan.tileCount) tiles, \(plan.tileBytes) tile bytes, \(plan.bodyBytes) distinct, \(ranges.count) range requests, \(asked) bytes asked")
+            XCTAssertLessThanOrEqual(Double(asked), 1.1 * Double(plan.bodyBytes))
+        }
+    }
+}
