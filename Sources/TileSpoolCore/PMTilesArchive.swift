@@ -7,6 +7,29 @@ import Foundation
 // TileId, section 4.1; compression enums, section 3.3).
 
 extension PMTiles {
+    /// The prefix of a PMTiles source URL (`pmtiles://https://host/x.pmtiles`), as MapLibre's
+    /// `pmtiles` protocol and the Protomaps styles write it.
+    public static let sourceScheme = "pmtiles://"
+
+    /// The archive URL inside a `pmtiles://URL` source (any case of the prefix), or nil when
+    /// `s` does not start with `pmtiles://`. The inner URL is not checked here
+    /// (`RequestValidator.urlProblem` is, by the callers).
+    public static func innerURL(_ s: String) -> String? {
+        guard s.utf8.count > sourceScheme.utf8.count, s.prefix(sourceScheme.count).lowercased() == sourceScheme else { return nil }
+        return String(s.dropFirst(sourceScheme.count))
+    }
+
+    /// The http(s) URL of the PMTiles archive a `tiles` entry or style source names, or nil when
+    /// it names none: `pmtiles://URL` gives URL; an `http://` or `https://` URL whose path
+    /// (before `?` or `#`) ends in `.pmtiles` (any case) and has no `{` token is itself the archive.
+    public static func archiveURL(_ s: String) -> String? {
+        if let inner = innerURL(s) { return inner }
+        let lower = s.lowercased()
+        guard lower.hasPrefix("http://") || lower.hasPrefix("https://"), !s.contains("{") else { return nil }
+        let path = lower.prefix { $0 != "?" && $0 != "#" }
+        return path.hasSuffix(".pmtiles") ? s : nil
+    }
+
     /// Why an archive's bytes cannot be read: a message for the user (the version of an
     /// archive that is not v3, a header or directory that is cut short or damaged).
     public struct ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -371,5 +394,47 @@ extension PMTiles {
         }
         out.append(RangeRequest(start: start, end: end, tiles: first..<tiles.count, gapBytes: gap))
         return out
+    }
+}
+
+/// A tile set's PMTiles archive (issue 31): where it is, the version pinned when it was planned,
+/// and the tiles the region takes from it. Part of `plan.json` (`TileSet.archive`).
+public struct ArchiveSource: Sendable, Equatable, Codable {
+    /// The archive's http(s) URL (the inner URL of `pmtiles://URL`).
+    public var url: String
+    /// The archive's `ETag` when planned (sent as `If-Range`/`If-Match` with every range), if any.
+    public var etag: String?
+    /// The archive's `Last-Modified` when planned (Unix seconds), used when there is no ETag.
+    public var lastModified: Int64?
+    /// The header's tile compression (`PMTiles.Compression` raw value: 1 none, 2 gzip).
+    public var tileCompression: UInt8
+    /// The header's tile type (1 MVT, 2 PNG, 3 JPEG, 4 WebP, 0 unknown).
+    public var tileType: UInt8
+    /// The tiles, sorted by offset (`PMTiles.ArchivePlan.tiles`).
+    public var tiles: [PMTiles.ArchiveTile]
+    /// Sum of the tiles' lengths in bytes (`PMTiles.ArchivePlan.tileBytes`).
+    public var tileBytes: Int
+    /// Bytes of the distinct bodies (`PMTiles.ArchivePlan.bodyBytes`).
+    public var bodyBytes: Int
+    public init(url: String, etag: String?, lastModified: Int64?, header: PMTiles.Header, plan: PMTiles.ArchivePlan) {
+        self.url = url; self.etag = etag; self.lastModified = lastModified
+        tileCompression = header.tileCompression.rawValue; tileType = header.tileType
+        tiles = plan.tiles; tileBytes = plan.tileBytes; bodyBytes = plan.bodyBytes
+    }
+}
+
+extension TileSet {
+    /// The tile set of a PMTiles archive: the region's rectangles at the zooms the archive
+    /// holds, counting only the tiles `archive` lists (so `count` is exact), and the archive.
+    /// - Parameters:
+    ///   - rects: the cover (`PMTiles.cover`), the rectangles the tiles were planned from.
+    public init(source: String, archive: ArchiveSource, rects: [TileRect], shape: RegionShape?) {
+        self.init(source: source, template: TileURLTemplate(PMTiles.sourceScheme + archive.url), rects: rects, shape: shape)
+        self.archive = archive
+        var counts = [Int](repeating: 0, count: rects.count)
+        for t in archive.tiles {
+            if let i = rects.firstIndex(where: { $0.z == t.tile.z && $0.index(of: t.tile) != nil }) { counts[i] += 1 }
+        }
+        rectCounts = counts
     }
 }

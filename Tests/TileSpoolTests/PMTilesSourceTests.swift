@@ -255,3 +255,109 @@ final class PMTilesSourceTests: XCTestCase {
         }
     }
 }
+
+/// `tilespool plan` over PMTiles sources served by nginx (range requests): the exact tile count
+/// and tile bytes, known from the header and directories alone, with the independent `pmtiles`
+/// reader as the witness; requests counted in nginx's access log.
+final class PMTilesPlanTests: XCTestCase {
+    static let whitney = "/pmtiles/usgs-mt-whitney-8-15-webp-512.pmtiles"
+    static let stamen = "/pmtiles/stamen_toner%28raster%29CC-BY%2BODbL_z3.pmtiles"
+
+    func plan(_ fx: SpoolFixture, _ request: [String: Any], json: Bool = true) throws -> (Int32, String, [String: Any]?) {
+        let file = fx.root.appendingPathComponent("pm.json")
+        try JSONSerialization.data(withJSONObject: request).write(to: file)
+        let (rc, out) = try fx.cli(["plan", file.path] + (json ? ["--json"] : []))
+        let doc = json ? (try? JSONSerialization.jsonObject(with: Data(out.utf8))) as? [String: Any] : nil
+        return (rc, out, doc)
+    }
+
+    /// Both source forms of a `tiles` entry (`pmtiles://http://...` and an http URL ending in
+    /// `.pmtiles`) plan the real archives exactly (the notes' counts and bytes) from one request
+    /// each: the header and root directory lie in the first 16 KiB.
+    func testPlanOfRealArchivesIsExactFromOneRequest() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        var (rc, out, doc) = try plan(fx, ["id": "whitney", "tiles": ["pmtiles://" + nginx.url(Self.whitney)],
+                                           "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 15])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(doc?["tiles"] as? Int, 50, out)
+        XCTAssertEqual(doc?["tileBytes"] as? Int, 1_964_030, out)
+        let src = (doc?["bySource"] as? [String: Any])?["tiles0"] as? [String: Any]
+        XCTAssertEqual(src?["tileBytes"] as? Int, 1_964_030, out)
+        XCTAssertEqual((src?["byZoom"] as? [String: Int])?.keys.sorted(), ["10", "11", "12", "13", "14", "15", "8", "9"], out)
+        XCTAssertEqual(nginx.accessLog().filter { $0.path == Self.whitney }.map(\.status), [206])
+
+        // z0-2 of the stamen archive (1 + 4 + 16 tiles), as an http URL ending in .pmtiles.
+        (rc, out, doc) = try plan(fx, ["id": "stamen", "tiles": [nginx.url(Self.stamen)],
+                                       "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(doc?["tiles"] as? Int, 21, out)
+        var expected = 0
+        for z in 0...2 { for x in 0..<(1 << z) { for y in 0..<(1 << z) {
+            expected += try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(z)/\(x)/\(y).png")).count
+        } } }
+        XCTAssertEqual(doc?["tileBytes"] as? Int, expected, out)
+        (rc, out, _) = try plan(fx, ["id": "stamen", "tiles": [nginx.url(Self.stamen)],
+                                     "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2], json: false)
+        XCTAssertTrue(out.contains("plan for stamen: 21 resources, 21 tiles, \(expected) tile bytes"), out)
+    }
+
+    /// A v1 archive is refused naming its version; a URL that is not http(s) inside pmtiles://
+    /// is refused as any URL is; credentials in the inner URL are redacted in the message.
+    func testOtherVersionsAndBadInnerURLsAreRefused() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        var (rc, out, _) = try plan(fx, ["id": "v1", "tiles": ["pmtiles://" + nginx.url("/pmtiles/osm_carto.v1.pmtiles")],
+                                         "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2], json: false)
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("invalidArchive: source 'tiles0': the archive is PMTiles version 1; only version 3 is supported"), out)
+        (rc, out, _) = try plan(fx, ["id": "ftp", "tiles": ["pmtiles://ftp://example.org/x.pmtiles"],
+                                     "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 2], json: false)
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("invalidRequest") && out.contains("uses the scheme 'ftp'"), out)
+        (rc, out, _) = try plan(fx, ["id": "cred", "tiles": ["pmtiles://https://user:hunter2@bad host/x.pmtiles"],
+                                     "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 2], json: false)
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertFalse(out.contains("hunter2"), out)
+        XCTAssertTrue(out.contains("pmtiles://https://REDACTED@"), out)
+    }
+
+    /// An archive written by the PyPI `pmtiles` writer, with leaf directories, run-length
+    /// entries and gzip tiles: the plan's count and bytes are the reader's, and only the leaf
+    /// directories that meet the region are read (counted in nginx's log).
+    func testPlanOfAWrittenArchiveWithLeavesReadsOnlyTheLeavesThatMeetTheRegion() throws {
+        let mapdata = try MapData.require()
+        try ExportTools.require([ExportTools.python])
+        let dir = try TestScratch.folder("pmtiles-gen")
+        let archive = dir.appendingPathComponent("gen.pmtiles").path
+        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "42"])
+        XCTAssertEqual(rc, 0, out)
+        let made = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        XCTAssertGreaterThan(made["leaf_directory_length"] as? Int ?? 0, 0, "the archive has leaves")
+        XCTAssertLessThan(made["entries"] as? Int ?? 0, made["tiles"] as? Int ?? 0, "the archive has run lengths")
+        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
+        XCTAssertEqual(rc, 0, out)
+        let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+
+        let nginx = try NginxServer(root: mapdata, extraLocations: "location /gen/ { alias \(dir.path)/; }")
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let (prc, pout, doc) = try plan(fx, ["id": "gen", "tiles": ["pmtiles://" + nginx.url("/gen/gen.pmtiles")],
+                                             "bounds": [1.3, 2.7, 37.1, 41.9], "minZoom": 0, "maxZoom": 7])
+        XCTAssertEqual(prc, 0, pout)
+        XCTAssertEqual(doc?["tiles"] as? Int, witness["tiles"] as? Int, pout)
+        XCTAssertEqual(doc?["tileBytes"] as? Int, witness["tile_bytes"] as? Int, pout)
+        // One request for the header and root, one per leaf that meets the region: fewer than
+        // the archive's leaves (4096 entries each).
+        let leaves = ((made["entries"] as? Int ?? 0) + 4095) / 4096
+        let asked = nginx.accessLog().filter { $0.path == "/gen/gen.pmtiles" }
+        XCTAssertTrue(asked.allSatisfy { $0.status == 206 }, "\(asked)")
+        XCTAssertGreaterThanOrEqual(asked.count, 2, "\(asked)")
+        XCTAssertLessThan(asked.count, 1 + leaves, "\(asked)")
+        print("MEASURED: plan of \(witness["tiles"] ?? 0) tiles over an archive of \(leaves) leaves: \(asked.count) requests, \(asked.reduce(0) { $0 + $1.bytes }) bytes")
+    }
+}
