@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 @testable import TileSpoolCore
 @testable import TileSpoolExport
+import TileSpoolDaemon
 
 /// PMTiles archives as sources (issue 31): the pure reader (header, directories, TileIds), the
 /// planner over the root and leaf directories, and the range coalescer; then the real archives
@@ -343,7 +344,7 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertEqual(rc, 0, out)
         let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
 
-        let nginx = try NginxServer(root: mapdata, extraLocations: "location /gen/ { alias \(dir.path)/; }")
+        let nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(dir.path)/; }")
         defer { nginx.stop() }
         let fx = try SpoolFixture()
         let (prc, pout, doc) = try plan(fx, ["id": "gen", "tiles": ["pmtiles://" + nginx.url("/gen/gen.pmtiles")],
@@ -359,5 +360,111 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(asked.count, 2, "\(asked)")
         XCTAssertLessThan(asked.count, 1 + leaves, "\(asked)")
         print("MEASURED: plan of \(witness["tiles"] ?? 0) tiles over an archive of \(leaves) leaves: \(asked.count) requests, \(asked.reduce(0) { $0 + $1.bytes }) bytes")
+    }
+}
+
+/// The daemon downloading PMTiles sources from nginx: tiles cut from coalesced range requests,
+/// every stored tile compared with an independent witness (the identical files in mapdata/raster,
+/// or the `pmtiles` reader for an archive the test writes), requests counted in nginx's log.
+final class PMTilesDownloadTests: XCTestCase {
+    var mapdata: URL!
+    var nginx: NginxServer!
+    var fx: SpoolFixture!
+    var generated: URL!
+
+    override func setUpWithError() throws {
+        mapdata = try MapData.require()
+        generated = try TestScratch.folder("pmtiles-served")
+        nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
+        fx = try SpoolFixture()
+        try fx.start()
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        nginx?.stop()
+    }
+
+    func archiveRequests(_ path: String) -> [NginxServer.AccessEntry] { nginx.accessLog().filter { $0.path == path } }
+
+    /// The stamen archive over the world z0-3 as a `tiles` entry: 85 tiles, each stored object
+    /// byte-identical to mapdata/raster/stamen_toner/z/x/y.png; the plan's exact bytes in the
+    /// status before and after; one request for the directories and one range for the tiles.
+    func testTilesEntryDownloadsEveryTileByteForByteInTwoRequests() throws {
+        try fx.drop("toner.json", ["id": "toner", "tiles": ["pmtiles://" + nginx.url(PMTilesPlanTests.stamen)],
+                                   "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("toner", "completed")
+        fx.assertStoreMatchesManifest("toner")
+        let tiles = fx.manifest("toner").filter { $0.kind == "tile" }
+        XCTAssertEqual(tiles.count, 85)
+        for t in tiles {
+            let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
+            let file = mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")
+            XCTAssertEqual(fx.objectData(t.sha), try Data(contentsOf: file), t.key)
+        }
+        let p = fx.progress("toner")
+        XCTAssertEqual(p["tilesExpected"], 85)
+        XCTAssertEqual(p["tileBytesExpected"], 720_035)
+        XCTAssertEqual(p["tileBytesCompleted"], 720_035)
+        let asked = archiveRequests("/pmtiles/stamen_toner%28raster%29CC-BY%2BODbL_z3.pmtiles")
+        XCTAssertEqual(asked.map(\.status), [206, 206])
+        let wire = asked.reduce(0) { $0 + $1.bytes }
+        print("MEASURED: stamen z0-3: 85 tiles, 720035 tile bytes, \(asked.count) requests, \(wire) bytes over the wire")
+    }
+
+    /// An archive written by the `pmtiles` writer (leaf directories, run-length entries, gzip
+    /// tiles): every tile the reader finds in the region is stored once decoded, with the reader's
+    /// SHA-256; a few range requests for hundreds of tiles.
+    func testWrittenArchiveWithLeavesRunsAndGzipMatchesTheReader() throws {
+        try ExportTools.require([ExportTools.python])
+        let archive = generated.appendingPathComponent("gen.pmtiles").path
+        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "7"])
+        XCTAssertEqual(rc, 0, out)
+        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
+        XCTAssertEqual(rc, 0, out)
+        let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let expected = try XCTUnwrap(witness["sha256"] as? [String: String])
+        try fx.drop("gen.json", ["id": "gen", "tiles": [nginx.url("/gen/gen.pmtiles")],
+                                 "bounds": [1.3, 2.7, 37.1, 41.9], "minZoom": 0, "maxZoom": 7])
+        try fx.waitForState("gen", "completed")
+        fx.assertStoreMatchesManifest("gen")
+        let tiles = fx.manifest("gen").filter { $0.kind == "tile" }
+        XCTAssertEqual(tiles.count, expected.count)
+        var got: [String: String] = [:]
+        for t in tiles { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+        XCTAssertEqual(got, expected)
+        XCTAssertEqual(fx.progress("gen")["tileBytesExpected"], witness["tile_bytes"] as? Int)
+        let asked = archiveRequests("/gen/gen.pmtiles")
+        XCTAssertTrue(asked.allSatisfy { $0.status == 206 }, "\(asked)")
+        let wire = asked.reduce(0) { $0 + $1.bytes }
+        print("MEASURED: written archive: \(tiles.count) tiles, \(witness["tile_bytes"] ?? 0) tile bytes, \(asked.count) requests (directories included), \(wire) bytes over the wire")
+        // The first three requests read the header and root and the two leaves that meet the
+        // region (PMTilesPlanTests); the rest are the tiles' ranges, whose bytes are within the
+        // coalescer's bound: at most 1.1 times the tile bytes.
+        XCTAssertEqual(asked.prefix(3).map(\.bytes).first, PMTilesRemote.firstRange)
+        let rangeBytes = asked.dropFirst(3).reduce(0) { $0 + $1.bytes }
+        XCTAssertLessThanOrEqual(Double(rangeBytes), 1.1 * Double(witness["tile_bytes"] as? Int ?? 0))
+        XCTAssertLessThan(asked.count - 3, tiles.count / 10, "fewer than one range per 10 tiles, in a sparse region over 8 zooms")
+    }
+
+    /// A style whose raster source is `pmtiles://...` (the Whitney archive): its tiles are those
+    /// of mapdata/raster/usgs_whitney byte for byte.
+    func testStyleSourceURLDownloadsTheArchivesTiles() throws {
+        let style: [String: Any] = ["version": 8, "sources": ["whitney": ["type": "raster", "tileSize": 512,
+                                                                          "url": "pmtiles://" + nginx.url(PMTilesPlanTests.whitney)]],
+                                    "layers": [["id": "w", "type": "raster", "source": "whitney"]]]
+        try JSONSerialization.data(withJSONObject: style).write(to: generated.appendingPathComponent("style.json"))
+        try fx.drop("w.json", ["id": "whitney", "style": nginx.url("/gen/style.json"),
+                               "bounds": [-118.32, 36.56, -118.26, 36.59], "minZoom": 8, "maxZoom": 16])
+        try fx.waitForState("whitney", "completed")
+        fx.assertStoreMatchesManifest("whitney")
+        let tiles = fx.manifest("whitney").filter { $0.kind == "tile" }
+        XCTAssertGreaterThan(tiles.count, 0)
+        XCTAssertEqual(fx.progress("whitney")["tilesExpected"], tiles.count)
+        for t in tiles {
+            let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
+            XCTAssertEqual(fx.objectData(t.sha), try Data(contentsOf: mapdata.appendingPathComponent("raster/usgs_whitney/\(zxy).webp")), t.key)
+        }
+        XCTAssertEqual(fx.progress("whitney")["tileBytesExpected"], fx.progress("whitney")["tileBytesCompleted"])
     }
 }
