@@ -468,3 +468,80 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertEqual(fx.progress("whitney")["tileBytesExpected"], fx.progress("whitney")["tileBytesCompleted"])
     }
 }
+
+/// PMTiles sources against a server that misbehaves (Tests/Support/faultserver.py, `/pmtiles/`):
+/// an archive that changes mid-download, Range ignored, a truncated range, a 416.
+final class PMTilesFaultTests: XCTestCase {
+    var mapdata: URL!
+    var server: FaultServer!
+    var fx: SpoolFixture!
+    let stamenFile = "pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles"
+
+    override func setUpWithError() throws {
+        mapdata = try MapData.require()
+        server = try FaultServer()
+        try server.registerFile("stamen.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
+        fx = try SpoolFixture()
+        try fx.start()
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        server?.stop()
+    }
+
+    /// Downloads the stamen archive (world z0-3, 85 tiles) from `path` and checks every stored
+    /// tile against mapdata/raster.
+    func downloadStamen(_ id: String, _ path: String) throws {
+        try fx.drop("\(id).json", ["id": id, "tiles": ["pmtiles://" + server.url(path)],
+                                   "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState(id, "completed")
+        fx.assertStoreMatchesManifest(id)
+        let tiles = fx.manifest(id).filter { $0.kind == "tile" }
+        XCTAssertEqual(tiles.count, 85)
+        for t in tiles {
+            let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
+            XCTAssertEqual(fx.objectData(t.sha), try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
+        }
+    }
+
+    /// A server that ignores Range (200 with the whole file, to the plan's request and the
+    /// tiles' alike): the tiles are cut out of it; the whole file is never stored.
+    func testServerIgnoringRangeIsCutNotStoredWhole() throws {
+        let path = "/pmtiles/norange/0/stamen.pmtiles"
+        try downloadStamen("norange", path)
+        let size = try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)).count
+        XCTAssertEqual(fx.objects().count, 80, "one object per distinct tile body")
+        XCTAssertFalse(fx.storeObjects().values.contains { $0.size == size }, "the whole archive is not an object")
+        XCTAssertEqual(server.hits(path), 2)
+    }
+
+    /// A range answered with half its bytes (twice), or 416 (twice): retried as a tile is, then
+    /// complete, every tile right.
+    func testTruncatedRangeAnd416AreRetried() throws {
+        let truncated = "/pmtiles/truncated/1/stamen.pmtiles"
+        try downloadStamen("truncated", truncated)
+        XCTAssertEqual(server.hits(truncated), 4, "the plan's request, two short answers, one whole")
+        let r416 = "/pmtiles/416/1/stamen.pmtiles"
+        try downloadStamen("r416", r416)
+        XCTAssertEqual(server.hits(r416), 4, "the plan's request, two 416, one 206")
+    }
+
+    /// The archive's ETag changes after the plan's request: every range request carried
+    /// `If-Match` with the ETag pinned at plan time, the server answers 412, and the region
+    /// fails with `archiveChanged` naming the source; no tile of the new version is stored.
+    func testArchiveChangedMidDownloadFailsTheRegion() throws {
+        let path = "/pmtiles/changed/1/stamen.pmtiles"
+        try fx.drop("changed.json", ["id": "changed", "tiles": ["pmtiles://" + server.url(path)],
+                                     "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("changed", "failed")
+        XCTAssertEqual(fx.errorCode("changed"), "archiveChanged")
+        XCTAssertTrue(fx.errorMessage("changed")?.contains("source 'tiles0'") == true, fx.errorMessage("changed") ?? "")
+        XCTAssertEqual(fx.manifest("changed").filter { $0.kind == "tile" }.count, 0)
+        let asked = server.requests().filter { $0.path == path }
+        XCTAssertEqual(asked.count, 2)
+        XCTAssertNil(asked[0].headers["If-Match"], "the plan's request pins the version")
+        XCTAssertEqual(asked[1].headers["If-Match"], "\"v1\"")
+        XCTAssertEqual(asked[1].headers["Range"]?.hasPrefix("bytes="), true)
+    }
+}
