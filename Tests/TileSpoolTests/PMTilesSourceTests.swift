@@ -527,6 +527,63 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(server.hits(r416), 4, "the plan's request, two 416, one 206")
     }
 
+    /// kill -9 mid-download, then a restart: the ranges asked after the restart hold no tile the
+    /// manifest already recorded, and the region completes with every tile the reader finds.
+    func testResumeAfterKill9FetchesOnlyWhatIsMissing() throws {
+        try ExportTools.require([ExportTools.python])
+        let dir = try TestScratch.folder("pmtiles-resume")
+        let archive = dir.appendingPathComponent("gen.pmtiles").path
+        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "11"])
+        XCTAssertEqual(rc, 0, out)
+        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
+        XCTAssertEqual(rc, 0, out)
+        let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let expected = try XCTUnwrap(witness["sha256"] as? [String: String])
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: archive)))
+        try server.registerFile("gen.pmtiles", data: Data(bytes))
+        // Where each tile lies, read here with the core reader (the daemon's plan is the same).
+        let h = try PMTiles.readHeader(bytes)
+        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
+            try PMTiles.readDirectory(try Zlib.inflate(Array(bytes[Int(o)..<Int(o + l)]), limit: 1 << 26))
+        }
+        let bounds = GeoBounds(west: 1.3, south: 2.7, east: 37.1, north: 41.9)
+        let plan = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
+                                    wanted: PMTiles.tileIDs(rects: PMTiles.cover(bounds, minZoom: 0, maxZoom: 7, header: h), shape: nil)) {
+            try directory(h.leafOffset + $0.offset, UInt64($0.length))
+        }
+        XCTAssertEqual(plan.tileCount, expected.count)
+
+        let path = "/pmtiles/ranged/0/gen.pmtiles"
+        try fx.drop("gen.json", ["id": "gen", "tiles": ["pmtiles://" + server.url(path)], "maxRequestsPerSecond": 4,
+                                 "bounds": [1.3, 2.7, 37.1, 41.9], "minZoom": 0, "maxZoom": 7])
+        try waitUntil("some tiles are recorded", timeout: 60) { (fx.progress("gen")["tilesCompleted"] ?? 0) > 0 }
+        fx.kill9()
+        let recorded = Set(fx.manifest("gen").filter { $0.kind == "tile" }.map { String($0.key.split(separator: "/").dropFirst().joined(separator: "/")) })
+        XCTAssertGreaterThan(recorded.count, 0)
+        XCTAssertLessThan(recorded.count, expected.count, "killed mid-download")
+        let before = server.requests().filter { $0.path == path }.count
+        try fx.start()
+        try fx.waitForState("gen", "completed", timeout: 120)
+        fx.assertStoreMatchesManifest("gen")
+        var got: [String: String] = [:]
+        for t in fx.manifest("gen") where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+        XCTAssertEqual(got, expected)
+        // The ranges asked after the restart: none holds a tile recorded before it.
+        let after = server.requests().filter { $0.path == path }.dropFirst(before)
+        XCTAssertFalse(after.isEmpty)
+        for req in after {
+            let range = try XCTUnwrap(req.headers["Range"])
+            let ends = range.dropFirst("bytes=".count).split(separator: "-").compactMap { UInt64($0) }
+            XCTAssertEqual(ends.count, 2, range)
+            for t in plan.tiles where t.offset >= ends[0] && t.offset + UInt64(t.length) - 1 <= ends[1] {
+                let key = "\(t.tile.z)/\(t.tile.x)/\(t.tile.y)"
+                let shared = plan.tiles.contains { $0.offset == t.offset && !recorded.contains("\($0.tile.z)/\($0.tile.x)/\($0.tile.y)") }
+                XCTAssertTrue(!recorded.contains(key) || shared, "tile \(key), recorded before the kill, asked again in \(range)")
+            }
+        }
+        print("MEASURED: resume: \(recorded.count) of \(expected.count) tiles recorded before kill -9, \(before) requests before, \(after.count) after")
+    }
+
     /// The archive's ETag changes after the plan's request: every range request carried
     /// `If-Match` with the ETag pinned at plan time, the server answers 412, and the region
     /// fails with `archiveChanged` naming the source; no tile of the new version is stored.
