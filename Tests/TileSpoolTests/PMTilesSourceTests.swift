@@ -469,6 +469,75 @@ final class PMTilesDownloadTests: XCTestCase {
     }
 }
 
+/// Exports of a region whose style source is a PMTiles archive: PMTiles and MBTiles as for any
+/// tile source; for `maplibre` and `site` the style points the source at a tile URL template of
+/// tiles the pack holds (MapLibre Native's offline database does not cache range requests).
+final class PMTilesExportTests: XCTestCase {
+    func testExportsOfAnArchiveSourceHoldEveryTile() throws {
+        let mapdata = try MapData.require()
+        try ExportTools.require([ExportTools.python])
+        let generated = try TestScratch.folder("pmtiles-export")
+        let nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        try fx.start()
+        defer { _ = fx.stop() }
+        let archiveURL = nginx.url(PMTilesPlanTests.whitney)
+        let style: [String: Any] = ["version": 8, "sources": ["whitney": ["type": "raster", "tileSize": 512, "url": "pmtiles://" + archiveURL]],
+                                    "layers": [["id": "w", "type": "raster", "source": "whitney"]]]
+        try JSONSerialization.data(withJSONObject: style).write(to: generated.appendingPathComponent("style.json"))
+        try fx.drop("w.json", ["id": "whitney", "style": nginx.url("/gen/style.json"),
+                               "bounds": [-118.32, 36.56, -118.26, 36.59], "minZoom": 8, "maxZoom": 16,
+                               "exports": [["format": "pmtiles"], ["format": "mbtiles"], ["format": "maplibre"], ["format": "site"]]])
+        try fx.waitForState("whitney", "completed")
+        try waitUntil("four export results", timeout: 60) {
+            ((fx.status("whitney")?["exports"] as? [[String: Any]]) ?? []).filter { ($0["state"] as? String) != "writing" }.count == 4
+        }
+        let list = try XCTUnwrap(fx.status("whitney")?["exports"] as? [[String: Any]])
+        XCTAssertEqual(list.map { $0["state"] as? String }, ["written", "written", "written", "written"], "\(list)")
+        let n = fx.manifest("whitney").filter { $0.kind == "tile" }.count
+        XCTAssertGreaterThan(n, 0)
+        func path(_ i: Int) throws -> String { try XCTUnwrap(list[i]["path"] as? String) }
+
+        // PMTiles: the reader finds every tile, each identical to mapdata/raster/usgs_whitney.
+        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/check_pmtiles.py", try path(0), mapdata.path + "/raster/usgs_whitney", "webp"])
+        XCTAssertEqual(rc, 0, out)
+        let pm = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        XCTAssertEqual(pm["tiles_read"] as? Int, n, out)
+        XCTAssertEqual(pm["differ_count"] as? Int, 0, out)
+        // MBTiles: every tile.
+        XCTAssertEqual(try sqlite(try path(1), "SELECT count(*) FROM tiles"), "\(n)")
+        // MapLibre: the stored style's source is a template of the pack's tiles, and the tiles
+        // table holds every tile under exactly that template.
+        let template = archiveURL + "/{z}/{x}/{y}.webp"
+        let script = """
+            import json, sqlite3, sys, zlib
+            db = sqlite3.connect(sys.argv[1])
+            data, compressed = db.execute("SELECT data, compressed FROM resources WHERE kind = 1").fetchone()
+            style = json.loads(zlib.decompress(data) if compressed else data)
+            rows = db.execute("SELECT url_template, count(*) FROM tiles GROUP BY url_template").fetchall()
+            print(json.dumps({"source": style["sources"]["whitney"], "templates": dict(rows)}))
+            """
+        (rc, out) = try runTool(ExportTools.python, ["-c", script, try path(2)])
+        XCTAssertEqual(rc, 0, out)
+        let ml = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        XCTAssertEqual((ml["source"] as? [String: Any])?["tiles"] as? [String], [template], out)
+        XCTAssertNil((ml["source"] as? [String: Any])?["url"], out)
+        XCTAssertEqual(ml["templates"] as? [String: Int], [template: n], out)
+        // Site: the style points at the site's TileJSON, whose template names the site's files.
+        let site = try path(3)
+        let siteStyle = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: site + "/style.json"))) as? [String: Any])
+        let src = try XCTUnwrap((siteStyle["sources"] as? [String: Any])?["whitney"] as? [String: Any])
+        XCTAssertEqual(src["url"] as? String, "sources/whitney.json")
+        let files = (FileManager.default.enumerator(atPath: site + "/tiles/whitney")?.allObjects as? [String] ?? []).filter { $0.hasSuffix(".webp") }
+        XCTAssertEqual(files.count, n)
+        for f in files {
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: site + "/tiles/whitney/" + f)),
+                           try Data(contentsOf: mapdata.appendingPathComponent("raster/usgs_whitney/" + f)), f)
+        }
+    }
+}
+
 /// PMTiles sources against a server that misbehaves (Tests/Support/faultserver.py, `/pmtiles/`):
 /// an archive that changes mid-download, Range ignored, a truncated range, a 416.
 final class PMTilesFaultTests: XCTestCase {
