@@ -352,47 +352,77 @@ extension PMTiles {
         public var length: UInt64 { end - start }
     }
 
-    /// Largest gap between two wanted bodies that one range request spans (bytes): 64 KiB, about
-    /// three average raster tiles; a gap larger than that costs more than a request on a fast link.
-    public static let defaultMaxGap: UInt64 = 64 << 10
+    /// Largest gap between two wanted bodies that one range request spans (bytes): 1 MiB. The
+    /// gaps spanned are bounded in total too (`defaultMaxWaste`), so this only keeps one gap from
+    /// taking a range's whole share.
+    public static let defaultMaxGap: UInt64 = 1 << 20
     /// Largest range a request asks for (bytes), unless one body alone is larger: 4 MiB, so a
     /// failed or retried range loses little and a download's memory per transfer stays bounded.
     public static let defaultMaxRange: UInt64 = 4 << 20
+    /// The most bytes between wanted bodies that the ranges may span in all, as a fraction of the
+    /// distinct wanted bytes: 0.1, so the bytes asked are at most 1.1 times the tile bytes.
+    public static let defaultMaxWaste = 0.1
 
-    /// Groups sorted tiles into range requests. A tile joins the current range when the gap
-    /// before its body is at most `maxGap`, the range would stay within `maxRange`, and the
-    /// range's gap bytes stay at most a tenth of its wanted bytes (so the bytes over the wire are
-    /// at most 1.1 times the distinct body bytes, `ArchivePlan.bodyBytes`). Tiles sharing a body
-    /// (run lengths) or overlapping bodies always join. Pure.
+    /// Groups sorted tiles into range requests, as few as the bounds allow. Bodies that touch or
+    /// overlap (run lengths share one) join first, each group up to `maxRange`; then the gaps
+    /// between groups are spanned smallest first (which merges the most ranges for the bytes
+    /// spent) while each is at most `maxGap`, the merged range stays within `maxRange`, and the
+    /// gaps spanned total at most `maxWaste` times the distinct wanted bytes. So the bytes asked
+    /// are at most (1 + maxWaste) times the distinct body bytes (`ArchivePlan.bodyBytes`).
+    /// Pure; O(n log n) in the number of tiles.
     /// - Parameter tiles: sorted by offset (`ArchivePlan.tiles`).
     /// - Returns: ranges in offset order; together their `tiles` cover `0..<tiles.count` once.
     public static func coalesce(_ tiles: [ArchiveTile], maxGap: UInt64 = defaultMaxGap,
-                                maxRange: UInt64 = defaultMaxRange) -> [RangeRequest] {
-        var out: [RangeRequest] = []
-        guard !tiles.isEmpty else { return out }
-        var first = 0
-        var start = tiles[0].offset, end = tiles[0].offset + UInt64(tiles[0].length)
-        var gap: UInt64 = 0, useful = UInt64(tiles[0].length)
+                                maxRange: UInt64 = defaultMaxRange, maxWaste: Double = defaultMaxWaste) -> [RangeRequest] {
+        guard !tiles.isEmpty else { return [] }
+        // 1. Runs of touching or overlapping bodies.
+        var runs: [(start: UInt64, end: UInt64, first: Int)] = []
+        var start = tiles[0].offset, end = tiles[0].offset + UInt64(tiles[0].length), first = 0
         for i in 1..<tiles.count {
             let t = tiles[i]
             let tEnd = t.offset + UInt64(t.length)
-            if t.offset < end {
-                // Shares or overlaps a body already in the range: no new gap.
-                if tEnd <= end || tEnd - start <= maxRange {
-                    if tEnd > end { useful += tEnd - end; end = tEnd }
-                    continue
-                }
-            } else {
-                let g = t.offset - end
-                if g <= maxGap, tEnd - start <= maxRange, (gap + g) * 10 <= useful + UInt64(t.length) {
-                    gap += g; useful += UInt64(t.length); end = tEnd
-                    continue
-                }
+            if t.offset <= end && (tEnd <= end || tEnd - start <= maxRange) {
+                end = max(end, tEnd)
+                continue
             }
-            out.append(RangeRequest(start: start, end: end, tiles: first..<i, gapBytes: gap))
-            first = i; start = t.offset; end = tEnd; gap = 0; useful = UInt64(t.length)
+            runs.append((start, end, first))
+            start = t.offset; end = tEnd; first = i
         }
-        out.append(RangeRequest(start: start, end: end, tiles: first..<tiles.count, gapBytes: gap))
+        runs.append((start, end, first))
+        var useful: UInt64 = 0
+        for r in runs { useful += r.end - r.start } // runs overlap only where a body was split by maxRange
+        var budget = UInt64(Double(useful) * maxWaste)
+        // 2. Gaps between runs, smallest first. Merging gap i joins run i's group with run i+1's
+        //    (always the first of its group: only its own left gap could have merged it).
+        var groupOf = Array(0..<runs.count)      // union-find towards the group's first run
+        var groupLast = Array(0..<runs.count)    // for a group's first run: its last run
+        var groupGap = [UInt64](repeating: 0, count: runs.count)
+        func find(_ i: Int) -> Int {
+            var r = i
+            while groupOf[r] != r { r = groupOf[r] }
+            var j = i
+            while groupOf[j] != r { let n = groupOf[j]; groupOf[j] = r; j = n }
+            return r
+        }
+        let gaps = (0..<max(0, runs.count - 1)).map { i in (i, runs[i + 1].start > runs[i].end ? runs[i + 1].start - runs[i].end : 0) }
+        for (i, g) in gaps.sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) {
+            if g > maxGap || g > budget { break }
+            let a = find(i), b = i + 1
+            guard runs[groupLast[b]].end - runs[a].start <= maxRange else { continue }
+            groupOf[b] = a
+            groupLast[a] = groupLast[b]
+            groupGap[a] += groupGap[b] + g
+            budget -= g
+        }
+        // 3. The groups in order.
+        var out: [RangeRequest] = []
+        var i = 0
+        while i < runs.count {
+            let last = groupLast[i]
+            let next = last + 1 < runs.count ? runs[last + 1].first : tiles.count
+            out.append(RangeRequest(start: runs[i].start, end: runs[last].end, tiles: runs[i].first..<next, gapBytes: groupGap[i]))
+            i = last + 1
+        }
         return out
     }
 }
