@@ -24,7 +24,10 @@ extension Daemon {
         var httpOptions = options.http
         httpOptions.allowedHosts.formUnion(options.allowedHosts)
         let client = HTTPClient(options: httpOptions)
-        let readings = try PMTilesRemote.readAll(request: r.request, style: style, http: client, headers: r.request.headerList)
+        // A refresh: an archive still at the version the pack was planned from costs one request.
+        let previous = r.refreshing ? r.files.loadPlan() : nil
+        let readings = try PMTilesRemote.readAll(request: r.request, style: style, http: client, headers: r.request.headerList, previous: previous)
+        r.download?.unchangedArchives = Set(readings.filter { $0.value.unchanged }.map { ManifestLine.sanitizeKey($0.key) })
         for (name, reading) in readings {
             Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
         }
@@ -58,6 +61,11 @@ extension Daemon {
                     base += rect.count
                 }
                 guard let i = index, !d.done[i] else { continue }
+                // A refresh of an unchanged archive: the pack's line is kept, nothing is asked.
+                if d.unchangedArchives.contains(set.source), let prev = d.previousLine(.tile, ManifestLine.tileKey(source: set.source, t.tile)), !prev.failed {
+                    addPending(d, .index(i), prev)
+                    continue
+                }
                 missing.append((i, t))
             }
             for range in PMTiles.coalesce(missing.map(\.tile)) {

@@ -22,6 +22,10 @@ public enum PMTilesRemote {
         public var requests: Int
         /// Bytes received for the header and the directories.
         public var directoryBytes: Int
+        /// True when the archive is the version `previous` was planned from (same URL, same
+        /// ETag, or Last-Modified without one, same rectangles): `set` is `previous`, and no
+        /// leaf directory was read.
+        public var unchanged = false
     }
 
     /// Bytes asked first: the header and, in any archive written to the spec, the root directory.
@@ -39,8 +43,10 @@ public enum PMTilesRemote {
     ///   version other than 3, damaged directories), `archiveChanged` when its validator moved
     ///   between two of these requests (412), `httpError`/`networkError`/`badResponse` for a
     ///   failed request, `policyRefused` for a redirect to a listed host.
+    ///   - previous: the tile set of the same source in the plan of the pack in use (a refresh):
+    ///     when the archive is still that version, it is returned as it is after one request.
     public static func read(url: String, source: String, request: RegionRequest, styleSource: StyleSource?,
-                            http: HTTPClient, headers: [(String, String)]) throws(RegionError) -> Reading {
+                            http: HTTPClient, headers: [(String, String)], previous: TileSet? = nil) throws(RegionError) -> Reading {
         let secrets = request.secrets.adding(url: url)
         func shown(_ text: String) -> String { Redaction.redactEmbedded(text, secrets: secrets) }
         var requests = 0, directoryBytes = 0
@@ -106,8 +112,13 @@ public enum PMTilesRemote {
             rootBytes = try range(header.rootOffset, rootEnd)
             directoryBytes += rootBytes.count
         }
-        let root = try directory(rootBytes, header)
         let rects = Planner.archiveRects(request: request, source: styleSource, header: header)
+        if let previous, let old = previous.archive, old.url == url, previous.rects == rects,
+           (old.etag != nil && old.etag == pinned.etag)
+            || (old.etag == nil && pinned.etag == nil && old.lastModified != nil && old.lastModified == pinned.lastModified) {
+            return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true)
+        }
+        let root = try directory(rootBytes, header)
         let wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)
         let plan: PMTiles.ArchivePlan
         do {
@@ -148,11 +159,13 @@ public enum PMTilesRemote {
     }
 
     /// Reads every archive a plan needs (`Planner.archiveSources`), by source name.
+    /// - Parameter previous: the plan of the pack in use, for a refresh (`read`'s `previous`).
     public static func readAll(request: RegionRequest, style: StyleDocument?, http: HTTPClient,
-                               headers: [(String, String)]) throws(RegionError) -> [String: Reading] {
+                               headers: [(String, String)], previous: ResourcePlan? = nil) throws(RegionError) -> [String: Reading] {
         var out: [String: Reading] = [:]
         for a in Planner.archiveSources(request: request, style: style) {
-            out[a.source] = try read(url: a.url, source: a.source, request: request, styleSource: a.styleSource, http: http, headers: headers)
+            let old = previous?.tileSets.first { $0.source == ManifestLine.sanitizeKey(a.source) && $0.archive != nil }
+            out[a.source] = try read(url: a.url, source: a.source, request: request, styleSource: a.styleSource, http: http, headers: headers, previous: old)
         }
         return out
     }

@@ -121,6 +121,8 @@ final class Download {
     var archiveRanges: [ArchiveRange]?
     var rangeCursor = 0
     var archiveSpans: [Range<Int>] = []
+    /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
+    var unchangedArchives: Set<String> = []
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0

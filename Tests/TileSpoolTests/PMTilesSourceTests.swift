@@ -495,6 +495,37 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertLessThanOrEqual(Double(rangeBytes), 1.1 * Double(tileBytes))
     }
 
+    /// Refresh: an archive still at the version the pack was planned from costs one request
+    /// (the header and root) and keeps every tile; a changed one (new ETag) is planned again
+    /// and its ranges asked.
+    func testRefreshOfAnUnchangedArchiveCostsOneRequest() throws {
+        let file = generated.appendingPathComponent("stamen.pmtiles")
+        try FileManager.default.copyItem(at: mapdata.appendingPathComponent("pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles"), to: file)
+        try fx.drop("r.json", ["id": "r", "tiles": ["pmtiles://" + nginx.url("/gen/stamen.pmtiles")],
+                               "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("r", "completed")
+        let tiles = fx.manifest("r").filter { $0.kind == "tile" }.map { "\($0.key) \($0.sha)" }.sorted()
+        XCTAssertEqual(tiles.count, 85)
+        XCTAssertEqual(archiveRequests("/gen/stamen.pmtiles").count, 2)
+        func refresh(_ n: Int) throws {
+            let (rc, out) = try fx.cli(["refresh", "r", "--spool", fx.spool])
+            XCTAssertEqual(rc, 0, out)
+            try waitUntil("refresh \(n) finished", timeout: 60) {
+                fx.events("r").filter { $0["refresh"] as? String == "finished" }.count >= n
+                    && (fx.status("r")?["refreshing"] as? Bool) == false && fx.state("r") == "completed"
+            }
+        }
+        try refresh(1)
+        XCTAssertEqual(archiveRequests("/gen/stamen.pmtiles").count, 3, "one request: the header and root, found unchanged")
+        XCTAssertEqual(fx.manifest("r").filter { $0.kind == "tile" }.map { "\($0.key) \($0.sha)" }.sorted(), tiles)
+        // The same bytes under a new modification time: nginx's ETag changes.
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(100)], ofItemAtPath: file.path)
+        try refresh(2)
+        XCTAssertEqual(archiveRequests("/gen/stamen.pmtiles").count, 5, "planned again (one request) and its one range asked")
+        XCTAssertEqual(fx.manifest("r").filter { $0.kind == "tile" }.map { "\($0.key) \($0.sha)" }.sorted(), tiles)
+        fx.assertStoreMatchesManifest("r")
+    }
+
     /// A style whose raster source is `pmtiles://...` (the Whitney archive): its tiles are those
     /// of mapdata/raster/usgs_whitney byte for byte.
     func testStyleSourceURLDownloadsTheArchivesTiles() throws {
