@@ -33,8 +33,11 @@ extension PMTiles {
     /// Why an archive's bytes cannot be read: a message for the user (the version of an
     /// archive that is not v3, a header or directory that is cut short or damaged).
     public struct ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
+        /// What is wrong, for the user.
         public var message: String
+        /// An error saying `message`.
         public init(_ message: String) { self.message = message }
+        /// `message`.
         public var description: String { message }
     }
 
@@ -214,13 +217,17 @@ extension PMTiles {
         public var offset: UInt64
         /// The body's length in bytes (as stored: before the header's tile compression is undone).
         public var length: UInt32
+        /// A tile at `offset` (bytes from the start of the file), `length` bytes.
         public init(tile: TileID, offset: UInt64, length: UInt32) { self.tile = tile; self.offset = offset; self.length = length }
         private enum CodingKeys: String, CodingKey { case z, x, y, o, l }
+        /// Reads `{"z", "x", "y", "o", "l"}` (short keys: `plan.json` holds one per tile).
+        /// - Throws: `DecodingError` for a missing or mistyped field.
         public init(from decoder: Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             tile = TileID(z: try c.decode(Int.self, forKey: .z), x: try c.decode(Int.self, forKey: .x), y: try c.decode(Int.self, forKey: .y))
             offset = try c.decode(UInt64.self, forKey: .o); length = try c.decode(UInt32.self, forKey: .l)
         }
+        /// Writes `{"z", "x", "y", "o", "l"}`.
         public func encode(to encoder: Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
             try c.encode(tile.z, forKey: .z); try c.encode(tile.x, forKey: .x); try c.encode(tile.y, forKey: .y)
@@ -343,6 +350,7 @@ extension PMTiles {
         public var tiles: Range<Int>
         /// Bytes in the range that belong to no wanted body (gaps accepted to save a request).
         public var gapBytes: UInt64
+        /// A range of bytes `start..<end` holding the bodies of `tiles`, `gapBytes` of it between them.
         public init(start: UInt64, end: UInt64, tiles: Range<Int>, gapBytes: UInt64) {
             self.start = start; self.end = end; self.tiles = tiles; self.gapBytes = gapBytes
         }
@@ -446,6 +454,8 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
     public var tileBytes: Int
     /// Bytes of the distinct bodies (`PMTiles.ArchivePlan.bodyBytes`).
     public var bodyBytes: Int
+    /// The archive at `url` (http/https), pinned at `etag` / `lastModified` (the validators of
+    /// the answer its header came in), with the tiles `plan` found and the header's tile encoding.
     public init(url: String, etag: String?, lastModified: Int64?, header: PMTiles.Header, plan: PMTiles.ArchivePlan) {
         self.url = url; self.etag = etag; self.lastModified = lastModified
         tileCompression = header.tileCompression.rawValue; tileType = header.tileType

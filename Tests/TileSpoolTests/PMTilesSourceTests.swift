@@ -307,6 +307,36 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertTrue(out.contains("plan for stamen: 21 resources, 21 tiles, \(expected) tile bytes"), out)
     }
 
+    /// A style whose vector and raster sources are `pmtiles://` URLs (one relative to the style):
+    /// `plan` reads no TileJSON, and gives each archive source's exact tiles and bytes.
+    func testPlanOfAStyleWithPMTilesSources() throws {
+        let mapdata = try MapData.require()
+        let dir = try TestScratch.folder("pmtiles-style")
+        let nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(dir.path)/; }")
+        defer { nginx.stop() }
+        let style: [String: Any] = ["version": 8, "sources": [
+            "toner": ["type": "raster", "tileSize": 256, "url": "pmtiles://" + nginx.url(PMTilesPlanTests.stamen)],
+            "whitney": ["type": "raster", "tileSize": 512, "url": "pmtiles://../pmtiles/usgs-mt-whitney-8-15-webp-512.pmtiles"]],
+            "layers": [["id": "t", "type": "raster", "source": "toner"], ["id": "w", "type": "raster", "source": "whitney"]]]
+        try JSONSerialization.data(withJSONObject: style).write(to: dir.appendingPathComponent("style.json"))
+        let fx = try SpoolFixture()
+        let (rc, out, doc) = try plan(fx, ["id": "s", "style": nginx.url("/gen/style.json"), "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2])
+        XCTAssertEqual(rc, 0, out)
+        let by = doc?["bySource"] as? [String: [String: Any]]
+        // toner: 256 px tiles load one zoom deeper: z1-3 of the archive (4 + 16 + 64 tiles).
+        XCTAssertEqual(by?["toner"]?["tiles"] as? Int, 84, out)
+        // whitney: the archive's zooms are 8-15; the request's z0-2 load none of them.
+        XCTAssertEqual(by?["whitney"]?["tiles"] as? Int, 0, out)
+        var expected = 0
+        for z in 1...3 { for x in 0..<(1 << z) { for y in 0..<(1 << z) {
+            expected += try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(z)/\(x)/\(y).png")).count
+        } } }
+        XCTAssertEqual(by?["toner"]?["tileBytes"] as? Int, expected, out)
+        XCTAssertEqual(doc?["tileBytes"] as? Int, expected, out)
+        XCTAssertEqual(nginx.accessLog().filter { $0.path.hasSuffix(".json") }.map(\.path), ["/gen/style.json"], "no TileJSON")
+        XCTAssertEqual(nginx.accessLog().filter { $0.path.hasSuffix(".pmtiles") }.count, 2, "one request per archive")
+    }
+
     /// A v1 archive is refused naming its version; a URL that is not http(s) inside pmtiles://
     /// is refused as any URL is; credentials in the inner URL are redacted in the message.
     func testOtherVersionsAndBadInnerURLsAreRefused() throws {
