@@ -34,6 +34,13 @@ extension Daemon {
         return readings.mapValues(\.set)
     }
 
+    /// The URL of the archive an error names (`shown`: its redacted form), to probe while the
+    /// region waits for the network; the first archive when none matches.
+    func archiveURL(_ r: Region, style: StyleDocument?, shown: String?) -> String {
+        let urls = Planner.archiveSources(request: r.request, style: style).map(\.url)
+        return urls.first { Redaction.redact($0) == shown } ?? urls.first ?? ""
+    }
+
     /// The plan index where each tile set's indices begin.
     static func setBases(_ plan: ResourcePlan) -> [Int] {
         var bases: [Int] = []

@@ -62,7 +62,9 @@ public enum PMTilesRemote {
                 throw RegionError(code: .policyRefused, message: "source '\(source)': \(shown(why))", url: url)
             }
             if let f = r.failure {
-                throw RegionError(code: .networkError, message: "source '\(source)': cannot read the PMTiles archive: \(shown(String(describing: f)))", url: url)
+                var code = ErrorCode.networkError
+                switch f { case .badResponse: code = .badResponse; case .refused: code = .httpError; default: break }
+                throw RegionError(code: code, message: "source '\(source)': cannot read the PMTiles archive: \(shown(String(describing: f)))", url: url)
             }
             if r.status == 412 || (pinned.hasValidator && changed(pinned, r.freshness)) {
                 throw RegionError(code: .archiveChanged, message: "source '\(source)': the PMTiles archive changed while it was being read; plan again", url: url, httpStatus: r.status)

@@ -29,14 +29,16 @@ extension Daemon {
         var savedPlan = d.files.loadPlan()
         var readError = previousReadError ?? d.files.readFailure // a store that did not answer: what was read is incomplete
         var overLimit: RegionError?
+        var archiveUnreachable: RegionError?
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
+            // With a PMTiles archive, its directories are read first (a few range requests).
             do {
                 let plan = try Planner.plan(request: r.request, templates: templates, archives: try readArchives(r, style: nil))
                 try? d.files.savePlan(plan)
                 savedPlan = plan
             } catch {
-                overLimit = error
+                if error.code == .networkError { archiveUnreachable = error } else { overLimit = error }
             }
         }
         // A plan over the limits (`--max-tiles` lowered since, or a count that overflows) is not
@@ -78,6 +80,9 @@ extension Daemon {
         }
         if let e = readError ?? journalError { storageFailed(r, e, commitPending: false); return }
         if let e = overLimit { fail(r, e); return }
+        // An archive's server did not answer while its directories were read: paused for the
+        // network like any download, and planned again when it answers.
+        if let e = archiveUnreachable { networkLost(r, url: archiveURL(r, style: nil, shown: e.url), why: e.message); return }
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let e = tileLimitError(r, plan) { fail(r, e); return }
@@ -115,6 +120,11 @@ extension Daemon {
             let archives = try readArchives(r, style: style) // PMTiles sources: their directories
             plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs, archives: archives)
         } catch {
+            if error.code == .networkError { // a PMTiles archive's server did not answer
+                networkLost(r, url: archiveURL(r, style: style, shown: error.url), why: error.message)
+                return
+            }
+            if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); return } // a PMTiles archive
             refuseLate(r, error) // a shape over the planning budget: refused like a bad request
             return
         }

@@ -556,6 +556,16 @@ final class PMTilesDownloadTests: XCTestCase {
         fx.assertStoreMatchesManifest("r")
     }
 
+    /// A v1 archive fails the region with `invalidArchive` naming the version and the source.
+    func testVersion1ArchiveFailsTheRegion() throws {
+        try fx.drop("v1.json", ["id": "v1", "tiles": ["pmtiles://" + nginx.url("/pmtiles/tpe_sample.v1.pmtiles")],
+                                "bounds": [121, 24, 122, 26], "minZoom": 0, "maxZoom": 5])
+        try fx.waitForState("v1", "failed")
+        XCTAssertEqual(fx.errorCode("v1"), "invalidArchive")
+        XCTAssertTrue(fx.errorMessage("v1")?.contains("source 'tiles0': the archive is PMTiles version 1") == true, fx.errorMessage("v1") ?? "")
+        XCTAssertEqual(archiveRequests("/pmtiles/tpe_sample.v1.pmtiles").count, 1)
+    }
+
     /// A style whose raster source is `pmtiles://...` (the Whitney archive): its tiles are those
     /// of mapdata/raster/usgs_whitney byte for byte.
     func testStyleSourceURLDownloadsTheArchivesTiles() throws {
@@ -760,6 +770,21 @@ final class PMTilesFaultTests: XCTestCase {
             }
         }
         print("MEASURED: resume: \(recorded.count) of \(expected.count) tiles recorded before kill -9, \(before) requests before, \(after.count) after")
+    }
+
+    /// The archive's server does not answer when the directories are to be read: the region
+    /// waits in `pausedNetwork` like any download, and is planned and completed once it answers.
+    func testUnreachableArchiveServerPausesForTheNetwork() throws {
+        let path = "/pmtiles/ranged/0/stamen.pmtiles"
+        server.stop()
+        try fx.drop("down.json", ["id": "down", "tiles": ["pmtiles://" + server.url(path)],
+                                  "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("down", "pausedNetwork")
+        XCTAssertEqual(fx.errorCode("down"), "networkError")
+        try server.restart()
+        try fx.waitForState("down", "completed")
+        XCTAssertEqual(fx.manifest("down").filter { $0.kind == "tile" }.count, 85)
+        fx.assertStoreMatchesManifest("down")
     }
 
     /// The archive's ETag changes after the plan's request: every range request carried
