@@ -522,6 +522,17 @@ final class PMTilesDownloadTests: XCTestCase {
         let rangeBytes = ranges.reduce(0) { $0 + $1.bytes }
         print("MEASURED: dense region: \(expected.count) tiles, \(tileBytes) tile bytes; \(directoryRequests) directory requests (\(asked.prefix(directoryRequests).reduce(0) { $0 + $1.bytes }) bytes), \(ranges.count) range requests (\(rangeBytes) bytes, \(String(format: "%.4f", Double(rangeBytes) / Double(tileBytes)))x the tile bytes); drop to completed \(String(format: "%.2f", seconds)) s")
         XCTAssertLessThanOrEqual(ranges.count * 100, max(expected.count, 100), "at most one range per 100 tiles")
+        // Measured, not asserted (a shared machine): the ranges' span in nginx's timing log, and
+        // curl fetching as many bytes as one file from the same nginx.
+        let timed = nginx.timingLog().filter { $0.uri == "/gen/dense.pmtiles" }.dropFirst(directoryRequests)
+        if let first = timed.map(\.start).min(), let last = timed.map(\.end).max(), FileManager.default.isExecutableFile(atPath: "/usr/bin/curl") {
+            let t0 = Date()
+            let (crc, _) = try runTool("/usr/bin/curl", ["-s", "-o", "/dev/null", "-r", "0-\(rangeBytes - 1)", nginx.url("/gen/dense.pmtiles")])
+            let curl = Date().timeIntervalSince(t0)
+            XCTAssertEqual(crc, 0)
+            let plan = (try? FileManager.default.attributesOfItem(atPath: fx.store + "/regions/dense/plan.json")[.size] as? Int) ?? -1
+            print("MEASURED: dense region: range requests span \(String(format: "%.3f", last - first)) s in nginx's log; curl of \(rangeBytes) bytes (process start included) \(String(format: "%.3f", curl)) s; plan.json \(plan) bytes")
+        }
         XCTAssertLessThanOrEqual(Double(rangeBytes), 1.1 * Double(tileBytes))
     }
 
