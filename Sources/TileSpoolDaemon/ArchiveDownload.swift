@@ -84,7 +84,7 @@ extension Daemon {
     }
 
     /// Issues the range requests of archive tile sets, after every other resource is finished
-    /// (phases run in order). Returns false when a limit held one back.
+    /// (phases run in order); stops at the region's request limit or when a rate limit holds one back.
     func fillRanges(_ r: Region, _ d: Download, _ plan: ResourcePlan, now: Double) {
         guard d.archiveRanges != nil else { return }
         while d.inFlight.count < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
