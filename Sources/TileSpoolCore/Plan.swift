@@ -34,12 +34,22 @@ public struct PlannedResource: Sendable, Equatable, Codable {
 /// The tiles of one source over the region: a URL template and a rectangle per zoom (two at
 /// zooms where the region crosses the antimeridian). For a GeoJSON region, `shape` limits the
 /// rectangles to the tiles it covers; `rectCounts` holds how many that is in each rectangle.
+///
+/// A request with a corridor or parts has `areas` and `rectAreas` instead: rectangle k plans the
+/// tiles that its area (`areas[rectAreas[k].area]`, for a corridor only the stretch
+/// `rectAreas[k].piece` of the line) meets and that no earlier rectangle of the same zoom plans, so
+/// that each tile is planned once, in the first rectangle that reaches it. Rectangles are in
+/// download order: a corridor's along the route from its start (`Planner`).
 public struct TileSet: Sendable, Equatable, Codable {
     /// The source name (the style's source id, or `tiles0`, `tiles1`, ... for a `tiles` request).
     public var source: String
     public var template: TileURLTemplate
     public var rects: [TileRect]
     public var shape: RegionShape?
+    /// The areas of a corridor or parts request, nil otherwise.
+    public var areas: [TileArea]?
+    /// Per rectangle, its area (with `areas`).
+    public var rectAreas: [RectArea]?
     /// Planned tiles per rectangle (the rectangle's size without a shape).
     public var rectCounts: [Int]
     /// A PMTiles archive source (issue 31): the archive, its pinned version and exactly the tiles
@@ -52,11 +62,203 @@ public struct TileSet: Sendable, Equatable, Codable {
         self.shape = shape
         rectCounts = rects.map { r in shape.map { $0.count(in: r) } ?? r.count }
     }
+    /// A tile set over areas (a corridor or parts): `rectAreas[k]` names rectangle k's area.
+    /// Counts every rectangle's planned tiles row by row (`TileSetCover`).
+    public init(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea]) {
+        self.source = ManifestLine.sanitizeKey(source); self.template = template; self.rects = rects
+        self.areas = areas; self.rectAreas = rectAreas
+        rectCounts = []
+        let cover = TileSetCover(self)
+        rectCounts = rects.indices.map { cover.count(rect: $0) }
+    }
     /// Number of tiles planned in the set (`Int.max` when it overflows: `SaturatingCount`).
     public var count: Int { SaturatingCount.sum(rectCounts) }
     /// Number of plan indices the set spans (its rectangles' sizes; more than `count` with a
     /// shape), saturating at `Int.max`.
     public var indexCount: Int { rects.reduce(0) { SaturatingCount.add($0, $1.count) } }
+}
+
+/// What a rectangle of a corridor or parts tile set plans (`TileSet.areas`).
+public enum TileArea: Sendable, Equatable, Codable {
+    /// Every tile of the rectangle (a `bounds` part).
+    case all
+    /// The tiles a GeoJSON polygon's interior meets (a `geometry` part; `RegionShape.columns`).
+    case shape(RegionShape)
+    /// The tiles within a corridor's buffer of a stretch of its line (`Corridor`).
+    case corridor(Corridor)
+}
+
+/// A rectangle's area in `TileSet.areas`, and for a corridor the stretch of line (stations).
+public struct RectArea: Sendable, Equatable, Codable {
+    /// The area's position in `TileSet.areas`.
+    public var area: Int
+    /// For a corridor area, the stretch of line whose buffer the rectangle holds; nil otherwise.
+    public var piece: Corridor.Piece?
+    public init(area: Int, piece: Corridor.Piece? = nil) { self.area = area; self.piece = piece }
+}
+
+/// Which tiles of a corridor or parts tile set are planned, row by row, with the caches that make
+/// repeated questions cheap (a shape's rings per zoom, a corridor's stations per line, the last
+/// row). Not thread-safe; one per user.
+public final class TileSetCover {
+    /// The tile set asked about.
+    public let set: TileSet
+    private var rings: [Int: (z: Int, rings: [[(Double, Double)]])] = [:]
+    private var stations: [Int: (line: Int, stations: Corridor.Stations)] = [:]
+    private var earlierCache: [Int: [Int]] = [:]
+    private var last: (rect: Int, y: Int, columns: [ClosedRange<Int>])?
+
+    public init(_ set: TileSet) { self.set = set }
+
+    /// The columns of row `y` that rectangle `k`'s own area meets, within the rectangle.
+    func own(rect k: Int, y: Int) -> [ClosedRange<Int>] {
+        let r = set.rects[k]
+        guard y >= r.minY, y <= r.maxY, let areas = set.areas, let ra = set.rectAreas else { return [] }
+        let cols: [ClosedRange<Int>]
+        switch areas[ra[k].area] {
+        case .all: return [r.minX...r.maxX]
+        case .shape(let s):
+            if rings[ra[k].area]?.z != r.z { rings[ra[k].area] = (r.z, s.projected(z: r.z)) }
+            cols = s.columns(z: r.z, y: y, rings: rings[ra[k].area]!.rings)
+        case .corridor(let c):
+            guard let piece = ra[k].piece else { return [] }
+            if stations[ra[k].area]?.line != piece.line { stations[ra[k].area] = (piece.line, c.stations(piece.line)) }
+            cols = c.columns(piece, stations[ra[k].area]!.stations, z: r.z, y: y)
+        }
+        return TileColumns.clip(cols, r.minX, r.maxX)
+    }
+
+    /// Rectangle positions by zoom, ascending (made on first use).
+    private var byZoom: [Int: [Int]]?
+    /// Per zoom, a grid of cells `cellSize` tiles square, each listing (ascending) the rectangles
+    /// that overlap it: the rectangles overlapping one are found among its cells' lists, not
+    /// among every rectangle of the zoom (a long corridor has thousands).
+    private var grids: [Int: (cell: Int, cells: [Int64: [Int]])] = [:]
+
+    func grid(_ z: Int) -> (cell: Int, cells: [Int64: [Int]]) {
+        if let g = grids[z] { return g }
+        if byZoom == nil { byZoom = Dictionary(grouping: set.rects.indices, by: { set.rects[$0].z }) }
+        let members = byZoom![z] ?? []
+        // Cells about the size of the largest side of a typical rectangle (the median).
+        let sides = members.map { max(set.rects[$0].width, set.rects[$0].height) }.sorted()
+        let cell = max(1, sides.isEmpty ? 1 : sides[sides.count / 2])
+        var cells: [Int64: [Int]] = [:]
+        for k in members {
+            let r = set.rects[k]
+            let cx0 = r.minX / cell, cx1 = r.maxX / cell, cy0 = r.minY / cell, cy1 = r.maxY / cell
+            if (cx1 - cx0 + 1) * (cy1 - cy0 + 1) > 4096 { cells[-1, default: []].append(k); continue } // a huge one: checked always
+            for cy in cy0...cy1 { for cx in cx0...cx1 { cells[Int64(cy) << 32 | Int64(cx), default: []].append(k) } }
+        }
+        grids[z] = (cell, cells)
+        return (cell, cells)
+    }
+
+    /// Earlier rectangles of the same zoom that overlap rectangle `k`, ascending.
+    func earlier(_ k: Int) -> [Int] {
+        if let e = earlierCache[k] { return e }
+        let r = set.rects[k]
+        let g = grid(r.z)
+        var candidates = Set<Int>()
+        let cx0 = r.minX / g.cell, cx1 = r.maxX / g.cell, cy0 = r.minY / g.cell, cy1 = r.maxY / g.cell
+        if (cx1 - cx0 + 1) * (cy1 - cy0 + 1) > 4096 {
+            candidates = Set(byZoom![r.z] ?? [])
+        } else {
+            for cy in cy0...cy1 { for cx in cx0...cx1 { for j in g.cells[Int64(cy) << 32 | Int64(cx)] ?? [] where j < k { candidates.insert(j) } } }
+            for j in g.cells[-1] ?? [] where j < k { candidates.insert(j) }
+        }
+        var out: [Int] = []
+        for j in candidates.sorted() where j < k {
+            let q = set.rects[j]
+            if q.minX <= r.maxX && q.maxX >= r.minX && q.minY <= r.maxY && q.maxY >= r.minY { out.append(j) }
+        }
+        earlierCache[k] = out
+        return out
+    }
+
+    /// The planned columns of row `y` in rectangle `k`: its area's, less those an earlier
+    /// rectangle of the same zoom plans (each tile once, in the first rectangle reaching it).
+    public func planned(rect k: Int, y: Int) -> [ClosedRange<Int>] {
+        if let l = last, l.rect == k, l.y == y { return l.columns }
+        var cols = own(rect: k, y: y)
+        if !cols.isEmpty {
+            var taken: [ClosedRange<Int>] = []
+            for j in earlier(k) { taken += own(rect: j, y: y) }
+            cols = TileColumns.subtract(cols, TileColumns.merge(taken))
+        }
+        last = (k, y, cols)
+        return cols
+    }
+
+    /// True when tile `t` of rectangle `k` is planned there.
+    public func isPlanned(rect k: Int, _ t: TileID) -> Bool {
+        planned(rect: k, y: t.y).contains { $0.contains(t.x) }
+    }
+
+    /// The rectangle that plans `t` (the first whose area meets it), or nil.
+    public func owner(of t: TileID) -> Int? {
+        if byZoom == nil { byZoom = Dictionary(grouping: set.rects.indices, by: { set.rects[$0].z }) }
+        for k in byZoom![t.z] ?? [] {
+            let r = set.rects[k]
+            guard t.x >= r.minX && t.x <= r.maxX && t.y >= r.minY && t.y <= r.maxY else { continue }
+            if own(rect: k, y: t.y).contains(where: { $0.contains(t.x) }) { return k }
+        }
+        return nil
+    }
+
+    /// The number of tiles rectangle `k` plans.
+    public func count(rect k: Int) -> Int {
+        let r = set.rects[k]
+        var n = 0
+        for y in r.minY...r.maxY { n += TileColumns.count(planned(rect: k, y: y)) }
+        return n
+    }
+}
+
+/// A plan's index arithmetic with caches, for the daemon and exports that ask about many indices:
+/// where an index lies (binary search over rectangle offsets) and whether a corridor's or parts'
+/// tile there is planned (`TileSetCover`). Not thread-safe; one per user.
+public final class PlanCover {
+    /// The plan asked about.
+    public let plan: ResourcePlan
+    /// Per rectangle, in plan order: its first plan index, its set and its position in the set.
+    private var starts: [(base: Int, set: Int, rect: Int)] = []
+    private var covers: [Int: TileSetCover] = [:]
+
+    public init(_ plan: ResourcePlan) {
+        self.plan = plan
+        var base = plan.resources.count
+        for (s, set) in plan.tileSets.enumerated() {
+            for (k, r) in set.rects.enumerated() { starts.append((base, s, k)); base = SaturatingCount.add(base, r.count) }
+        }
+    }
+
+    func cover(_ s: Int) -> TileSetCover {
+        if let c = covers[s] { return c }
+        let c = TileSetCover(plan.tileSets[s])
+        covers[s] = c
+        return c
+    }
+
+    /// The set, rectangle and tile at tile index `i` (`resources.count ..< indexSpace`).
+    public func locate(_ i: Int) -> (set: Int, rect: Int, tile: TileID)? {
+        var lo = 0, hi = starts.count
+        while hi - lo > 1 { let mid = (lo + hi) / 2; if starts[mid].base <= i { lo = mid } else { hi = mid } }
+        guard lo < starts.count, starts[lo].base <= i else { return nil }
+        let e = starts[lo]
+        let r = plan.tileSets[e.set].rects[e.rect]
+        guard i - e.base < r.count else { return nil }
+        return (e.set, e.rect, r.tile(at: i - e.base))
+    }
+
+    /// False for a tile index of a corridor or parts set that its rectangle does not plan; true for
+    /// every other index (a `shape` set's are the daemon's to check, as before).
+    public func isPlannedInAreas(_ i: Int) -> Bool {
+        guard i >= plan.resources.count, let (s, k, t) = locate(i), plan.tileSets[s].areas != nil else { return true }
+        return cover(s).isPlanned(rect: k, t)
+    }
+
+    /// `ResourcePlan.index(kind:key:)` with this cover's caches.
+    public func index(kind: ResourceKind, key: String) -> Int? { plan.index(kind: kind, key: key, cover: self) }
 }
 
 /// Everything a region downloads, as a value: the non-tile resources in phase order, then the
@@ -97,6 +299,26 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                     return "tile set '\(set.source)': rectangle z\(r.z) x \(r.minX)...\(r.maxX), y \(r.minY)...\(r.maxY) is outside its zoom's tiles (zooms \(TileRect.zoomRange))"
                 }
                 guard n >= 0, n <= r.count else { return "tile set '\(set.source)': count \(n) for a rectangle of \(r.count) tiles" }
+            }
+            if set.areas != nil || set.rectAreas != nil {
+                guard let areas = set.areas, let ra = set.rectAreas, ra.count == set.rects.count else {
+                    return "tile set '\(set.source)' has areas for \(set.rectAreas?.count ?? 0) of \(set.rects.count) rectangles"
+                }
+                var stationCounts: [[Int]: Int] = [:]
+                for a in ra {
+                    guard areas.indices.contains(a.area) else { return "tile set '\(set.source)': area \(a.area) of \(areas.count)" }
+                    if case .corridor(let c) = areas[a.area] {
+                        guard let p = a.piece, c.lines.indices.contains(p.line), c.lines[p.line].count >= 2,
+                              c.bufferMeters > 0, c.bufferMeters <= Corridor.maxBufferMeters,
+                              p.from >= 0, p.from <= p.to else {
+                            return "tile set '\(set.source)': a corridor rectangle's stretch of line is out of range"
+                        }
+                        if stationCounts[[a.area, p.line]] == nil { stationCounts[[a.area, p.line]] = c.stations(p.line).count }
+                        guard p.to < stationCounts[[a.area, p.line]]! else {
+                            return "tile set '\(set.source)': a corridor rectangle's stretch of line is out of range"
+                        }
+                    }
+                }
             }
         }
         return nil
@@ -143,14 +365,22 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
     }
 
     /// The plan index of a manifest entry (kind and key), or nil when the plan has no such resource.
-    public func index(kind: ResourceKind, key: String) -> Int? {
+    /// A corridor's or parts' tile is at its index in the rectangle that plans it (`TileSetCover`);
+    /// pass `cover` when asking about many entries (its caches make it cheap).
+    public func index(kind: ResourceKind, key: String, cover: PlanCover? = nil) -> Int? {
         if kind != .tile {
             return resources.firstIndex { $0.kind == kind && $0.key == key }
         }
         guard let (source, tile) = ManifestLine.parseTileKey(key) else { return nil }
         var base = resources.count
-        for set in tileSets {
+        for (s, set) in tileSets.enumerated() {
             if set.source == source {
+                if set.areas != nil {
+                    let c = (cover ?? PlanCover(self)).cover(s)
+                    guard let k = c.owner(of: tile) else { return nil }
+                    for r in set.rects[..<k] { base += r.count }
+                    return base + set.rects[k].index(of: tile)!
+                }
                 for rect in set.rects {
                     if let i = rect.index(of: tile) { return base + i }
                     base += rect.count

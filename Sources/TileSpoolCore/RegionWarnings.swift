@@ -28,7 +28,7 @@ public struct RegionWarning: Sendable, Equatable {
     /// The warnings a request itself deserves (before anything is fetched): today the
     /// antimeridian one, naming the width of the box the other reading would give.
     public static func of(_ request: RegionRequest) -> [RegionWarning] {
-        guard request.shape == nil else { return [] }
+        guard request.shape == nil, request.areaParts == nil else { return [] }
         let b = request.bounds
         guard b.west > b.east else { return [] }
         let across = b.east + 360 - b.west
@@ -59,7 +59,7 @@ public enum RegionArea {
         let width = b.west <= b.east ? b.east - b.west : b.east + 360 - b.west
         return ["bounds": [b.west, b.south, b.east, b.north], "widthDegrees": rounded(width), "heightDegrees": rounded(b.north - b.south),
                 "km2": (km2(b) * 100).rounded() / 100, "crossesAntimeridian": b.west > b.east,
-                "of": request.shape == nil ? "bounds" : "boundingBox"]
+                "of": request.shape == nil && request.areaParts == nil ? "bounds" : "boundingBox"]
     }
 
     static func rounded(_ v: Double) -> Double { (v * 1e6).rounded() / 1e6 }

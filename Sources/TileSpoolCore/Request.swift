@@ -95,6 +95,18 @@ public struct RegionRequest: Sendable, Equatable {
     public var bounds: GeoBounds
     /// The GeoJSON region (`geometry`), or nil for a `bounds` region.
     public var shape: RegionShape?
+    /// The corridor region (`corridor`), or nil. `bounds` is then the corridor's bounding box.
+    public var corridor: Corridor?
+    /// The per-zoom parts (`parts`), or nil. `bounds` is then the bounding box of their union and
+    /// `minZoom`/`maxZoom` the lowest and highest of their zooms.
+    public var parts: [RegionPart]?
+    /// The areas the planner plans with ownership (each tile once, in order): the parts, or the
+    /// corridor with the request's zooms as one part; nil for a `bounds` or `geometry` request.
+    public var areaParts: [RegionPart]? {
+        if let parts { return parts }
+        if let corridor { return [RegionPart(area: .corridor(corridor), minZoom: minZoom, maxZoom: maxZoom)] }
+        return nil
+    }
     /// Map zoom range, `0 <= minZoom <= maxZoom <= 24`.
     public var minZoom: Int
     public var maxZoom: Int
@@ -210,7 +222,12 @@ public struct RegionRequest: Sendable, Equatable {
         if subdomains != TileURLTemplate.defaultSubdomains { o["subdomains"] = subdomains }
         if let maxRequestsPerSecond { o["maxRequestsPerSecond"] = maxRequestsPerSecond }
         if allowEmpty { o["allowEmpty"] = true }
-        if let shape {
+        if let parts {
+            o["parts"] = parts.map(\.jsonObject)
+            o.removeValue(forKey: "minZoom"); o.removeValue(forKey: "maxZoom")
+        } else if let corridor {
+            o["corridor"] = corridor.jsonObject
+        } else if let shape {
             o["geometry"] = ["type": "MultiPolygon", "coordinates": shape.polygons]
         } else {
             o["bounds"] = [bounds.west, bounds.south, bounds.east, bounds.north]
@@ -238,7 +255,7 @@ public enum RequestValidator {
     /// The largest zoom level a request may name.
     public static let maxZoomLevel = 24
 
-    static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "minZoom", "maxZoom",
+    static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "corridor", "parts", "minZoom", "maxZoom",
                                            "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
                                            "emptyStatuses", "headers", "maxFailedTiles", "subdomains", "maxRequestsPerSecond",
                                            "allowEmpty"]
@@ -424,36 +441,42 @@ public enum RequestValidator {
             source = .tiles(templates)
         }
 
-        // bounds or geometry
+        // bounds, geometry, corridor or parts
+        let given = ["bounds", "geometry", "corridor", "parts"].filter { o[$0] != nil }
+        if given.count > 1 { throw bad("\(given.joined(separator: " and ")): give exactly one of bounds, geometry, corridor and parts") }
         var shape: RegionShape?
-        if let gv = o["geometry"] {
-            if o["bounds"] != nil { throw bad("bounds and geometry: give exactly one of them, not both") }
-            switch RegionShape.parse(gv) {
-            case .success(let s): shape = s
-            case .failure(let e): throw bad("geometry: \(e.message)")
-            }
-        }
+        var corridor: Corridor?
+        var parts: [RegionPart]?
         let bounds: GeoBounds
-        if let shape { bounds = shape.bounds } else { bounds = try validateBounds(o["bounds"]) }
-
-        // zooms
-        func zoom(_ key: String) throws(RegionError) -> Int {
-            guard let v = o[key] else { throw bad("\(key): missing; give an integer 0...\(maxZoomLevel)") }
-            guard let z = JSONKind.integer(v) else { throw bad("\(key): must be an integer, not \(JSONKind.name(v) == "number" ? "\(v)" : "a " + JSONKind.name(v))") }
-            guard (0...maxZoomLevel).contains(z) else { throw bad("\(key): \(z) is outside 0...\(maxZoomLevel)") }
-            return z
-        }
-        let minZoom = try zoom("minZoom")
-        let maxZoom = try zoom("maxZoom")
-        if minZoom > maxZoom { throw bad("minZoom (\(minZoom)) is greater than maxZoom (\(maxZoom))") }
-        if shape != nil {
-            var spanned = 0
-            for z in minZoom...min(maxZoom + 1, maxZoomLevel) {
-                spanned += WebMercator.cover(bounds, z: z).reduce(0) { $0 + $1.count }
-                if spanned > RegionShape.maxBoundingTiles {
-                    throw RegionError(code: .tileLimitExceeded, message: "geometry: its bounding box spans more than \(RegionShape.maxBoundingTiles) tiles at zooms \(minZoom)...\(maxZoom); split the region into smaller requests")
+        let minZoom: Int, maxZoom: Int
+        if let pv = o["parts"] {
+            let mixed = ["minZoom", "maxZoom"].filter { o[$0] != nil }
+            if !mixed.isEmpty { throw bad("parts: \(mixed.joined(separator: " and ")) cannot be given beside parts; each part has its own minZoom and maxZoom") }
+            let list = try RegionPart.parseList(pv)
+            parts = list
+            bounds = GeoBounds.union(list.map(\.bounds))
+            minZoom = list.map(\.minZoom).min()!
+            maxZoom = list.map(\.maxZoom).max()!
+        } else {
+            if let gv = o["geometry"] {
+                switch RegionShape.parse(gv) {
+                case .success(let s): shape = s
+                case .failure(let e): throw bad("geometry: \(e.message)")
                 }
             }
+            if let cv = o["corridor"] {
+                switch Corridor.parse(cv) {
+                case .success(let c): corridor = c
+                case .failure(let e): throw bad("corridor: \(e.message)")
+                }
+            }
+            if let shape { bounds = shape.bounds } else if let corridor { bounds = corridor.bounds } else { bounds = try validateBounds(o["bounds"]) }
+            let zooms = try RegionPart.zooms(o, prefix: "")
+            minZoom = zooms.lowerBound; maxZoom = zooms.upperBound
+            if shape != nil {
+                try RegionPart.checkBoundingTiles(.shape(shape!), zooms, name: "geometry")
+            }
+            if let corridor { try RegionPart.checkBoundingTiles(.corridor(corridor), zooms, name: "corridor") }
         }
 
         var pixelRatio = 1.0
@@ -554,6 +577,8 @@ public enum RequestValidator {
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
                                     pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
                                     maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
+        request.corridor = corridor
+        request.parts = parts
         request.exports = exports
         request.refreshAfter = refreshAfter
         request.emptyStatuses = emptyStatuses

@@ -301,9 +301,11 @@ public enum Planner {
             if let d = src.dataURL { resources.append(PlannedResource(kind: .data, key: src.name, url: d)) }
         }
         var planned: [(source: String, template: TileURLTemplate, rects: [TileRect], archive: TileSet?)] = []
+        var areaPlanned: [(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])] = []
         let ratio = ratioToken(request.pixelRatio)
         for src in style.sources where src.isTiled {
             if src.archiveURL != nil {
+                if request.areaParts != nil { throw archiveOverAreas(src.name) }
                 if let set = archives[src.name] { planned.append((src.name, set.template, set.rects, set)) }
                 continue
             }
@@ -317,6 +319,15 @@ public enum Planner {
             }
             guard let template else { continue }
             let rounds = src.type == .raster
+            if let parts = request.areaParts {
+                let a = areaRects(parts, zooms: { part in
+                    let lo = max(WebMercator.coveringZoom(part.minZoom, tileSize: src.tileSize, rounds: rounds), minZ, 0)
+                    let hi = min(WebMercator.coveringZoom(part.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
+                    return lo <= hi ? lo...hi : nil
+                }, sourceBounds: sourceBounds)
+                areaPlanned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), a.rects, a.areas, a.rectAreas))
+                continue
+            }
             let lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), minZ, 0)
             let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
             var covered = rects(request.bounds, lo, hi)
@@ -324,7 +335,11 @@ public enum Planner {
             planned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), covered, nil))
         }
         try checkShapeBudget(request, planned.map(\.rects), sources: "the style's \(planned.count) tile sources at the zooms each loads")
-        let sets = planned.map { $0.archive ?? TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
+        var sets = planned.map { $0.archive ?? TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
+        if request.areaParts != nil {
+            try checkAreaBudget(areaPlanned.map(\.rects), sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
+            sets = areaPlanned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, areas: $0.areas, rectAreas: $0.rectAreas) }
+        }
         // One resource per manifest key: fontstacks "A,B" and ["A", "B"], or two sprites of one id,
         // name the same file.
         var seen = Set<String>()
@@ -341,6 +356,23 @@ public enum Planner {
     ///   `archives` (its directories were not read).
     public static func plan(request: RegionRequest, templates: [String], archives: [String: TileSet] = [:]) throws(RegionError) -> ResourcePlan {
         let ratio = ratioToken(request.pixelRatio)
+        if request.areaParts != nil, let i = templates.firstIndex(where: { PMTiles.archiveURL($0) != nil }) {
+            throw archiveOverAreas("tiles\(i)")
+        }
+        if let parts = request.areaParts {
+            let a = areaRects(parts, zooms: { $0.minZoom...$0.maxZoom }, sourceBounds: nil)
+            try checkAreaBudget(Array(repeating: a.rects, count: templates.count), sources: "the \(templates.count) templates")
+            // Every template plans the same tiles: count once, copy the counts.
+            let first = TileSet(source: "tiles0", template: TileURLTemplate(templates[0], ratio: ratio, subdomains: request.subdomains),
+                                rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
+            let sets = templates.enumerated().map { i, t in
+                var set = first
+                set.source = "tiles\(i)"
+                set.template = TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains)
+                return set
+            }
+            return ResourcePlan(resources: [], tileSets: sets)
+        }
         let covered = rects(request.bounds, request.minZoom, request.maxZoom)
         try checkShapeBudget(request, Array(repeating: covered, count: templates.count), sources: "the \(templates.count) templates")
         var sets: [TileSet] = []
@@ -356,6 +388,12 @@ public enum Planner {
                                 rects: covered, shape: request.shape))
         }
         return ResourcePlan(resources: [], tileSets: sets)
+    }
+
+    /// The error for a PMTiles archive source in a corridor or parts request, which archives do
+    /// not support yet (their cover is planned from `bounds`): `invalidRequest` naming the source.
+    public static func archiveOverAreas(_ source: String) -> RegionError {
+        RegionError(code: .invalidRequest, message: "source '\(source)': a PMTiles archive cannot be downloaded over a corridor or parts yet; use bounds or geometry")
     }
 
     /// The PMTiles archives a plan needs read first (issue 31): source name, the archive's http(s)

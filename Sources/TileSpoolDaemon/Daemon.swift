@@ -33,8 +33,8 @@ public struct DaemonOptions: Sendable {
     public var maxRetryDelay = 30.0
     /// Longest gap between two probes of a server while a region is `pausedNetwork`.
     public var maxProbeInterval = 60.0
-    /// Objects are made durable and recorded in the manifest at least this often, or every
-    /// `syncBatch` objects, whichever comes first.
+    /// Objects are made durable and recorded in the manifest at most this long (seconds) after
+    /// the oldest of them was downloaded, or once `syncBatch` objects wait, whichever comes first.
     public var syncInterval = 1.0
     public var syncBatch = 4096
     /// Status files of a downloading region are rewritten at most this often.
@@ -85,7 +85,10 @@ public final class Daemon {
     var nextTag = 1
     /// tag -> (region id, item); probes use item nil.
     var transfers: [Int: (String, WorkItem?)] = [:]
-    var lastSync = 0.0
+    /// When the oldest line waiting for a commit was added (`pendingCount` going from 0 to 1):
+    /// a commit is due `syncInterval` after it, so no line waits longer, and a region that starts
+    /// after an idle spell does not commit its first line alone.
+    var firstPendingAt = 0.0
     var lastRescan = Daemon.now()
     var pendingCount = 0
     /// Completed regions whose manifest the next commit job joins into one piece (S3).
@@ -304,7 +307,7 @@ public final class Daemon {
             writeJournals()
             let now = Daemon.now()
             if commitInFlight == nil && (pendingCount >= options.syncBatch || !compactionsWanted.isEmpty
-                || (pendingCount > 0 && (now - lastSync >= options.syncInterval || aRegionHasNothingLeftToFetch()))) {
+                || (pendingCount > 0 && (now - firstPendingAt >= options.syncInterval || aRegionHasNothingLeftToFetch()))) {
                 commit()
             }
             for r in live.values where (r.statusDirty || r.state == .downloading && now - r.lastStatusWrite >= Daemon.rateRefresh)

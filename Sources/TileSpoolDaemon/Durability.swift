@@ -193,6 +193,7 @@ extension Daemon {
         d.pending.append((item, line))
         line.appendText(to: &d.pendingText)
         d.pendingEnds.append((d.pendingText.count, store.writesQueued))
+        if pendingCount == 0 { firstPendingAt = Daemon.now() }
         pendingCount += 1
     }
 
@@ -208,7 +209,6 @@ extension Daemon {
     /// a batch is still there; `collectCommit` counts them in the progress when it is back. A crash
     /// before the manifest write loses only work that was never reported.
     func commit() {
-        lastSync = Daemon.now()
         guard pendingCount > 0 || !compactionsWanted.isEmpty, commitInFlight == nil else { return }
         var entries: [CommitJob.Entry] = []
         var inFlight = CommitInFlight(owners: [])
@@ -287,7 +287,7 @@ extension Daemon {
         var recovered: [(Int, ManifestLine)] = []
         var seen = Set<Int>()
         d.files.readJournal(cutPartialLine: true) { line in
-            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i], !seen.contains(i) else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i], !seen.contains(i) else { return }
             if let sha = line.sha256, !store.isIntact(sha) { return }
             seen.insert(i)
             recovered.append((i, line))

@@ -47,6 +47,7 @@ public enum PMTilesRemote {
     ///     when the archive is still that version, it is returned as it is after one request.
     public static func read(url: String, source: String, request: RegionRequest, styleSource: StyleSource?,
                             http: HTTPClient, headers: [(String, String)], previous: TileSet? = nil) throws(RegionError) -> Reading {
+        if request.areaParts != nil { throw Planner.archiveOverAreas(source) }
         let secrets = request.secrets.adding(url: url)
         func shown(_ text: String) -> String { Redaction.redactEmbedded(text, secrets: secrets) }
         var requests = 0, directoryBytes = 0

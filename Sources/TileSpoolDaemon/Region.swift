@@ -111,7 +111,7 @@ final class Download {
     var keepsSomeLines: Bool { scope != nil && scope != .all }
     /// The pack's line for a resource, during a refresh.
     func previousLine(_ kind: ResourceKind, _ key: String) -> ManifestLine? { previous?["\(kind.rawValue)\t\(key)"] }
-    var plan: ResourcePlan?
+    var plan: ResourcePlan? { didSet { planCover = nil } }
     var done = Bitmap(count: 0)
     /// Next plan index to consider.
     var cursor = 0
@@ -160,8 +160,20 @@ final class Download {
     /// The shape's rings projected at the zoom of `rowCache` (projected once per zoom).
     var ringCache: (set: Int, z: Int, rings: [[(Double, Double)]])?
 
-    /// False for a tile index that a GeoJSON shape leaves out of its rectangle.
+    /// The plan's cover (corridor and parts sets), made once per plan.
+    var planCover: PlanCover?
+    /// `planCover` for `plan`, made when the plan has corridor or parts sets; nil otherwise.
+    func cover(_ plan: ResourcePlan) -> PlanCover? {
+        guard plan.tileSets.contains(where: { $0.areas != nil }) else { return nil }
+        if let c = planCover { return c }
+        let c = PlanCover(plan)
+        planCover = c
+        return c
+    }
+
+    /// False for a tile index that a GeoJSON shape, a corridor or parts leave out of its rectangle.
     func isPlanned(_ i: Int, _ plan: ResourcePlan) -> Bool {
+        if let c = cover(plan), !c.isPlannedInAreas(i) { return false }
         guard i >= plan.resources.count, plan.tileSets.contains(where: { $0.shape != nil }),
               case .tile(let s, let t) = plan.item(at: i), let shape = plan.tileSets[s].shape else { return true }
         if let c = rowCache, c.set == s, c.z == t.z, c.y == t.y { return c.columns.contains { $0.contains(t.x) } }

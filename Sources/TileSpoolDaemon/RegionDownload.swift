@@ -55,7 +55,7 @@ extension Daemon {
             p.tileBytesExpected = plan.tileBytes
             p.resourcesExpectedIsPrecise = true
             d.files.readManifest(cutPartialLine: true) { line in
-                guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+                guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
                 d.done[i] = true
                 count(line, d, into: &p)
             }
@@ -138,7 +138,7 @@ extension Daemon {
         var p = RegionProgress()
         d.tilesWithContent = [:]
         d.files.readManifest(cutPartialLine: true) { line in
-            guard let i = plan.index(kind: line.kind, key: line.key), !d.done[i] else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
             d.done[i] = true
             count(line, d, into: &p)
         }
@@ -708,8 +708,9 @@ extension Daemon {
         p.tileBytesExpected = plan.tileBytes
         p.resourcesExpectedIsPrecise = true
         var done = Bitmap(count: plan.indexSpace)
+        let cover = PlanCover(plan)
         r.files.readManifest { line in
-            guard let i = plan.index(kind: line.kind, key: line.key), !done[i] else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), !done[i] else { return }
             done[i] = true
             count(line, nil, into: &p)
         }

@@ -45,7 +45,7 @@ extension Daemon {
         let now = Daemon.now()
         var t = 1.0
         // While a batch is at the writer, its eventfd wakes the loop.
-        if pendingCount > 0 && commitInFlight == nil { t = min(t, max(0, lastSync + options.syncInterval - now)) }
+        if pendingCount > 0 && commitInFlight == nil { t = min(t, max(0, firstPendingAt + options.syncInterval - now)) }
         for r in live.values {
             if let d = r.download {
                 for x in d.retries { t = min(t, max(0, x.due - now)) }

@@ -114,10 +114,11 @@ public final class RegionPack: @unchecked Sendable {
         var seen = [UInt64](repeating: 0, count: plan.indexSpace / 64 + 1)
         var met = 0, unplanned = 0
         var failure: Error?
+        let cover = PlanCover(plan)
         do {
             try manifest.forEachLine { line in
                 guard failure == nil, line.kind == .tile, let (s, t) = ManifestLine.parseTileKey(line.key), s == source else { return }
-                guard let i = plan.index(kind: .tile, key: line.key) else { unplanned += 1; return }
+                guard let i = plan.index(kind: .tile, key: line.key, cover: cover) else { unplanned += 1; return }
                 let bit: UInt64 = 1 << UInt64(i & 63)
                 guard seen[i >> 6] & bit == 0 else { return }
                 seen[i >> 6] |= bit

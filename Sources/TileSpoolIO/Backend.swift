@@ -272,10 +272,35 @@ public final class S3Backend: Backend, @unchecked Sendable {
 
     @discardableResult
     public func save(_ name: String, fromFile path: String, ifAbsent: Bool) throws -> Bool {
-        let data = try Files.readRegularFile(path, limit: 1 << 32)
-        let written = try save(name, data, ifAbsent: ifAbsent)
+        guard BackendName.isValid(name) else { throw S3Error(status: 400, message: "invalid name \(name)") }
+        // Streamed from the file (a pack is tens of MiB): hashed once for x-amz-content-sha256,
+        // then read again as libcurl sends it. Neither pass holds more than 1 MiB.
+        let fd = try Files.openRegular(path, O_RDONLY | O_CLOEXEC)
+        defer { Glibc.close(fd) }
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+        let size = Int(st.st_size)
+        guard let sha256 = SHA256.hex(fd: fd, path: path) else { throw SystemError("read", path) }
+        var outcome = try retrying { c in try c.put(name, fd: fd, size: size, sha256: sha256, ifNoneMatch: ifAbsent) }
+        // A retried PUT whose first try was written but not answered finds its own bytes.
+        if outcome == .alreadyExists, ifAbsent, (try? storedSHA256(name, size: size)) == sha256 { outcome = .created }
         Files.remove(path)
-        return written
+        return outcome == .created
+    }
+
+    /// The SHA-256 (hex) of the object `name`, read in ranges of 8 MiB, or nil when its size is not
+    /// `size` or it is gone.
+    private func storedSHA256(_ name: String, size: Int) throws -> String? {
+        let hash = SHA256.Stream()
+        var at = 0
+        while at < size {
+            let end = min(size, at + (8 << 20))
+            guard let part = try load(name, range: at..<end), part.count == end - at else { return nil }
+            part.withUnsafeBytes { hash.update($0) }
+            at = end
+        }
+        guard let stat = try stat(name), stat.size == size else { return nil }
+        return hash.finish().withUnsafeBufferPointer { SHA256.hexString($0) }
     }
 
     public func load(_ name: String, range: Range<Int>?) throws -> Data? {

@@ -136,15 +136,28 @@ extension Repository {
         return report
     }
 
-    /// Removes the scratch folder's leftover packs older than `grace` (no writer is on them).
+    /// Removes the scratch folder's leftover packs older than `grace` (no writer is on them), and
+    /// at once the packs of a gc or repair that is gone (`gc-<pid>-<n>.partial` of a process that
+    /// no longer exists, killed mid-repack: the objects it copied are still in their old packs).
+    /// A daemon's open pack (`<pid>-...`) is left to its next start, which reads it back.
     func removeStaleScratch(olderThan grace: Double, now: Double) -> Int {
         guard let dir = try? Directory(path: scratch, followFinal: false) else { return 0 }
         var n = 0
         for name in dir.list() where name.hasSuffix(".partial") {
-            guard let st = dir.status(name), now - Double(st.st_mtim.tv_sec) >= grace else { continue }
+            guard let st = dir.status(name) else { continue }
+            guard now - Double(st.st_mtim.tv_sec) >= grace || Repository.isOrphanedGCPack(name) else { continue }
             if dir.remove(name) { n += 1 }
         }
         return n
+    }
+
+    /// True for `gc-<pid>-<n>.partial` when process `pid` does not exist (kill(2) with signal 0
+    /// answers ESRCH) and is not this one. The scratch folder is local to one host, so the pid is
+    /// of this host; a pid used again by another process only keeps the file until the grace period.
+    static func isOrphanedGCPack(_ name: String) -> Bool {
+        let parts = name.split(separator: "-")
+        guard parts.count == 3, parts[0] == "gc", let pid = Int32(parts[1]), pid > 0, pid != getpid() else { return false }
+        return kill(pid, 0) != 0 && errno == ESRCH
     }
 
     /// verify's part (docs/gc.md): every pack read whole and checked (its name is the SHA-256 of
@@ -246,7 +259,8 @@ extension Repository {
 
 /// Packs written by gc and verify --repair: records appended through `PackWriter`s of their own
 /// (`gc-<pid>-<n>.partial` in the scratch folder), sealed at `targetPackSize`; `finish` seals the
-/// last and returns every pack saved.
+/// last and returns every pack saved. A write or save that fails removes the pack it was on (a
+/// full disk is not kept full by a gc's own leftover); the error is thrown on.
 final class GCPackWriter {
     let repository: Repository
     private var writer: PackWriter?
@@ -261,17 +275,28 @@ final class GCPackWriter {
             let dir = try Directory(path: repository.scratch, followFinal: false)
             writer = try PackWriter(dir: dir, name: "gc-\(getpid())-\(counter).partial")
         }
-        try body.withUnsafeBytes { try writer!.append(digest, $0) }
+        do {
+            try body.withUnsafeBytes { try writer!.append(digest, $0) }
+        } catch {
+            if let w = writer { Files.remove(w.path) }
+            writer = nil
+            throw error
+        }
         if writer!.appended >= Repository.targetPackSize { try sealCurrent() }
     }
 
     private func sealCurrent() throws {
         guard let w = writer else { return }
         writer = nil
-        let digest = try w.finish()
-        bytesWritten += w.appended
-        try repository.savePack(digest: digest, from: w)
-        saved.insert(digest)
+        do {
+            let digest = try w.finish()
+            bytesWritten += w.appended
+            try repository.savePack(digest: digest, from: w)
+            saved.insert(digest)
+        } catch {
+            Files.remove(w.path) // gone already when the save got as far as renaming it
+            throw error
+        }
     }
 
     /// Seals the last pack; every pack saved.

@@ -141,6 +141,29 @@ public final class S3Client: @unchecked Sendable {
         return .created
     }
 
+    /// Writes the bytes of the open regular file `fd` (`size` bytes from offset 0, whose SHA-256 is
+    /// `sha256`, hex) under `key`, streamed from the file through a 1 MiB buffer (libcurl's
+    /// `CURLOPT_UPLOAD` with a read callback): a pack of tens of MiB is never held in memory.
+    /// With `ifNoneMatch`, only when the key does not exist yet. libcurl sends `Expect:
+    /// 100-continue` with such a body (one round trip before the bytes; S3 answers 100).
+    /// - Returns: `.created`, or `.alreadyExists` for a 412.
+    /// - Throws: `S3Error` for any other answer, no answer, or a file that cannot be read.
+    @discardableResult
+    public func put(_ key: String, fd: Int32, size: Int, sha256: String, ifNoneMatch: Bool = false) throws(S3Error) -> S3PutOutcome {
+        let source = UploadSource(fd: fd, size: size)
+        let r: Response
+        do {
+            r = try perform("PUT", url(key), body: nil, headers: ifNoneMatch ? ["If-None-Match: *"] : [], contentSHA256: sha256, upload: source)
+        } catch {
+            // The read callback aborted the transfer: its reason, not libcurl's "aborted by an application callback".
+            if let e = source.readError { throw S3Error(message: quoted("\(key): cannot read the file to upload: \(e)")) }
+            throw error
+        }
+        if r.status == 412 && ifNoneMatch { return .alreadyExists }
+        guard (200...299).contains(r.status) else { throw refusal(r) }
+        return .created
+    }
+
     /// The object under `key`, or nil when there is none (404).
     /// - Throws: `S3Error` for any other failure.
     public func get(_ key: String) throws(S3Error) -> Data? {
@@ -235,7 +258,9 @@ public final class S3Client: @unchecked Sendable {
 
     /// One signed request. The body's SHA-256 (or that of no body) goes in `x-amz-content-sha256`,
     /// which libcurl then signs with the other `x-amz-*` headers.
-    private func perform(_ method: String, _ url: String, body: Data?, headers extra: [String], contentSHA256: String? = nil) throws(S3Error) -> Response {
+    /// `upload`, when given, is the body instead of `body` (a PUT streamed from a file).
+    private func perform(_ method: String, _ url: String, body: Data?, headers extra: [String], contentSHA256: String? = nil,
+                         upload: UploadSource? = nil) throws(S3Error) -> Response {
         curl_easy_reset(easy)
         let sink = BodySink()
         tilespool_easy_setopt_string(easy, CURLOPT_URL, url)
@@ -256,7 +281,7 @@ public final class S3Client: @unchecked Sendable {
         let hash = contentSHA256 ?? SHA256.hex(body ?? Data())
         // Every header given here is signed by libcurl, so none may be a removal (`Expect:`), which
         // would be signed but not sent. (A PUT from memory sends no `Expect: 100-continue` below 1 MiB.)
-        for h in ["x-amz-content-sha256: \(hash)"] + (body == nil ? [] : ["Content-Type: application/octet-stream"]) + extra
+        for h in ["x-amz-content-sha256: \(hash)"] + (body == nil && upload == nil ? [] : ["Content-Type: application/octet-stream"]) + extra
             + (config.sessionToken.map { ["x-amz-security-token: \($0)"] } ?? []) {
             list = curl_slist_append(list, h)
         }
@@ -267,7 +292,15 @@ public final class S3Client: @unchecked Sendable {
                 _ = tilespool_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!))
             }
         }
-        let code = curl_easy_perform(easy)
+        if let upload {
+            tilespool_easy_setopt_long(easy, CURLOPT_UPLOAD, 1)
+            tilespool_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(upload.size))
+            tilespool_easy_setopt_read_cb(easy, CURLOPT_READFUNCTION, s3ReadUpload)
+            tilespool_easy_setopt_pointer(easy, CURLOPT_READDATA, Unmanaged.passUnretained(upload).toOpaque())
+            tilespool_easy_setopt_seek_cb(easy, CURLOPT_SEEKFUNCTION, s3SeekUpload)
+            tilespool_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, Unmanaged.passUnretained(upload).toOpaque())
+        }
+        let code = withExtendedLifetime(upload) { curl_easy_perform(easy) }
         guard code == CURLE_OK else {
             throw S3Error(message: quoted("\(String(cString: curl_easy_strerror(code))) (\(config.endpoint))"))
         }
@@ -293,6 +326,41 @@ public final class S3Client: @unchecked Sendable {
 }
 
 final class BodySink { var data = Data() }
+
+/// The body of a streamed upload: `size` bytes of an open file, read from `offset` (`pread`, so
+/// the file's own offset is never moved). `readError` is set when a read fails or the file ends
+/// early; the upload is then aborted.
+final class UploadSource {
+    let fd: Int32
+    let size: Int
+    var offset = 0
+    var readError: String?
+    init(fd: Int32, size: Int) { self.fd = fd; self.size = size }
+}
+
+private func s3ReadUpload(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ nitems: Int, _ user: UnsafeMutableRawPointer?) -> Int {
+    guard let user, let buffer else { return Int(CURL_READFUNC_ABORT) }
+    let source = Unmanaged<UploadSource>.fromOpaque(user).takeUnretainedValue()
+    let want = min(size * nitems, source.size - source.offset)
+    if want <= 0 { return 0 }
+    var n: Int
+    repeat { n = pread(source.fd, buffer, want, off_t(source.offset)) } while n < 0 && errno == EINTR
+    if n <= 0 {
+        source.readError = n < 0 ? String(cString: strerror(errno)) : "the file ended at \(source.offset) of \(source.size) bytes"
+        return Int(CURL_READFUNC_ABORT)
+    }
+    source.offset += n
+    return n
+}
+
+/// Rewinds the upload when libcurl sends the body again (a reused connection found closed).
+private func s3SeekUpload(_ user: UnsafeMutableRawPointer?, _ offset: curl_off_t, _ origin: Int32) -> Int32 {
+    guard let user, origin == SEEK_SET, offset >= 0 else { return CURL_SEEKFUNC_CANTSEEK }
+    let source = Unmanaged<UploadSource>.fromOpaque(user).takeUnretainedValue()
+    guard Int(offset) <= source.size else { return CURL_SEEKFUNC_FAIL }
+    source.offset = Int(offset)
+    return CURL_SEEKFUNC_OK
+}
 
 private func s3WriteBody(_ ptr: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb: Int, _ user: UnsafeMutableRawPointer?) -> Int {
     guard let user, let ptr else { return 0 }

@@ -28,19 +28,28 @@ public enum SHA256 {
 
     /// The SHA-256 of a file's bytes, read in 1 MiB blocks; nil when it cannot be read.
     public static func hex(file path: String) -> String? {
-        guard let ctx = EVP_MD_CTX_new() else { return nil }
-        defer { EVP_MD_CTX_free(ctx) }
-        guard EVP_DigestInit_ex(ctx, digest, nil) == 1 else { return nil }
         let fd = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { Glibc.close(fd) }
+        return hex(fd: fd, path: path)
+    }
+
+    /// The SHA-256 of the bytes of the open file `fd` from offset 0 to its end, read in 1 MiB
+    /// blocks with `pread` (the file's offset is not moved); nil when it cannot be read. `path`
+    /// only names it.
+    public static func hex(fd: Int32, path: String) -> String? {
+        guard let ctx = EVP_MD_CTX_new() else { return nil }
+        defer { EVP_MD_CTX_free(ctx) }
+        guard EVP_DigestInit_ex(ctx, digest, nil) == 1 else { return nil }
         let buf = UnsafeMutableRawPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buf.deallocate() }
+        var at: off_t = 0
         while true {
-            let n = Glibc.read(fd, buf, 1 << 20)
+            let n = Glibc.pread(fd, buf, 1 << 20, at)
             if n < 0 { if errno == EINTR { continue }; return nil }
             if n == 0 { break }
             EVP_DigestUpdate(ctx, buf, n)
+            at += off_t(n)
         }
         var md = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 0

@@ -4,7 +4,8 @@ import TileSpoolIO
 import TileSpoolDaemon
 
 let planHelp = """
-usage: tilespool plan REQUEST.json [--json] [--max-tiles N] [--allow-host HOST]... [--spool DIR] [--store DIR]
+usage: tilespool plan REQUEST.json [--geometry FILE | --corridor FILE --buffer-meters N] [--json]
+                      [--max-tiles N] [--allow-host HOST]... [--spool DIR] [--store DIR]
 
 A dry run: validates the request, fetches the style and each source's TileJSON (not tiles,
 sprites or glyphs) and, for a PMTiles archive source, its header, root directory and the leaf
@@ -17,13 +18,17 @@ It refuses what the daemon would refuse, with the same error code and exit statu
 request; a host whose tile usage policy forbids bulk downloading (policyRefused: nothing is
 fetched from it; --allow-host HOST as for `tilespool run`); a plan over the request's maxTiles or
 --max-tiles (tileLimitExceeded, default 1000000; printed after the plan).
+
+\(RegionFileOptions.help)
+The request with the file embedded must stay within a request file's 1 MiB (about 25,000 track
+points): simplify a longer track first.
 """
 
 func commandPlan(_ argv: [String]) throws -> Int32 {
-    let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued.union(["--max-tiles", "--allow-host"]))
+    let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued.union(["--max-tiles", "--allow-host"]).union(RegionFileOptions.valued))
     if a.flags.contains("--help") { out(planHelp); return 0 }
     guard a.positionals.count == 1, let path = a.positionals.first else { throw UsageError("plan takes one request file") }
-    let data = try Files.readRegularFile(path, limit: RequestValidator.maxFileSize)
+    let data = try RegionFileOptions.embed(try Files.readRegularFile(path, limit: RequestValidator.maxFileSize), a)
     let request: RegionRequest
     do { request = try RequestValidator.validate(data, fileName: (path as NSString).lastPathComponent) } catch {
         err("tilespool: \(error.code.rawValue): \(error.message)")

@@ -53,6 +53,13 @@ func checkBackendConformance(_ backend: any Backend, file: StaticString = #fileP
     XCTAssertTrue(try backend.save("packs/ef/four.pack", fromFile: local + "/partial", ifAbsent: true), file: file, line: line)
     XCTAssertFalse(FileManager.default.fileExists(atPath: local + "/partial"), file: file, line: line)
     XCTAssertEqual(try backend.load("packs/ef/four.pack"), b, file: file, line: line)
+    // A file of several MiB (an upload streamed in 1 MiB reads on S3) arrives whole, in order.
+    var big = Data(count: (3 << 20) + 17)
+    big.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 2_654_435_761 >> 13) } }
+    try big.write(to: URL(fileURLWithPath: local + "/partial"))
+    XCTAssertTrue(try backend.save("packs/ef/big.pack", fromFile: local + "/partial", ifAbsent: true), file: file, line: line)
+    XCTAssertEqual(try backend.load("packs/ef/big.pack").map(sha256Hex), sha256Hex(big), file: file, line: line)
+    XCTAssertEqual(try backend.stat("packs/ef/big.pack")?.size, big.count, file: file, line: line)
     // Names that are not names.
     for bad in ["", "/abs", "a//b", "a/../b", "./a", "a/b/", "a b", "a\nb"] {
         XCTAssertThrowsError(try backend.save(bad, a, ifAbsent: true), "'\(bad)'", file: file, line: line)
@@ -88,5 +95,25 @@ final class S3BackendTests: CephTestCase {
     func testConformance() throws {
         let rgw = try server()
         try checkBackendConformance(S3Backend(config: rgw.config(prefix: "conformance-\(UUID().uuidString.prefix(8))")))
+    }
+
+    /// An upload streamed from a file that turns out shorter than the size given (a file cut
+    /// under the uploader) is aborted with an error naming it, and nothing is stored under the key.
+    func testStreamedUploadOfAFileThatEndsEarlyStoresNothing() throws {
+        let rgw = try server()
+        let client = S3Client(config: rgw.config(prefix: "stream-\(UUID().uuidString.prefix(8))"))
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-up-\(UUID().uuidString)").path
+        defer { unlink(path) }
+        let body = Data((0..<(1 << 20) + 5).map { UInt8($0 % 253) })
+        try body.write(to: URL(fileURLWithPath: path))
+        let fd = open(path, O_RDONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        XCTAssertThrowsError(try client.put("packs/short.pack", fd: fd, size: body.count + 1000, sha256: sha256Hex(body))) { e in
+            XCTAssertTrue("\(e)".contains("ended at \(body.count) of \(body.count + 1000) bytes"), "\(e)")
+        }
+        XCTAssertNil(try client.get("packs/short.pack"))
+        XCTAssertEqual(try client.put("packs/whole.pack", fd: fd, size: body.count, sha256: sha256Hex(body)), .created)
+        XCTAssertEqual(try client.get("packs/whole.pack"), body)
     }
 }
