@@ -159,6 +159,27 @@ final class PMTilesSourceTests: XCTestCase {
         XCTAssertEqual(PMTiles.coalesce(p2.tiles), [PMTiles.RangeRequest(start: 1480, end: 1490, tiles: 0..<64, gapBytes: 0)])
     }
 
+    /// `tiles` entries and style sources naming archives are accepted (both forms); a corridor or
+    /// parts request with an archive is refused naming the source (not supported yet), before
+    /// any archive is read.
+    func testArchiveSourceFormsAndTheirRefusals() throws {
+        XCTAssertEqual(PMTiles.archiveURL("pmtiles://https://h.example/x.pmtiles"), "https://h.example/x.pmtiles")
+        XCTAssertEqual(PMTiles.archiveURL("PMTiles://http://h.example/x"), "http://h.example/x")
+        XCTAssertEqual(PMTiles.archiveURL("https://h.example/a/x.PMTILES?key=1"), "https://h.example/a/x.PMTILES?key=1")
+        XCTAssertNil(PMTiles.archiveURL("https://h.example/{z}/{x}/{y}.pmtiles"))
+        XCTAssertNil(PMTiles.archiveURL("https://h.example/x.pmtiles.png"))
+        XCTAssertEqual(Redaction.redact("pmtiles://https://u:secret@h.example/x.pmtiles?token=abc"),
+                       "pmtiles://https://REDACTED@h.example/x.pmtiles?token=REDACTED")
+        XCTAssertEqual(TileUsagePolicy.host(of: "pmtiles://https://tile.openstreetmap.org/x.pmtiles"), "tile.openstreetmap.org")
+        let parts: [String: Any] = ["id": "p", "tiles": ["pmtiles://https://h.example/x.pmtiles"],
+                                    "parts": [["bounds": [7.4, 43.7, 7.5, 43.8], "minZoom": 0, "maxZoom": 3]]]
+        let request = try RequestValidator.validate(try JSONSerialization.data(withJSONObject: parts), fileName: "p.json")
+        XCTAssertThrowsError(try Planner.plan(request: request, templates: ["pmtiles://https://h.example/x.pmtiles"])) { e in
+            XCTAssertEqual((e as? RegionError)?.code, .invalidRequest)
+            XCTAssertTrue((e as? RegionError)?.message.contains("source 'tiles0': a PMTiles archive cannot be downloaded over a corridor or parts") == true, "\(e)")
+        }
+    }
+
     /// The header's bounds and zooms clip the region as a TileJSON's do.
     func testCoverIsClippedByTheHeadersBoundsAndZooms() {
         var h = PMTiles.Header()
