@@ -52,6 +52,11 @@ public struct TileSet: Sendable, Equatable, Codable {
     public var rectAreas: [RectArea]?
     /// Planned tiles per rectangle (the rectangle's size without a shape).
     public var rectCounts: [Int]
+    /// A PMTiles archive source (issue 31): the archive, its pinned version and exactly the tiles
+    /// the region takes from it (`rectCounts` count those); nil for a tile URL template.
+    public var archive: ArchiveSource? = nil
+    /// The exact bytes of the tiles (`ArchiveSource.tileBytes`), known for an archive; nil otherwise.
+    public var tileBytes: Int? { archive?.tileBytes }
     public init(source: String, template: TileURLTemplate, rects: [TileRect], shape: RegionShape? = nil) {
         self.source = ManifestLine.sanitizeKey(source); self.template = template; self.rects = rects
         self.shape = shape
@@ -324,6 +329,14 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
     /// limits (`RequestValidator.tileLimitError`) before using `count` or `indexSpace` to size
     /// anything.
     public var tileCount: Int { tileSets.reduce(0) { SaturatingCount.add($0, $1.count) } }
+    /// The exact bytes of the tiles when every tile set is a PMTiles archive (`TileSet.tileBytes`),
+    /// nil when any tile set's bytes are unknown before download (or there are none).
+    public var tileBytes: Int? {
+        guard !tileSets.isEmpty else { return nil }
+        var total = 0
+        for s in tileSets { guard let b = s.tileBytes else { return nil }; total += b }
+        return total
+    }
     /// Number of resources planned, tiles included (saturating at `Int.max`).
     public var count: Int { SaturatingCount.add(resources.count, tileCount) }
     /// Number of plan indices: `count`, plus the tiles of rectangles a GeoJSON shape leaves out

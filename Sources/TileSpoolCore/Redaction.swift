@@ -129,6 +129,8 @@ public enum Redaction {
     /// are separated by `&` or `;`. Works on templates too (it does not parse `{z}`-style
     /// placeholders).
     public static func redact(_ url: String) -> String {
+        // A PMTiles source (`pmtiles://https://user:pw@host/...`): the inner URL is redacted.
+        if let inner = PMTiles.innerURL(url) { return String(url.prefix(PMTiles.sourceScheme.count)) + redact(inner) }
         // Fast path (once per tile): nothing to hide without a query, a fragment or a user part.
         if !url.utf8Contains(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "#") }) { return url }
         var s = url
@@ -269,6 +271,7 @@ public enum Redaction {
         /// The credentials a URL carries: its user info (`user:password`, and each part), and
         /// the value of each secret parameter (`isSecret(name:value:)`) of its query and fragment.
         public static func urlValues(_ url: String) -> [String] {
+            if let inner = PMTiles.innerURL(url) { return urlValues(inner) }
             var out: [String] = []
             if let schemeEnd = url.range(of: "://") {
                 let authority = url[schemeEnd.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }

@@ -109,6 +109,10 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     public var tilesExpected = 0
     /// Bytes of completed tiles.
     public var tileBytesCompleted = 0
+    /// The exact bytes of the planned tiles, known before any tile is fetched when every tile
+    /// source is a PMTiles archive (issue 31: the sum of the directory's lengths, as the archive
+    /// holds them, before a gzip tile compression is undone); nil (absent from the status) otherwise.
+    public var tileBytesExpected: Int?
     /// Sprites and glyph ranges the server answered 404 (recorded, not fatal).
     public var resourcesMissing = 0
     /// During and after a refresh (docs/refresh.md): resources asked about again and answered,
@@ -147,6 +151,7 @@ public struct RegionProgress: Sendable, Equatable, Codable {
         p.resourcesExpected = resourcesExpected
         p.resourcesExpectedIsPrecise = resourcesExpectedIsPrecise
         p.tilesExpected = tilesExpected
+        p.tileBytesExpected = tileBytesExpected
         p.resourcesChecked = resourcesChecked
         p.resourcesChanged = resourcesChanged
         p.resourcesUnchanged = resourcesUnchanged
@@ -165,6 +170,12 @@ public struct RegionProgress: Sendable, Equatable, Codable {
 
     /// The JSON object written as `progress`.
     public var jsonObject: [String: Any] {
+        var o = jsonFields
+        if let tileBytesExpected { o["tileBytesExpected"] = tileBytesExpected }
+        return o
+    }
+
+    private var jsonFields: [String: Any] {
         ["resourcesCompleted": resourcesCompleted, "resourcesExpected": resourcesExpected,
          "resourcesExpectedIsPrecise": resourcesExpectedIsPrecise, "bytesCompleted": bytesCompleted,
          "tilesCompleted": tilesCompleted, "tilesExpected": tilesExpected,
@@ -186,5 +197,6 @@ public struct RegionProgress: Sendable, Equatable, Codable {
         resourcesUnchanged = i("resourcesUnchanged")
         tilesFailed = i("tilesFailed")
         tilesEmpty = i("tilesEmpty")
+        tileBytesExpected = o["tileBytesExpected"].flatMap(JSONKind.integer)
     }
 }

@@ -29,6 +29,13 @@ public enum ErrorCode: String, Sendable, Codable {
     /// A URL's host publishes a tile usage policy that forbids bulk downloading
     /// (`TileUsagePolicy`); the daemon's `--allow-host` lifts it.
     case policyRefused
+    /// A PMTiles source (issue 31) is not a usable archive: not PMTiles, a version other than 3,
+    /// a header or directory damaged, a compression not supported. The message names the source.
+    case invalidArchive
+    /// A PMTiles archive changed while the region was planned or downloaded (a range request
+    /// answered 412, or the archive's ETag / Last-Modified moved): the region fails rather than
+    /// mix two versions of the archive. The message names the source; a new request plans again.
+    case archiveChanged
 }
 
 /// An error that ends up in a status file as `{"code", "message", "url"?, "httpStatus"?}`.
@@ -425,7 +432,10 @@ public enum RequestValidator {
             var templates: [String] = []
             for (i, t) in arr.enumerated() {
                 guard let s = t as? String else { throw bad("tiles[\(i)]: must be a string, not a \(JSONKind.name(t))") }
-                if let p = TileURLTemplate.problem(s) { throw bad("tiles[\(i)]: '\(Redaction.redact(s))' \(p)") }
+                if let archive = PMTiles.archiveURL(s) {
+                    // A PMTiles archive (issue 31): its http(s) URL passes the checks any URL does.
+                    if let p = urlProblem(archive) { throw bad("tiles[\(i)]: '\(Redaction.redact(s))': the archive's URL \(p)") }
+                } else if let p = TileURLTemplate.problem(s) { throw bad("tiles[\(i)]: '\(Redaction.redact(s))' \(p)") }
                 templates.append(s)
             }
             source = .tiles(templates)

@@ -17,6 +17,9 @@ public struct StyleSource: Sendable, Equatable {
     public var tms: Bool
     /// A geojson source's `data` URL or an image source's `url`, resolved.
     public var dataURL: String?
+    /// A PMTiles source's archive (`"url": "pmtiles://https://host/x.pmtiles"`, issue 31): the
+    /// archive's http(s) URL, resolved against the style URL; nil for other sources.
+    public var archiveURL: String? = nil
 
     /// True for the tiled source types (vector, raster, raster-dem).
     public var isTiled: Bool { type == .vector || type == .raster || type == .rasterDEM }
@@ -80,7 +83,13 @@ public struct StyleDocument: Sendable, Equatable {
             var src = StyleSource(name: name, type: type, tileJSONURL: nil, tiles: nil, tileSize: 512,
                                   minZoom: 0, maxZoom: 22, tms: false, dataURL: nil)
             if src.isTiled {
-                if let u = s["url"] as? String { src.tileJSONURL = try resolve(u, field: "sources.\(name).url") }
+                if let u = s["url"] as? String {
+                    if let inner = PMTiles.innerURL(u) {
+                        src.archiveURL = try resolve(inner, field: "sources.\(name).url")
+                    } else {
+                        src.tileJSONURL = try resolve(u, field: "sources.\(name).url")
+                    }
+                }
                 if let t = s["tiles"] as? [Any] {
                     var templates: [String] = []
                     for case let str as String in t {
@@ -90,7 +99,7 @@ public struct StyleDocument: Sendable, Equatable {
                     }
                     src.tiles = templates
                 }
-                if src.tileJSONURL == nil && (src.tiles ?? []).isEmpty {
+                if src.tileJSONURL == nil && src.archiveURL == nil && (src.tiles ?? []).isEmpty {
                     throw bad("source '\(name)' has neither 'url' nor 'tiles'")
                 }
                 if type != .vector, let ts = s["tileSize"].flatMap(JSONKind.integer) {
@@ -261,8 +270,11 @@ public enum Planner {
     /// - Throws: `RegionError` `tileLimitExceeded` when the request has a shape and the plan's
     ///   bounding rectangles span more than `RegionShape.maxPlanIndexSpace` tiles (checked before
     ///   the shape's tiles are counted, row by row).
+    ///   - archives: the tile set of every PMTiles source (`archiveSources`), by source name,
+    ///     made from its directories (`TileSet.init(source:archive:rects:shape:)` over
+    ///     `archiveRects`). A PMTiles source missing here is left out of the plan.
     public static func plan(request: RegionRequest, styleURL: String, style: StyleDocument,
-                            tileJSONs: [String: TileJSON]) throws(RegionError) -> ResourcePlan {
+                            tileJSONs: [String: TileJSON], archives: [String: TileSet] = [:]) throws(RegionError) -> ResourcePlan {
         var resources = [PlannedResource(kind: .style, key: "style", url: styleURL)]
         for src in style.sources where src.tileJSONURL != nil {
             resources.append(PlannedResource(kind: .source, key: src.name, url: src.tileJSONURL!))
@@ -288,10 +300,15 @@ public enum Planner {
         for src in style.sources {
             if let d = src.dataURL { resources.append(PlannedResource(kind: .data, key: src.name, url: d)) }
         }
-        var planned: [(source: String, template: TileURLTemplate, rects: [TileRect])] = []
+        var planned: [(source: String, template: TileURLTemplate, rects: [TileRect], archive: TileSet?)] = []
         var areaPlanned: [(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])] = []
         let ratio = ratioToken(request.pixelRatio)
         for src in style.sources where src.isTiled {
+            if src.archiveURL != nil {
+                if request.areaParts != nil { throw archiveOverAreas(src.name) }
+                if let set = archives[src.name] { planned.append((src.name, set.template, set.rects, set)) }
+                continue
+            }
             var template: String?, minZ = src.minZoom, maxZ = src.maxZoom, tms = src.tms
             var sourceBounds: GeoBounds?
             if let tj = tileJSONs[src.name] {
@@ -315,10 +332,10 @@ public enum Planner {
             let hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), maxZ)
             var covered = rects(request.bounds, lo, hi)
             if let sb = sourceBounds { covered = intersect(covered, rects(sb, lo, hi)) }
-            planned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), covered))
+            planned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), covered, nil))
         }
         try checkShapeBudget(request, planned.map(\.rects), sources: "the style's \(planned.count) tile sources at the zooms each loads")
-        var sets = planned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
+        var sets = planned.map { $0.archive ?? TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
         if request.areaParts != nil {
             try checkAreaBudget(areaPlanned.map(\.rects), sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
             sets = areaPlanned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, areas: $0.areas, rectAreas: $0.rectAreas) }
@@ -333,8 +350,15 @@ public enum Planner {
     /// The plan of a `tiles` request: each template over the region at the request's zoom levels
     /// (tile zooms, no covering-zoom shift). Sources are named `tiles0`, `tiles1`, ...
     /// - Throws: `RegionError` `tileLimitExceeded` as the style form does.
-    public static func plan(request: RegionRequest, templates: [String]) throws(RegionError) -> ResourcePlan {
+    /// - Parameter archives: the tile set of each entry that is a PMTiles archive
+    ///   (`archiveSources`), by source name (`tiles0`, ...), made from its directories.
+    /// - Throws: `RegionError` `invalidRequest` when an entry is a PMTiles archive missing from
+    ///   `archives` (its directories were not read).
+    public static func plan(request: RegionRequest, templates: [String], archives: [String: TileSet] = [:]) throws(RegionError) -> ResourcePlan {
         let ratio = ratioToken(request.pixelRatio)
+        if request.areaParts != nil, let i = templates.firstIndex(where: { PMTiles.archiveURL($0) != nil }) {
+            throw archiveOverAreas("tiles\(i)")
+        }
         if let parts = request.areaParts {
             let a = areaRects(parts, zooms: { $0.minZoom...$0.maxZoom }, sourceBounds: nil)
             try checkAreaBudget(Array(repeating: a.rects, count: templates.count), sources: "the \(templates.count) templates")
@@ -351,11 +375,50 @@ public enum Planner {
         }
         let covered = rects(request.bounds, request.minZoom, request.maxZoom)
         try checkShapeBudget(request, Array(repeating: covered, count: templates.count), sources: "the \(templates.count) templates")
-        let sets = templates.enumerated().map { i, t in
-            TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
-                    rects: covered, shape: request.shape)
+        var sets: [TileSet] = []
+        for (i, t) in templates.enumerated() {
+            if PMTiles.archiveURL(t) != nil {
+                guard let set = archives["tiles\(i)"] else {
+                    throw RegionError(code: .invalidRequest, message: "tiles[\(i)]: the PMTiles archive '\(Redaction.redact(t))' must be read before the plan is made")
+                }
+                sets.append(set)
+                continue
+            }
+            sets.append(TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
+                                rects: covered, shape: request.shape))
         }
         return ResourcePlan(resources: [], tileSets: sets)
+    }
+
+    /// The error for a PMTiles archive source in a corridor or parts request, which archives do
+    /// not support yet (their cover is planned from `bounds`): `invalidRequest` naming the source.
+    public static func archiveOverAreas(_ source: String) -> RegionError {
+        RegionError(code: .invalidRequest, message: "source '\(source)': a PMTiles archive cannot be downloaded over a corridor or parts yet; use bounds or geometry")
+    }
+
+    /// The PMTiles archives a plan needs read first (issue 31): source name, the archive's http(s)
+    /// URL, and for a style the source (its zooms and tile size shape the cover).
+    public static func archiveSources(request: RegionRequest, style: StyleDocument?) -> [(source: String, url: String, styleSource: StyleSource?)] {
+        switch request.source {
+        case .tiles(let templates):
+            return templates.enumerated().compactMap { i, t in PMTiles.archiveURL(t).map { ("tiles\(i)", $0, nil) } }
+        case .style:
+            return (style?.sources ?? []).compactMap { s in s.isTiled ? s.archiveURL.map { (s.name, $0, s) } : nil }
+        }
+    }
+
+    /// The tile rectangles a region takes from an archive: the request's zooms (for a style
+    /// source, the zooms its tiles are loaded at, as for any source: `coveringZoom`, and the
+    /// source's own `minzoom`/`maxzoom`), clipped by the header's zooms and bounds (`PMTiles.cover`).
+    public static func archiveRects(request: RegionRequest, source: StyleSource?, header: PMTiles.Header) -> [TileRect] {
+        var lo = request.minZoom, hi = request.maxZoom
+        if let src = source {
+            let rounds = src.type == .raster
+            lo = max(WebMercator.coveringZoom(request.minZoom, tileSize: src.tileSize, rounds: rounds), src.minZoom, 0)
+            hi = min(WebMercator.coveringZoom(request.maxZoom, tileSize: src.tileSize, rounds: rounds), src.maxZoom)
+        }
+        guard lo <= hi else { return [] }
+        return PMTiles.cover(request.bounds, minZoom: lo, maxZoom: hi, header: header)
     }
 
     /// Refuses a plan with a shape whose rectangles (one list per tile source) span more than

@@ -30,6 +30,7 @@ public enum TileUsagePolicy {
     /// no `scheme://host`. Template tokens are left as written (`{s}.tile.openstreetmap.org`): a
     /// template's hosts are those of its expansions (`hosts(of:)`).
     public static func host(of url: String) -> String? {
+        if let inner = PMTiles.innerURL(url) { return host(of: inner) } // a PMTiles source: the archive's host
         guard let start = url.range(of: "://")?.upperBound else { return nil }
         var authority = url[start...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
@@ -102,7 +103,7 @@ public enum TileUsagePolicy {
     /// known, before its TileJSON documents are fetched (the rest of what a style names is
     /// checked with its plan, `refusal(plan:allowedHosts:)`).
     public static func refusal(style: StyleDocument, allowedHosts: Set<String>) -> RegionError? {
-        refusal(urls: Planner.tileJSONURLs(style).map(\.url), allowedHosts: allowedHosts)
+        refusal(urls: Planner.tileJSONURLs(style).map(\.url) + style.sources.compactMap(\.archiveURL), allowedHosts: allowedHosts)
     }
 
     /// The `policyRefused` error when `host` (any case, a final dot ignored: e.g. the host libcurl

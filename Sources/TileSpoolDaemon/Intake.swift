@@ -102,7 +102,9 @@ extension Daemon {
             switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
             if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: options.allowedHosts) { throw e }
             // A tiles request's plan is known now: one over the limit is refused like any bad request.
-            if case .tiles(let templates) = request.source {
+            // (Not with a PMTiles archive: its plan needs the archive's directories, read when the
+            // region starts; the limit is checked then.)
+            if case .tiles(let templates) = request.source, !templates.contains(where: { PMTiles.archiveURL($0) != nil }) {
                 let plan = try Planner.plan(request: request, templates: templates)
                 if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
                     throw e

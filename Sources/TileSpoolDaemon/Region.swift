@@ -23,6 +23,8 @@ enum WorkItem: Hashable {
     case style
     /// A source's TileJSON (before the plan).
     case tileJSON(String)
+    /// A range request of a PMTiles archive: its position in `Download.archiveRanges`.
+    case range(Int)
 }
 
 /// A transfer under way: the item and what `Daemon.describe` said of it, worked out once when it
@@ -113,6 +115,14 @@ final class Download {
     var done = Bitmap(count: 0)
     /// Next plan index to consider.
     var cursor = 0
+    /// The range requests of the plan's PMTiles archive sets still to make (`buildArchiveRanges`),
+    /// nil until built; the next to issue; the plan indices of the archive sets (which the
+    /// cursor skips: their tiles come by range).
+    var archiveRanges: [ArchiveRange]?
+    var rangeCursor = 0
+    var archiveSpans: [Range<Int>] = []
+    /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
+    var unchangedArchives: Set<String> = []
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0

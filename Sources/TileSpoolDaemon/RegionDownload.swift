@@ -29,14 +29,16 @@ extension Daemon {
         var savedPlan = d.files.loadPlan()
         var readError = previousReadError ?? d.files.readFailure // a store that did not answer: what was read is incomplete
         var overLimit: RegionError?
+        var archiveUnreachable: RegionError?
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
+            // With a PMTiles archive, its directories are read first (a few range requests).
             do {
-                let plan = try Planner.plan(request: r.request, templates: templates)
+                let plan = try Planner.plan(request: r.request, templates: templates, archives: try readArchives(r, style: nil))
                 try? d.files.savePlan(plan)
                 savedPlan = plan
             } catch {
-                overLimit = error
+                if error.code == .networkError { archiveUnreachable = error } else { overLimit = error }
             }
         }
         // A plan over the limits (`--max-tiles` lowered since, or a count that overflows) is not
@@ -50,6 +52,7 @@ extension Daemon {
             var p = RegionProgress()
             p.resourcesExpected = plan.count
             p.tilesExpected = plan.tileCount
+            p.tileBytesExpected = plan.tileBytes
             p.resourcesExpectedIsPrecise = true
             d.files.readManifest(cutPartialLine: true) { line in
                 guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
@@ -77,6 +80,9 @@ extension Daemon {
         }
         if let e = readError ?? journalError { storageFailed(r, e, commitPending: false); return }
         if let e = overLimit { fail(r, e); return }
+        // An archive's server did not answer while its directories were read: paused for the
+        // network like any download, and planned again when it answers.
+        if let e = archiveUnreachable { networkLost(r, url: archiveURL(r, style: nil, shown: e.url), why: e.message); return }
         if d.plan == nil { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let e = tileLimitError(r, plan) { fail(r, e); return }
@@ -111,8 +117,14 @@ extension Daemon {
         guard let style = d.style else { return }
         let plan: ResourcePlan
         do throws(RegionError) {
-            plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs)
+            let archives = try readArchives(r, style: style) // PMTiles sources: their directories
+            plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs, archives: archives)
         } catch {
+            if error.code == .networkError { // a PMTiles archive's server did not answer
+                networkLost(r, url: archiveURL(r, style: style, shown: error.url), why: error.message)
+                return
+            }
+            if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); return } // a PMTiles archive
             refuseLate(r, error) // a shape over the planning budget: refused like a bad request
             return
         }
@@ -132,6 +144,7 @@ extension Daemon {
         }
         p.resourcesExpected = plan.count
         p.tilesExpected = plan.tileCount
+        p.tileBytesExpected = plan.tileBytes
         p.resourcesExpectedIsPrecise = true
         r.progress = p
         r.statusDirty = true
@@ -181,8 +194,11 @@ extension Daemon {
             }
             return
         }
+        if d.archiveRanges == nil && plan.tileSets.contains(where: { $0.archive != nil }) { buildArchiveRanges(d, plan) }
+        defer { fillRanges(r, d, plan, now: now) }
         while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.indexSpace {
             let i = d.cursor
+            if let span = d.archiveSpans.first(where: { $0.contains(i) }) { d.cursor = span.upperBound; continue }
             if d.done[i] || !d.isPlanned(i, plan) { d.cursor += 1; continue }
             if d.keepsSomeLines && keepIfFresh(r, d, .index(i)) { d.cursor += 1; continue }
             // Phases run in order: no tile before every other resource is finished.
@@ -200,6 +216,9 @@ extension Daemon {
         case .style: return (d.styleURL, .style, "style")
         case .tileJSON(let name):
             return (d.style?.sources.first { $0.name == name }?.tileJSONURL ?? "", .source, ManifestLine.sanitizeKey(name))
+        case .range(let n):
+            let range = d.archiveRanges![n]
+            return (d.plan!.tileSets[range.set].archive?.url ?? "", .tile, "range \(range.start)-\(range.end - 1)")
         case .index(let i):
             switch d.plan!.item(at: i) {
             case .resource(let res): return (res.url, res.kind, res.key)
@@ -231,6 +250,7 @@ extension Daemon {
     /// on either download loop). False when a rate limit holds it back: nothing started, and
     /// `d.rateWaitUntil` says when to ask again.
     func issue(_ r: Region, _ d: Download, _ item: WorkItem, now: Double) -> Bool {
+        if case .range(let n) = item { return issueRange(r, d, n, now: now) }
         let (url, kind, key) = describe(item, d)
         if !admitted(r, d, url: url, now: now) { return false }
         d.lastIssued = now
@@ -296,6 +316,7 @@ extension Daemon {
         guard let d = r.download, let fetch = d.inFlight.removeValue(forKey: res.tag) else { return }
         let (url, kind, key) = (fetch.url, fetch.kind, fetch.key)
         if kind != .tile { d.nonTileInFlight -= 1 }
+        if case .range(let n) = item { handleRange(r, d, res, fetch, n); return }
 
         if let f = res.failure {
             switch f {
@@ -459,7 +480,7 @@ extension Daemon {
             commitNow(r, d, item, line)
             guard r.download === d else { return }
             if d.inFlight.isEmpty && d.needed.isEmpty && d.retries.isEmpty { makePlan(r, d) }
-        case .index:
+        case .index, .range:
             break
         }
     }
@@ -684,6 +705,7 @@ extension Daemon {
         var p = RegionProgress()
         p.resourcesExpected = plan.count
         p.tilesExpected = plan.tileCount
+        p.tileBytesExpected = plan.tileBytes
         p.resourcesExpectedIsPrecise = true
         var done = Bitmap(count: plan.indexSpace)
         let cover = PlanCover(plan)

@@ -89,6 +89,37 @@ enum MapLibreExport {
         return (try pack.decodedBody(sha, for: key), 0)
     }
 
+    /// The tile URL template a PMTiles archive source's tiles are stored under (issue 31):
+    /// MapLibre Native's offline database does not cache range requests, so the exported style
+    /// points the source at `<archive URL>/{z}/{x}/{y}.<ext>` (before any query), a template only
+    /// this pack answers; nil for a source that is not an archive.
+    static func archiveTemplate(_ pack: RegionPack, _ set: TileSet) throws -> String? {
+        guard let archive = set.archive else { return nil }
+        let ext = try pack.tileFormat(of: set).rawValue
+        let url = archive.url
+        let cut = url.firstIndex { $0 == "?" || $0 == "#" } ?? url.endIndex
+        return String(url[..<cut]) + "/{z}/{x}/{y}.\(ext)" + url[cut...]
+    }
+
+    /// The style with every PMTiles source (`"url": "pmtiles://..."`) pointing at the tiles the
+    /// pack holds: `tiles` set to `archiveTemplate`, `url` removed, `minzoom`/`maxzoom` those
+    /// of the tiles; nil when the style has no archive source (stored as it was fetched).
+    static func archiveStyle(_ pack: RegionPack, _ sha: String) throws -> [UInt8]? {
+        let archives = pack.plan.tileSets.filter { $0.archive != nil }
+        guard !archives.isEmpty, var style = try pack.jsonDocument(.style, "style"),
+              var sources = style["sources"] as? [String: Any] else { return nil }
+        for set in archives {
+            guard let name = sources.keys.first(where: { ManifestLine.sanitizeKey($0) == set.source }),
+                  var s = sources[name] as? [String: Any], let template = try archiveTemplate(pack, set) else { continue }
+            s.removeValue(forKey: "url")
+            s["tiles"] = [template]
+            if let z = RegionPack.zoomRange(set) { s["minzoom"] = z.lowerBound; s["maxzoom"] = z.upperBound }
+            sources[name] = s
+        }
+        style["sources"] = sources
+        return [UInt8](JSONKind.serialize(style))
+    }
+
     static func write(_ pack: RegionPack, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
         guard case .style(let styleURL) = pack.request.source else {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style")
@@ -125,7 +156,11 @@ enum MapLibreExport {
                 guard let line = pack.line(r.kind, r.key) else { continue }
                 var data: [UInt8]?, compressed = 0
                 if let sha = line.sha256 {
-                    (data, compressed) = try blob(pack, sha, r.key)
+                    if r.kind == .style, let rewritten = try archiveStyle(pack, sha) {
+                        (data, compressed) = try blob(rewritten)
+                    } else {
+                        (data, compressed) = try blob(pack, sha, r.key)
+                    }
                 }
                 res.bind(1, r.url)
                 res.bind(2, MapLibreOffline.kind(of: r, imageSources: imageSources))
@@ -153,7 +188,7 @@ enum MapLibreExport {
             let total = pack.plan.tileCount
             var done = 0
             for set in pack.plan.tileSets {
-                let template = set.template.template
+                let template = try archiveTemplate(pack, set) ?? set.template.template
                 let ratio = MapLibreOffline.tilePixelRatio(template: template, pixelRatio: pack.request.pixelRatio)
                 let tms = set.template.tms
                 try pack.forEachTile(of: set.source) { (t, line) in

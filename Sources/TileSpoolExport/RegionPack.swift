@@ -231,6 +231,8 @@ public final class RegionPack: @unchecked Sendable {
     /// What a tile source holds: from the style (`type: vector`), else from the template's file
     /// extension (`.pbf`/`.mvt`, `.png`, `.jpg`/`.jpeg`, `.webp`), else from its first stored tile.
     func tileFormat(of set: TileSet) throws -> TileFormat {
+        // A PMTiles archive source says what its tiles are (spec v3 section 3.3: 1 MVT, 2 PNG, 3 JPEG, 4 WebP).
+        switch set.archive?.tileType { case 1: return .pbf; case 2: return .png; case 3: return .jpg; case 4: return .webp; default: break }
         if let type = (try styleSource(set.source))?["type"] as? String {
             if type == "vector" { return .pbf }
         }

@@ -8,8 +8,10 @@ usage: tilespool plan REQUEST.json [--geometry FILE | --corridor FILE --buffer-m
                       [--max-tiles N] [--allow-host HOST]... [--spool DIR] [--store DIR]
 
 A dry run: validates the request, fetches the style and each source's TileJSON (not tiles,
-sprites or glyphs), and prints the exact number of resources the request would download, by
-kind, by source and by zoom, and the tile total. Writes nothing. The plan is counted from tile
+sprites or glyphs) and, for a PMTiles archive source, its header, root directory and the leaf
+directories that meet the region (range requests), and prints the exact number of resources the request would download, by
+kind, by source and by zoom, and the tile total; with PMTiles sources the exact tile bytes too
+(`tileBytes` at the top and per source in --json: the sum of the archive's tile lengths). Writes nothing. The plan is counted from tile
 rectangles, so a plan of millions of tiles takes little time and memory.
 
 It refuses what the daemon would refuse, with the same error code and exit status 1: an invalid
@@ -39,13 +41,16 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
     if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: allowed) { return refuse(e) }
     let plan: ResourcePlan
+    var httpOptions = HTTPOptions()
+    httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
+    let http = HTTPClient(options: httpOptions)
     switch request.source {
     case .tiles(let templates):
-        do { plan = try Planner.plan(request: request, templates: templates) } catch { return refuse(error) }
+        // PMTiles archives (issue 31): header, root and the leaves that meet the region.
+        let archives: [String: PMTilesRemote.Reading]
+        do { archives = try PMTilesRemote.readAll(request: request, style: nil, http: http, headers: request.headerList) } catch { return refuse(error) }
+        do { plan = try Planner.plan(request: request, templates: templates, archives: archives.mapValues(\.set)) } catch { return refuse(error) }
     case .style(let styleURL):
-        var httpOptions = HTTPOptions()
-        httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
-        let http = HTTPClient(options: httpOptions)
         // What a server sent (libcurl's text, a Location, a parse error quoting the body) is
         // printed with the request's secrets replaced, as the daemon quotes it (contract.md).
         func quoted(_ text: String, _ url: String) -> String {
@@ -70,7 +75,9 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
             let data = try body(r, u.url)
             tileJSONs[u.source] = try parsed(u.url) { try TileJSON(data: data, baseURL: u.url) }
         }
-        do { plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs) } catch { return refuse(error) }
+        let archives: [String: PMTilesRemote.Reading]
+        do { archives = try PMTilesRemote.readAll(request: request, style: style, http: http, headers: request.headerList) } catch { return refuse(error) }
+        do { plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives.mapValues(\.set)) } catch { return refuse(error) }
     }
     // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.
     if let e = TileUsagePolicy.refusal(plan: plan, allowedHosts: allowed) { return refuse(e) }
@@ -84,19 +91,22 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         for set in plan.tileSets {
             var z: [String: Int] = [:]
             for e in zooms where e.source == set.source { z[String(e.z)] = e.tiles }
-            bySource[set.source] = ["tiles": set.count, "byZoom": z]
+            var s: [String: Any] = ["tiles": set.count, "byZoom": z]
+            if let b = set.tileBytes { s["tileBytes"] = b }
+            bySource[set.source] = s
         }
-        let doc: [String: Any] = ["id": request.id, "resources": plan.count, "tiles": plan.tileCount,
+        var doc: [String: Any] = ["id": request.id, "resources": plan.count, "tiles": plan.tileCount,
                                   "byKind": byKind, "bySource": bySource]
+        if let b = plan.tileBytes { doc["tileBytes"] = b }
         out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
         return overLimit.map(refuse) ?? 0
     }
     // Counts saturate at Int.max (`SaturatingCount`): such a count means at least that many.
     func n(_ v: Int) -> String { v == Int.max ? "at least \(v)" : "\(v)" }
-    out("plan for \(request.id): \(n(plan.count)) resources, \(n(plan.tileCount)) tiles")
+    out("plan for \(request.id): \(n(plan.count)) resources, \(n(plan.tileCount)) tiles" + (plan.tileBytes.map { ", \($0) tile bytes" } ?? ""))
     for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(n(byKind[k.rawValue]!))") }
     for set in plan.tileSets {
-        out("  source \(set.source): \(n(set.count)) tiles")
+        out("  source \(set.source): \(n(set.count)) tiles" + (set.tileBytes.map { ", \($0) tile bytes (PMTiles archive)" } ?? ""))
         for e in zooms where e.source == set.source { out("    z\(e.z): \(n(e.tiles))") }
     }
     return overLimit.map(refuse) ?? 0

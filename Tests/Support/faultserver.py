@@ -62,6 +62,17 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          Last-Modified (always, here: the trap of a client that sends both)
     /changingjson/N/<name>  the same for a registered document: every "__BASE__" replaced as
                          for /json/ and every "__VERSION__" by v
+    /pmtiles/MODE/N/<name>  the registered document <name> (bytes: a PMTiles archive, see
+                         FaultServer.registerFile) served with byte ranges (RFC 9110 section 14:
+                         `Range: bytes=a-b` answers 206 with Content-Range), ETag "v1", and
+                         If-Match judged (412 when it names another ETag). Request k of PATH:
+                         MODE ranged: always as above;
+                         MODE changed: from k > N on the archive is a new version, ETag "v2"
+                         (same bytes), so a client pinning "v1" gets 412;
+                         MODE norange: Range ignored, 200 with the whole file, always;
+                         MODE truncated: for N < k <= N+2 a 206 with only the first half of the
+                         bytes asked (a consistent Content-Range and Content-Length);
+                         MODE 416: for N < k <= N+2 a 416 (Content-Range bytes */LENGTH)
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
     /reply/<name>/...    the reply registered as <name> (a JSON document
@@ -297,6 +308,30 @@ class Handler(BaseHTTPRequestHandler):
         handler(path, query, segments, count)
 
     # ---- faults ---------------------------------------------------------------------------
+
+    def fault_pmtiles(self, path, query, segments, count):
+        try:
+            mode, n, name = segments[2], int(segments[3]), segments[4]
+        except (IndexError, ValueError):
+            return self.send_body(400, b"use /pmtiles/MODE/N/<name>\n")
+        data = self.server.state.document(name)
+        if data is None:
+            return self.send_body(404, b"not registered\n")
+        etag = '"v2"' if mode == "changed" and count > n else '"v1"'
+        validators = [("ETag", etag), ("Accept-Ranges", "bytes")]
+        if_match = self.headers.get("If-Match")
+        if if_match is not None and if_match != etag:
+            return self.send_body(412, b"precondition failed\n", headers=validators)
+        m = re.match(r"^bytes=(\d+)-(\d+)$", self.headers.get("Range") or "")
+        if mode == "norange" or m is None:
+            return self.send_body(200, data, "application/octet-stream", headers=validators)
+        a, b = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+        if a >= len(data) or (mode == "416" and n < count <= n + 2):
+            return self.send_body(416, b"", headers=[("Content-Range", "bytes */%d" % len(data))] + validators)
+        if mode == "truncated" and n < count <= n + 2:
+            b = a + max(0, (b - a + 1) // 2 - 1)
+        self.send_body(206, data[a:b + 1], "application/octet-stream",
+                       headers=[("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))] + validators)
 
     def fault_ok(self, path, query, segments, count):
         self.send_body(200, ok_body(path), content_type_for(path))

@@ -192,6 +192,14 @@ final class FaultServer: @unchecked Sendable {
         try Data(document.utf8).write(to: folder.appendingPathComponent(name), options: .atomic)
     }
 
+    /// Registers `data` as document `name` as it is (no `__BASE__` replacement when served by
+    /// `/pmtiles/MODE/N/<name>`, which serves it with byte ranges); works while stopped too.
+    func registerFile(_ name: String, data: Data) throws {
+        let folder = stateDirectory.appendingPathComponent("json", isDirectory: true)
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try data.write(to: folder.appendingPathComponent(name), options: .atomic)
+    }
+
     /// Registers the reply served at `/reply/<name>/...` (any path below it, any query): `status`,
     /// then `headers` in order (values may be of any length: `("X-Big", 200 KB)` makes a header
     /// libcurl refuses), then `body` with its Content-Length; Content-Type

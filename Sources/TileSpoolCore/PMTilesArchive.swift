@@ -1,0 +1,480 @@
+import Foundation
+
+// Reading PMTiles v3 archives as a tile source (issue 31), pure: bytes in, values out. The
+// encoder the exports use is in Export.swift (`PMTiles`); this extension is its reader and the
+// planner of range requests over a remote archive.
+// Reference: protomaps/PMTiles `spec/v3/spec.md` (header, section 3; directories, section 4;
+// TileId, section 4.1; compression enums, section 3.3).
+
+extension PMTiles {
+    /// The prefix of a PMTiles source URL (`pmtiles://https://host/x.pmtiles`), as MapLibre's
+    /// `pmtiles` protocol and the Protomaps styles write it.
+    public static let sourceScheme = "pmtiles://"
+
+    /// The archive URL inside a `pmtiles://URL` source (any case of the prefix), or nil when
+    /// `s` does not start with `pmtiles://`. The inner URL is not checked here
+    /// (`RequestValidator.urlProblem` is, by the callers).
+    public static func innerURL(_ s: String) -> String? {
+        guard s.utf8.count > sourceScheme.utf8.count, s.prefix(sourceScheme.count).lowercased() == sourceScheme else { return nil }
+        return String(s.dropFirst(sourceScheme.count))
+    }
+
+    /// The http(s) URL of the PMTiles archive a `tiles` entry or style source names, or nil when
+    /// it names none: `pmtiles://URL` gives URL; an `http://` or `https://` URL whose path
+    /// (before `?` or `#`) ends in `.pmtiles` (any case) and has no `{` token is itself the archive.
+    public static func archiveURL(_ s: String) -> String? {
+        if let inner = innerURL(s) { return inner }
+        let lower = s.lowercased()
+        guard lower.hasPrefix("http://") || lower.hasPrefix("https://"), !s.contains("{") else { return nil }
+        let path = lower.prefix { $0 != "?" && $0 != "#" }
+        return path.hasSuffix(".pmtiles") ? s : nil
+    }
+
+    /// Why an archive's bytes cannot be read: a message for the user (the version of an
+    /// archive that is not v3, a header or directory that is cut short or damaged).
+    public struct ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
+        /// What is wrong, for the user.
+        public var message: String
+        /// An error saying `message`.
+        public init(_ message: String) { self.message = message }
+        /// `message`.
+        public var description: String { message }
+    }
+
+    /// Size of the v3 header in bytes (spec section 3).
+    public static let headerSize = 127
+
+    /// How deep leaf directories may nest before an archive is refused as damaged (the spec's
+    /// writers use at most one level of leaves; go-pmtiles reads at most 4 levels deep).
+    public static let maxDirectoryDepth = 4
+
+    /// Decodes the fixed 127-byte v3 header (spec section 3; integers little-endian, bounds and
+    /// center as int32 degrees x 10^7).
+    /// - Parameter bytes: at least the archive's first 127 bytes (more are ignored).
+    /// - Returns: the header. A tile compression of 0 (unknown) is read as `none`.
+    /// - Throws: `ArchiveError` when the bytes do not start with `PMTiles` (a v1/v2 archive starts
+    ///   `PM` and a 16-bit version: the message names that version), when the version byte is not
+    ///   3, when fewer than 127 bytes are given, or when a compression is brotli (3) or zstd (4)
+    ///   or unknown, which this reader does not decode.
+    public static func readHeader(_ bytes: [UInt8]) throws(ArchiveError) -> Header {
+        let magic = Array("PMTiles".utf8)
+        if bytes.count >= 2, bytes[0] == 0x50, bytes[1] == 0x4D, !(bytes.count >= 7 && Array(bytes[0..<7]) == magic) {
+            // Spec v1 and v2: "PM", then the version as a little-endian uint16.
+            if bytes.count >= 4 {
+                let v = Int(bytes[2]) | Int(bytes[3]) << 8
+                throw ArchiveError("the archive is PMTiles version \(v); only version 3 is supported (convert it with `pmtiles convert`)")
+            }
+        }
+        guard bytes.count >= 8, Array(bytes[0..<7]) == magic else {
+            throw ArchiveError("not a PMTiles archive: it does not start with 'PMTiles'")
+        }
+        guard bytes[7] == 3 else {
+            throw ArchiveError("the archive is PMTiles version \(bytes[7]); only version 3 is supported")
+        }
+        guard bytes.count >= headerSize else {
+            throw ArchiveError("the PMTiles header is cut short: \(bytes.count) of \(headerSize) bytes")
+        }
+        func u64(_ at: Int) -> UInt64 {
+            var v: UInt64 = 0
+            for i in 0..<8 { v |= UInt64(bytes[at + i]) << (8 * UInt64(i)) }
+            return v
+        }
+        func deg(_ at: Int) -> Double {
+            var v: UInt32 = 0
+            for i in 0..<4 { v |= UInt32(bytes[at + i]) << (8 * UInt32(i)) }
+            return Double(Int32(bitPattern: v)) / 10_000_000
+        }
+        func compression(_ b: UInt8, _ what: String, unknownIsNone: Bool) throws(ArchiveError) -> Compression {
+            switch b {
+            case 0 where unknownIsNone: return .none
+            case 1: return .none
+            case 2: return .gzip
+            case 3: throw ArchiveError("the archive's \(what) compression is brotli, which is not supported (only none and gzip)")
+            case 4: throw ArchiveError("the archive's \(what) compression is zstd, which is not supported (only none and gzip)")
+            default: throw ArchiveError("the archive's \(what) compression is unknown (\(b)); only none and gzip are supported")
+            }
+        }
+        var h = Header()
+        h.rootOffset = u64(8); h.rootLength = u64(16)
+        h.metadataOffset = u64(24); h.metadataLength = u64(32)
+        h.leafOffset = u64(40); h.leafLength = u64(48)
+        h.dataOffset = u64(56); h.dataLength = u64(64)
+        h.addressedTiles = u64(72); h.tileEntries = u64(80); h.tileContents = u64(88)
+        h.clustered = bytes[96] == 1
+        h.internalCompression = try compression(bytes[97], "directory", unknownIsNone: false)
+        h.tileCompression = try compression(bytes[98], "tile", unknownIsNone: true)
+        h.tileType = bytes[99]
+        h.minZoom = bytes[100]; h.maxZoom = bytes[101]
+        h.minLon = deg(102); h.minLat = deg(106); h.maxLon = deg(110); h.maxLat = deg(114)
+        h.centerZoom = bytes[118]
+        h.centerLon = deg(119); h.centerLat = deg(123)
+        guard h.minZoom <= h.maxZoom, Int(h.maxZoom) <= TileRect.zoomRange.upperBound else {
+            throw ArchiveError("the PMTiles header's zooms \(h.minZoom)...\(h.maxZoom) are not usable")
+        }
+        return h
+    }
+
+    /// Reads an unsigned LEB128 varint at `pos`, advancing it.
+    /// - Throws: `ArchiveError` when the bytes end inside the varint or it is longer than 10 bytes.
+    public static func readVarint(_ bytes: [UInt8], _ pos: inout Int) throws(ArchiveError) -> UInt64 {
+        var v: UInt64 = 0, shift: UInt64 = 0
+        while true {
+            guard pos < bytes.count else { throw ArchiveError("a PMTiles directory is cut short inside a varint") }
+            let b = bytes[pos]; pos += 1
+            guard shift < 64 else { throw ArchiveError("a PMTiles directory has a varint longer than 64 bits") }
+            v |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return v }
+            shift += 7
+        }
+    }
+
+    /// Decodes a directory after internal decompression (spec section 4.2): the entry count,
+    /// then the TileIds as deltas, the run lengths, the lengths, and the offsets (0 = right
+    /// after the previous entry's body, else offset + 1), each a column of varints.
+    /// The inverse of `serializeDirectory`.
+    /// - Throws: `ArchiveError` when the bytes are cut short, the count could not fit in the
+    ///   bytes (each entry takes at least 4), TileIds do not increase, a length is 0 or above
+    ///   2^32 - 1, or a run length is above 2^32 - 1, or bytes are left over.
+    public static func readDirectory(_ bytes: [UInt8]) throws(ArchiveError) -> [Entry] {
+        var pos = 0
+        let n = try readVarint(bytes, &pos)
+        guard n <= UInt64(bytes.count / 4) else {
+            throw ArchiveError("a PMTiles directory claims \(n) entries in \(bytes.count) bytes")
+        }
+        let count = Int(n)
+        var ids = [UInt64](repeating: 0, count: count)
+        var last: UInt64 = 0
+        for i in 0..<count {
+            let d = try readVarint(bytes, &pos)
+            let (id, over) = last.addingReportingOverflow(d)
+            guard !over, i == 0 || d > 0 else { throw ArchiveError("a PMTiles directory's TileIds do not increase (entry \(i))") }
+            ids[i] = id; last = id
+        }
+        var runs = [UInt32](repeating: 0, count: count)
+        for i in 0..<count {
+            let r = try readVarint(bytes, &pos)
+            guard r <= UInt64(UInt32.max) else { throw ArchiveError("a PMTiles directory's run length \(r) is too large (entry \(i))") }
+            runs[i] = UInt32(r)
+        }
+        var lengths = [UInt32](repeating: 0, count: count)
+        for i in 0..<count {
+            let l = try readVarint(bytes, &pos)
+            guard l > 0, l <= UInt64(UInt32.max) else { throw ArchiveError("a PMTiles directory's length \(l) is not usable (entry \(i))") }
+            lengths[i] = UInt32(l)
+        }
+        var out: [Entry] = []
+        out.reserveCapacity(count)
+        for i in 0..<count {
+            let o = try readVarint(bytes, &pos)
+            let offset: UInt64
+            if o == 0 {
+                guard i > 0 else { throw ArchiveError("a PMTiles directory's first offset is relative") }
+                offset = out[i - 1].offset + UInt64(out[i - 1].length)
+            } else {
+                offset = o - 1
+            }
+            out.append(Entry(tileID: ids[i], offset: offset, length: lengths[i], runLength: runs[i]))
+        }
+        guard pos == bytes.count else { throw ArchiveError("a PMTiles directory has \(bytes.count - pos) bytes left over") }
+        return out
+    }
+
+    /// The tile z/x/y of a TileId (spec section 4.1): the inverse of `tileID(_:)`.
+    /// - Returns: nil when `id` lies beyond zoom `TileRect.zoomRange.upperBound`.
+    public static func tile(ofID id: UInt64) -> TileID? {
+        var acc: UInt64 = 0
+        for z in TileRect.zoomRange {
+            let n = UInt64(1) << (2 * UInt64(z))
+            if id < acc + n {
+                var t = id - acc
+                var x: UInt64 = 0, y: UInt64 = 0
+                var s: UInt64 = 1
+                let size = UInt64(1) << UInt64(z)
+                while s < size {
+                    let rx = 1 & (t / 2)
+                    let ry = 1 & (t ^ rx)
+                    if ry == 0 {
+                        if rx == 1 { x = s - 1 - x; y = s - 1 - y }
+                        swap(&x, &y)
+                    }
+                    x += s * rx; y += s * ry
+                    t /= 4
+                    s *= 2
+                }
+                return TileID(z: z, x: Int(x), y: Int(y))
+            }
+            acc += n
+        }
+        return nil
+    }
+
+    /// One tile of a region found in an archive: where its body lies in the archive file.
+    public struct ArchiveTile: Sendable, Equatable, Codable {
+        /// The tile (XYZ).
+        public var tile: TileID
+        /// The body's first byte, from the start of the archive file (the header's data offset
+        /// plus the entry's offset).
+        public var offset: UInt64
+        /// The body's length in bytes (as stored: before the header's tile compression is undone).
+        public var length: UInt32
+        /// A tile at `offset` (bytes from the start of the file), `length` bytes.
+        public init(tile: TileID, offset: UInt64, length: UInt32) { self.tile = tile; self.offset = offset; self.length = length }
+        private enum CodingKeys: String, CodingKey { case z, x, y, o, l }
+        /// Reads `{"z", "x", "y", "o", "l"}` (short keys: `plan.json` holds one per tile).
+        /// - Throws: `DecodingError` for a missing or mistyped field.
+        public init(from decoder: Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            tile = TileID(z: try c.decode(Int.self, forKey: .z), x: try c.decode(Int.self, forKey: .x), y: try c.decode(Int.self, forKey: .y))
+            offset = try c.decode(UInt64.self, forKey: .o); length = try c.decode(UInt32.self, forKey: .l)
+        }
+        /// Writes `{"z", "x", "y", "o", "l"}`.
+        public func encode(to encoder: Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(tile.z, forKey: .z); try c.encode(tile.x, forKey: .x); try c.encode(tile.y, forKey: .y)
+            try c.encode(offset, forKey: .o); try c.encode(length, forKey: .l)
+        }
+    }
+
+    /// What a region takes from an archive: every tile the archive holds in the cover, sorted by
+    /// offset (then TileId), with the exact totals.
+    public struct ArchivePlan: Sendable, Equatable {
+        /// The tiles, sorted by `offset` (tiles of one run-length entry share an offset).
+        public var tiles: [ArchiveTile]
+        /// Number of tiles (the manifest gets one line per tile).
+        public var tileCount: Int { tiles.count }
+        /// Sum of every tile's `length`: the bytes the tiles would take fetched one by one.
+        public var tileBytes: Int
+        /// Bytes of the distinct bodies (a run-length body counted once): the least a download
+        /// of these tiles can move.
+        public var bodyBytes: Int
+        /// Leaf directories read to find the tiles (offset and length in the leaf section).
+        public var leavesRead: [Entry]
+    }
+
+    /// The TileIds of the tiles in `rects` (and within `shape`, when given), sorted. 8 bytes per
+    /// tile: the caller has checked the count against the tile limits first.
+    public static func tileIDs(rects: [TileRect], shape: RegionShape?) -> [UInt64] {
+        var ids: [UInt64] = []
+        for r in rects {
+            if let shape {
+                let rings = shape.projected(z: r.z)
+                for y in r.minY...r.maxY {
+                    for c in shape.columns(z: r.z, y: y, rings: rings) {
+                        let lo = max(c.lowerBound, r.minX), hi = min(c.upperBound, r.maxX)
+                        if lo <= hi { for x in lo...hi { ids.append(tileID(TileID(z: r.z, x: x, y: y))) } }
+                    }
+                }
+            } else {
+                for y in r.minY...r.maxY { for x in r.minX...r.maxX { ids.append(tileID(TileID(z: r.z, x: x, y: y))) } }
+            }
+        }
+        ids.sort()
+        // Two rectangles of one zoom never overlap (WebMercator.cover), but dedup costs nothing.
+        var out: [UInt64] = []
+        out.reserveCapacity(ids.count)
+        for id in ids where out.last != id { out.append(id) }
+        return out
+    }
+
+    /// The tile rectangles of a region in an archive: `bounds` at zooms `minZoom...maxZoom`
+    /// clipped by the header's zooms and bounds, as a TileJSON's `minzoom`, `maxzoom` and
+    /// `bounds` are honoured (`Planner.plan`).
+    public static func cover(_ bounds: GeoBounds, minZoom: Int, maxZoom: Int, header: Header) -> [TileRect] {
+        let lo = max(minZoom, Int(header.minZoom)), hi = min(maxZoom, Int(header.maxZoom))
+        let region = Planner.rects(bounds, lo, hi)
+        let hb = GeoBounds(west: header.minLon, south: header.minLat, east: header.maxLon, north: header.maxLat)
+        guard hb.west < hb.east, hb.south < hb.north else { return region }
+        return Planner.intersect(region, Planner.rects(hb, lo, hi))
+    }
+
+    /// Plans a region over an archive: walks the root directory and the leaves that meet the
+    /// wanted tiles (only those), and lists every wanted tile the archive holds.
+    /// - Parameters:
+    ///   - header: the archive's header (`readHeader`).
+    ///   - root: the root directory's entries (`readDirectory` after internal decompression).
+    ///   - wanted: the region's TileIds, sorted (`tileIDs`).
+    ///   - leaf: the entries of a leaf directory (a root or leaf entry with run length 0: its
+    ///     offset and length are in the leaf section). Called once per leaf that meets `wanted`.
+    /// - Throws: `ArchiveError` for leaves nested deeper than `maxDirectoryDepth`; what `leaf` throws.
+    public static func plan(header: Header, root: [Entry], wanted: [UInt64],
+                            leaf: (Entry) throws -> [Entry]) throws -> ArchivePlan {
+        var tiles: [ArchiveTile] = []
+        var leaves: [Entry] = []
+        func lowerBound(_ v: UInt64) -> Int {
+            var lo = 0, hi = wanted.count
+            while lo < hi { let m = (lo + hi) / 2; if wanted[m] < v { lo = m + 1 } else { hi = m } }
+            return lo
+        }
+        func walk(_ entries: [Entry], _ depth: Int, _ limit: UInt64) throws {
+            for (i, e) in entries.enumerated() {
+                let next = i + 1 < entries.count ? entries[i + 1].tileID : limit
+                if e.runLength == 0 {
+                    let k = lowerBound(e.tileID)
+                    guard k < wanted.count, wanted[k] < next else { continue }
+                    guard depth < maxDirectoryDepth else {
+                        throw ArchiveError("the archive's leaf directories nest deeper than \(maxDirectoryDepth) levels")
+                    }
+                    leaves.append(e)
+                    try walk(try leaf(e), depth + 1, next)
+                } else {
+                    let end = e.tileID &+ UInt64(e.runLength)
+                    var k = lowerBound(e.tileID)
+                    while k < wanted.count && wanted[k] < end {
+                        if let t = tile(ofID: wanted[k]) {
+                            tiles.append(ArchiveTile(tile: t, offset: header.dataOffset &+ e.offset, length: e.length))
+                        }
+                        k += 1
+                    }
+                }
+            }
+        }
+        try walk(root, 0, UInt64.max)
+        tiles.sort { ($0.offset, tileID($0.tile)) < ($1.offset, tileID($1.tile)) }
+        var tileBytes = 0, bodyBytes = 0
+        var lastOffset: UInt64?
+        for t in tiles {
+            tileBytes += Int(t.length)
+            if t.offset != lastOffset { bodyBytes += Int(t.length); lastOffset = t.offset }
+        }
+        return ArchivePlan(tiles: tiles, tileBytes: tileBytes, bodyBytes: bodyBytes, leavesRead: leaves)
+    }
+
+    /// One HTTP range request of a download: bytes `start..<end` of the archive, holding the
+    /// bodies of `tiles` (indices into the sorted `ArchivePlan.tiles`).
+    public struct RangeRequest: Sendable, Equatable {
+        /// First byte (inclusive) from the start of the archive.
+        public var start: UInt64
+        /// End (exclusive).
+        public var end: UInt64
+        /// Indices of the tiles whose bodies lie in the range (a contiguous slice of the plan).
+        public var tiles: Range<Int>
+        /// Bytes in the range that belong to no wanted body (gaps accepted to save a request).
+        public var gapBytes: UInt64
+        /// A range of bytes `start..<end` holding the bodies of `tiles`, `gapBytes` of it between them.
+        public init(start: UInt64, end: UInt64, tiles: Range<Int>, gapBytes: UInt64) {
+            self.start = start; self.end = end; self.tiles = tiles; self.gapBytes = gapBytes
+        }
+        /// The `Range` header's value (RFC 9110 section 14.1.2): `bytes=start-last`.
+        public var header: String { "bytes=\(start)-\(end - 1)" }
+        /// Length of the range in bytes.
+        public var length: UInt64 { end - start }
+    }
+
+    /// Largest gap between two wanted bodies that one range request spans (bytes): 1 MiB. The
+    /// gaps spanned are bounded in total too (`defaultMaxWaste`), so this only keeps one gap from
+    /// taking a range's whole share.
+    public static let defaultMaxGap: UInt64 = 1 << 20
+    /// Largest range a request asks for (bytes), unless one body alone is larger: 4 MiB, so a
+    /// failed or retried range loses little and a download's memory per transfer stays bounded.
+    public static let defaultMaxRange: UInt64 = 4 << 20
+    /// The most bytes between wanted bodies that the ranges may span in all, as a fraction of the
+    /// distinct wanted bytes: 0.1, so the bytes asked are at most 1.1 times the tile bytes.
+    public static let defaultMaxWaste = 0.1
+
+    /// Groups sorted tiles into range requests, as few as the bounds allow. Bodies that touch or
+    /// overlap (run lengths share one) join first, each group up to `maxRange`; then the gaps
+    /// between groups are spanned smallest first (which merges the most ranges for the bytes
+    /// spent) while each is at most `maxGap`, the merged range stays within `maxRange`, and the
+    /// gaps spanned total at most `maxWaste` times the distinct wanted bytes. So the bytes asked
+    /// are at most (1 + maxWaste) times the distinct body bytes (`ArchivePlan.bodyBytes`).
+    /// Pure; O(n log n) in the number of tiles.
+    /// - Parameter tiles: sorted by offset (`ArchivePlan.tiles`).
+    /// - Returns: ranges in offset order; together their `tiles` cover `0..<tiles.count` once.
+    public static func coalesce(_ tiles: [ArchiveTile], maxGap: UInt64 = defaultMaxGap,
+                                maxRange: UInt64 = defaultMaxRange, maxWaste: Double = defaultMaxWaste) -> [RangeRequest] {
+        guard !tiles.isEmpty else { return [] }
+        // 1. Runs of touching or overlapping bodies.
+        var runs: [(start: UInt64, end: UInt64, first: Int)] = []
+        var start = tiles[0].offset, end = tiles[0].offset + UInt64(tiles[0].length), first = 0
+        for i in 1..<tiles.count {
+            let t = tiles[i]
+            let tEnd = t.offset + UInt64(t.length)
+            if t.offset <= end && (tEnd <= end || tEnd - start <= maxRange) {
+                end = max(end, tEnd)
+                continue
+            }
+            runs.append((start, end, first))
+            start = t.offset; end = tEnd; first = i
+        }
+        runs.append((start, end, first))
+        var useful: UInt64 = 0
+        for r in runs { useful += r.end - r.start } // runs overlap only where a body was split by maxRange
+        var budget = UInt64(Double(useful) * maxWaste)
+        // 2. Gaps between runs, smallest first. Merging gap i joins run i's group with run i+1's
+        //    (always the first of its group: only its own left gap could have merged it).
+        var groupOf = Array(0..<runs.count)      // union-find towards the group's first run
+        var groupLast = Array(0..<runs.count)    // for a group's first run: its last run
+        var groupGap = [UInt64](repeating: 0, count: runs.count)
+        func find(_ i: Int) -> Int {
+            var r = i
+            while groupOf[r] != r { r = groupOf[r] }
+            var j = i
+            while groupOf[j] != r { let n = groupOf[j]; groupOf[j] = r; j = n }
+            return r
+        }
+        let gaps = (0..<max(0, runs.count - 1)).map { i in (i, runs[i + 1].start > runs[i].end ? runs[i + 1].start - runs[i].end : 0) }
+        for (i, g) in gaps.sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) {
+            if g > maxGap || g > budget { break }
+            let a = find(i), b = i + 1
+            guard runs[groupLast[b]].end - runs[a].start <= maxRange else { continue }
+            groupOf[b] = a
+            groupLast[a] = groupLast[b]
+            groupGap[a] += groupGap[b] + g
+            budget -= g
+        }
+        // 3. The groups in order.
+        var out: [RangeRequest] = []
+        var i = 0
+        while i < runs.count {
+            let last = groupLast[i]
+            let next = last + 1 < runs.count ? runs[last + 1].first : tiles.count
+            out.append(RangeRequest(start: runs[i].start, end: runs[last].end, tiles: runs[i].first..<next, gapBytes: groupGap[i]))
+            i = last + 1
+        }
+        return out
+    }
+}
+
+/// A tile set's PMTiles archive (issue 31): where it is, the version pinned when it was planned,
+/// and the tiles the region takes from it. Part of `plan.json` (`TileSet.archive`).
+public struct ArchiveSource: Sendable, Equatable, Codable {
+    /// The archive's http(s) URL (the inner URL of `pmtiles://URL`).
+    public var url: String
+    /// The archive's `ETag` when planned (sent as `If-Range`/`If-Match` with every range), if any.
+    public var etag: String?
+    /// The archive's `Last-Modified` when planned (Unix seconds), used when there is no ETag.
+    public var lastModified: Int64?
+    /// The header's tile compression (`PMTiles.Compression` raw value: 1 none, 2 gzip).
+    public var tileCompression: UInt8
+    /// The header's tile type (1 MVT, 2 PNG, 3 JPEG, 4 WebP, 0 unknown).
+    public var tileType: UInt8
+    /// The tiles, sorted by offset (`PMTiles.ArchivePlan.tiles`).
+    public var tiles: [PMTiles.ArchiveTile]
+    /// Sum of the tiles' lengths in bytes (`PMTiles.ArchivePlan.tileBytes`).
+    public var tileBytes: Int
+    /// Bytes of the distinct bodies (`PMTiles.ArchivePlan.bodyBytes`).
+    public var bodyBytes: Int
+    /// The archive at `url` (http/https), pinned at `etag` / `lastModified` (the validators of
+    /// the answer its header came in), with the tiles `plan` found and the header's tile encoding.
+    public init(url: String, etag: String?, lastModified: Int64?, header: PMTiles.Header, plan: PMTiles.ArchivePlan) {
+        self.url = url; self.etag = etag; self.lastModified = lastModified
+        tileCompression = header.tileCompression.rawValue; tileType = header.tileType
+        tiles = plan.tiles; tileBytes = plan.tileBytes; bodyBytes = plan.bodyBytes
+    }
+}
+
+extension TileSet {
+    /// The tile set of a PMTiles archive: the region's rectangles at the zooms the archive
+    /// holds, counting only the tiles `archive` lists (so `count` is exact), and the archive.
+    /// - Parameters:
+    ///   - rects: the cover (`PMTiles.cover`), the rectangles the tiles were planned from.
+    public init(source: String, archive: ArchiveSource, rects: [TileRect], shape: RegionShape?) {
+        self.init(source: source, template: TileURLTemplate(PMTiles.sourceScheme + archive.url), rects: rects, shape: shape)
+        self.archive = archive
+        var counts = [Int](repeating: 0, count: rects.count)
+        for t in archive.tiles {
+            if let i = rects.firstIndex(where: { $0.z == t.tile.z && $0.index(of: t.tile) != nil }) { counts[i] += 1 }
+        }
+        rectCounts = counts
+    }
+}

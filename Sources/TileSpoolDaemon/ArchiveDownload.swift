@@ -1,0 +1,218 @@
+// PMTiles archive sources in the daemon (issue 31): the archive's directories read when the plan
+// is made, then the tiles fetched as coalesced range requests, each cut into tiles that enter the
+// store and the manifest exactly as a tile fetched alone does (`store.put`, `addPending`).
+import Foundation
+import TileSpoolCore
+import TileSpoolIO
+import TileSpoolExport
+
+/// One range request of a download: bytes `start..<end` of a tile set's archive, and the tiles
+/// (plan index, where the body lies) it holds.
+struct ArchiveRange {
+    let set: Int
+    let start: UInt64
+    let end: UInt64
+    let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
+}
+
+extension Daemon {
+    /// Reads every PMTiles archive `r`'s plan needs (header, root, the leaves that meet the
+    /// region), synchronously, with a client of the daemon's options: a few requests, made
+    /// once per region when its plan is made (never again on resume: the plan keeps the tiles).
+    func readArchives(_ r: Region, style: StyleDocument?) throws(RegionError) -> [String: TileSet] {
+        guard !Planner.archiveSources(request: r.request, style: style).isEmpty else { return [:] }
+        var httpOptions = options.http
+        httpOptions.allowedHosts.formUnion(options.allowedHosts)
+        let client = HTTPClient(options: httpOptions)
+        // A refresh: an archive still at the version the pack was planned from costs one request.
+        let previous = r.refreshing ? r.files.loadPlan() : nil
+        let readings = try PMTilesRemote.readAll(request: r.request, style: style, http: client, headers: r.request.headerList, previous: previous)
+        r.download?.unchangedArchives = Set(readings.filter { $0.value.unchanged }.map { ManifestLine.sanitizeKey($0.key) })
+        for (name, reading) in readings {
+            Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
+        }
+        return readings.mapValues(\.set)
+    }
+
+    /// The URL of the archive an error names (`shown`: its redacted form), to probe while the
+    /// region waits for the network; the first archive when none matches.
+    func archiveURL(_ r: Region, style: StyleDocument?, shown: String?) -> String {
+        let urls = Planner.archiveSources(request: r.request, style: style).map(\.url)
+        return urls.first { Redaction.redact($0) == shown } ?? urls.first ?? ""
+    }
+
+    /// The plan index where each tile set's indices begin.
+    static func setBases(_ plan: ResourcePlan) -> [Int] {
+        var bases: [Int] = []
+        var base = plan.resources.count
+        for set in plan.tileSets { bases.append(base); base += set.indexCount }
+        return bases
+    }
+
+    /// The range requests still to make for `d`'s archive tile sets: the tiles not yet recorded
+    /// (`d.done`), coalesced (`PMTiles.coalesce`). Made once per start of the download, so a
+    /// resume asks only for what is missing.
+    func buildArchiveRanges(_ d: Download, _ plan: ResourcePlan) {
+        var ranges: [ArchiveRange] = []
+        d.archiveSpans = []
+        let bases = Daemon.setBases(plan)
+        for (s, set) in plan.tileSets.enumerated() {
+            guard let archive = set.archive else { continue }
+            d.archiveSpans.append(bases[s]..<(bases[s] + set.indexCount))
+            var missing: [(index: Int, tile: PMTiles.ArchiveTile)] = []
+            for t in archive.tiles {
+                var base = bases[s]
+                var index: Int?
+                for rect in set.rects {
+                    if rect.z == t.tile.z, let i = rect.index(of: t.tile) { index = base + i; break }
+                    base += rect.count
+                }
+                guard let i = index, !d.done[i] else { continue }
+                // A refresh of an unchanged archive: the pack's line is kept, nothing is asked.
+                if d.unchangedArchives.contains(set.source), let prev = d.previousLine(.tile, ManifestLine.tileKey(source: set.source, t.tile)), !prev.failed {
+                    addPending(d, .index(i), prev)
+                    continue
+                }
+                missing.append((i, t))
+            }
+            for range in PMTiles.coalesce(missing.map(\.tile)) {
+                ranges.append(ArchiveRange(set: s, start: range.start, end: range.end, tiles: Array(missing[range.tiles])))
+            }
+        }
+        d.archiveRanges = ranges
+        d.rangeCursor = 0
+    }
+
+    /// Issues the range requests of archive tile sets, after every other resource is finished
+    /// (phases run in order); stops at the region's request limit or when a rate limit holds one back.
+    func fillRanges(_ r: Region, _ d: Download, _ plan: ResourcePlan, now: Double) {
+        guard d.archiveRanges != nil else { return }
+        while d.inFlight.count < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
+            if d.nonTileInFlight > 0 || d.cursor < plan.resources.count { return }
+            guard issueRange(r, d, d.rangeCursor, now: now) else { return }
+            d.rangeCursor += 1
+        }
+    }
+
+    /// Starts range request `n` of `d.archiveRanges`: one request for the rate limits, carrying
+    /// the archive's pinned version (`PMTilesRemote.pinHeaders`). False when a rate limit holds it.
+    func issueRange(_ r: Region, _ d: Download, _ n: Int, now: Double) -> Bool {
+        let range = d.archiveRanges![n]
+        guard let archive = d.plan?.tileSets[range.set].archive else { return true }
+        let url = archive.url
+        if !admitted(r, d, url: url, now: now) { return false }
+        d.lastIssued = now
+        let tag = nextTag; nextTag += 1
+        let item = WorkItem.range(n)
+        d.inFlight[tag] = Fetch(item: item, url: url, kind: .tile, key: "range \(range.start)-\(range.end - 1)", conditional: false)
+        transfers[tag] = (r.id, item)
+        let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
+        http.start(url: url, tag: tag, validators: nil,
+                   headers: r.request.headerList + [("Range", "bytes=\(range.start)-\(range.end - 1)")] + PMTilesRemote.pinHeaders(pinned))
+        return true
+    }
+
+    /// What a range request's answer does. 206 with every byte: each tile cut out, its tile
+    /// compression undone, stored and recorded. 200: the server ignored Range and sent the whole
+    /// file (read up to the client's largest body, never stored): the tiles are cut out of it
+    /// when it is the pinned version. 412, or a validator other than the pinned one: the archive
+    /// changed, the region fails (`archiveChanged`). A short 206, a 416, a 429 or 5xx: retried as
+    /// a tile is; once retries run out, each tile of the range fails as a tile does.
+    func handleRange(_ r: Region, _ d: Download, _ res: TransferResult, _ fetch: Fetch, _ n: Int) {
+        let range = d.archiveRanges![n]
+        let set = d.plan!.tileSets[range.set]
+        let archive = set.archive!
+        let url = archive.url
+        let item = WorkItem.range(n)
+        func failTiles(_ e: RegionError) {
+            for (i, t) in range.tiles {
+                guard r.download === d, r.state == .downloading else { return }
+                let key = ManifestLine.tileKey(source: set.source, t.tile)
+                failTile(r, d, .index(i), Fetch(item: .index(i), url: tileURL(archive, t.tile), kind: .tile, key: key, conditional: false), e)
+            }
+        }
+        if let f = res.failure {
+            let why: String
+            switch f {
+            case .refused(let t), .policyRefused(let t): fail(r, RegionError(code: .httpError, message: "\(quoted(t, r, url: url)) (\(shown(url, r)))", url: shown(url, r))); return
+            case .network(let t):
+                let w = quoted(t, r, url: url)
+                retry(r, d, item, after: nil, exhausted: { self.networkLost(r, url: url, why: w) })
+                return
+            case .badResponse(let t): why = quoted(t, r, url: url)
+            }
+            retry(r, d, item, after: nil, exhausted: { failTiles(RegionError(code: .badResponse, message: "\(why) (\(shown(url, r)))", url: shown(url, r))) })
+            return
+        }
+        let s = res.status
+        let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
+        if s == 412 || ((200...299).contains(s) && PMTilesRemote.changed(pinned, res.freshness)) {
+            fail(r, RegionError(code: .archiveChanged,
+                                message: "source '\(set.source)': the PMTiles archive \(shown(url, r)) changed since the region was planned (HTTP \(s)\(res.freshness.etag.map { ", ETag \($0)" } ?? "")); no tile of the new version was stored: drop the request again to plan over the new archive",
+                                url: shown(url, r), httpStatus: s))
+            return
+        }
+        let want = Int(range.end - range.start)
+        var body: Data
+        switch s {
+        case 206 where res.body.count == want:
+            body = res.body
+        case 206:
+            let why = "HTTP 206 with \(res.body.count) of the \(want) bytes asked (bytes \(range.start)-\(range.end - 1)) from \(shown(url, r))"
+            retry(r, d, item, after: nil, exhausted: { failTiles(RegionError(code: .badResponse, message: why, url: shown(url, r), httpStatus: s)) })
+            return
+        case 200 where res.body.count >= Int(range.end):
+            // The whole file (Range ignored): only the bytes asked are kept.
+            body = res.body.subdata(in: Int(range.start)..<Int(range.end))
+        case 200:
+            let why = "HTTP 200 with \(res.body.count) bytes to a range request for bytes \(range.start)-\(range.end - 1) from \(shown(url, r)): the server ignored Range and the file is cut short"
+            retry(r, d, item, after: nil, exhausted: { failTiles(RegionError(code: .badResponse, message: why, url: shown(url, r), httpStatus: s)) })
+            return
+        case 429, 500...599, 416:
+            if let ra = res.retryAfter, s != 416 {
+                d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, Daemon.maxRetryAfter))
+                r.statusDirty = true
+            }
+            retry(r, d, item, after: res.retryAfter, exhausted: {
+                failTiles(RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r)) for bytes \(range.start)-\(range.end - 1)", url: shown(url, r), httpStatus: s))
+            })
+            return
+        default:
+            failTiles(RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r)) for bytes \(range.start)-\(range.end - 1)", url: shown(url, r), httpStatus: s))
+            return
+        }
+        d.attempts.removeValue(forKey: item)
+        var freshness = res.freshness
+        if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
+        // Tiles of one run-length entry share a body: cut, decoded and stored once.
+        var lastBody: (offset: UInt64, sha: String, bytes: Int)?
+        for (i, t) in range.tiles {
+            guard !d.done[i] else { continue }
+            let key = ManifestLine.tileKey(source: set.source, t.tile)
+            let tileURL = tileURL(archive, t.tile)
+            var sha: String, bytes: Int
+            if let last = lastBody, last.offset == t.offset {
+                (sha, bytes) = (last.sha, last.bytes)
+            } else {
+                let from = Int(t.offset - range.start)
+                var tile = body.subdata(in: from..<(from + Int(t.length)))
+                if archive.tileCompression == PMTiles.Compression.gzip.rawValue {
+                    do { tile = Data(try Zlib.inflate([UInt8](tile), limit: options.http.maxObjectSize)) } catch {
+                        failTiles(RegionError(code: .badResponse, message: "tile \(t.tile) of \(shown(url, r)) does not inflate: \(error)", url: shown(url, r)))
+                        return
+                    }
+                }
+                do { sha = try store.put(tile).sha256 } catch { storageFailed(r, error); return }
+                bytes = tile.count
+                lastBody = (t.offset, sha, bytes)
+            }
+            let line = ManifestLine(kind: .tile, sha256: sha, bytes: bytes, key: key, url: r.secrets.replaced(in: tileURL), freshness: freshness)
+            addPending(d, .index(i), line)
+        }
+    }
+
+    /// The URL a tile of an archive is recorded under in the manifest: the archive's URL with
+    /// the tile as its fragment (`https://host/x.pmtiles#z/x/y`), which names the archive and
+    /// the tile and is never sent.
+    func tileURL(_ archive: ArchiveSource, _ t: TileID) -> String { "\(archive.url)#\(t.z)/\(t.x)/\(t.y)" }
+}

@@ -1,0 +1,175 @@
+// Reading a remote PMTiles archive's header and directories over HTTP range requests, to plan a
+// region over it (issue 31). The decoding and the planning are the pure core's (`PMTiles` in
+// TileSpoolCore); this file only fetches bytes, through `HTTPClient` (libcurl), and inflates
+// directories with the zlib wrapper of TileSpoolExport.
+import Foundation
+import TileSpoolCore
+import TileSpoolIO
+import TileSpoolExport
+
+/// Plans a region's tiles over a remote PMTiles v3 archive: one range request for the header
+/// and root directory (the spec keeps both in the first 16 KiB), one per leaf directory that
+/// meets the region, none for any other. Synchronous (for `tilespool plan` and the daemon's
+/// planning step, a handful of requests).
+public enum PMTilesRemote {
+    /// What reading an archive cost and found.
+    public struct Reading: Sendable {
+        /// The tile set to plan (`TileSet.archive` set, counts exact).
+        public var set: TileSet
+        /// The archive's header.
+        public var header: PMTiles.Header
+        /// Range requests made (header and root, leaves).
+        public var requests: Int
+        /// Bytes received for the header and the directories.
+        public var directoryBytes: Int
+        /// True when the archive is the version `previous` was planned from (same URL, same
+        /// ETag, or Last-Modified without one, same rectangles): `set` is `previous`, and no
+        /// leaf directory was read.
+        public var unchanged = false
+    }
+
+    /// Bytes asked first: the header and, in any archive written to the spec, the root directory.
+    public static let firstRange = 16_384
+    /// Largest directory inflated (bytes after decompression): 64 MiB, far above the spec's
+    /// writers (a leaf holds a few thousand entries of a few bytes each).
+    public static let maxDirectory = 64 << 20
+
+    /// Reads the archive at `url` and plans `request` over it.
+    /// - Parameters:
+    ///   - source: the tile set's name (`tiles0`, or the style's source id), named in errors.
+    ///   - styleSource: the style's source, for a style request (its zooms and tile size).
+    ///   - http: the client to use; `headers` the request's own headers.
+    /// - Throws: `RegionError`: `invalidArchive` for an archive that cannot be read (not PMTiles,
+    ///   version other than 3, damaged directories), `archiveChanged` when its validator moved
+    ///   between two of these requests (412), `httpError`/`networkError`/`badResponse` for a
+    ///   failed request, `policyRefused` for a redirect to a listed host.
+    ///   - previous: the tile set of the same source in the plan of the pack in use (a refresh):
+    ///     when the archive is still that version, it is returned as it is after one request.
+    public static func read(url: String, source: String, request: RegionRequest, styleSource: StyleSource?,
+                            http: HTTPClient, headers: [(String, String)], previous: TileSet? = nil) throws(RegionError) -> Reading {
+        if request.areaParts != nil { throw Planner.archiveOverAreas(source) }
+        let secrets = request.secrets.adding(url: url)
+        func shown(_ text: String) -> String { Redaction.redactEmbedded(text, secrets: secrets) }
+        var requests = 0, directoryBytes = 0
+        var pinned = Freshness()
+        /// Bytes `start..<end` of the archive, conditional on the pinned version once known.
+        func range(_ start: UInt64, _ end: UInt64) throws(RegionError) -> [UInt8] {
+            var h = headers
+            h.append(("Range", "bytes=\(start)-\(end - 1)"))
+            h += pinHeaders(pinned)
+            let r = http.fetchAll([url], headers: h)[0]
+            requests += 1
+            if case .policyRefused(let why)? = r.failure {
+                throw RegionError(code: .policyRefused, message: "source '\(source)': \(shown(why))", url: url)
+            }
+            if let f = r.failure {
+                var code = ErrorCode.networkError
+                switch f { case .badResponse: code = .badResponse; case .refused: code = .httpError; default: break }
+                throw RegionError(code: code, message: "source '\(source)': cannot read the PMTiles archive: \(shown(String(describing: f)))", url: url)
+            }
+            if r.status == 412 || (pinned.hasValidator && changed(pinned, r.freshness)) {
+                throw RegionError(code: .archiveChanged, message: "source '\(source)': the PMTiles archive changed while it was being read; plan again", url: url, httpStatus: r.status)
+            }
+            let body = [UInt8](r.body)
+            switch r.status {
+            case 206:
+                // A range past the end of a short archive comes back shorter: the bytes there are.
+                guard body.count <= Int(end - start) else {
+                    throw RegionError(code: .badResponse, message: "source '\(source)': a range of \(end - start) bytes came back with \(body.count)", url: url, httpStatus: 206)
+                }
+                if !pinned.hasValidator { pinned = r.freshness }
+                return body
+            case 200:
+                // The server ignored Range and sent the whole file (bounded by the client's
+                // largest body): the bytes asked are cut out of it.
+                if !pinned.hasValidator { pinned = r.freshness }
+                guard Int(start) <= body.count else { return [] }
+                return Array(body[Int(start)..<min(body.count, Int(end))])
+            default:
+                throw RegionError(code: .httpError, message: "source '\(source)': HTTP \(r.status) for the PMTiles archive", url: url, httpStatus: r.status)
+            }
+        }
+        func invalid(_ e: PMTiles.ArchiveError) -> RegionError {
+            RegionError(code: .invalidArchive, message: "source '\(source)': \(e.message)", url: url)
+        }
+        func directory(_ bytes: [UInt8], _ header: PMTiles.Header) throws(RegionError) -> [PMTiles.Entry] {
+            var raw = bytes
+            if header.internalCompression == .gzip {
+                do { raw = try Zlib.inflate(bytes, limit: maxDirectory) } catch {
+                    throw RegionError(code: .invalidArchive, message: "source '\(source)': a PMTiles directory does not inflate: \(error)", url: url)
+                }
+            }
+            do { return try PMTiles.readDirectory(raw) } catch { throw invalid(error) }
+        }
+
+        let first = try range(0, UInt64(firstRange))
+        directoryBytes += first.count
+        let header: PMTiles.Header
+        do { header = try PMTiles.readHeader(first) } catch { throw invalid(error) }
+        var rootBytes: [UInt8]
+        let rootEnd = header.rootOffset + header.rootLength
+        if rootEnd <= UInt64(first.count) {
+            rootBytes = Array(first[Int(header.rootOffset)..<Int(rootEnd)])
+        } else {
+            guard header.rootLength <= UInt64(maxDirectory) else { throw invalid(PMTiles.ArchiveError("the root directory is \(header.rootLength) bytes")) }
+            rootBytes = try range(header.rootOffset, rootEnd)
+            directoryBytes += rootBytes.count
+        }
+        let rects = Planner.archiveRects(request: request, source: styleSource, header: header)
+        if let previous, let old = previous.archive, old.url == url, previous.rects == rects,
+           (old.etag != nil && old.etag == pinned.etag)
+            || (old.etag == nil && pinned.etag == nil && old.lastModified != nil && old.lastModified == pinned.lastModified) {
+            return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true)
+        }
+        let root = try directory(rootBytes, header)
+        let wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)
+        let plan: PMTiles.ArchivePlan
+        do {
+            plan = try PMTiles.plan(header: header, root: root, wanted: wanted) { (e) throws(RegionError) in
+                guard e.length <= UInt32(maxDirectory) else { throw invalid(PMTiles.ArchiveError("a leaf directory is \(e.length) bytes")) }
+                let start = header.leafOffset + e.offset
+                let bytes = try range(start, start + UInt64(e.length))
+                directoryBytes += bytes.count
+                return try directory(bytes, header)
+            }
+        } catch let e as RegionError {
+            throw e
+        } catch let e as PMTiles.ArchiveError {
+            throw invalid(e)
+        } catch {
+            throw RegionError(code: .invalidArchive, message: "source '\(source)': \(error)", url: url)
+        }
+        let archive = ArchiveSource(url: url, etag: pinned.etag, lastModified: pinned.lastModified, header: header, plan: plan)
+        let set = TileSet(source: source, archive: archive, rects: rects, shape: request.shape)
+        return Reading(set: set, header: header, requests: requests, directoryBytes: directoryBytes)
+    }
+
+    /// The precondition a range request carries to stay on the pinned version (RFC 9110 section
+    /// 13.1): `If-Match` with a strong ETag (a change answers 412), else `If-Unmodified-Since`
+    /// with the Last-Modified time (likewise); none when neither is known.
+    public static func pinHeaders(_ pinned: Freshness) -> [(String, String)] {
+        if let etag = pinned.etag, ConditionalRequest.isEntityTag(etag), !etag.hasPrefix("W/") { return [("If-Match", etag)] }
+        if let lm = pinned.lastModified, let date = ConditionalRequest.imfFixdate(lm) { return [("If-Unmodified-Since", date)] }
+        return []
+    }
+
+    /// True when `now` names another version than `pinned` (the ETag moved, or with no ETag the
+    /// Last-Modified moved). A validator absent from one answer is not a change.
+    static func changed(_ pinned: Freshness, _ now: Freshness) -> Bool {
+        if let a = pinned.etag, let b = now.etag { return a != b }
+        if pinned.etag == nil, let a = pinned.lastModified, let b = now.lastModified { return a != b }
+        return false
+    }
+
+    /// Reads every archive a plan needs (`Planner.archiveSources`), by source name.
+    /// - Parameter previous: the plan of the pack in use, for a refresh (`read`'s `previous`).
+    public static func readAll(request: RegionRequest, style: StyleDocument?, http: HTTPClient,
+                               headers: [(String, String)], previous: ResourcePlan? = nil) throws(RegionError) -> [String: Reading] {
+        var out: [String: Reading] = [:]
+        for a in Planner.archiveSources(request: request, style: style) {
+            let old = previous?.tileSets.first { $0.source == ManifestLine.sanitizeKey(a.source) && $0.archive != nil }
+            out[a.source] = try read(url: a.url, source: a.source, request: request, styleSource: a.styleSource, http: http, headers: headers, previous: old)
+        }
+        return out
+    }
+}
