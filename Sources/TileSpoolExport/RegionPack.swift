@@ -99,7 +99,7 @@ public final class RegionPack: @unchecked Sendable {
     }
 
     /// The number of tiles of `set` the plan names that lie in the subset (all of them without
-    /// one), counted from the plan's rows (`TileSetCover.planned`), without reading the manifest.
+    /// one), counted from the plan's rows (`TileSetCover.plannedColumns`), without reading the manifest.
     public func plannedTilesInSubset(_ set: TileSet) -> Int {
         guard let subset else { return set.count }
         let cover = TileSetCover(set)
@@ -110,9 +110,7 @@ public final class RegionPack: @unchecked Sendable {
                 let y0 = max(r.minY, b.minY), y1 = min(r.maxY, b.maxY)
                 guard y0 <= y1 else { continue }
                 for y in y0...y1 {
-                    // A set without areas (a bounds region) plans its rectangles whole.
-                    let cols = set.areas == nil ? [r.minX...r.maxX] : cover.planned(rect: k, y: y)
-                    n += TileColumns.count(TileColumns.clip(cols, b.minX, b.maxX))
+                    n += TileColumns.count(TileColumns.clip(cover.plannedColumns(rect: k, y: y), b.minX, b.maxX))
                 }
             }
         }
