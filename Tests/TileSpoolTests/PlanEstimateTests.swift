@@ -83,6 +83,19 @@ final class PlanEstimateTests: XCTestCase {
         XCTAssertEqual((r["estimate"] as? [String: Any])?["sampleRequests"] as? Int, 20)
     }
 
+    /// The sample keeps the request's maxRequestsPerSecond, as the daemon does: 30 requests at
+    /// 20 a second start over at least 1.45 s, no one-second window holding more than 21.
+    func testSampleKeepsTheRateLimit() throws {
+        _ = try estimate(["id": "slow", "tiles": [nginx.baseURL + "/raster/node_mbtiles_plain_3/{z}/{x}/{y}.png"], "maxRequestsPerSecond": 20,
+                          "bounds": [-10.0, 40, 30, 60], "minZoom": 4, "maxZoom": 8], ["--estimate-max-requests", "30"])
+        let starts = nginx.timingLog().filter { $0.uri.hasPrefix("/raster/") }.map(\.start).sorted()
+        XCTAssertEqual(starts.count, 30)
+        XCTAssertGreaterThanOrEqual((starts.last ?? 0) - (starts.first ?? 0), 1.4, "\(starts)")
+        for (i, s) in starts.enumerated() {
+            XCTAssertLessThanOrEqual(starts[i...].prefix { $0 < s + 1 }.count, 21, "a window from \(s)")
+        }
+    }
+
     /// Vector tiles (gzip MVT sent with Content-Encoding: gzip, stored decoded), Liechtenstein
     /// z0-14, with 4 tiles a zoom so the upper zooms are sampled, and a region cut to the country's
     /// east at z10-14: the true decoded bytes lie within the interval.
