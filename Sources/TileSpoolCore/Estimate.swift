@@ -132,9 +132,11 @@ public enum SizeEstimate {
 /// the store records under the same URL, each counted once, with the bytes its line records.
 /// Fed manifest lines (`record`) by the caller; pure.
 ///
-/// "The same URL" is the exact URL the plan would fetch (for a tile, its template filled in for
-/// that z/x/y, `TileURLTemplate.url(for:)`), so a region of another id or source name fetched
-/// from the same server counts; a line recorded as failed does not.
+/// "The same URL" is the URL the plan would fetch (for a tile, its template filled in for that
+/// z/x/y, `TileURLTemplate.url(for:)`) as a manifest records it, credentials redacted
+/// (`Redaction.redact`: two URLs differing only in a key or password match); so a region of
+/// another id or source name fetched from the same server counts; a line recorded as failed
+/// does not.
 public final class PlanHoldings {
     public let plan: ResourcePlan
     private let cover: PlanCover
@@ -149,7 +151,7 @@ public final class PlanHoldings {
         self.plan = plan
         cover = PlanCover(plan)
         var idx: [String: [Int]] = [:]
-        for (i, r) in plan.resources.enumerated() { idx["\(r.kind.rawValue)\t\(r.url)", default: []].append(i) }
+        for (i, r) in plan.resources.enumerated() { idx["\(r.kind.rawValue)\t\(Redaction.redact(r.url))", default: []].append(i) }
         resourceIndex = idx
         seen = [UInt64](repeating: 0, count: max(0, plan.indexSpace) / 64 + 1)
     }
@@ -162,7 +164,7 @@ public final class PlanHoldings {
             return
         }
         guard let (_, t) = ManifestLine.parseTileKey(line.key) else { return }
-        for set in plan.tileSets where set.template.url(for: t) == line.url {
+        for set in plan.tileSets where Redaction.redact(set.template.url(for: t)) == line.url {
             if let i = plan.index(kind: .tile, key: ManifestLine.tileKey(source: set.source, t), cover: cover), isPlanned(i) { mark(i, line.bytes) }
         }
     }

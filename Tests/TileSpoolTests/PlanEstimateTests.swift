@@ -184,6 +184,31 @@ final class SizeEstimateUnitTests: XCTestCase {
         XCTAssertEqual(SizeEstimate.tQuantile975(df: 5000), 1.960)
     }
 
+    /// Held resources are matched by URL as manifests record them (credentials redacted), each
+    /// once, failed lines and other templates left out.
+    func testHoldingsMatchByURLOnce() throws {
+        let template = "https://t.test/{z}/{x}/{y}.png?api_key=SECRET"
+        let data = try JSONSerialization.data(withJSONObject: ["id": "h", "tiles": [template], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        let plan = try Planner.plan(request: try RequestValidator.validate(data, fileName: "h.json"), templates: [template])
+        let set = plan.tileSets[0]
+        let h = PlanHoldings(plan: plan)
+        func line(_ source: String, _ t: TileID, _ bytes: Int, url: String? = nil) -> ManifestLine {
+            ManifestLine(kind: .tile, sha256: String(repeating: "a", count: 64), bytes: bytes,
+                         key: ManifestLine.tileKey(source: source, t), url: url ?? Redaction.redact(set.template.url(for: t)))
+        }
+        XCTAssertFalse(line("x", TileID(z: 0, x: 0, y: 0), 1).url.contains("SECRET"), "manifests hold redacted URLs")
+        h.record(line("other", TileID(z: 0, x: 0, y: 0), 100))          // another region's source name: same URL
+        h.record(line("tiles0", TileID(z: 0, x: 0, y: 0), 100))         // the same tile again: once
+        h.record(line("tiles0", TileID(z: 1, x: 1, y: 1), 7))
+        h.record(line("tiles0", TileID(z: 1, x: 0, y: 1), 5, url: "https://elsewhere.test/1/0/1.png")) // another server
+        h.record(line("tiles0", TileID(z: 2, x: 0, y: 0), 9))           // not planned
+        var failed = line("tiles0", TileID(z: 1, x: 0, y: 0), 11)
+        failed.failed = true
+        h.record(failed)
+        XCTAssertEqual(h.resources, 2)
+        XCTAssertEqual(h.bytes, 107)
+    }
+
     /// The sample of a geometry region's tile set lies within its planned tiles, spread, distinct.
     func testSampleTakesPlannedTilesOnly() throws {
         let poly: [String: Any] = ["type": "Polygon", "coordinates": [[[0, 0], [40, 0], [0, 40], [0, 0]]]]
