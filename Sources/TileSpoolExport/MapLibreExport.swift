@@ -92,8 +92,9 @@ enum MapLibreExport {
     /// The request the region definition is written from: the pack's, or for a subset export
     /// one with the subset's box (clipped to the region's, `RegionPack.exportBounds`, and no
     /// geometry) and its zooms intersected with the request's (`min_zoom`/`max_zoom` are map
-    /// zooms; the subset's are tile zooms, which for 512 px vector tiles are the same and for
-    /// 256 px raster tiles one lower: the definition is then the closest MapLibre can say).
+    /// zooms; the subset's are tile zooms, which for 512 px vector tiles are the same, while at
+    /// map zoom z a 256 px raster source loads tile zoom z + 1 (`WebMercator.coveringZoom`): the
+    /// definition is then the closest MapLibre can say).
     static func definitionRequest(_ pack: RegionPack) -> RegionRequest {
         guard let subset = pack.subset else { return pack.request }
         var r = pack.request
