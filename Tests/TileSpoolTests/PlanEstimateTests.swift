@@ -184,6 +184,33 @@ final class SizeEstimateUnitTests: XCTestCase {
         XCTAssertEqual(SizeEstimate.tQuantile975(df: 5000), 1.960)
     }
 
+    /// The interval's coverage on simulated tile sizes: 400 populations of 5 zooms (N = 12 to
+    /// 1,920) of skewed sizes (lognormal, σ = 1, with a tenth of the tiles empty, in random order),
+    /// sampled as `plan --estimate` samples (32 a zoom, systematic): the true total lies within
+    /// the interval in at least 88 % of them. Measured: 363 of 400 (90.8 %), below the nominal
+    /// 95 % because the sizes are skewed (docs/contract.md says so).
+    func testCoverageOnSimulatedSizes() {
+        var seed: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func uniform() -> Double { seed = seed &* 6364136223846793005 &+ 1442695040888963407; return Double(seed >> 11) / Double(1 << 53) }
+        func normal() -> Double { (-2 * log(max(uniform(), 1e-300))).squareRoot() * cos(2 * .pi * uniform()) }
+        var covered = 0
+        let trials = 400
+        for _ in 0..<trials {
+            var strata: [SizeEstimate.Stratum] = []
+            var truth = 0
+            for n in [12, 42, 143, 504, 1920] {
+                let sizes = (0..<n).map { _ in uniform() < 0.1 ? 0 : Int(exp(9 + normal())) }
+                truth += sizes.reduce(0, +)
+                let k = SizeEstimate.allocate(counts: [n], perZoom: 32, maxRequests: 256)[0]
+                strata.append(.init(population: n, sizes: SizeEstimate.positions(population: n, sample: k).map { sizes[$0] }))
+            }
+            let r = SizeEstimate.interval(strata)
+            if r.low <= truth && truth <= r.high { covered += 1 }
+        }
+        print("simulated coverage: \(covered) of \(trials)")
+        XCTAssertGreaterThanOrEqual(Double(covered) / Double(trials), 0.88)
+    }
+
     /// Held resources are matched by URL as manifests record them (credentials redacted), each
     /// once, failed lines and other templates left out.
     func testHoldingsMatchByURLOnce() throws {
