@@ -184,6 +184,23 @@ final class ExportSubsetTests: XCTestCase {
         XCTAssertEqual(rc, 2, msg)
         XCTAssertTrue(msg.contains("--min-zoom 3 is above --max-zoom 2"), msg)
         XCTAssertFalse(FileManager.default.fileExists(atPath: out))
+
+        // A geometry region: a box inside its bounding box but off its outline holds none of its tiles.
+        try fx.drop("tri.json", ["id": "tri", "tiles": [nginx.baseURL + "/raster/osm_carto/{z}/{x}/{y}.png"], "minZoom": 0, "maxZoom": 4,
+                                 "geometry": ["type": "Polygon", "coordinates": [[[0, 0], [40, 0], [0, 40], [0, 0]]]]])
+        try fx.waitForState("tri", "completed")
+        (rc, msg) = try fx.cli(["export", "tri", "--format", "pmtiles", "--output", out, "--bounds", "30,30,40,40", "--min-zoom", "4",
+                                "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, msg)
+        XCTAssertTrue(msg.contains("holds no tile of region 'tri'"), msg)
+        // ... and a box over its corner holds the planned tiles there only.
+        let corner = fx.root.appendingPathComponent("corner.mbtiles").path
+        _ = try export(["tri", "--format", "mbtiles", "--output", corner, "--bounds", "0,0,40,40", "--min-zoom", "4"])
+        let planned = Set(fx.manifest("tri").filter { $0.kind == "tile" && $0.key.contains("/4/") }.map { String($0.key.split(separator: "/", maxSplits: 1)[1]) })
+        let got = tileSet(try read(corner, served: carto))
+        XCTAssertEqual(got, planned.intersection(slippyTiles([0, 0, 40, 40], 4...4)))
+        XCTAssertLessThan(got.count, slippyTiles([0, 0, 40, 40], 4...4).count, "the outline leaves part of the box out")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out))
     }
 
     // MARK: - Several regions in one file
