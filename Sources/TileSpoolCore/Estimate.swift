@@ -39,8 +39,11 @@ public enum SizeEstimate {
 
     /// One stratum: `population` planned tiles, of which the sample's bytes are `sizes`.
     public struct Stratum: Sendable, Equatable {
+        /// Planned tiles in the stratum (N_h).
         public var population: Int
+        /// Bytes of each sampled tile (n_h values; 0 for an empty tile).
         public var sizes: [Int]
+        /// A stratum of `population` tiles whose sample weighs `sizes` bytes.
         public init(population: Int, sizes: [Int]) { self.population = population; self.sizes = sizes }
     }
 
@@ -138,6 +141,7 @@ public enum SizeEstimate {
 /// another id or source name fetched from the same server counts; a line recorded as failed
 /// does not.
 public final class PlanHoldings {
+    /// The plan matched against.
     public let plan: ResourcePlan
     private let cover: PlanCover
     private let resourceIndex: [String: [Int]]
@@ -147,6 +151,7 @@ public final class PlanHoldings {
     /// Their bytes, as the manifest lines record them (the stored body's size; 0 for an empty tile).
     public private(set) var bytes = 0
 
+    /// Starts with nothing found; memory: one bit per plan index (`ResourcePlan.indexSpace`).
     public init(plan: ResourcePlan) {
         self.plan = plan
         cover = PlanCover(plan)
