@@ -394,3 +394,60 @@ public enum ExportReconcile {
         }
     }
 }
+
+/// The part of a region an export writes when asked for less than the whole
+/// (`tilespool export ID --bounds W,S,E,N --min-zoom A --max-zoom B`, docs/export.md): the tiles of
+/// the pack at a tile zoom in `zooms` that meet `bounds`. "Meet" is MapLibre's half-open cover
+/// (`WebMercator.cover`): a tile is in when its square shares interior with the box, so a box edge
+/// on a tile edge does not pull in the neighbour. Documents (style, sprites, glyphs, TileJSON) are
+/// not subset. Pure.
+public struct ExportSubset: Sendable, Equatable {
+    /// The box asked for, in degrees; `west > east` crosses the antimeridian.
+    public var bounds: GeoBounds
+    /// Tile zooms (the `z` of `z/x/y`), inclusive.
+    public var zooms: ClosedRange<Int>
+    /// Per zoom of `zooms`, the rectangles of tiles meeting `bounds` (one, or two across the antimeridian).
+    public let cover: [Int: [TileRect]]
+
+    /// - Precondition: `zooms` within `TileRect.zoomRange`.
+    public init(bounds: GeoBounds, zooms: ClosedRange<Int>) {
+        self.bounds = bounds
+        self.zooms = zooms
+        var c: [Int: [TileRect]] = [:]
+        for z in zooms { c[z] = WebMercator.cover(bounds, z: z) }
+        cover = c
+    }
+
+    /// True when tile `t` is in the subset.
+    public func contains(_ t: TileID) -> Bool {
+        guard let rects = cover[t.z] else { return false }
+        return rects.contains { t.x >= $0.minX && t.x <= $0.maxX && t.y >= $0.minY && t.y <= $0.maxY }
+    }
+
+    /// Parses `--bounds W,S,E,N` (degrees: longitudes in -180...180, latitudes in -90...90,
+    /// south < north; west > east crosses the antimeridian).
+    /// - Returns: the box, or nil with `problem` set to why not.
+    public static func parseBounds(_ text: String) -> (GeoBounds?, problem: String?) {
+        let parts = text.split(separator: ",", omittingEmptySubsequences: false).map { Double($0.trimmingCharacters(in: .whitespaces)) }
+        guard parts.count == 4, parts.allSatisfy({ $0 != nil && $0!.isFinite }) else {
+            return (nil, "must be four numbers W,S,E,N in degrees, not '\(text.prefix(80))'")
+        }
+        let (w, s, e, n) = (parts[0]!, parts[1]!, parts[2]!, parts[3]!)
+        guard (-180...180).contains(w), (-180...180).contains(e) else { return (nil, "longitudes must be within -180...180") }
+        guard (-90...90).contains(s), (-90...90).contains(n) else { return (nil, "latitudes must be within -90...90") }
+        guard s < n else { return (nil, "south (\(s)) must be less than north (\(n))") }
+        guard w != e else { return (nil, "west and east are equal: the box has no width") }
+        return (GeoBounds(west: w, south: s, east: e, north: n), nil)
+    }
+
+    /// The box the metadata of a subset export states: `bounds` clipped to the region's box
+    /// `region`. When either crosses the antimeridian the clip is not attempted and `bounds` is
+    /// returned as asked (a box crossing it cannot be clipped to one interval in general).
+    public func clipped(to region: GeoBounds) -> GeoBounds {
+        guard bounds.west <= bounds.east, region.west <= region.east else { return bounds }
+        let w = max(bounds.west, region.west), e = min(bounds.east, region.east)
+        let s = max(bounds.south, region.south), n = min(bounds.north, region.north)
+        guard w < e, s < n else { return bounds }
+        return GeoBounds(west: w, south: s, east: e, north: n)
+    }
+}

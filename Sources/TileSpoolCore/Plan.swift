@@ -189,6 +189,20 @@ public final class TileSetCover {
         return cols
     }
 
+    private var shapeRings: (z: Int, rings: [[(Double, Double)]])?
+
+    /// The planned columns of row `y` in rectangle `k` for a set of any kind: a corridor's or
+    /// parts' (`planned`), a geometry's (the shape's columns within the rectangle), or a box's
+    /// (the whole row of the rectangle). Empty outside the rectangle's rows.
+    public func plannedColumns(rect k: Int, y: Int) -> [ClosedRange<Int>] {
+        let r = set.rects[k]
+        guard y >= r.minY, y <= r.maxY else { return [] }
+        if set.areas != nil { return planned(rect: k, y: y) }
+        guard let shape = set.shape else { return [r.minX...r.maxX] }
+        if shapeRings?.z != r.z { shapeRings = (r.z, shape.projected(z: r.z)) }
+        return TileColumns.clip(shape.columns(z: r.z, y: y, rings: shapeRings!.rings), r.minX, r.maxX)
+    }
+
     /// True when tile `t` of rectangle `k` is planned there.
     public func isPlanned(rect k: Int, _ t: TileID) -> Bool {
         planned(rect: k, y: t.y).contains { $0.contains(t.x) }

@@ -122,8 +122,51 @@ public enum Exporter {
 
     public static func export(_ pack: RegionPack, _ spec: ExportSpec, to output: String, force: Bool = false,
                               guard protection: ExportGuard = .none, maxObjectSize: Int = Exporter.defaultMaxObjectSize,
-                              progress: Progress? = nil) throws(ExportError) -> ExportResult {
-        pack.maxDecodedBytes = maxObjectSize
+                              subset: ExportSubset? = nil, progress: Progress? = nil) throws(ExportError) -> ExportResult {
+        try export([pack], spec, to: output, force: force, guard: protection, maxObjectSize: maxObjectSize, subset: subset, progress: progress)
+    }
+
+    /// The tile sets `spec` exports from `packs` (each pack's `RegionPack.tileSet(spec.source)`),
+    /// oldest first: ordered by `RegionPack.manifestTime` (when the pack's manifest was last
+    /// written: its last download or refresh), ties in the order given. Several packs must hold the same tile source
+    /// (`sameSourceProblem`).
+    /// - Throws: `ExportError` for a missing or ambiguous source, or different sources.
+    public static func parts(_ packs: [RegionPack], source: String?) throws(ExportError) -> [(pack: RegionPack, set: TileSet)] {
+        var list: [(pack: RegionPack, set: TileSet, order: Int)] = []
+        for (i, p) in packs.enumerated() { list.append((p, try p.tileSet(source), i)) }
+        if list.count > 1, let problem = sameSourceProblem(list.map { ($0.pack.id, $0.set) }) { throw ExportError(problem) }
+        list.sort { ($0.pack.manifestTime, $0.order) < ($1.pack.manifestTime, $1.order) }
+        return list.map { ($0.pack, $0.set) }
+    }
+
+    /// Why tile sets of several regions cannot go in one file, or nil when they hold the same
+    /// source. "The same source" means the same resolved tile URL template (`TileURLTemplate`
+    /// equality: the template string as tiles were fetched from it, after a style's TileJSON was
+    /// read, its `{-y}`/`scheme: tms` flag, its `{ratio}` and its subdomains): two regions fetched
+    /// their tiles from the same URLs, so a z/x/y means the same tile in both. Source names,
+    /// request ids and areas may differ; a different query string (an API key) is another source.
+    public static func sameSourceProblem(_ sets: [(id: String, set: TileSet)]) -> String? {
+        guard let first = sets.first else { return nil }
+        for other in sets.dropFirst() where other.set.template != first.set.template {
+            return "regions '\(first.id)' and '\(other.id)' have different tile sources ('\(Redaction.redact(first.set.template.template))'\(first.set.template.tms ? " tms" : "") and '\(Redaction.redact(other.set.template.template))'\(other.set.template.tms ? " tms" : "")): only regions fetched from the same tile URL template go in one file"
+        }
+        return nil
+    }
+
+    /// Writes `packs` as `spec` to `output`, as `export(_:_:to:...)` writes one: several packs
+    /// only for mbtiles and pmtiles, all of the same tile source (`parts`); their union, each
+    /// z/x/y once, the newest pack's answer where they overlap. With `subset`, only its tiles
+    /// (`ExportSubset`), and the metadata states its box and zooms.
+    /// - Throws: `ExportError` as the one-pack export, and for several packs in another format,
+    ///   different sources, or a subset that holds no planned tile (`RegionPack.requireSubsetTiles`).
+    public static func export(_ packs: [RegionPack], _ spec: ExportSpec, to output: String, force: Bool = false,
+                              guard protection: ExportGuard = .none, maxObjectSize: Int = Exporter.defaultMaxObjectSize,
+                              subset: ExportSubset? = nil, progress: Progress? = nil) throws(ExportError) -> ExportResult {
+        guard let pack = packs.first else { throw ExportError("no region to export") }
+        if packs.count > 1 && !spec.format.isSingleSource {
+            throw ExportError("several regions go in one file only as mbtiles or pmtiles (one tile source); a \(spec.format.rawValue) export takes one region")
+        }
+        for p in packs { p.maxDecodedBytes = maxObjectSize; p.subset = subset }
         let path = absolute(output)
         let (parentPath, name) = Files.split(path)
         guard Directory.isEntryName(name) else { throw ExportError("\(path) cannot be an export's name (give a file or folder name)") }
@@ -135,6 +178,25 @@ public enum Exporter {
         try checkReplaceable(parent, name, path: path, format: spec.format, force: force)
         if case .tiles = pack.request.source, spec.format == .maplibre {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style (a MapLibre region names a style URL)")
+        }
+        var tileParts: [(pack: RegionPack, set: TileSet)] = []
+        var format = TileFormat.pbf
+        if spec.format.isSingleSource {
+            tileParts = try parts(packs, source: spec.source)
+            if subset != nil {
+                var holds = false
+                for part in tileParts where part.pack.plannedTilesInSubset(part.set) > 0 { holds = true }
+                if !holds { try tileParts[0].pack.requireSubsetTiles([tileParts[0].set]) }
+            }
+            do {
+                let formats = try tileParts.map { try $0.pack.tileFormat(of: $0.set) }
+                if let f = formats.first(where: { $0 != formats[0] }) {
+                    throw ExportError("the regions' tiles are of different formats (\(formats[0].rawValue), \(f.rawValue)): not one source")
+                }
+                format = formats[0]
+            } catch let e as ExportError { throw e } catch { throw ExportError("\(error)") }
+        } else if subset != nil {
+            try pack.requireSubsetTiles(pack.plan.tileSets)
         }
         var base = name
         while base.utf8.count > 160 { base.removeLast() }
@@ -157,9 +219,9 @@ public enum Exporter {
             case .maplibre:
                 result = try MapLibreExport.write(pack, to: temp, progress: progress)
             case .mbtiles:
-                result = try MBTilesExport.write(pack, source: spec.source, to: temp, progress: progress)
+                result = try MBTilesExport.write(tileParts, format: format, to: temp, progress: progress)
             case .pmtiles:
-                result = try PMTilesExport.write(pack, source: spec.source, to: temp, progress: progress)
+                result = try PMTilesExport.write(tileParts, format: format, to: temp, progress: progress)
             case .site:
                 result = try SiteExport.write(pack, baseURL: spec.baseURL, finalPath: path, to: temp, progress: progress)
             }

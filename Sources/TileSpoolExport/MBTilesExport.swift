@@ -27,10 +27,15 @@ enum MBTilesExport {
         do { return try Zlib.compress(stored, .gzip) } catch { throw ExportError("gzip: \(error)") }
     }
 
-    static func write(_ pack: RegionPack, source: String?, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
-        let set = try pack.tileSet(source)
-        let format = try pack.tileFormat(of: set)
-        let meta = try pack.sourceMetadata(set.source)
+    /// Writes the tiles of `parts` (one region's tile set, or several regions' sets of the same
+    /// source, `Exporter.sameSource`) as one MBTiles file. `parts` go oldest first: where two hold
+    /// the same z/x/y, the later one's answer is kept (its bytes, or no row when it recorded an
+    /// empty tile). Each distinct body is stored once.
+    /// - Returns: the result, `tiles` the rows of `map` at the end.
+    /// - Throws: `ExportError` for a SQLite error or a pack that does not match its plan.
+    static func write(_ parts: [(pack: RegionPack, set: TileSet)], format: TileFormat, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
+        let newest = parts[parts.count - 1]
+        let meta = try newest.pack.sourceMetadata(newest.set.source)
         do {
             let db = try SQLiteDatabase(path: path)
             defer { db.close() }
@@ -38,19 +43,24 @@ enum MBTilesExport {
             try db.exec("BEGIN;")
             try db.exec(schema)
             let put = try db.prepare("INSERT INTO metadata (name, value) VALUES (?, ?)")
-            for (k, v) in metadata(pack, set, format, meta) { put.bind(1, k); put.bind(2, v); try put.run() }
+            for (k, v) in metadata(parts, format, meta) { put.bind(1, k); put.bind(2, v); try put.run() }
 
             let has = try db.prepare("SELECT 1 FROM images WHERE tile_id = ?")
             let image = try db.prepare("INSERT INTO images (tile_id, tile_data) VALUES (?, ?)")
             let map = try db.prepare("INSERT OR REPLACE INTO map (zoom_level, tile_column, tile_row, tile_id) VALUES (?, ?, ?, ?)")
-            var done = 0, tiles = 0
-            let total = set.count
-            try pack.forEachTile(of: set.source) { (t, line) in
-                done += 1
-                if done % 4096 == 0 { progress?(done, total) }
-                // Empty tiles (404/204) have no row: an MBTiles reader answers "no tile" for them.
-                guard let sha = line.sha256 else { return }
-                do {
+            let unmap = try db.prepare("DELETE FROM map WHERE zoom_level = ? AND tile_column = ? AND tile_row = ?")
+            var done = 0
+            let total = parts.reduce(0) { SaturatingCount.add($0, $1.set.count) }
+            for (pack, set) in parts {
+                try pack.forEachTile(of: set.source) { (t, line) in
+                    done += 1
+                    if done % 4096 == 0 { progress?(done, total) }
+                    // Empty tiles (404/204) have no row: an MBTiles reader answers "no tile" for them
+                    // (and an older region's row for the tile goes: the newer answer wins).
+                    guard let sha = line.sha256 else {
+                        if parts.count > 1 { unmap.bind(1, t.z); unmap.bind(2, t.x); unmap.bind(3, t.tmsY); try unmap.run() }
+                        return
+                    }
                     has.bind(1, sha)
                     let present = try has.step()
                     has.reset()
@@ -61,13 +71,18 @@ enum MBTilesExport {
                     }
                     map.bind(1, t.z); map.bind(2, t.x); map.bind(3, t.tmsY); map.bind(4, sha)
                     try map.run()
-                    tiles += 1
                 }
             }
+            // Bodies only an older region's replaced tiles used.
+            if parts.count > 1 { try db.exec("DELETE FROM images WHERE tile_id NOT IN (SELECT tile_id FROM map);") }
+            let count = try db.prepare("SELECT count(*) FROM map")
+            _ = try count.step()
+            let tiles = Int(count.int64(0))
+            count.reset()
             try db.exec("COMMIT;")
             db.close()
             progress?(done, total)
-            return ExportResult(format: .mbtiles, source: set.source, path: path, bytes: Files.size(path) ?? 0, tiles: tiles, sha256: nil)
+            return ExportResult(format: .mbtiles, source: newest.set.source, path: path, bytes: Files.size(path) ?? 0, tiles: tiles, sha256: nil)
         } catch let e as ExportError {
             throw e
         } catch {
@@ -75,14 +90,27 @@ enum MBTilesExport {
         }
     }
 
+    /// The box and tile zooms the metadata of `parts` state: the union of each part's
+    /// `RegionPack.exportBounds` (`GeoBounds.union`) and of its `exportZooms`.
+    static func extent(_ parts: [(pack: RegionPack, set: TileSet)]) -> (GeoBounds, ClosedRange<Int>?) {
+        let b = parts.count == 1 ? parts[0].pack.exportBounds : GeoBounds.union(parts.map(\.pack.exportBounds))
+        let zs = parts.compactMap { $0.pack.exportZooms($0.set) }
+        guard let lo = zs.map(\.lowerBound).min(), let hi = zs.map(\.upperBound).max() else { return (b, nil) }
+        return (b, lo...hi)
+    }
+
     /// The `metadata` rows (MBTiles 1.3, "Metadata"): name, format, bounds, center, minzoom,
-    /// maxzoom, attribution, description, type, version, and `json` with `vector_layers`.
-    static func metadata(_ pack: RegionPack, _ set: TileSet, _ format: TileFormat, _ meta: [String: Any]) -> [(String, String)] {
-        let b = pack.request.bounds
-        let zooms = RegionPack.zoomRange(set) ?? pack.request.minZoom...pack.request.maxZoom
+    /// maxzoom, attribution, description, type, version, and `json` with `vector_layers`. Bounds
+    /// and zooms are those of what is exported (`extent`: a subset's, or several regions' union).
+    static func metadata(_ parts: [(pack: RegionPack, set: TileSet)], _ format: TileFormat, _ meta: [String: Any]) -> [(String, String)] {
+        let (b, z) = extent(parts)
+        let first = parts[0]
+        let zooms = z ?? first.pack.request.minZoom...first.pack.request.maxZoom
         let (cx, cy) = center(b)
+        let ids = parts.map(\.pack.id).joined(separator: "+")
+        let source = parts[parts.count - 1].set.source
         var rows: [(String, String)] = [
-            ("name", meta["name"] as? String ?? "\(pack.id) \(set.source)"),
+            ("name", meta["name"] as? String ?? "\(ids) \(source)"),
             ("format", format.rawValue),
             ("bounds", [b.west, b.south, b.east, b.north].map(MBTilesExport.decimal).joined(separator: ",")),
             ("center", "\(decimal(cx)),\(decimal(cy)),\(zooms.lowerBound + (zooms.upperBound - zooms.lowerBound) / 2)"),
@@ -90,7 +118,7 @@ enum MBTilesExport {
             ("maxzoom", String(zooms.upperBound)),
             ("type", "baselayer"),
             ("version", "1"),
-            ("description", meta["description"] as? String ?? "TileSpool export of region \(pack.id), source \(set.source)"),
+            ("description", meta["description"] as? String ?? "TileSpool export of region\(parts.count > 1 ? "s" : "") \(parts.map(\.pack.id).joined(separator: ", ")), source \(source)"),
         ]
         if let a = meta["attribution"] as? String { rows.append(("attribution", a)) }
         if format == .pbf {

@@ -120,6 +120,22 @@ enum MapLibreExport {
         return [UInt8](JSONKind.serialize(style))
     }
 
+    /// The request the region definition is written from: the pack's, or for a subset export
+    /// one with the subset's box (clipped to the region's, `RegionPack.exportBounds`, and no
+    /// geometry) and its zooms intersected with the request's (`min_zoom`/`max_zoom` are map
+    /// zooms; the subset's are tile zooms, which for 512 px vector tiles are the same, while at
+    /// map zoom z a 256 px raster source loads tile zoom z + 1 (`WebMercator.coveringZoom`): the
+    /// definition is then the closest MapLibre can say).
+    static func definitionRequest(_ pack: RegionPack) -> RegionRequest {
+        guard let subset = pack.subset else { return pack.request }
+        var r = pack.request
+        r.bounds = pack.exportBounds
+        r.shape = nil
+        r.minZoom = max(r.minZoom, subset.zooms.lowerBound)
+        r.maxZoom = max(r.minZoom, min(r.maxZoom, subset.zooms.upperBound))
+        return r
+    }
+
     static func write(_ pack: RegionPack, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
         guard case .style(let styleURL) = pack.request.source else {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style")
@@ -132,7 +148,7 @@ enum MapLibreExport {
             try db.exec("BEGIN;")
             try db.exec(schema)
             let region = try db.prepare("INSERT INTO regions (definition, description) VALUES (?, ?)")
-            region.bind(1, MapLibreOffline.definition(styleURL: styleURL, request: pack.request))
+            region.bind(1, MapLibreOffline.definition(styleURL: styleURL, request: definitionRequest(pack)))
             region.bind(2, blob: pack.request.contextJSON.map { [UInt8]($0) })
             try region.run()
             let regionID: Int64 = 1

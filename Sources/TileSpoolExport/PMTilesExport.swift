@@ -60,22 +60,33 @@ enum PMTilesExport {
         }
     }
 
-    static func write(_ pack: RegionPack, source: String?, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
-        let set = try pack.tileSet(source)
-        let format = try pack.tileFormat(of: set)
-        let meta = try pack.sourceMetadata(set.source)
+    /// The low bits of a sorted pair's second word that hold the body index; above them, the
+    /// part's rank (0 for the newest part), so that among pairs of one TileId the newest sorts first.
+    static let bodyBits: UInt64 = 40
+    static let bodyMask: UInt64 = (1 << 40) - 1
+
+    /// Writes the tiles of `parts` (one region's tile set, or several regions' sets of the same
+    /// source, `Exporter.sameSource`) as one PMTiles archive. `parts` go oldest first: where two
+    /// hold the same z/x/y, the later one's answer is kept (its bytes, or no entry when it recorded
+    /// an empty tile).
+    /// - Throws: `ExportError` for a file error or a pack that does not match its plan.
+    static func write(_ parts: [(pack: RegionPack, set: TileSet)], format: TileFormat, to path: String, progress: Exporter.Progress?) throws -> ExportResult {
+        let newest = parts[parts.count - 1]
+        let meta = try newest.pack.sourceMetadata(newest.set.source)
         let work = path + ".work"
         try? FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
         defer { Files.removeTree(work) }
 
-        // 1. (TileId, body index) pairs, sorted in runs.
+        // 1. (TileId, rank << 40 | body index) pairs, sorted in runs; an empty tile has body index
+        //    `bodyMask`.
         var bodies: [String] = []           // body index -> SHA-256
+        var bodyPack: [Int] = []            // body index -> the part whose pack reads it
         var bodyIndex: [String: Int] = [:]
         var run: [(UInt64, UInt64)] = []
         run.reserveCapacity(runSize)
         var runs: [Records] = []
         func spill() throws {
-            run.sort { $0.0 < $1.0 }
+            run.sort { $0 < $1 }
             let r = try Records(path: "\(work)/run\(runs.count)", write: true)
             for (a, b) in run { try r.put(a, b) }
             try r.flush()
@@ -83,19 +94,26 @@ enum PMTilesExport {
             run.removeAll(keepingCapacity: true)
         }
         var seen = 0
-        let total = set.count
-        try pack.forEachTile(of: set.source) { (t, line) throws in
-            seen += 1
-            // Empty tiles (404/204) are left out: a PMTiles reader answers "no tile" for them.
-            guard let sha = line.sha256 else { return }
-            let b: Int
-            if let i = bodyIndex[sha] { b = i } else { b = bodies.count; bodyIndex[sha] = b; bodies.append(sha) }
-            run.append((PMTiles.tileID(t), UInt64(b)))
-            if run.count >= runSize { try spill() }
+        let total = parts.reduce(0) { SaturatingCount.add($0, $1.set.count) }
+        for (p, (pack, set)) in parts.enumerated() {
+            let rank = UInt64(parts.count - 1 - p) << bodyBits
+            try pack.forEachTile(of: set.source) { (t, line) throws in
+                seen += 1
+                // Empty tiles (404/204) are left out of the archive: a PMTiles reader answers "no
+                // tile" for them. They are sorted all the same, so a newer empty answer wins.
+                let b: Int
+                if let sha = line.sha256 {
+                    if let i = bodyIndex[sha] { b = i } else { b = bodies.count; bodyIndex[sha] = b; bodies.append(sha); bodyPack.append(p) }
+                } else {
+                    b = Int(bodyMask)
+                }
+                run.append((PMTiles.tileID(t), rank | UInt64(b)))
+                if run.count >= runSize { try spill() }
+            }
         }
         bodyIndex = [:]
         if !runs.isEmpty && !run.isEmpty { try spill() }
-        run.sort { $0.0 < $1.0 }
+        run.sort { $0 < $1 }
         var inMemory = run.makeIterator()
 
         // 2. Merge in TileId order: write each body once, in the order first used (clustered), and
@@ -115,7 +133,7 @@ enum PMTilesExport {
         func nextPair() throws -> (UInt64, UInt64)? {
             if runs.isEmpty { return inMemory.next() }
             var best = -1
-            for (i, h) in heads.enumerated() { if let h, best < 0 || h.0 < heads[best]!.0 { best = i } }
+            for (i, h) in heads.enumerated() { if let h, best < 0 || h < heads[best]! { best = i } }
             guard best >= 0 else { return nil }
             let pair = heads[best]
             heads[best] = try runs[best].next()
@@ -134,13 +152,15 @@ enum PMTilesExport {
             entryCount += 1
         }
         while let (id, b) = try nextPair() {
-            if id == lastID { continue } // a tile recorded twice: keep the first
+            if id == lastID { continue } // the same tile from an older part: the newest sorts first
             lastID = id
             written += 1
             if written % 4096 == 0 { progress?(written, total) }
-            let body = Int(b)
+            if b & bodyMask == bodyMask { continue } // empty
+            let body = Int(b & bodyMask)
             if offsets[body] == UInt64.max {
-                let bytes = try MBTilesExport.tileBytes(pack, bodies[body], key: "\(set.source) body \(bodies[body])", format: format)
+                let part = parts[bodyPack[body]]
+                let bytes = try MBTilesExport.tileBytes(part.pack, bodies[body], key: "\(part.set.source) body \(bodies[body])", format: format)
                 guard !bytes.isEmpty else { continue } // a 0-byte body cannot be addressed (spec: lengths are nonzero)
                 offsets[body] = data.written - dataStart
                 lengths[body] = UInt32(bytes.count)
@@ -175,7 +195,7 @@ enum PMTilesExport {
             }
             if !list.isEmpty { try body(list) }
         }
-        let metadata = try internalGzip([UInt8](JSONKind.serialize(metadataJSON(pack, set, meta))))
+        let metadata = try internalGzip([UInt8](JSONKind.serialize(metadataJSON(parts, meta))))
         var root: [UInt8] = []
         var leaves: OutputFile?
         if entryCount <= 16_384 {
@@ -217,10 +237,10 @@ enum PMTilesExport {
         h.internalCompression = .gzip
         h.tileCompression = format == .pbf ? .gzip : .none
         h.tileType = PMTiles.tileType(format)
-        let zooms = RegionPack.zoomRange(set) ?? 0...0
+        let (b, z) = MBTilesExport.extent(parts)
+        let zooms = z ?? 0...0
         h.minZoom = UInt8(minZ == Int.max ? zooms.lowerBound : minZ)
         h.maxZoom = UInt8(minZ == Int.max ? zooms.upperBound : maxZ)
-        let b = pack.request.bounds
         h.minLon = b.west; h.minLat = b.south; h.maxLon = b.east; h.maxLat = b.north
         let (cx, cy) = MBTilesExport.center(b)
         h.centerLon = cx; h.centerLat = cy
@@ -230,7 +250,7 @@ enum PMTilesExport {
         try out.flush()
         try out.write(h.bytes + root, at: 0)
         progress?(written, total)
-        return ExportResult(format: .pmtiles, source: set.source, path: path, bytes: Int(out.written), tiles: Int(addressed), sha256: nil)
+        return ExportResult(format: .pmtiles, source: newest.set.source, path: path, bytes: Int(out.written), tiles: Int(addressed), sha256: nil)
     }
 
     /// The zoom of a TileId: the z with (4^z - 1)/3 <= id < (4^(z+1) - 1)/3.
@@ -248,10 +268,12 @@ enum PMTilesExport {
 
     /// The JSON metadata: name, description, attribution, type, format, and `vector_layers` for MVT
     /// (TileJSON 3.0.0 as the PMTiles spec asks).
-    static func metadataJSON(_ pack: RegionPack, _ set: TileSet, _ meta: [String: Any]) -> [String: Any] {
+    static func metadataJSON(_ parts: [(pack: RegionPack, set: TileSet)], _ meta: [String: Any]) -> [String: Any] {
         var o: [String: Any] = meta
-        if o["name"] == nil { o["name"] = "\(pack.id) \(set.source)" }
-        if o["description"] == nil { o["description"] = "TileSpool export of region \(pack.id), source \(set.source)" }
+        let ids = parts.map(\.pack.id)
+        let source = parts[parts.count - 1].set.source
+        if o["name"] == nil { o["name"] = "\(ids.joined(separator: "+")) \(source)" }
+        if o["description"] == nil { o["description"] = "TileSpool export of region\(ids.count > 1 ? "s" : "") \(ids.joined(separator: ", ")), source \(source)" }
         o["type"] = "baselayer"
         return o
     }

@@ -31,6 +31,9 @@ public final class RegionPack: @unchecked Sendable {
     let resources: [String: ManifestLine]
     /// The manifest's modification time in seconds since 1970: when the last object was recorded.
     public let downloadedAt: Int64
+    /// The same time with its fraction (the file's mtime in nanoseconds where the store keeps
+    /// them): what orders regions exported together, the newest winning (`Exporter.parts`).
+    public let manifestTime: Double
 
     /// Reads the region's request, plan and non-tile manifest lines from `store`, and holds its
     /// manifest as it is now (`RegionStorage.manifestSnapshot`).
@@ -60,7 +63,8 @@ public final class RegionPack: @unchecked Sendable {
             throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(error)")
         }
         resources = res
-        downloadedAt = Int64(files.manifestModified() ?? Date().timeIntervalSince1970)
+        manifestTime = files.manifestModified() ?? Date().timeIntervalSince1970
+        downloadedAt = Int64(manifestTime)
     }
 
     /// Checks that every non-tile resource of the plan has its manifest line (with a body, or
@@ -75,6 +79,55 @@ public final class RegionPack: @unchecked Sendable {
 
     /// The manifest line of a non-tile resource, or nil when it was not recorded.
     func line(_ kind: ResourceKind, _ key: String) -> ManifestLine? { resources["\(kind.rawValue)\t\(key)"] }
+
+    /// The part of the region to export (`--bounds`, `--min-zoom`, `--max-zoom`), or nil for all
+    /// of it. `forEachTile` hands only its tiles on (and still checks the whole pack against the
+    /// plan); the metadata writers state `exportBounds` and `exportZooms`.
+    public var subset: ExportSubset?
+
+    /// The box an export's metadata states: the request's, or the subset's clipped to it
+    /// (`ExportSubset.clipped`).
+    public var exportBounds: GeoBounds { subset.map { $0.clipped(to: request.bounds) } ?? request.bounds }
+
+    /// The tile zooms an export of `set` states: the zooms the set plans, intersected with the
+    /// subset's; nil when they do not meet.
+    func exportZooms(_ set: TileSet) -> ClosedRange<Int>? {
+        guard let z = RegionPack.zoomRange(set) else { return nil }
+        guard let s = subset?.zooms else { return z }
+        let lo = max(z.lowerBound, s.lowerBound), hi = min(z.upperBound, s.upperBound)
+        return lo <= hi ? lo...hi : nil
+    }
+
+    /// The number of tiles of `set` the plan names that lie in the subset (all of them without
+    /// one), counted from the plan's rows (`TileSetCover.plannedColumns`), without reading the manifest.
+    public func plannedTilesInSubset(_ set: TileSet) -> Int {
+        guard let subset else { return set.count }
+        let cover = TileSetCover(set)
+        var n = 0
+        for (k, r) in set.rects.enumerated() {
+            guard let boxes = subset.cover[r.z] else { continue }
+            for b in boxes {
+                let y0 = max(r.minY, b.minY), y1 = min(r.maxY, b.maxY)
+                guard y0 <= y1 else { continue }
+                for y in y0...y1 {
+                    n += TileColumns.count(TileColumns.clip(cover.plannedColumns(rect: k, y: y), b.minX, b.maxX))
+                }
+            }
+        }
+        return n
+    }
+
+    /// Refuses a subset that holds none of the planned tiles of `sets` (outside the region, or
+    /// at zooms it does not plan).
+    /// - Throws: `ExportError` naming the region's box and zooms.
+    public func requireSubsetTiles(_ sets: [TileSet]) throws(ExportError) {
+        guard let subset else { return }
+        if sets.contains(where: { plannedTilesInSubset($0) > 0 }) { return }
+        let b = request.bounds, s = subset.bounds
+        let zs = sets.compactMap(RegionPack.zoomRange)
+        let zooms = zs.isEmpty ? "none" : "\(zs.map(\.lowerBound).min()!)-\(zs.map(\.upperBound).max()!)"
+        throw ExportError("the subset --bounds \(s.west),\(s.south),\(s.east),\(s.north) at zooms \(subset.zooms.lowerBound)-\(subset.zooms.upperBound) holds no tile of region '\(id)' (its box \(b.west),\(b.south),\(b.east),\(b.north), tile zooms \(zooms)): nothing was exported")
+    }
 
     /// The names of the region's tile sources, in plan order.
     public var sourceNames: [String] { plan.tileSets.map(\.source) }
@@ -100,8 +153,8 @@ public final class RegionPack: @unchecked Sendable {
         return plan.tileSets[0]
     }
 
-    /// Calls `body` with every tile line of `source` in the manifest, in manifest order, once per
-    /// planned tile (later lines of a tile already met, e.g. recorded twice around a crash, are
+    /// Calls `body` with every tile line of `source` in the manifest (in the subset, when one is
+    /// set), in manifest order, once per planned tile (later lines of a tile already met, e.g. recorded twice around a crash, are
     /// skipped). Then checks that every tile the plan names for `source` was met: a manifest that
     /// is missing, cut short or holds another plan's tiles fails the export instead of writing a
     /// short one.
@@ -123,6 +176,7 @@ public final class RegionPack: @unchecked Sendable {
                 guard seen[i >> 6] & bit == 0 else { return }
                 seen[i >> 6] |= bit
                 met += 1
+                if let subset, !subset.contains(t) { return }
                 do { try body(t, line) } catch { failure = error }
             }
         } catch {

@@ -127,8 +127,8 @@ enum SiteExport {
             tj["tilejson"] = "3.0.0"
             tj["tiles"] = [url]
             tj["scheme"] = "xyz"
-            if let z = RegionPack.zoomRange(set) { tj["minzoom"] = z.lowerBound; tj["maxzoom"] = z.upperBound }
-            let b = pack.request.bounds
+            if let z = pack.exportZooms(set) ?? RegionPack.zoomRange(set) { tj["minzoom"] = z.lowerBound; tj["maxzoom"] = z.upperBound }
+            let b = pack.exportBounds
             tj["bounds"] = [b.west, b.south, b.east, b.north]
             try w.folder("sources")
             try w.file("sources/\(src).json", [UInt8](JSONKind.serialize(Redaction.redactedJSON(tj), pretty: true)))

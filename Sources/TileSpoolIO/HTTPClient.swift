@@ -487,4 +487,38 @@ extension HTTPClient {
         }
         return results.map { $0! }
     }
+
+    /// Fetches `urls` as the daemon fetches a region's resources, for small jobs beside it
+    /// (`tilespool plan --estimate`'s sample): at most `concurrency` transfers in flight, each
+    /// started only when `limiter` admits it (`RateLimiter.admit`: the per-host limit and the
+    /// region's `regionLimit` requests per second), bodies counted against its byte limit.
+    /// No retries: a failure is returned as it came. Results are in `urls` order.
+    /// - Parameters:
+    ///   - region: the bucket key of the region's own limit.
+    ///   - regionLimit: the request's `maxRequestsPerSecond`; nil: none.
+    public func fetchPolitely(_ urls: [String], headers: [(String, String)] = [], limiter: inout RateLimiter,
+                              region: String, regionLimit: Double?, concurrency: Int) -> [TransferResult] {
+        var results = [TransferResult?](repeating: nil, count: urls.count)
+        var next = 0
+        let clock = { ProcessInfo.processInfo.systemUptime }
+        while next < urls.count || inFlight > 0 {
+            var pause = 1.0
+            while next < urls.count && inFlight < max(1, concurrency) {
+                let wait = limiter.admit(host: RateLimiter.host(of: urls[next]), region: region, regionLimit: regionLimit, now: clock())
+                if wait > 0 { pause = min(pause, wait); break }
+                start(url: urls[next], tag: next, headers: headers)
+                next += 1
+            }
+            if inFlight > 0 {
+                wait(timeout: pause, fds: [])
+            } else if next < urls.count {
+                usleep(useconds_t(min(pause, 1) * 1_000_000)) // nothing in flight: the limiter's wait
+            }
+            for r in collect() {
+                limiter.received(bytes: r.body.count, now: clock())
+                results[r.tag] = r
+            }
+        }
+        return results.map { $0! }
+    }
 }

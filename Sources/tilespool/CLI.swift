@@ -140,7 +140,9 @@ commands:
                            rejected files
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
+                           (--estimate: its bytes as an interval, from a small sample)
   export ID --format F     write a completed region as maplibre, mbtiles, pmtiles or a site
+                           (--bounds, --min-zoom, --max-zoom: a part; ID1 ID2 ...: one file)
   cat SHA256               write one object of the store to standard output (docs/store.md)
 
 options every command takes:

@@ -6,7 +6,9 @@ import TileSpoolIO
 
 let exportHelp = """
 usage: tilespool export ID --format FORMAT [--output PATH] [--source NAME] [--base-url URL]
+                        [--bounds W,S,E,N] [--min-zoom A] [--max-zoom B]
                         [--force] [--json] [--spool DIR] [--store DIR]
+       tilespool export ID1 ID2 ... --format mbtiles|pmtiles --output PATH [options]
 
 Writes a completed region as a pack a map client opens offline (docs/export.md):
   maplibre   MapLibre Native offline database (iOS addContentsOfURL, Android mergeOfflineRegions)
@@ -29,6 +31,12 @@ options:
                      planned tiles; a source with none does not count)
   --base-url URL     site: the URL the folder will be served at (absolute URLs in style.json);
                      without it the URLs are relative paths
+  --bounds W,S,E,N   export only the tiles that meet this box (degrees; west > east crosses the
+                     antimeridian); style, sprites and glyphs as for a whole export; the
+                     metadata states the box clipped to the region's
+  --min-zoom A, --max-zoom B
+                     export only tiles of these tile zooms (the z of z/x/y; default all); a
+                     subset holding no tile of the region is refused
   --force            replace an existing PATH
   --max-object-size BYTES
                      the most bytes a body stored as a gzip file (its server sent gzip bytes
@@ -36,32 +44,57 @@ options:
                      maplibre) or hands it on (mbtiles, pmtiles); past it the export fails
                      (default 33554432, as the daemon's --max-object-size)
   --json             print the result as JSON: format, source, path, bytes, tiles, sha256
+Several IDs (mbtiles and pmtiles only, --output required): completed regions fetched from the
+same tile URL template go in one file, their union, each z/x/y once; where two regions hold a
+tile, the one whose pack was written last wins (docs/export.md). Different sources are refused.
 Exit status: 0 written, 1 not written (the region is not completed, a missing source, ...), 2 usage.
 """
 
 func commandExport(_ argv: [String]) throws -> Int32 {
     let a = try Arguments(argv, flags: commonFlags.union(["--force", "--json"]),
-                          valued: commonValued.union(["--format", "--output", "--source", "--base-url", "--max-object-size"]))
+                          valued: commonValued.union(["--format", "--output", "--source", "--base-url", "--max-object-size",
+                                                      "--bounds", "--min-zoom", "--max-zoom"]))
     if a.flags.contains("--help") { out(exportHelp); return 0 }
-    guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("export takes one region ID") }
+    let ids = a.positionals
+    guard let id = ids.first else { throw UsageError("export takes a region ID (or several, for mbtiles and pmtiles)") }
     guard let f = a.options["--format"] else { throw UsageError("--format is required (maplibre, mbtiles, pmtiles or site)") }
     guard let format = ExportFormat(rawValue: f) else {
         throw UsageError("--format must be one of \(ExportFormat.allCases.map(\.rawValue).joined(separator: ", ")), not '\(f)'")
+    }
+    if ids.count > 1 {
+        guard format.isSingleSource else { throw UsageError("several regions go in one file only as mbtiles or pmtiles; a \(format.rawValue) export takes one region ID") }
+        guard a.options["--output"] != nil else { throw UsageError("several regions need --output PATH") }
+        if let dup = ids.first(where: { d in ids.filter { $0 == d }.count > 1 }) { throw UsageError("region '\(dup)' is given twice") }
     }
     if let s = a.options["--source"], let p = ExportSpec.sourceProblem(s) { throw UsageError("--source: \(p)") }
     if let b = a.options["--base-url"], let p = ExportSpec.baseURLProblem(b) {
         throw UsageError("--base-url \(p)")
     }
-    guard RequestValidator.isValidID(id) else { throw CommandFailure("'\(id)' is not a valid region id") }
+    var subset: ExportSubset?
+    if a.options["--bounds"] != nil || a.options["--min-zoom"] != nil || a.options["--max-zoom"] != nil {
+        var box = GeoBounds(west: -180, south: -90, east: 180, north: 90)
+        if let text = a.options["--bounds"] {
+            let (b, problem) = ExportSubset.parseBounds(text)
+            guard let b else { throw UsageError("--bounds \(problem ?? "is not W,S,E,N")") }
+            box = b
+        }
+        let lo = try a.int("--min-zoom", default: TileRect.zoomRange.lowerBound, range: TileRect.zoomRange)
+        let hi = try a.int("--max-zoom", default: TileRect.zoomRange.upperBound, range: TileRect.zoomRange)
+        guard lo <= hi else { throw UsageError("--min-zoom \(lo) is above --max-zoom \(hi)") }
+        subset = ExportSubset(bounds: box, zooms: lo...hi)
+    }
+    for id in ids { guard RequestValidator.isValidID(id) else { throw CommandFailure("'\(id)' is not a valid region id") } }
     let loc = try Locations(a)
     try loc.requireStore()
     // Only a completed region is exported: any other state may be a partial pack. A region being
     // refreshed has its previous pack complete and untouched until the swap (docs/refresh.md).
     if Files.entryType(loc.spool + "/status") == .directory {
         let writer = StatusWriter(layout: loc.layout)
-        guard let st = writer.read(id: id) else { throw CommandFailure("no region '\(id)' in \(loc.spool)/status") }
-        guard st.state == .completed || st.refreshing else {
-            throw CommandFailure("region '\(id)' is \(st.state.rawValue), not completed: only a completed region can be exported")
+        for id in ids {
+            guard let st = writer.read(id: id) else { throw CommandFailure("no region '\(id)' in \(loc.spool)/status") }
+            guard st.state == .completed || st.refreshing else {
+                throw CommandFailure("region '\(id)' is \(st.state.rawValue), not completed: only a completed region can be exported")
+            }
         }
     }
     let maxObjectSize = try a.int("--max-object-size", default: Exporter.defaultMaxObjectSize, range: 1...(1 << 34))
@@ -73,7 +106,8 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         output = Exporter.spoolOutput(spool: loc.spool, id: id, spec: spec)
         try? Files.makeDirectories(loc.spool + "/exports")
     }
-    let pack = try RegionPack(store: try loc.openStore(), id: id)
+    let store = try loc.openStore()
+    let packs = try ids.map { try RegionPack(store: store, id: $0) }
     let onTerminal = isatty(2) == 1
     var lastDraw = 0.0
     let progress: Exporter.Progress? = onTerminal ? { done, total in
@@ -81,11 +115,12 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         guard now - lastDraw >= 0.2 || done >= total else { return }
         lastDraw = now
         let pct = total > 0 ? 100 * Double(min(done, total)) / Double(total) : 100
-        FileHandle.standardError.write(Data(String(format: "\rexport %@: %d/%d tiles (%.0f%%)", id, done, total, pct).utf8))
+        FileHandle.standardError.write(Data(String(format: "\rexport %@: %d/%d tiles (%.0f%%)", ids.joined(separator: "+"), done, total, pct).utf8))
     } : nil
     let started = Date()
-    let result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
-                                     guard: .spool(loc.spool, store: loc.store), maxObjectSize: maxObjectSize, progress: progress)
+    let result = try Exporter.export(packs, spec, to: output, force: a.flags.contains("--force"),
+                                     guard: .spool(loc.spool, store: loc.store), maxObjectSize: maxObjectSize,
+                                     subset: subset, progress: progress)
     if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
     if a.flags.contains("--json") {
         out(String(decoding: JSONKind.serialize(result.jsonObject, pretty: true), as: UTF8.self))

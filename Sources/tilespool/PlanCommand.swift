@@ -5,6 +5,7 @@ import TileSpoolDaemon
 
 let planHelp = """
 usage: tilespool plan REQUEST.json [--geometry FILE | --corridor FILE --buffer-meters N] [--json]
+                      [--estimate [--estimate-per-zoom N] [--estimate-max-requests N]]
                       [--max-tiles N] [--allow-host HOST]... [--spool DIR] [--store DIR]
 
 A dry run: validates the request, fetches the style and each source's TileJSON (not tiles,
@@ -19,15 +20,34 @@ request; a host whose tile usage policy forbids bulk downloading (policyRefused:
 fetched from it; --allow-host HOST as for `tilespool run`); a plan over the request's maxTiles or
 --max-tiles (tileLimitExceeded, default 1000000; printed after the plan).
 
+--estimate: also estimates the bytes of the planned tiles, as an interval, by fetching a sample
+of them: up to --estimate-per-zoom tiles (default 32) of each source and zoom, spread evenly
+over the zoom's tiles in plan order (a zoom with fewer is fetched whole, and is then exact), at
+most --estimate-max-requests requests in all (default 256; the per-zoom number shrinks to fit,
+down to 2). The interval is the 95% t-interval of the stratified estimate of the total
+(docs/contract.md). Requests are as polite as the daemon's: its rate limits (10 per second per
+remote host, the request's maxRequestsPerSecond), 8 in flight, the request's headers. It also
+says how much of the plan the store (--store) already holds: resources a region's manifest
+records under the same URL, and their bytes. With --json: "estimatedBytes": {"low", "high"},
+"alreadyStored": {"resources", "bytes"}, "estimate" (the sample's facts) and per source
+"estimatedBytes".
+
 \(RegionFileOptions.help)
 The request with the file embedded must stay within a request file's 1 MiB (about 25,000 track
 points): simplify a longer track first.
 """
 
 func commandPlan(_ argv: [String]) throws -> Int32 {
-    let a = try Arguments(argv, flags: commonFlags.union(["--json"]), valued: commonValued.union(["--max-tiles", "--allow-host"]).union(RegionFileOptions.valued))
+    let a = try Arguments(argv, flags: commonFlags.union(["--json", "--estimate"]),
+                          valued: commonValued.union(["--max-tiles", "--allow-host", "--estimate-per-zoom", "--estimate-max-requests"]).union(RegionFileOptions.valued))
     if a.flags.contains("--help") { out(planHelp); return 0 }
     guard a.positionals.count == 1, let path = a.positionals.first else { throw UsageError("plan takes one request file") }
+    let estimating = a.flags.contains("--estimate")
+    if !estimating && (a.options["--estimate-per-zoom"] != nil || a.options["--estimate-max-requests"] != nil) {
+        throw UsageError("--estimate-per-zoom and --estimate-max-requests go with --estimate")
+    }
+    let perZoom = try a.int("--estimate-per-zoom", default: SizeEstimate.defaultPerZoom, range: 2...10_000)
+    let maxRequests = try a.int("--estimate-max-requests", default: SizeEstimate.defaultMaxRequests, range: 2...100_000)
     let data = try RegionFileOptions.embed(try Files.readRegularFile(path, limit: RequestValidator.maxFileSize), a)
     let request: RegionRequest
     do { request = try RequestValidator.validate(data, fileName: (path as NSString).lastPathComponent) } catch {
@@ -86,6 +106,12 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     for r in plan.resources { byKind[r.kind.rawValue, default: 0] += 1 }
     byKind["tile"] = plan.tileCount
     let zooms = plan.tileCountsByZoom()
+    var estimate: PlanEstimate?
+    var holdings: PlanHoldings?
+    if estimating && overLimit == nil {
+        estimate = PlanEstimate.run(plan: plan, request: request, perZoom: perZoom, maxRequests: maxRequests, allowed: allowed)
+        holdings = try PlanEstimate.alreadyStored(plan, try Locations(a))
+    }
     if a.flags.contains("--json") {
         var bySource: [String: Any] = [:]
         for set in plan.tileSets {
@@ -93,11 +119,17 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
             for e in zooms where e.source == set.source { z[String(e.z)] = e.tiles }
             var s: [String: Any] = ["tiles": set.count, "byZoom": z]
             if let b = set.tileBytes { s["tileBytes"] = b }
+            if let r = estimate?.bySource[set.source] { s["estimatedBytes"] = PlanEstimate.json(r) }
             bySource[set.source] = s
         }
         var doc: [String: Any] = ["id": request.id, "resources": plan.count, "tiles": plan.tileCount,
                                   "byKind": byKind, "bySource": bySource]
         if let b = plan.tileBytes { doc["tileBytes"] = b }
+        if let estimate {
+            doc["estimatedBytes"] = PlanEstimate.json((estimate.low, estimate.high))
+            doc["estimate"] = estimate.jsonObject
+            doc["alreadyStored"] = ["resources": holdings?.resources ?? 0, "bytes": holdings?.bytes ?? 0]
+        }
         out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
         return overLimit.map(refuse) ?? 0
     }
@@ -108,6 +140,15 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     for set in plan.tileSets {
         out("  source \(set.source): \(n(set.count)) tiles" + (set.tileBytes.map { ", \($0) tile bytes (PMTiles archive)" } ?? ""))
         for e in zooms where e.source == set.source { out("    z\(e.z): \(n(e.tiles))") }
+        if let r = estimate?.bySource[set.source] { out("    estimated \(formatBytes(r.low)) to \(formatBytes(r.high))") }
+    }
+    if let e = estimate {
+        out("estimated tile bytes: \(formatBytes(e.low)) to \(formatBytes(e.high)) (\(e.low) to \(e.high) bytes; 95% interval from \(e.requests - e.failed) sample tiles\(e.failed > 0 ? ", \(e.failed) failed" : ""))")
+        if let h = holdings {
+            out("already in the store: \(h.resources) of the \(n(plan.count)) resources, \(formatBytes(h.bytes))")
+        } else {
+            out("already in the store: nothing (no store at \((try? Locations(a))?.store ?? "?"))")
+        }
     }
     return overLimit.map(refuse) ?? 0
 }
