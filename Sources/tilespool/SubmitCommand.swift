@@ -42,8 +42,8 @@ Checks the request FILE (- reads standard input, whose request must have an "id"
 `tilespool plan` does, the way the daemon will (a style request's style and TileJSON are
 fetched), then writes it atomically as <spool>/requests/<id>.json (a dotfile in requests/,
 fsynced, renamed into place without replacing anything) and prints the id on standard output.
-Nothing is written when the check fails, when requests/<id>.json is already there (the daemon has
-not read it yet), or when region <id> is unfinished (queued, downloading, paused, failedStorage:
+Nothing is written when the check fails, when the spool folder does not exist, when
+requests/<id>.json is already there (the daemon has not read it yet), or when region <id> is unfinished (queued, downloading, paused, failedStorage:
 the daemon would refuse it as duplicateId). Over a finished region (completed, failed, cancelled)
 the daemon's rules apply (docs/contract.md): the request replaces it, or refreshes it when it
 downloads exactly the same. No daemon needs to run: one handles the file when it starts.
@@ -57,7 +57,8 @@ downloads exactly the same. No daemon needs to run: one handles the file when it
 
 exit status:
   0  written; with --wait: the region completed
-  1  nothing written (the check failed, requests/<id>.json exists, the region is unfinished)
+  1  nothing written (the check failed, no spool folder, requests/<id>.json exists, the region
+     is unfinished)
   2  a usage mistake
   3  with --wait: the daemon refused the request (rejected/, or failed on arrival as
      invalidRequest, tileLimitExceeded or policyRefused)
@@ -254,6 +255,11 @@ func commandSubmit(_ argv: [String]) throws -> Int32 {
     if let e = checked.overLimit { throw e }
     let id = checked.request.id
     let layout = loc.layout
+    // A mistyped --spool must not become a new spool no daemon watches (requests/ is made in an
+    // existing spool folder, as `tilespool run` would make it).
+    guard Files.entryType(loc.spool) == .directory else {
+        throw CommandFailure("no spool at \(loc.spool) (is --spool right? 'tilespool run --spool DIR' makes one): nothing written")
+    }
     if let st = StatusWriter(layout: layout).read(id: id), st.request != nil, !st.state.isTerminal {
         err("tilespool: region '\(id)' is \(st.state.rawValue), not finished: the daemon would refuse the request (duplicateId); cancel or delete it first. Nothing written")
         return RegionExit.notDone

@@ -99,6 +99,61 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertTrue(out.contains("already there"), out)
     }
 
+    /// Runs `tilespool ARGS` as a child whose output goes to a file; returns it running.
+    func launch(_ fx: SpoolFixture, _ args: [String], log name: String) throws -> (Process, URL) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = args
+        let log = fx.root.appendingPathComponent(name)
+        XCTAssertTrue(FileManager.default.createFile(atPath: log.path, contents: nil))
+        let h = try FileHandle(forWritingTo: log)
+        p.standardOutput = h
+        p.standardError = h
+        try p.run()
+        return (p, log)
+    }
+
+    /// The other ends of `submit --wait`: refused by the daemon (3), not ended within --timeout
+    /// (5), cancelled (7), deleted (8), each while the daemon runs.
+    func testSubmitWaitExitStatusForRefusedTimedOutCancelledAndDeleted() throws {
+        let nginx = try NginxServer(root: try MapData.require())
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        // 5 requests a second: the 341 tiles of zooms 0-4 take over a minute.
+        try fx.start(["--max-tiles", "100", "--max-requests-per-second-per-host", "5"])
+        defer { fx.stop() }
+        // Within submit's own limit (1,000,000), over the daemon's --max-tiles 100.
+        let big = try rasterRequest(nginx, in: fx, name: "big", maxZoom: 4)
+        var (rc, out) = try fx.cli(["submit", big, "--wait", "--spool", fx.spool, "--timeout", "60"])
+        XCTAssertEqual(rc, 3, out)
+        XCTAssertTrue(out.contains("refused the request for big: tileLimitExceeded"), out)
+
+        let slow = try rasterRequest(nginx, in: fx, name: "slow", maxZoom: 3)
+        (rc, out) = try fx.cli(["submit", slow, "--wait", "--timeout", "1", "--spool", fx.spool])
+        XCTAssertEqual(rc, 5, out)
+        XCTAssertTrue(["queued", "downloading"].contains(fx.state("slow") ?? ""), "the daemon goes on: \(fx.state("slow") ?? "-")")
+        // Unfinished: a second submit of the id writes nothing (the daemon would refuse it).
+        (rc, out) = try fx.cli(["submit", slow, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("not finished"), out)
+        (rc, out) = try fx.cli(["delete", "slow", "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+
+        for (action, status) in [("cancel", Int32(7)), ("delete", Int32(8))] {
+            let id = "slow-\(action)"
+            let file = try rasterRequest(nginx, in: fx, name: id, maxZoom: 3)
+            let (p, log) = try launch(fx, ["submit", file, "--wait", "--spool", fx.spool], log: "\(id).log")
+            defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+            try waitUntil("\(id) is downloading", timeout: 30) { fx.state(id) == "downloading" || !p.isRunning }
+            XCTAssertTrue(p.isRunning, ChildProcess.tail(of: log))
+            (rc, out) = try fx.cli([action, id, "--spool", fx.spool])
+            XCTAssertEqual(rc, 0, out)
+            p.waitUntilExit()
+            XCTAssertEqual(p.terminationStatus, status, ChildProcess.tail(of: log))
+            XCTAssertTrue(ChildProcess.tail(of: log).hasPrefix("\(id)\n"), ChildProcess.tail(of: log))
+        }
+    }
+
     func testSubmitOfAnInvalidRequestWritesNothing() throws {
         let fx = try SpoolFixture()
         let file = fx.root.appendingPathComponent("bad.json").path
@@ -112,6 +167,33 @@ final class SubmitGetTests: XCTestCase {
         let (planRC, planOut) = try fx.cli(["plan", file])
         XCTAssertEqual(planRC, 1)
         XCTAssertEqual(planOut, out)
+        // A valid request to a spool that does not exist (a mistyped --spool): nothing made.
+        try JSONSerialization.data(withJSONObject: ["tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],
+                                                    "minZoom": 0, "maxZoom": 1]).write(to: URL(fileURLWithPath: file))
+        let typo = fx.root.appendingPathComponent("spoool").path
+        let (typoRC, typoOut) = try fx.cli(["submit", file, "--spool", typo])
+        XCTAssertEqual(typoRC, 1, typoOut)
+        XCTAssertTrue(typoOut.contains("no spool at \(typo)"), typoOut)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: typo))
+        // Standard input: the request must carry its id (no file name gives one).
+        for (body, expected) in [(#"{"tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1}"#, Int32(1)),
+                                 (#"{"id": "piped", "tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1}"#, Int32(0))] {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+            p.arguments = ["submit", "-", "--spool", fx.spool]
+            let input = Pipe(), output = Pipe()
+            p.standardInput = input
+            p.standardOutput = output
+            p.standardError = output
+            try p.run()
+            input.fileHandleForWriting.write(Data(body.utf8))
+            try input.fileHandleForWriting.close()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            XCTAssertEqual(p.terminationStatus, expected, text)
+            XCTAssertEqual(text, expected == 0 ? "piped\n" : "tilespool: invalidRequest: id: the file name does not give a valid id and the request has none\n")
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests"), ["piped.json"])
     }
 
     /// The request appears under its name only by a rename (inotify IN_MOVED_TO), never created or
