@@ -253,6 +253,40 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertEqual(fx.state("carto"), "completed")
     }
 
+    /// On a terminal (a pty from util-linux `script`), get redraws one progress line (carriage
+    /// returns, tiles done/expected, bytes, ETA) instead of a line per state change.
+    func testGetDrawsAProgressLineOnATerminal() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 3)
+        let output = fx.root.appendingPathComponent("carto.pmtiles").path
+        // 20 requests a second: about 4 s, so the status reports a rate and an ETA on the way.
+        let command = [SpoolFixture.binary, "get", request, "--output", output, "--spool", fx.spool,
+                       "--max-requests-per-second-per-host", "20"].joined(separator: " ")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        p.arguments = ["-q", "-e", "-c", command, "/dev/null"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, text)
+        XCTAssertTrue(text.contains("\rcarto: downloading "), text)
+        XCTAssertTrue(text.range(of: #"\rcarto: downloading \d+/85 tiles, [0-9.]+ (B|KiB|MiB)[^\r]*, ETA \d+s"#, options: .regularExpression) != nil, text)
+        XCTAssertTrue(text.contains("\rcarto: completed 85/85 tiles"), text)
+        XCTAssertFalse(text.contains("carto: queued\r\n"), "no plain state lines on a terminal: \(text)")
+        XCTAssertEqual(try isPMTiles(output), true)
+    }
+
+    func isPMTiles(_ path: String) throws -> Bool {
+        let d = try Data(contentsOf: URL(fileURLWithPath: path))
+        return d.prefix(7) == Data("PMTiles".utf8)
+    }
+
     /// Ctrl-C after some tiles, then the same command: each tile is asked of the server exactly
     /// once across both runs, and the export holds them all. A third run (--force) asks nothing.
     func testGetInterruptedBySIGINTGoesOnWithOnlyWhatWasMissing() throws {
