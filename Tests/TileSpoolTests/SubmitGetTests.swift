@@ -276,7 +276,7 @@ final class SubmitGetTests: XCTestCase {
         p.waitUntilExit()
         XCTAssertEqual(p.terminationStatus, 0, text)
         XCTAssertTrue(text.contains("\rcarto: downloading "), text)
-        XCTAssertTrue(text.range(of: #"\rcarto: downloading \d+/85 tiles, [0-9.]+ (B|KiB|MiB)[^\r]*, ETA \d+s"#, options: .regularExpression) != nil, text)
+        XCTAssertTrue(text.range(of: #"\rcarto: downloading \d+/85 tiles, [0-9.]+ (B|KiB|MiB)[^\r]*, ETA [0-9hms]+"#, options: .regularExpression) != nil, text)
         XCTAssertTrue(text.contains("\rcarto: completed 85/85 tiles"), text)
         XCTAssertFalse(text.contains("carto: queued\r\n"), "no plain state lines on a terminal: \(text)")
         XCTAssertEqual(try isPMTiles(output), true)
