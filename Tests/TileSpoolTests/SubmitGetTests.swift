@@ -253,6 +253,43 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertEqual(fx.state("carto"), "completed")
     }
 
+    /// A style request: get fetches the style, TileJSON, sprites, glyphs and tiles and writes a
+    /// MapLibre offline database (format from `.db`) holding every served tile of Monaco.
+    func testGetOfAStyleWritesAMapLibreDatabase() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = fx.root.appendingPathComponent("monaco.json").path
+        try JSONSerialization.data(withJSONObject: ["style": nginx.baseURL + "/styles/bright/style.local-template.json",
+                                                    "bounds": [7.409205, 43.72335, 7.448637, 43.75169], "minZoom": 0, "maxZoom": 14])
+            .write(to: URL(fileURLWithPath: request))
+        let output = fx.root.appendingPathComponent("monaco.db").path
+        let (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("get monaco: 419 resources, 23 tiles"), out)
+        XCTAssertTrue(out.contains("\(output): maplibre"), out)
+        // Read back with Python's sqlite3: one row per tile with content, the same count as the
+        // served files whose body is not empty (8530/5975 at z14 is sea, a 404; 0/0/0 inflates
+        // to nothing: empty tiles are not stored).
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", "-c", """
+            import glob, gzip, sqlite3, sys
+            db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+            stored = db.execute("select count(*) from tiles where data is not null").fetchone()[0]
+            served = sum(1 for f in glob.glob(sys.argv[2] + "/*/*/*.pbf") if gzip.decompress(open(f, "rb").read()))
+            print(stored, served)
+            """, output, mapdata.path + "/tiles/monaco"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        let counts = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(counts, "21 21\n")
+        XCTAssertEqual(hits(nginx, "/tiles/monaco/").count, 23)
+    }
+
     /// On a terminal (a pty from util-linux `script`), get redraws one progress line (carriage
     /// returns, tiles done/expected, bytes, ETA) instead of a line per state change.
     func testGetDrawsAProgressLineOnATerminal() throws {
