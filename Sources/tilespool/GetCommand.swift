@@ -26,7 +26,9 @@ Ctrl-C (SIGINT) or SIGTERM stops it cleanly (what was downloaded is recorded; ex
 the same command again goes on from there, fetching only what is missing. Run again after it
 completed, it fetches nothing and exports again (with --force to replace PATH). A region of that
 id in the store that downloads something else is replaced when it is finished (completed, failed,
-cancelled: the daemon's rules, docs/contract.md), else refused.
+cancelled: the daemon's rules, docs/contract.md), else refused. Exports the request itself
+names (`exports`) are not waited for: they are written into <spool>/exports/ only if they finish
+before get stops (a later get or run writes them); --output is get's export.
 
 options:
   --output PATH      the file or folder to write (required); refused if it exists, unless --force
@@ -47,9 +49,12 @@ exit status:
   1    nothing written: the check failed, a daemon holds the spool's or the store's lock, a
        region of that id is another unfinished download, or the export failed
   2    a usage mistake
+  3    the engine refused the request on arrival (rejected/<id>.json.error says why, e.g. the
+       store could not be written)
   4    the download failed (the status in <spool>/status/<id>.json says why)
   6    failedStorage: disk full, or the store cannot be written
   7    the region was cancelled (a control file in the spool)
+  8    the region was deleted (a control file in the spool)
   10   the server cannot be reached after the retries; run again to go on
   130  stopped by SIGINT or SIGTERM; run again to go on
 """
