@@ -242,14 +242,18 @@ final class SubmitGetTests: XCTestCase {
         let fx = try SpoolFixture()
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 2)
         let output = fx.root.appendingPathComponent("carto.mbtiles").path
+        // Another request waiting in the spool (an idle daemon's): get leaves it for the daemon.
+        try fx.drop("other.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"], "bounds": [-180, -85, 180, 85],
+                                   "minZoom": 0, "maxZoom": 0])
         let (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.contains("\(output): mbtiles (source tiles0), 21 tiles"), out)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests"), ["other.json"])
+        XCTAssertNil(fx.state("other"))
+        XCTAssertEqual(hits(nginx, "/raster/stamen_toner/"), [:])
         let exported = try mbtilesDigests(output)
         XCTAssertEqual(exported.count, 21)
         XCTAssertEqual(exported, servedDigests(mapdata, maxZoom: 2))
-        // Nothing left for a daemon: the spool's request was read, the lock released.
-        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests")) ?? [], [])
         XCTAssertEqual(fx.state("carto"), "completed")
     }
 
@@ -395,6 +399,9 @@ final class SubmitGetTests: XCTestCase {
         (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", getSpool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("a daemon is running on the store"), out)
+        (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("a daemon is running on the spool \(fx.spool)"), out)
         XCTAssertFalse(FileManager.default.fileExists(atPath: output))
 
         fx.stop()
