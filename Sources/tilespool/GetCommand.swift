@@ -31,18 +31,18 @@ names (`exports`) are not waited for: they are written into <spool>/exports/ onl
 before get stops (a later get or run writes them); --output is get's export.
 
 options:
-  --output PATH      the file or folder to write (required); refused if it exists, unless --force
-  --format FORMAT    mbtiles, pmtiles, maplibre or site; default from PATH: .mbtiles, .pmtiles,
+--output PATH        the file or folder to write (required); refused if it exists, unless --force
+--format FORMAT      mbtiles, pmtiles, maplibre or site; default from PATH: .mbtiles, .pmtiles,
                      .db (maplibre), a folder or a name ending in / or .site (site)
-  --source NAME      the tile source for mbtiles and pmtiles (when several sources have tiles)
-  --base-url URL     site: the URL the folder will be served at
-  --force            replace an existing PATH (a regular file, or a folder a site export made)
+--source NAME        the tile source for mbtiles and pmtiles (when several sources have tiles)
+--base-url URL       site: the URL the folder will be served at
+--force              replace an existing PATH (a regular file, or a folder a site export made)
 \(RegionFileOptions.help)
-  --max-tiles N      the largest plan accepted (default 1000000)
-  --allow-host HOST  as for `tilespool run` (repeatable)
-  --max-requests-per-second-per-host N, --max-retries N, --retry-delay SECONDS,
-  --user-agent TEXT  as for `tilespool run`
-  --verbose          the daemon's info log lines too (warnings and errors are always shown)
+--max-tiles N        the largest plan accepted (default 1000000)
+--allow-host HOST    as for `tilespool run` (repeatable)
+--max-requests-per-second-per-host N, --max-retries N, --retry-delay SECONDS,
+--user-agent TEXT    as for `tilespool run`
+--verbose            the daemon's info log lines too (warnings and errors are always shown)
 
 exit status:
   0    the export was written

@@ -43,17 +43,19 @@ Checks the request FILE (- reads standard input, whose request must have an "id"
 fetched), then writes it atomically as <spool>/requests/<id>.json (a dotfile in requests/,
 fsynced, renamed into place without replacing anything) and prints the id on standard output.
 Nothing is written when the check fails, when the spool folder does not exist, when
-requests/<id>.json is already there (the daemon has not read it yet), or when region <id> is unfinished (queued, downloading, paused, failedStorage:
-the daemon would refuse it as duplicateId). Over a finished region (completed, failed, cancelled)
-the daemon's rules apply (docs/contract.md): the request replaces it, or refreshes it when it
-downloads exactly the same. No daemon needs to run: one handles the file when it starts.
+requests/<id>.json is already there (the daemon has not read it yet), or when region <id> is
+unfinished (queued, downloading, paused, failedStorage: the daemon would refuse it as
+duplicateId). Over a finished region (completed, failed, cancelled) the daemon's rules apply
+(docs/contract.md): the request replaces it, or refreshes it when it downloads exactly the same.
+No daemon needs to run: one handles the file when it starts.
 
+options:
 \(RegionFileOptions.help)
-  --wait               follow the region until it ends (events.jsonl and status/<id>.json): a
-                       progress line on a terminal, else a line per state change, on standard error
-  --timeout SECONDS    with --wait: give up after SECONDS (default 0: no limit)
-  --max-tiles N        the limit the check uses (default 1000000, as `tilespool run`)
-  --allow-host HOST    as for `tilespool run` (repeatable)
+--wait               follow the region until it ends (events.jsonl and status/<id>.json): a
+                     progress line on a terminal, else a line per state change, on standard error
+--timeout SECONDS    with --wait: give up after SECONDS (default 0: no limit)
+--max-tiles N        the limit the check uses (default 1000000, as `tilespool run`)
+--allow-host HOST    as for `tilespool run` (repeatable)
 
 exit status:
   0  written; with --wait: the region completed
