@@ -235,6 +235,21 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertEqual(FileManager.default.contents(atPath: requests + "/big.json"), bytes)
     }
 
+    /// A symlink planted at requests/ is never followed: submit writes nothing where it points.
+    func testSubmitNeverWritesThroughASymlinkedRequestsFolder() throws {
+        let fx = try SpoolFixture()
+        let elsewhere = fx.root.appendingPathComponent("elsewhere").path
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: fx.spool + "/requests", withDestinationPath: elsewhere)
+        let file = fx.root.appendingPathComponent("r.json").path
+        try JSONSerialization.data(withJSONObject: ["tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],
+                                                    "minZoom": 0, "maxZoom": 1]).write(to: URL(fileURLWithPath: file))
+        let (rc, out) = try fx.cli(["submit", file, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("requests"), out)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: elsewhere), [])
+    }
+
     func testGetWritesAnMBTilesWhoseTilesAreTheServedFiles() throws {
         let mapdata = try MapData.require()
         let nginx = try NginxServer(root: mapdata)
