@@ -99,7 +99,13 @@ func readRequestArgument(_ path: String) throws -> (data: Data, fileName: String
 /// - Throws: `SystemError` for anything else; the dotfile is removed then.
 func writeRequestFile(_ data: Data, id: String, layout: SpoolLayout) throws -> Bool {
     if Files.entryType(layout.requests) == .missing { try Files.makeDirectories(layout.requests) }
-    let folder = try Directory(path: layout.requests, followFinal: false)
+    let folder: Directory
+    do { folder = try Directory(path: layout.requests, followFinal: false) } catch {
+        if Files.entryType(layout.requests) != .directory {
+            throw SystemError("open", layout.requests + " (not a folder; a symlink there is never followed)", errno: error.errno)
+        }
+        throw error
+    }
     let name = id + ".json"
     let tmp = ".tmp-\(name)-\(getpid())-\(Int.random(in: 0..<Int(Int32.max)))"
     let fd = try folder.createFile(tmp)
