@@ -60,6 +60,10 @@ public struct DaemonOptions: Sendable {
     public var allowedHosts: Set<String> = []
     /// `--max-requests-per-second-per-host` and `--max-bytes-per-second` (the buckets start empty).
     public var rateLimits = RateLimiter()
+    /// A foreground run for one region (`tilespool get`): when set, only this region is loaded
+    /// from the store, and only `requests/<id>.json` and `control/<id>.<action>` are read; every
+    /// other region of the store and every other file in the spool is left alone (nil: all).
+    public var onlyRegion: String?
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
 }
 
@@ -183,7 +187,8 @@ public final class Daemon {
             ids = []
         }
         // A shared store (S3) holds other daemons' regions too: this one resumes those its spool knows.
-        for id in ids where RequestValidator.isValidID(id) && (!store.isShared || status.read(id: id) != nil) {
+        for id in ids where RequestValidator.isValidID(id) && (!store.isShared || status.read(id: id) != nil)
+            && (options.onlyRegion == nil || options.onlyRegion == id) {
             let files = store.region(id)
             // A symlink (or anything but a folder) at store/regions/<id> was not made by us: it is
             // never followed, so nothing is read from or written into where it points.
@@ -284,15 +289,23 @@ public final class Daemon {
     }
 
     /// Runs until SIGINT or SIGTERM. Files already in `requests/` and `control/` are handled first.
-    public func run() {
+    public func run() { _ = run(until: { false }) }
+
+    /// Runs until SIGINT or SIGTERM, or until `done` returns true (asked once per turn of the
+    /// event loop, at least once a second), then stops as for a signal: every status written,
+    /// downloads in progress back to `queued`, the open pack sealed.
+    /// - Returns: true when a signal stopped it, false when `done` did.
+    public func run(until done: () -> Bool) -> Bool {
         Log.info("watching \(layout.root) (store \(store.location))")
         rescan(layout.requests)
         rescan(layout.control)
+        var signalled = false
         while !stopping {
+            if done() { break }
             schedule()
             let ready = http.wait(timeout: nextTimeout(), fds: [watcher.fd, signals.fd, writer.fd, store.writesWakeFD])
             let (watcherReady, signalsReady, writerReady) = (ready[0], ready[1], ready[2])
-            if signalsReady && !signals.drain().isEmpty { stopping = true; break }
+            if signalsReady && !signals.drain().isEmpty { stopping = true; signalled = true; break }
             if writerReady { writer.clearWake() }
             for ev in watcherReady ? watcher.drain() : [] {
                 switch ev {
@@ -323,6 +336,7 @@ public final class Daemon {
             }
         }
         shutdown()
+        return signalled
     }
 
     func shutdown() {

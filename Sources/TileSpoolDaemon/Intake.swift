@@ -22,7 +22,7 @@ extension Daemon {
     /// the next rescan.
     func rescan(_ folder: String) {
         let now = Date().timeIntervalSince1970
-        let names = Files.list(folder).filter { !$0.hasPrefix(".") }
+        let names = Files.list(folder).filter { !$0.hasPrefix(".") && isForThisRun($0) }
         var misnamed: [String] = []
         let dated = names.compactMap { name -> (String, Int)? in
             var st = stat()
@@ -53,8 +53,15 @@ extension Daemon {
         "invalidRequest: request files must end in .json (lower case), and '\(name)' does not; rename it to <id>.json to have it read (write a dotfile, then mv)"
     }
 
+    /// False for a file of another region when the daemon runs for one (`onlyRegion`): it is
+    /// left where it is, for the daemon of the spool.
+    func isForThisRun(_ name: String) -> Bool {
+        guard let only = options.onlyRegion else { return true }
+        return name == only + ".json" || name.hasPrefix(only + ".") && RegionAction(rawValue: String(name.dropFirst(only.count + 1))) != nil
+    }
+
     func handleFile(folder: String, name: String) {
-        if name.hasPrefix(".") { return }
+        if name.hasPrefix(".") || !isForThisRun(name) { return }
         let path = folder + "/" + name
         guard Files.entryType(path) != .missing else { return }
         if folder == layout.requests { handleRequest(path: path, name: name) } else { handleControl(path: path, name: name) }

@@ -249,9 +249,12 @@ public enum Log {
     public enum Format: String, Sendable, CaseIterable { case logfmt, json }
     /// Set once at start-up (`tilespool run --log-format`), before any other thread logs.
     nonisolated(unsafe) public static var format: Format = .logfmt
+    /// False: `info` entries are not written, warnings and errors are (`tilespool get`, which
+    /// shows a progress line instead). Set once at start-up, before any other thread logs.
+    nonisolated(unsafe) public static var showsInfo = true
 
     public static func info(_ message: String, region: String? = nil, state: String? = nil, url: String? = nil, _ fields: [(String, Any)] = []) {
-        emit("info", message, region: region, state: state, url: url, fields)
+        if showsInfo { emit("info", message, region: region, state: state, url: url, fields) }
     }
     public static func warning(_ message: String, region: String? = nil, state: String? = nil, url: String? = nil, _ fields: [(String, Any)] = []) {
         emit("warning", message, region: region, state: state, url: url, fields)

@@ -123,7 +123,8 @@ let mainHelp = """
 usage: tilespool <command> [options] [arguments]
 
 TileSpool downloads map regions for offline use into a content-addressed store, driven by a
-watch folder. Drop a request JSON into <spool>/requests/ and read <spool>/status/<id>.state.
+watch folder. Drop a request JSON into <spool>/requests/ (or 'tilespool submit') and read
+<spool>/status/<id>.state; or do it all in one command with 'tilespool get'.
 
 commands:
   run                      run the daemon in the foreground on the spool
@@ -141,6 +142,12 @@ commands:
   verify [--repair]        re-hash every object and check every manifest
   plan REQUEST.json        print what a request would download, without downloading it
                            (--estimate: its bytes as an interval, from a small sample)
+  submit REQUEST.json      check a request as plan does and write it into requests/ atomically
+                           (--wait: follow it to its end; exit status says how it ended)
+  get REQUEST.json --output PATH
+                           the whole job in the foreground, no daemon needed: plan, download
+                           (Ctrl-C, then the same command, goes on), export (.mbtiles, .pmtiles,
+                           .db, or a folder for site)
   export ID --format F     write a completed region as maplibre, mbtiles, pmtiles or a site
                            (--bounds, --min-zoom, --max-zoom: a part; ID1 ID2 ...: one file)
   cat SHA256               write one object of the store to standard output (docs/store.md)
@@ -229,12 +236,14 @@ func runCLI(_ argv: [String]) -> Int32 {
         case "prune": return try commandPrune(args)
         case "verify": return try commandVerify(args)
         case "plan": return try commandPlan(args)
+        case "submit": return try commandSubmit(args)
+        case "get": return try commandGet(args)
         case "export": return try commandExport(args)
         case "cat": return try commandCat(args)
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let e as UsageError {
-        let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "prune", "verify", "plan", "export", "cat"].contains(command)
+        let known = ["run", "status", "pause", "resume", "cancel", "delete", "refresh", "gc", "prune", "verify", "plan", "submit", "get", "export", "cat"].contains(command)
         err("tilespool: \(e.message)\ntry 'tilespool \(known ? command + " " : "")--help'")
         return 2
     } catch let e as RegionError {

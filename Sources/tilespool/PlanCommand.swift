@@ -49,59 +49,10 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     let perZoom = try a.int("--estimate-per-zoom", default: SizeEstimate.defaultPerZoom, range: 2...10_000)
     let maxRequests = try a.int("--estimate-max-requests", default: SizeEstimate.defaultMaxRequests, range: 2...100_000)
     let data = try RegionFileOptions.embed(try Files.readRegularFile(path, limit: RequestValidator.maxFileSize), a)
-    let request: RegionRequest
-    do { request = try RequestValidator.validate(data, fileName: (path as NSString).lastPathComponent) } catch {
-        err("tilespool: \(error.code.rawValue): \(error.message)")
-        return 1
-    }
-    let allowed = Set((a.allValues["--allow-host"] ?? []).map { $0.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) })
-    let maxTiles = try a.int("--max-tiles", default: DaemonOptions.defaultMaxTiles)
+    let checked = try CheckedRequest(data, fileName: (path as NSString).lastPathComponent, a)
+    let (request, plan) = (checked.request, checked.plan)
     func refuse(_ e: RegionError) -> Int32 { err("tilespool: \(e.code.rawValue): \(e.message)"); return 1 }
-    let named: [String]
-    switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
-    if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: allowed) { return refuse(e) }
-    let plan: ResourcePlan
-    var httpOptions = HTTPOptions()
-    httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
-    let http = HTTPClient(options: httpOptions)
-    switch request.source {
-    case .tiles(let templates):
-        // PMTiles archives (issue 31): header, root and the leaves that meet the region.
-        let archives: [String: PMTilesRemote.Reading]
-        do { archives = try PMTilesRemote.readAll(request: request, style: nil, http: http, headers: request.headerList) } catch { return refuse(error) }
-        do { plan = try Planner.plan(request: request, templates: templates, archives: archives.mapValues(\.set)) } catch { return refuse(error) }
-    case .style(let styleURL):
-        // What a server sent (libcurl's text, a Location, a parse error quoting the body) is
-        // printed with the request's secrets replaced, as the daemon quotes it (contract.md).
-        func quoted(_ text: String, _ url: String) -> String {
-            Redaction.redactEmbedded(text, secrets: request.secrets.adding(url: url))
-        }
-        func body(_ r: TransferResult, _ url: String) throws -> Data {
-            if case .policyRefused(let why)? = r.failure { throw CommandFailure("policyRefused: \(quoted(why, url)) (redirected from \(Redaction.redact(url)))") }
-            if let f = r.failure { throw CommandFailure("cannot fetch \(Redaction.redact(url)): \(quoted(String(describing: f), url))") }
-            guard (200...299).contains(r.status) else { throw CommandFailure("HTTP \(r.status) from \(Redaction.redact(url))") }
-            return r.body
-        }
-        func parsed<T>(_ url: String, _ make: () throws -> T) throws -> T {
-            do { return try make() } catch var e as RegionError { e.message = quoted(e.message, url); throw e }
-        }
-        let styleBody = try body(http.fetchAll([styleURL], headers: request.headerList)[0], styleURL)
-        let style = try parsed(styleURL) { try StyleDocument(data: styleBody, baseURL: styleURL) }
-        if let e = TileUsagePolicy.refusal(style: style, allowedHosts: allowed) { return refuse(e) }
-        let urls = Planner.tileJSONURLs(style)
-        let results = http.fetchAll(urls.map(\.url), headers: request.headerList)
-        var tileJSONs: [String: TileJSON] = [:]
-        for (u, r) in zip(urls, results) {
-            let data = try body(r, u.url)
-            tileJSONs[u.source] = try parsed(u.url) { try TileJSON(data: data, baseURL: u.url) }
-        }
-        let archives: [String: PMTilesRemote.Reading]
-        do { archives = try PMTilesRemote.readAll(request: request, style: style, http: http, headers: request.headerList) } catch { return refuse(error) }
-        do { plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives.mapValues(\.set)) } catch { return refuse(error) }
-    }
-    // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.
-    if let e = TileUsagePolicy.refusal(plan: plan, allowedHosts: allowed) { return refuse(e) }
-    let overLimit = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles)
+    let overLimit = checked.overLimit
     var byKind: [String: Int] = [:]
     for r in plan.resources { byKind[r.kind.rawValue, default: 0] += 1 }
     byKind["tile"] = plan.tileCount
@@ -109,7 +60,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     var estimate: PlanEstimate?
     var holdings: PlanHoldings?
     if estimating && overLimit == nil {
-        estimate = PlanEstimate.run(plan: plan, request: request, perZoom: perZoom, maxRequests: maxRequests, allowed: allowed)
+        estimate = PlanEstimate.run(plan: plan, request: request, perZoom: perZoom, maxRequests: maxRequests, allowed: checked.allowedHosts)
         holdings = try PlanEstimate.alreadyStored(plan, try Locations(a))
     }
     if a.flags.contains("--json") {
@@ -151,6 +102,80 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         }
     }
     return overLimit.map(refuse) ?? 0
+}
+
+/// A request checked the way the daemon checks it, the one code path of `plan`, `submit` and
+/// `get`: validated (`RequestValidator`), its hosts held against the tile usage policies (with
+/// `--allow-host`), a style request's style and TileJSON fetched (no tiles, sprites or glyphs),
+/// and planned exactly.
+struct CheckedRequest {
+    /// The validated request, defaults filled in.
+    let request: RegionRequest
+    /// The exact plan (counts from tile rectangles).
+    let plan: ResourcePlan
+    /// `tileLimitExceeded` when the plan passes the request's `maxTiles` or `--max-tiles` (plan
+    /// prints the counts first, then this), else nil.
+    let overLimit: RegionError?
+    /// The hosts `--allow-host` exempts from the tile usage policies (lower case, no trailing dot).
+    let allowedHosts: Set<String>
+
+    /// Checks request bytes `data` (its default id from `fileName`, as in `requests/`) with the
+    /// options `--allow-host HOST` (repeatable) and `--max-tiles N` of `a`.
+    /// - Throws: `RegionError` for what the daemon would refuse (`invalidRequest`,
+    ///   `policyRefused`, `invalidStyle`, `invalidTileJSON`, ...; not `tileLimitExceeded`, which
+    ///   is `overLimit`); `CommandFailure` when the style or a TileJSON cannot be fetched;
+    ///   `UsageError` for a bad `--max-tiles`.
+    init(_ data: Data, fileName: String, _ a: Arguments) throws {
+        let request = try RequestValidator.validate(data, fileName: fileName)
+        let allowed = Set((a.allValues["--allow-host"] ?? []).map { $0.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) })
+        let maxTiles = try a.int("--max-tiles", default: DaemonOptions.defaultMaxTiles)
+        let named: [String]
+        switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
+        if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: allowed) { throw e }
+        let plan: ResourcePlan
+        var httpOptions = HTTPOptions()
+        httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
+        let http = HTTPClient(options: httpOptions)
+        switch request.source {
+        case .tiles(let templates):
+            // PMTiles archives (issue 31): header, root and the leaves that meet the region.
+            let archives = try PMTilesRemote.readAll(request: request, style: nil, http: http, headers: request.headerList)
+            plan = try Planner.plan(request: request, templates: templates, archives: archives.mapValues(\.set))
+        case .style(let styleURL):
+            // What a server sent (libcurl's text, a Location, a parse error quoting the body) is
+            // printed with the request's secrets replaced, as the daemon quotes it (contract.md).
+            func quoted(_ text: String, _ url: String) -> String {
+                Redaction.redactEmbedded(text, secrets: request.secrets.adding(url: url))
+            }
+            func body(_ r: TransferResult, _ url: String) throws -> Data {
+                if case .policyRefused(let why)? = r.failure { throw CommandFailure("policyRefused: \(quoted(why, url)) (redirected from \(Redaction.redact(url)))") }
+                if let f = r.failure { throw CommandFailure("cannot fetch \(Redaction.redact(url)): \(quoted(String(describing: f), url))") }
+                guard (200...299).contains(r.status) else { throw CommandFailure("HTTP \(r.status) from \(Redaction.redact(url))") }
+                return r.body
+            }
+            func parsed<T>(_ url: String, _ make: () throws -> T) throws -> T {
+                do { return try make() } catch var e as RegionError { e.message = quoted(e.message, url); throw e }
+            }
+            let styleBody = try body(http.fetchAll([styleURL], headers: request.headerList)[0], styleURL)
+            let style = try parsed(styleURL) { try StyleDocument(data: styleBody, baseURL: styleURL) }
+            if let e = TileUsagePolicy.refusal(style: style, allowedHosts: allowed) { throw e }
+            let urls = Planner.tileJSONURLs(style)
+            let results = http.fetchAll(urls.map(\.url), headers: request.headerList)
+            var tileJSONs: [String: TileJSON] = [:]
+            for (u, r) in zip(urls, results) {
+                let data = try body(r, u.url)
+                tileJSONs[u.source] = try parsed(u.url) { try TileJSON(data: data, baseURL: u.url) }
+            }
+            let archives = try PMTilesRemote.readAll(request: request, style: style, http: http, headers: request.headerList)
+            plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives.mapValues(\.set))
+        }
+        // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.
+        if let e = TileUsagePolicy.refusal(plan: plan, allowedHosts: allowed) { throw e }
+        self.request = request
+        self.plan = plan
+        allowedHosts = allowed
+        overLimit = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles)
+    }
 }
 
 /// A failure that is not a usage mistake: printed, exit status 1.

@@ -168,7 +168,7 @@ final class CLITests: FaultServerSpoolTestCase {
     }
 
     func testEveryCommandExplainsItselfAndRefusesUnknownOptions() throws {
-        for command in ["run", "status", "pause", "resume", "cancel", "delete", "gc", "verify", "plan"] {
+        for command in ["run", "status", "pause", "resume", "cancel", "delete", "gc", "verify", "plan", "submit", "get"] {
             let (rc, out) = try fx.cli([command, "--help"])
             XCTAssertEqual(rc, 0, out)
             XCTAssertTrue(out.hasPrefix("usage: tilespool \(command)"), out)
@@ -179,7 +179,7 @@ final class CLITests: FaultServerSpoolTestCase {
         }
         let (rc, out) = try fx.cli(["--help"])
         XCTAssertEqual(rc, 0)
-        for command in ["run", "status", "gc", "verify", "plan"] { XCTAssertTrue(out.contains("  \(command)"), command) }
+        for command in ["run", "status", "gc", "verify", "plan", "submit", "get"] { XCTAssertTrue(out.contains("  \(command)"), command) }
         XCTAssertEqual(try fx.cli(["frobnicate"]).0, 2)
     }
 }

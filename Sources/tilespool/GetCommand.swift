@@ -1,0 +1,219 @@
+import Foundation
+import Glibc
+import TileSpoolCore
+import TileSpoolDaemon
+import TileSpoolExport
+import TileSpoolIO
+
+let getHelp = """
+usage: tilespool get FILE|- --output PATH [--format FORMAT] [--source NAME] [--base-url URL]
+                     [--force] [--geometry FILE | --corridor FILE --buffer-meters N]
+                     [--spool DIR] [--store DIR] [options]
+
+The whole job in the foreground, without a running daemon: checks the request FILE (- reads
+standard input, whose request must have an "id") as `tilespool plan` does, downloads it with the
+daemon's own engine run in this process for this one region (a progress line with tiles, bytes
+and ETA on a terminal), then exports it to PATH as `tilespool export` does.
+
+Where: the request goes to a spool of its own, --spool DIR if given, else
+$XDG_CACHE_HOME/tilespool/get (~/.cache/tilespool/get); the store is --store DIR, else
+<spool>/store. Give the daemon's --store to share its objects: nothing the store already holds
+for this region is fetched again (no daemon may run on that store meanwhile: it holds the
+store's lock; use `tilespool submit --wait` and `tilespool export` then). Only this region of the
+store is touched, and only requests/<id>.json and control/<id>.* of the spool.
+
+Ctrl-C (SIGINT) or SIGTERM stops it cleanly (what was downloaded is recorded; exit status 130);
+the same command again goes on from there, fetching only what is missing. Run again after it
+completed, it fetches nothing and exports again (with --force to replace PATH). A region of that
+id in the store that downloads something else is replaced when it is finished (completed, failed,
+cancelled: the daemon's rules, docs/contract.md), else refused. Exports the request itself
+names (`exports`) are not waited for: they are written into <spool>/exports/ only if they finish
+before get stops (a later get or run writes them); --output is get's export.
+
+options:
+--output PATH        the file or folder to write (required); refused if it exists, unless --force
+--format FORMAT      mbtiles, pmtiles, maplibre or site; default from PATH: .mbtiles, .pmtiles,
+                     .db (maplibre), a folder or a name ending in / or .site (site)
+--source NAME        the tile source for mbtiles and pmtiles (when several sources have tiles)
+--base-url URL       site: the URL the folder will be served at
+--force              replace an existing PATH (a regular file, or a folder a site export made)
+\(RegionFileOptions.help)
+--max-tiles N        the largest plan accepted (default 1000000)
+--allow-host HOST    as for `tilespool run` (repeatable)
+--max-requests-per-second-per-host N, --max-retries N, --retry-delay SECONDS,
+--user-agent TEXT    as for `tilespool run`
+--verbose            the daemon's info log lines too (warnings and errors are always shown)
+
+exit status:
+  0    the export was written
+  1    nothing written: the check failed, a daemon holds the spool's or the store's lock, a
+       region of that id is another unfinished download, or the export failed
+  2    a usage mistake
+  3    the engine refused the request on arrival (rejected/<id>.json.error says why, e.g. the
+       store could not be written)
+  4    the download failed (the status in <spool>/status/<id>.json says why)
+  6    failedStorage: disk full, or the store cannot be written
+  7    the region was cancelled (a control file in the spool)
+  8    the region was deleted (a control file in the spool)
+  10   the server cannot be reached after the retries; run again to go on
+  130  stopped by SIGINT or SIGTERM; run again to go on
+"""
+
+/// The export format `tilespool get` writes to `output`: `--format`, else from the name.
+/// - Throws: `UsageError` when neither gives one.
+func getFormat(_ given: String?, output: String) throws -> ExportFormat {
+    if let given {
+        guard let f = ExportFormat(rawValue: given) else {
+            throw UsageError("--format must be one of \(ExportFormat.allCases.map(\.rawValue).joined(separator: ", ")), not '\(given)'")
+        }
+        return f
+    }
+    let lower = output.lowercased()
+    if lower.hasSuffix(".mbtiles") { return .mbtiles }
+    if lower.hasSuffix(".pmtiles") { return .pmtiles }
+    if lower.hasSuffix(".db") { return .maplibre }
+    if lower.hasSuffix("/") || lower.hasSuffix(".site") || Files.entryType(output) == .directory { return .site }
+    throw UsageError("cannot tell the format from \(output): give --format (mbtiles, pmtiles, maplibre or site), or a name ending in .mbtiles, .pmtiles, .db or /")
+}
+
+func commandGet(_ argv: [String]) throws -> Int32 {
+    let a = try Arguments(argv, flags: commonFlags.union(["--force", "--verbose"]),
+                          valued: commonValued.union(["--output", "--format", "--source", "--base-url", "--max-tiles", "--allow-host",
+                                                      "--max-requests-per-second-per-host", "--max-retries", "--retry-delay", "--user-agent"])
+                            .union(RegionFileOptions.valued))
+    if a.flags.contains("--help") { out(getHelp); return 0 }
+    guard a.positionals.count == 1, let path = a.positionals.first else { throw UsageError("get takes one request file (or - for standard input)") }
+    guard var output = a.options["--output"], !output.isEmpty else { throw UsageError("--output PATH is required") }
+    let format = try getFormat(a.options["--format"], output: output)
+    while output.count > 1 && output.hasSuffix("/") { output.removeLast() }
+    if let s = a.options["--source"], let p = ExportSpec.sourceProblem(s) { throw UsageError("--source: \(p)") }
+    if let b = a.options["--base-url"], let p = ExportSpec.baseURLProblem(b) { throw UsageError("--base-url \(p)") }
+    var loc = try Locations(a)
+    if a.options["--spool"] == nil {
+        let env = ProcessInfo.processInfo.environment
+        let cache = env["XDG_CACHE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? env["HOME"].map { $0 + "/.cache" }
+        guard let cache else { throw UsageError("no HOME to keep get's spool in: give --spool DIR") }
+        loc.spool = cache + "/tilespool/get"
+        if a.options["--store"] == nil { loc.store = loc.spool + "/store" }
+    }
+    var o = DaemonOptions(spool: loc.spool, store: loc.store)
+    o.s3Endpoint = loc.s3Endpoint
+    o.s3PathStyle = loc.s3PathStyle
+    o.maxTiles = try a.int("--max-tiles", default: o.maxTiles)
+    o.maxRetries = try a.int("--max-retries", default: o.maxRetries, range: 0...100)
+    o.retryDelay = try a.seconds("--retry-delay", default: o.retryDelay)
+    for h in a.allValues["--allow-host"] ?? [] { o.allowedHosts.insert(h.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))) }
+    if let v = a.options["--max-requests-per-second-per-host"] {
+        guard let n = Double(v), n.isFinite, n >= 0 else { throw UsageError("--max-requests-per-second-per-host must be a number of requests per second (0: no limit)") }
+        o.rateLimits.perHost = n > 0 ? n : nil
+        o.rateLimits.perHostAppliesToLoopback = true
+    }
+    if let ua = a.options["--user-agent"] {
+        guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw UsageError("--user-agent must be 1 to 512 printable characters")
+        }
+        o.http.userAgent = ua
+    }
+
+    // The request, checked as plan checks it.
+    let (raw, fileName) = try readRequestArgument(path)
+    let data = try RegionFileOptions.embed(raw, a)
+    let checked = try CheckedRequest(data, fileName: fileName, a)
+    if let e = checked.overLimit { throw e }
+    let request = checked.request, id = request.id
+    o.onlyRegion = id
+    let spec = ExportSpec(format: format, source: a.options["--source"], baseURL: a.options["--base-url"])
+    if !a.flags.contains("--force"), Files.entryType(output) != .missing {
+        throw CommandFailure("\(output) exists: give --force to replace it (nothing downloaded)")
+    }
+    err("get \(id): \(checked.plan.count) resources, \(checked.plan.tileCount) tiles (spool \(loc.spool), store \(loc.store))")
+
+    // No daemon may hold the spool or the store: the lock files say (Daemon.init takes them too).
+    let layout = loc.layout
+    for lock in [layout.lock] + (loc.isS3 ? [] : [loc.store + "/daemon.lock"]) where (try? SpoolLock.isHeld(path: lock)) == true {
+        err("tilespool: a daemon is running on \(lock == layout.lock ? "the spool " + loc.spool : "the store " + loc.store) (lock \(lock) is held): "
+            + "get runs the download itself and cannot share it; use 'tilespool submit --wait' and 'tilespool export' with that daemon, or stop it")
+        return RegionExit.notDone
+    }
+
+    // What the store and the spool already have of this id decides what is dropped.
+    try Files.makeDirectories(loc.spool)
+    let statusNow = StatusWriter(layout: layout).read(id: id)
+    var existing: RegionRequest?
+    do {
+        let store = try loc.openStore()
+        if store.regionExists(id) { existing = try? store.region(id).loadRequest() }
+    }
+    enum Step { case nothing, resume, drop }
+    var step = Step.drop
+    var alreadyComplete = false
+    if let existing {
+        if existing.downloadsTheSame(as: request) {
+            // The same download: the daemon goes on with it (a re-dropped request would refresh it).
+            switch statusNow?.state {
+            case .completed? where statusNow?.refreshing == false: alreadyComplete = true; step = .nothing
+            case .failed?, .cancelled?, .pausedUser?, .failedStorage?: step = .resume
+            default: step = .nothing
+            }
+        } else if existing.differsOnlyInCredentials(from: request) {
+            step = .drop // new credentials: the daemon keeps what the region has
+        } else if let st = statusNow, st.request != nil, st.state.isTerminal {
+            err("tilespool: note: this request replaces region '\(id)' (\(st.state.rawValue)) in \(loc.store)")
+        } else {
+            err("tilespool: region '\(id)' in the store \(loc.store) is another download (\(statusNow.map { $0.state.rawValue } ?? "no status in \(loc.spool)")): give the request another id, or delete that region")
+            return RegionExit.notDone
+        }
+    }
+
+    if !alreadyComplete {
+        let follower = RegionFollower(id: id, layout: layout, endAtPausedNetwork: true)
+        if !a.flags.contains("--verbose") { Log.showsInfo = false }
+        let daemon: Daemon
+        do { daemon = try Daemon(options: o) } catch let e as SystemError where e.operation == "flock" {
+            err("tilespool: a daemon is running on this spool or store (lock \(e.path) is held): use 'tilespool submit --wait' with it, or stop it")
+            return RegionExit.notDone
+        }
+        switch step {
+        case .drop:
+            guard try writeRequestFile(data, id: id, layout: layout) else {
+                err("tilespool: \(layout.requests)/\(id).json is already there: nothing done")
+                return RegionExit.notDone
+            }
+        case .resume:
+            try Files.makeDirectories(layout.control)
+            try Files.writeAtomically(Data(), to: "\(layout.control)/\(id).resume")
+        case .nothing:
+            break
+        }
+        var end: RegionEnd?
+        var lastCheck = 0.0
+        let signalled = daemon.run(until: {
+            let now = Date().timeIntervalSince1970
+            guard now - lastCheck >= 0.1 else { return false }
+            lastCheck = now
+            end = follower.check()
+            return end != nil
+        })
+        follower.draw(force: true)
+        follower.finishLine()
+        if signalled {
+            err("tilespool: stopped; what was downloaded is kept: run the same command again to go on")
+            return RegionExit.interrupted
+        }
+        guard let end else { return RegionExit.notDone }
+        if end != .completed { report(end, id: id); return end.exitStatus }
+    }
+    // SIGINT and SIGTERM act again (the daemon blocked them): the export works in a folder of
+    // its own and renames into place, so being killed leaves PATH as it was.
+    var set = sigset_t()
+    sigemptyset(&set); sigaddset(&set, SIGINT); sigaddset(&set, SIGTERM)
+    sigprocmask(SIG_UNBLOCK, &set, nil)
+
+    let pack = try RegionPack(store: try loc.openStore(), id: id)
+    let started = Date()
+    let result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
+                                     guard: .spool(loc.spool, store: loc.store), progress: nil)
+    let secs = Date().timeIntervalSince(started)
+    out("\(result.path): \(format.rawValue)\(result.source.map { " (source \($0))" } ?? ""), \(result.tiles) tiles, \(formatBytes(result.bytes)), \(String(format: "%.1f", secs)) s")
+    return RegionExit.done
+}

@@ -1,0 +1,432 @@
+// Issue 32: `tilespool submit` (check, write atomically, --wait's exit statuses) and
+// `tilespool get` (the whole job in the foreground, Ctrl-C and a re-run, a shared store), run as
+// the real binary against nginx serving ../shared/mapdata.
+import Foundation
+import Glibc
+import XCTest
+
+final class SubmitGetTests: XCTestCase {
+    /// A tiles request for the OSM Carto raster set of the map data, the whole world at zooms
+    /// 0...maxZoom (1 + 4 + 16 + ... tiles), written to `<root>/<name>.json`.
+    func rasterRequest(_ nginx: NginxServer, in fx: SpoolFixture, name: String, maxZoom: Int,
+                       path: String = "/raster/osm_carto") throws -> String {
+        let file = fx.root.appendingPathComponent("\(name).json").path
+        try JSONSerialization.data(withJSONObject: ["tiles": [nginx.baseURL + path + "/{z}/{x}/{y}.png"],
+                                                    "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": maxZoom])
+            .write(to: URL(fileURLWithPath: file))
+        return file
+    }
+
+    /// The paths of the OSM Carto tiles at zooms 0...maxZoom, as nginx logs them.
+    func rasterPaths(maxZoom: Int) -> Set<String> {
+        var paths = Set<String>()
+        for z in 0...maxZoom { for x in 0..<(1 << z) { for y in 0..<(1 << z) { paths.insert("/raster/osm_carto/\(z)/\(x)/\(y).png") } } }
+        return paths
+    }
+
+    /// Requests nginx finished per path under `prefix`.
+    func hits(_ nginx: NginxServer, _ prefix: String) -> [String: Int] {
+        var n: [String: Int] = [:]
+        for e in nginx.accessLog() where e.path.hasPrefix(prefix) { n[e.path, default: 0] += 1 }
+        return n
+    }
+
+    /// `z/x/y` (XYZ rows) -> SHA-256 of each tile of an MBTiles file, read with Python's sqlite3
+    /// module (a reader we did not write).
+    func mbtilesDigests(_ path: String) throws -> [String: String] {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", "-c", """
+            import hashlib, sqlite3, sys
+            db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+            for z, x, row, data in db.execute("select zoom_level, tile_column, tile_row, tile_data from tiles"):
+                print("%d/%d/%d %s" % (z, x, (1 << z) - 1 - row, hashlib.sha256(data).hexdigest()))
+            """, path]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, "python3 could not read \(path)")
+        var out: [String: String] = [:]
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            let f = line.split(separator: " ")
+            out[String(f[0])] = String(f[1])
+        }
+        return out
+    }
+
+    /// What the server holds for those tiles: `z/x/y` -> SHA-256 (sha256sum).
+    func servedDigests(_ mapdata: URL, maxZoom: Int) -> [String: String] {
+        let paths = rasterPaths(maxZoom: maxZoom).map { mapdata.path + $0 }
+        var out: [String: String] = [:]
+        for (file, sha) in sha256sum(paths) {
+            out[String(file.dropFirst((mapdata.path + "/raster/osm_carto/").count).dropLast(4))] = sha
+        }
+        return out
+    }
+
+    func testSubmitWaitExitsZeroWhenCompletedAndFourWhenFailed() throws {
+        let nginx = try NginxServer(root: try MapData.require())
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        try fx.start()
+        defer { fx.stop() }
+        let good = try rasterRequest(nginx, in: fx, name: "world", maxZoom: 2)
+        var (rc, out) = try fx.cli(["submit", good, "--wait", "--timeout", "120", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasPrefix("world\n"), "the id first, on its own line: \(out)")
+        XCTAssertEqual(fx.state("world"), "completed")
+        XCTAssertEqual(fx.progress("world")["tilesCompleted"], 21)
+        XCTAssertEqual(Set(hits(nginx, "/raster/osm_carto/").keys), rasterPaths(maxZoom: 2))
+
+        // Every tile 404s: no tile has content, the region fails (allTilesEmpty): exit 4.
+        let missing = try rasterRequest(nginx, in: fx, name: "nowhere", maxZoom: 1, path: "/raster/no-such-set")
+        (rc, out) = try fx.cli(["submit", "--spool", fx.spool, "--wait", missing, "--timeout", "120"])
+        XCTAssertEqual(rc, 4, out)
+        XCTAssertTrue(out.contains("nowhere failed: allTilesEmpty"), out)
+        XCTAssertEqual(fx.state("nowhere"), "failed")
+
+        // Submitted again while the daemon is stopped: written (exit 9 with --wait: no daemon to
+        // follow), and handled when the daemon starts again.
+        fx.stop()
+        (rc, out) = try fx.cli(["submit", good, "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 9, out)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fx.spool + "/requests/world.json"))
+        // Pending: a second submit of the same id writes nothing.
+        (rc, out) = try fx.cli(["submit", good, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("already there"), out)
+    }
+
+    /// Runs `tilespool ARGS` as a child whose output goes to a file; returns it running.
+    func launch(_ fx: SpoolFixture, _ args: [String], log name: String) throws -> (Process, URL) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = args
+        let log = fx.root.appendingPathComponent(name)
+        XCTAssertTrue(FileManager.default.createFile(atPath: log.path, contents: nil))
+        let h = try FileHandle(forWritingTo: log)
+        p.standardOutput = h
+        p.standardError = h
+        try p.run()
+        return (p, log)
+    }
+
+    /// The other ends of `submit --wait`: refused by the daemon (3), not ended within --timeout
+    /// (5), cancelled (7), deleted (8), each while the daemon runs.
+    func testSubmitWaitExitStatusForRefusedTimedOutCancelledAndDeleted() throws {
+        let nginx = try NginxServer(root: try MapData.require())
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        // 5 requests a second: the 341 tiles of zooms 0-4 take over a minute.
+        try fx.start(["--max-tiles", "100", "--max-requests-per-second-per-host", "5"])
+        defer { fx.stop() }
+        // Within submit's own limit (1,000,000), over the daemon's --max-tiles 100.
+        let big = try rasterRequest(nginx, in: fx, name: "big", maxZoom: 4)
+        var (rc, out) = try fx.cli(["submit", big, "--wait", "--spool", fx.spool, "--timeout", "60"])
+        XCTAssertEqual(rc, 3, out)
+        XCTAssertTrue(out.contains("refused the request for big: tileLimitExceeded"), out)
+
+        let slow = try rasterRequest(nginx, in: fx, name: "slow", maxZoom: 3)
+        (rc, out) = try fx.cli(["submit", slow, "--wait", "--timeout", "1", "--spool", fx.spool])
+        XCTAssertEqual(rc, 5, out)
+        XCTAssertTrue(["queued", "downloading"].contains(fx.state("slow") ?? ""), "the daemon goes on: \(fx.state("slow") ?? "-")")
+        // Unfinished: a second submit of the id writes nothing (the daemon would refuse it).
+        (rc, out) = try fx.cli(["submit", slow, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("not finished"), out)
+        (rc, out) = try fx.cli(["delete", "slow", "--wait", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+
+        for (action, status) in [("cancel", Int32(7)), ("delete", Int32(8))] {
+            let id = "slow-\(action)"
+            let file = try rasterRequest(nginx, in: fx, name: id, maxZoom: 3)
+            let (p, log) = try launch(fx, ["submit", file, "--wait", "--spool", fx.spool], log: "\(id).log")
+            defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+            try waitUntil("\(id) is downloading", timeout: 30) { fx.state(id) == "downloading" || !p.isRunning }
+            XCTAssertTrue(p.isRunning, ChildProcess.tail(of: log))
+            (rc, out) = try fx.cli([action, id, "--spool", fx.spool])
+            XCTAssertEqual(rc, 0, out)
+            p.waitUntilExit()
+            XCTAssertEqual(p.terminationStatus, status, ChildProcess.tail(of: log))
+            XCTAssertTrue(ChildProcess.tail(of: log).hasPrefix("\(id)\n"), ChildProcess.tail(of: log))
+        }
+    }
+
+    func testSubmitOfAnInvalidRequestWritesNothing() throws {
+        let fx = try SpoolFixture()
+        let file = fx.root.appendingPathComponent("bad.json").path
+        try JSONSerialization.data(withJSONObject: ["tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],
+                                                    "minZoom": 3, "maxZoom": 2]).write(to: URL(fileURLWithPath: file))
+        let (rc, out) = try fx.cli(["submit", file, "--spool", fx.spool, "--wait"])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.hasPrefix("tilespool: invalidRequest: "), out)
+        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests")) ?? [], [])
+        // The same check as plan: the same message.
+        let (planRC, planOut) = try fx.cli(["plan", file])
+        XCTAssertEqual(planRC, 1)
+        XCTAssertEqual(planOut, out)
+        // A valid request to a spool that does not exist (a mistyped --spool): nothing made.
+        try JSONSerialization.data(withJSONObject: ["tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],
+                                                    "minZoom": 0, "maxZoom": 1]).write(to: URL(fileURLWithPath: file))
+        let typo = fx.root.appendingPathComponent("spoool").path
+        let (typoRC, typoOut) = try fx.cli(["submit", file, "--spool", typo])
+        XCTAssertEqual(typoRC, 1, typoOut)
+        XCTAssertTrue(typoOut.contains("no spool at \(typo)"), typoOut)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: typo))
+        // Standard input: the request must carry its id (no file name gives one).
+        for (body, expected) in [(#"{"tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1}"#, Int32(1)),
+                                 (#"{"id": "piped", "tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 1}"#, Int32(0))] {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+            p.arguments = ["submit", "-", "--spool", fx.spool]
+            let input = Pipe(), output = Pipe()
+            p.standardInput = input
+            p.standardOutput = output
+            p.standardError = output
+            try p.run()
+            input.fileHandleForWriting.write(Data(body.utf8))
+            try input.fileHandleForWriting.close()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            XCTAssertEqual(p.terminationStatus, expected, text)
+            XCTAssertEqual(text, expected == 0 ? "piped\n" : "tilespool: invalidRequest: id: the file name does not give a valid id and the request has none\n")
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests"), ["piped.json"])
+    }
+
+    /// The request appears under its name only by a rename (inotify IN_MOVED_TO), never created or
+    /// written there (IN_CREATE, IN_CLOSE_WRITE): a reader never sees a partial file. What is written
+    /// is the request's bytes.
+    func testSubmitWritesTheRequestAtomically() throws {
+        let fx = try SpoolFixture()
+        let requests = fx.spool + "/requests"
+        try FileManager.default.createDirectory(atPath: requests, withIntermediateDirectories: true)
+        // A large request (900 KB of context), so a write in place would take many write(2)s.
+        let request: [String: Any] = ["id": "big", "tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],
+                                      "minZoom": 0, "maxZoom": 1, "context": String(repeating: "x", count: 900_000)]
+        let bytes = try JSONSerialization.data(withJSONObject: request)
+        let file = fx.root.appendingPathComponent("big-request.json").path
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let fd = inotify_init1(Int32(IN_NONBLOCK))
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        XCTAssertGreaterThanOrEqual(inotify_add_watch(fd, requests, UInt32(IN_CREATE | IN_CLOSE_WRITE | IN_MOVED_TO)), 0)
+        let (rc, out) = try fx.cli(["submit", file, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(out, "big\n")
+        var events: [(mask: UInt32, name: String)] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        var i = 0
+        while i < n {
+            let (mask, len) = buffer.withUnsafeBytes { raw -> (UInt32, Int) in
+                (raw.load(fromByteOffset: i + 4, as: UInt32.self), Int(raw.load(fromByteOffset: i + 12, as: UInt32.self)))
+            }
+            let nameBytes = buffer[(i + 16)..<(i + 16 + len)].prefix { $0 != 0 }
+            events.append((mask, String(decoding: nameBytes, as: UTF8.self)))
+            i += 16 + len
+        }
+        let onFinalName = events.filter { $0.name == "big.json" }
+        XCTAssertEqual(onFinalName.map(\.mask), [UInt32(IN_MOVED_TO)], "\(events)")
+        XCTAssertTrue(events.filter { $0.name != "big.json" }.allSatisfy { $0.name.hasPrefix(".") }, "the work file is a dotfile: \(events)")
+        XCTAssertEqual(try (FileManager.default.contentsOfDirectory(atPath: requests)), ["big.json"], "no dotfile left")
+        XCTAssertEqual(FileManager.default.contents(atPath: requests + "/big.json"), bytes)
+    }
+
+    /// A symlink planted at requests/ is never followed: submit writes nothing where it points.
+    func testSubmitNeverWritesThroughASymlinkedRequestsFolder() throws {
+        let fx = try SpoolFixture()
+        let elsewhere = fx.root.appendingPathComponent("elsewhere").path
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: fx.spool + "/requests", withDestinationPath: elsewhere)
+        let file = fx.root.appendingPathComponent("r.json").path
+        try JSONSerialization.data(withJSONObject: ["tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],
+                                                    "minZoom": 0, "maxZoom": 1]).write(to: URL(fileURLWithPath: file))
+        let (rc, out) = try fx.cli(["submit", file, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("requests"), out)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: elsewhere), [])
+    }
+
+    func testGetWritesAnMBTilesWhoseTilesAreTheServedFiles() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 2)
+        let output = fx.root.appendingPathComponent("carto.mbtiles").path
+        // Another request waiting in the spool (an idle daemon's): get leaves it for the daemon.
+        try fx.drop("other.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"], "bounds": [-180, -85, 180, 85],
+                                   "minZoom": 0, "maxZoom": 0])
+        let (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("\(output): mbtiles (source tiles0), 21 tiles"), out)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests"), ["other.json"])
+        XCTAssertNil(fx.state("other"))
+        XCTAssertEqual(hits(nginx, "/raster/stamen_toner/"), [:])
+        let exported = try mbtilesDigests(output)
+        XCTAssertEqual(exported.count, 21)
+        XCTAssertEqual(exported, servedDigests(mapdata, maxZoom: 2))
+        XCTAssertEqual(fx.state("carto"), "completed")
+    }
+
+    /// A style request: get fetches the style, TileJSON, sprites, glyphs and tiles and writes a
+    /// MapLibre offline database (format from `.db`) holding every served tile of Monaco.
+    func testGetOfAStyleWritesAMapLibreDatabase() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = fx.root.appendingPathComponent("monaco.json").path
+        try JSONSerialization.data(withJSONObject: ["style": nginx.baseURL + "/styles/bright/style.local-template.json",
+                                                    "bounds": [7.409205, 43.72335, 7.448637, 43.75169], "minZoom": 0, "maxZoom": 14])
+            .write(to: URL(fileURLWithPath: request))
+        let output = fx.root.appendingPathComponent("monaco.db").path
+        let (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("get monaco: 419 resources, 23 tiles"), out)
+        XCTAssertTrue(out.contains("\(output): maplibre"), out)
+        // Read back with Python's sqlite3: one row per tile with content, the same count as the
+        // served files whose body is not empty (8530/5975 at z14 is sea, a 404; 0/0/0 inflates
+        // to nothing: empty tiles are not stored).
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", "-c", """
+            import glob, gzip, sqlite3, sys
+            db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+            stored = db.execute("select count(*) from tiles where data is not null").fetchone()[0]
+            served = sum(1 for f in glob.glob(sys.argv[2] + "/*/*/*.pbf") if gzip.decompress(open(f, "rb").read()))
+            print(stored, served)
+            """, output, mapdata.path + "/tiles/monaco"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        let counts = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(counts, "21 21\n")
+        XCTAssertEqual(hits(nginx, "/tiles/monaco/").count, 23)
+    }
+
+    /// On a terminal (a pty from util-linux `script`), get redraws one progress line (carriage
+    /// returns, tiles done/expected, bytes, ETA) instead of a line per state change.
+    func testGetDrawsAProgressLineOnATerminal() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 3)
+        let output = fx.root.appendingPathComponent("carto.pmtiles").path
+        // 20 requests a second: about 4 s, so the status reports a rate and an ETA on the way.
+        let command = [SpoolFixture.binary, "get", request, "--output", output, "--spool", fx.spool,
+                       "--max-requests-per-second-per-host", "20"].joined(separator: " ")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        p.arguments = ["-q", "-e", "-c", command, "/dev/null"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, text)
+        XCTAssertTrue(text.contains("\rcarto: downloading "), text)
+        XCTAssertTrue(text.range(of: #"\rcarto: downloading \d+/85 tiles, [0-9.]+ (B|KiB|MiB)[^\r]*, ETA [0-9hms]+"#, options: .regularExpression) != nil, text)
+        XCTAssertTrue(text.contains("\rcarto: completed 85/85 tiles"), text)
+        XCTAssertFalse(text.contains("carto: queued\r\n"), "no plain state lines on a terminal: \(text)")
+        XCTAssertEqual(try isPMTiles(output), true)
+    }
+
+    func isPMTiles(_ path: String) throws -> Bool {
+        let d = try Data(contentsOf: URL(fileURLWithPath: path))
+        return d.prefix(7) == Data("PMTiles".utf8)
+    }
+
+    /// Ctrl-C after some tiles, then the same command: each tile is asked of the server exactly
+    /// once across both runs, and the export holds them all. A third run (--force) asks nothing.
+    func testGetInterruptedBySIGINTGoesOnWithOnlyWhatWasMissing() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 4)
+        let output = fx.root.appendingPathComponent("carto.mbtiles").path
+        let all = rasterPaths(maxZoom: 4)
+        XCTAssertEqual(all.count, 341)
+
+        // 20 requests a second: about 17 s for the whole set, stopped after 40 tiles.
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = ["get", request, "--output", output, "--spool", fx.spool, "--max-requests-per-second-per-host", "20"]
+        let log = fx.root.appendingPathComponent("get1.log")
+        XCTAssertTrue(FileManager.default.createFile(atPath: log.path, contents: nil))
+        let h = try FileHandle(forWritingTo: log)
+        p.standardOutput = h
+        p.standardError = h
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        try waitUntil("40 tiles were served", timeout: 60) { hits(nginx, "/raster/osm_carto/").count >= 40 || !p.isRunning }
+        XCTAssertTrue(p.isRunning, ChildProcess.tail(of: log))
+        kill(p.processIdentifier, SIGINT)
+        p.waitUntilExit()
+        let firstLog = ChildProcess.tail(of: log)
+        XCTAssertEqual(p.terminationStatus, 130, firstLog)
+        XCTAssertTrue(firstLog.contains("run the same command again"), firstLog)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: output), "no export of a partial download")
+        let firstRun = hits(nginx, "/raster/osm_carto/")
+        XCTAssertLessThan(firstRun.count, all.count, "stopped before the end")
+
+        var (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        try waitUntil("nginx logged every tile", timeout: 10) { hits(nginx, "/raster/osm_carto/").count >= all.count }
+        let both = hits(nginx, "/raster/osm_carto/")
+        XCTAssertEqual(Set(both.keys), all)
+        XCTAssertEqual(both.filter { $0.value != 1 }, [:], "each tile asked once across both runs")
+        XCTAssertEqual(try mbtilesDigests(output), servedDigests(mapdata, maxZoom: 4))
+
+        // Completed: the same command again asks nothing and exports again (with --force).
+        (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("exists: give --force"), out)
+        (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool, "--force"])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(nginx.accessLog().count, both.values.reduce(0, +))
+    }
+
+    /// `get --store <the daemon's store>` after the daemon downloaded the region: no tile asked.
+    /// While the daemon runs on that store, get refuses.
+    func testGetOnTheDaemonsStoreFetchesNothingAlreadyStored() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        try fx.start()
+        defer { fx.stop() }
+        let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 3)
+        var (rc, out) = try fx.cli(["submit", request, "--wait", "--timeout", "120", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        try waitUntil("nginx logged every tile", timeout: 10) { hits(nginx, "/raster/osm_carto/").count >= 85 }
+        let served = nginx.accessLog().count
+        let getSpool = fx.root.appendingPathComponent("get-spool").path
+        let output = fx.root.appendingPathComponent("carto.pmtiles").path
+
+        (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", getSpool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("a daemon is running on the store"), out)
+        (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("a daemon is running on the spool \(fx.spool)"), out)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: output))
+
+        fx.stop()
+        (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", getSpool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("\(output): pmtiles (source tiles0), 85 tiles"), out)
+        XCTAssertEqual(nginx.accessLog().count, served, "nothing asked of the server: \(nginx.accessLog().dropFirst(served))")
+        // The daemon's region is still its own: completed, once the daemon is back.
+        try fx.start()
+        try waitUntil("the daemon's region is completed", timeout: 30) { fx.state("carto") == "completed" }
+        XCTAssertEqual(nginx.accessLog().count, served)
+    }
+}
