@@ -123,17 +123,11 @@ public struct Corridor: Sendable, Equatable, Codable {
             if t == "GeometryCollection" { return parseLines(g) }
             return geometry(g, t, "")
         case "FeatureCollection", "GeometryCollection":
-            let key = type == "FeatureCollection" ? "features" : "geometries"
-            guard let members = o[key] as? [Any], !members.isEmpty else { return .failure("the \(type) needs a non-empty '\(key)' array") }
+            let members: [GeoJSONMember]
+            switch GeoJSONMember.all(of: o, type) { case .success(let m): members = m; case .failure(let e): return .failure(e) }
             var out: [[[Double]]] = []
-            for (i, m) in members.enumerated() {
-                var g = m as? [String: Any]
-                if type == "FeatureCollection" {
-                    guard (g?["type"] as? String) == "Feature" else { return .failure("\(key)[\(i)] must be a Feature") }
-                    g = g?["geometry"] as? [String: Any]
-                }
-                guard let g, let t = g["type"] as? String else { return .failure("\(key)[\(i)] has no geometry") }
-                switch geometry(g, t, "\(key)[\(i)]: ") { case .success(let l): out += l; case .failure(let e): return .failure(e) }
+            for m in members {
+                switch geometry(m.geometry, m.type, "\(m.label): ") { case .success(let l): out += l; case .failure(let e): return .failure(e) }
             }
             return .success(out)
         default:

@@ -1,5 +1,39 @@
 import Foundation
 
+/// One member of a GeoJSON `FeatureCollection` (a Feature's geometry) or `GeometryCollection`
+/// (RFC 7946, sections 3.3 and 3.1.8): its geometry object and `type`, and where it is
+/// (`features[3]`) for messages.
+public struct GeoJSONMember {
+    public var geometry: [String: Any]
+    public var type: String
+    /// `features` or `geometries`, and the member's index in that array.
+    public var key: String
+    public var index: Int
+    /// The label of the member in messages: `features[3]`.
+    public var label: String { "\(key)[\(index)]" }
+
+    /// Every member of the collection `o` of type `type` (`FeatureCollection` or
+    /// `GeometryCollection`), in order.
+    /// - Returns: the members, or a message: an empty or missing array, a `features` entry that is
+    ///   not a Feature, a member without a geometry.
+    public static func all(of o: [String: Any], _ type: String) -> Result<[GeoJSONMember], ShapeError> {
+        let key = type == "FeatureCollection" ? "features" : "geometries"
+        guard let members = o[key] as? [Any], !members.isEmpty else { return .failure("the \(type) needs a non-empty '\(key)' array") }
+        var out: [GeoJSONMember] = []
+        out.reserveCapacity(members.count)
+        for (i, m) in members.enumerated() {
+            var g = m as? [String: Any]
+            if type == "FeatureCollection" {
+                guard (g?["type"] as? String) == "Feature" else { return .failure("\(key)[\(i)] must be a Feature") }
+                g = g?["geometry"] as? [String: Any]
+            }
+            guard let g, let t = g["type"] as? String else { return .failure("\(key)[\(i)] has no geometry") }
+            out.append(GeoJSONMember(geometry: g, type: t, key: key, index: i))
+        }
+        return .success(out)
+    }
+}
+
 /// Why a GeoJSON region is refused: a message for the status file.
 public struct ShapeError: Error, Sendable, ExpressibleByStringInterpolation {
     public var message: String
@@ -53,16 +87,11 @@ public struct RegionShape: Sendable, Equatable, Codable {
             if t == "GeometryCollection" { return parse(g) }
             return parseGeometry(t, g["coordinates"])
         case "FeatureCollection", "GeometryCollection":
-            let key = type == "FeatureCollection" ? "features" : "geometries"
-            guard let members = o[key] as? [Any], !members.isEmpty else { return .failure("the \(type) needs a non-empty '\(key)' array") }
+            let members: [GeoJSONMember]
+            switch GeoJSONMember.all(of: o, type) { case .success(let m): members = m; case .failure(let e): return .failure(e) }
             var polys: [[[[Double]]]] = []
-            for (i, m) in members.enumerated() {
-                var g = m as? [String: Any]
-                if type == "FeatureCollection" {
-                    guard (g?["type"] as? String) == "Feature" else { return .failure("\(key)[\(i)] must be a Feature") }
-                    g = g?["geometry"] as? [String: Any]
-                }
-                guard let g, let t = g["type"] as? String else { return .failure("\(key)[\(i)] has no geometry") }
+            for member in members {
+                let (g, t, key, i) = (member.geometry, member.type, member.key, member.index)
                 guard t == "Polygon" || t == "MultiPolygon" else {
                     return .failure("\(key)[\(i)] is a \(t); only Polygon and MultiPolygon members are supported")
                 }
@@ -229,16 +258,7 @@ public struct RegionShape: Sendable, Equatable, Codable {
             let hi = min(max(max(Int(ceil(b)) - 1, Int(floor(a))), 0), n - 1)
             cols.append(lo...hi)
         }
-        cols.sort { $0.lowerBound < $1.lowerBound }
-        var merged: [ClosedRange<Int>] = []
-        for c in cols {
-            if let last = merged.last, c.lowerBound <= last.upperBound + 1 {
-                merged[merged.count - 1] = last.lowerBound...max(last.upperBound, c.upperBound)
-            } else {
-                merged.append(c)
-            }
-        }
-        return merged
+        return TileColumns.merge(cols)
     }
 
     /// Number of tiles covered within `rect`.
