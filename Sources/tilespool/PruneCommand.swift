@@ -76,9 +76,10 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
             out("delete requested for \(id) (the daemon deletes it)")
         }
     } else {
-        let store = loc.isS3 ? try loc.openStore() : nil
+        // Through the store, whichever backend it is on (no store there: no region files to remove).
+        let store = loc.isS3 || StoreSpec.looksLikeStore(loc.store) ? try loc.openStore() : nil
         for id in selected {
-            if let store { store.region(id).remove() } else { Files.removeTree(loc.store + "/regions/" + id) }
+            store?.region(id).remove()
             writer.remove(id: id)
             writer.event(id: id, state: "deleted", error: nil, extra: ["action": "delete", "note": "prune"])
             out("deleted \(id)")
