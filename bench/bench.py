@@ -62,6 +62,13 @@ SIZE_POOL_DIRS = ["tiles/liechtenstein", "raster/osm_carto", "raster/stamen_tone
 REAL_BOUNDS = [9.4717, 47.0484, 9.6357, 47.2706]
 # Scale: 1,013,063 tiles (z8-17) answered 204; the plan case 10,096,310 tiles (z8-18).
 SCALE_BOUNDS, SCALE_MINZ, SCALE_MAXZ = [6.9, 46.3, 9.9, 47.6], 8, (14 if QUICK else 17)
+# The distinct phase (issue 30): the scale region again, as two regions (west and east halves), each
+# tile a distinct body of about 3 KB (its URI, then padding) from nginx's /distinct/ location.
+DISTINCT_PAD = "." * 3000
+DISTINCT_WEST = [6.9, 46.3, 8.4, 47.6]
+DISTINCT_EAST = [8.4, 46.3, 9.9, 47.6]
+# An earlier TileSpool (one file per object, before packs) to compare with: BENCH_OLD_BIN.
+OLD_BIN = os.environ.get("BENCH_OLD_BIN")
 PLAN_BOUNDS, PLAN_MINZ, PLAN_MAXZ = [5.9, 45.75, 10.55, 47.85], 8, 18
 PICKUP_COUNT = 20 if QUICK else 200
 # mapproxy's lock folders (tmpfs when there is one).
@@ -317,6 +324,10 @@ http {{
             access_log "{d}/access.log" bench;
         }}
         location /empty/ {{ return 204; }}
+        location /distinct/ {{
+            default_type application/x-protobuf;
+            return 200 "tile $request_uri {pad}";
+        }}
     }}
     server {{
         listen 127.0.0.1:{port_real};
@@ -340,7 +351,7 @@ http {{
         }}
     }}
 }}
-""".format(d=d, port=self.port, port_real=self.port_real, pyr=pyramid, mapdata=MAPDATA)
+""".format(d=d, port=self.port, port_real=self.port_real, pyr=pyramid, mapdata=MAPDATA, pad=DISTINCT_PAD)
         self.conf = os.path.join(d, "nginx.conf")
         with open(self.conf, "w") as f:
             f.write(conf)
@@ -931,6 +942,110 @@ def phase_scale(out, nginx, results):
     results["scale"] = {"tiles": expect, "zooms": [SCALE_MINZ, SCALE_MAXZ], "bounds": SCALE_BOUNDS, "run": r,
                         "plan": {"tiles": pexpect, "zooms": [PLAN_MINZ, PLAN_MAXZ], "bounds": PLAN_BOUNDS, "runs": pruns}}
 
+# ---------------------------------------------------------------------------------------------
+# Phase: a million distinct bodies (issue 30)
+
+def distinct_objects(store, rids):
+    """{sha256: (bytes, set of region ids)} over the regions' manifests."""
+    objs = {}
+    for rid in rids:
+        with open(os.path.join(store, "regions", rid, "manifest.tsv")) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                _kind, sha, nbytes, _rest = line.split("\t", 3)
+                if sha == "-":
+                    continue
+                if sha in objs:
+                    objs[sha][1].add(rid)
+                else:
+                    objs[sha] = (int(nbytes), {rid})
+    return objs
+
+
+def distinct_run(run_dir, nginx, binary, full):
+    """Downloads the west and east halves of the scale region from /distinct/ (every tile its own
+    body) with `binary` into a disk store, then: disk use and inodes against the payload; the
+    exports of the west region to MBTiles and PMTiles; with `full` also `verify`, and the east
+    region deleted and `gc --grace 0` (bytes given back against the east-only objects' bytes)."""
+    spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
+    base = nginx.base + "/distinct"
+    reqs = {rid: {"tiles": [base + "/{z}/{x}/{y}.pbf"], "bounds": b, "minZoom": SCALE_MINZ, "maxZoom": SCALE_MAXZ}
+            for rid, b in (("west", DISTINCT_WEST), ("east", DISTINCT_EAST))}
+    d = Daemon(spool, store, tilespool_args() + ["--max-tiles", "2000000"], binary=binary)
+    try:
+        os.sync()
+        u0, s0 = d.cpu()
+        t0 = time.perf_counter()
+        for rid, req in reqs.items():
+            drop(spool, rid, req)
+        for rid in reqs:
+            wait_state(spool, rid, "completed", timeout=7200)
+        t1 = time.perf_counter()
+        u1, s1 = d.cpu()
+        hwm = d.hwm_kb()
+    finally:
+        rc = d.stop()
+    if rc != 0:
+        raise BenchError("the daemon exited with %s; see %s" % (rc, d.log_path))
+    objs = distinct_objects(store, reqs)
+    tiles = sum(read_manifest(store, rid)["lines"] for rid in reqs)
+    payload = sum(b for b, _ in objs.values())
+    r = {"tiles": tiles, "objects": len(objs), "payload": payload, "wall": t1 - t0, "cpu": (u1 - u0) + (s1 - s0),
+         "rss_kb": hwm, "disk": disk_usage(store)}
+    log("distinct (%s): %d tiles, %d objects, %.2f GB payload in %.1f s (%.0f tiles/s), cpu %.1f s, RSS %.1f MiB; store %.2f GB on disk (%.3fx), %d files, %d folders" % (
+        os.path.basename(binary), tiles, len(objs), payload / 1e9, r["wall"], tiles / r["wall"], r["cpu"], hwm / 1024,
+        r["disk"]["disk_bytes"] / 1e9, r["disk"]["disk_bytes"] / payload, r["disk"]["files"], r["disk"]["dirs"]))
+    common = ["--spool", spool, "--store", store]
+    if full:
+        v = time_v([binary, "verify"] + common)
+        v["stdout"] = v["stdout"].strip().splitlines()[-1:]
+        r["verify"] = v
+        log("distinct: verify %.1f s (%s)" % (v["wall"], v["stdout"]))
+    r["exports"] = {}
+    for fmt in ("mbtiles", "pmtiles"):
+        e = time_v([binary, "export", "west", "--format", fmt, "--output", os.path.join(run_dir, "west." + fmt), "--json"] + common)
+        doc = json.loads(e.pop("stdout"))
+        e["tiles"] = doc.get("tiles")
+        r["exports"][fmt] = e
+        os.remove(os.path.join(run_dir, "west." + fmt))
+        log("distinct: export west as %s: %d tiles in %.1f s, peak RSS %.1f MiB" % (fmt, e["tiles"], e["wall"], e["rss_kb"] / 1024))
+    if full:
+        east_only = sum(b for b, rs in objs.values() if rs == {"east"})
+        d = Daemon(spool, store, tilespool_args(), binary=binary)
+        try:
+            os.makedirs(os.path.join(spool, "control"), exist_ok=True)
+            with open(os.path.join(spool, "control", ".east.delete"), "w"):
+                pass
+            os.rename(os.path.join(spool, "control", ".east.delete"), os.path.join(spool, "control", "east.delete"))
+            deadline = time.monotonic() + 600
+            while os.path.exists(os.path.join(spool, "status", "east.json")):
+                if time.monotonic() > deadline:
+                    raise BenchError("east not deleted after 600 s")
+                time.sleep(0.05)
+        finally:
+            d.stop()
+        before = disk_usage(store)["disk_bytes"]
+        g = time_v([binary, "gc", "--grace", "0"] + common)
+        g["stdout"] = g["stdout"].strip()
+        after = disk_usage(store)["disk_bytes"]
+        r["gc"] = {"run": g, "east_only_bytes": east_only, "freed": before - after, "disk_after": after}
+        log("distinct: gc after deleting east: %.1f s, freed %.2f GB of the %.2f GB only east held (%.1f%%)" % (
+            g["wall"], (before - after) / 1e9, east_only / 1e9, 100.0 * (before - after) / max(1, east_only)))
+    return r
+
+
+def phase_distinct(out, nginx, results):
+    rs = rects(SCALE_BOUNDS, SCALE_MINZ, SCALE_MAXZ)
+    log("distinct: the scale region (%d tiles) as two regions of distinct bodies" % sum(rect_count(r) for r in rs.values()))
+    res = {"zooms": [SCALE_MINZ, SCALE_MAXZ], "west": DISTINCT_WEST, "east": DISTINCT_EAST,
+           "TileSpool": distinct_run(os.path.join(out, "distinct"), nginx, BIN, True)}
+    shutil.rmtree(os.path.join(out, "distinct"), ignore_errors=True)
+    if OLD_BIN:
+        res["earlier TileSpool"] = distinct_run(os.path.join(out, "distinct-old"), nginx, OLD_BIN, False)
+        res["earlier_bin"] = OLD_BIN
+        shutil.rmtree(os.path.join(out, "distinct-old"), ignore_errors=True)
+    results["distinct"] = res
 
 # ---------------------------------------------------------------------------------------------
 # Phase 5: export (issue 8)
@@ -1692,6 +1807,37 @@ def report(results, mach):
                 label, x["count"], ("**%.2f** (target < 10)" if x is pu else "%.2f") % x["median_ms"], x["p90_ms"], x["max_ms"],
                 x["min_ms"], ", ".join("%s %d" % kv for kv in sorted(x["first_states"].items()))))
         L.append("")
+    dt = results.get("distinct")
+    if dt:
+        L.append("### A million distinct bodies (issue 30): the scale region as two regions, every tile its own ~3 KB body")
+        L.append("")
+        L.append("West %s and east %s, z%d-%d, downloaded together into a disk store; the payload is the distinct objects' bytes. "
+                 "An earlier TileSpool (one file per object, before packs: `%s`) does the same when `BENCH_OLD_BIN` is set." % (
+                     dt["west"], dt["east"], dt["zooms"][0], dt["zooms"][1], dt.get("earlier_bin", "not run")))
+        L.append("")
+        L.append("| store | tiles | objects | tiles/s | CPU s | RSS MiB | disk / payload | files (inodes) | folders | export west MBTiles s | PMTiles s |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for name in ("TileSpool", "earlier TileSpool"):
+            x = dt.get(name)
+            if not x:
+                continue
+            L.append("| %s | %s | %s | %s | %.1f | %.1f | %.3f | %s | %s | %.1f | %.1f |" % (
+                name, f"{x['tiles']:,}", f"{x['objects']:,}", f"{x['tiles'] / x['wall']:,.0f}", x["cpu"], x["rss_kb"] / 1024,
+                x["disk"]["disk_bytes"] / x["payload"], f"{x['disk']['files']:,}", f"{x['disk']['dirs']:,}",
+                x["exports"]["mbtiles"]["wall"], x["exports"]["pmtiles"]["wall"]))
+        L.append("")
+        x = dt["TileSpool"]
+        if "verify" in x:
+            L.append("`verify` of the %s objects: %.1f s (%s)." % (f"{x['objects']:,}", x["verify"]["wall"], "; ".join(x["verify"]["stdout"])))
+        if "gc" in x:
+            g = x["gc"]
+            L.append("`gc --grace 0` after deleting east: %.1f s, gave back %s bytes of the %s only east held (**%.1f%%**, target >= 90%%)." % (
+                g["run"]["wall"], f"{g['freed']:,}", f"{g['east_only_bytes']:,}", 100.0 * g["freed"] / max(1, g["east_only_bytes"])))
+        o = dt.get("earlier TileSpool")
+        if o:
+            L.append("Export speed-up over the earlier store: MBTiles **%.2fx**, PMTiles **%.2fx** (target >= 2x)." % (
+                o["exports"]["mbtiles"]["wall"] / x["exports"]["mbtiles"]["wall"], o["exports"]["pmtiles"]["wall"] / x["exports"]["pmtiles"]["wall"]))
+        L.append("")
     return "\n".join(L)
 
 
@@ -1703,9 +1849,9 @@ def main(argv):
         RUNS = doc.get("runs", RUNS)
         print(report(doc["results"], doc["machine"]))
         return
-    phases = argv or ["throughput", "real", "scale", "export", "refresh", "s3", "pickup"]
+    phases = argv or ["throughput", "real", "scale", "export", "refresh", "s3", "pickup", "distinct"]
     for p in phases:
-        if p not in ("throughput", "real", "scale", "export", "refresh", "s3", "pickup", "profile"):
+        if p not in ("throughput", "real", "scale", "export", "refresh", "s3", "pickup", "distinct", "profile"):
             raise SystemExit("unknown phase %s" % p)
     if not os.access(BIN, os.X_OK):
         raise SystemExit("no tilespool binary at %s (set TILESPOOL_BIN or run bench/run.sh)" % BIN)

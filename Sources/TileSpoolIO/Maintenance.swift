@@ -126,7 +126,10 @@ public enum StoreMaintenance {
         files.readManifest { line in
             lines += 1
             report.linesChecked += 1
-            if let s = line.sha256, bad.contains(s) || (objects.present?.contains(s) != true && !store.contains(s)) {
+            // Not found by the scan of every pack and loose object: present only if it can be read
+            // and hashes to its name now (a pack sealed beside a running daemon since the scan). An
+            // index entry alone is not enough: it may name a pack that is gone.
+            if let s = line.sha256, bad.contains(s) || (objects.present?.contains(s) != true && !store.isIntact(s)) {
                 if !bad.contains(s) { report.missingObjects.append("\(label): \(line.key) -> \(s)") }
                 dropped.append(line)
             } else {

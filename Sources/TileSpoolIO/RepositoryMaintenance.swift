@@ -103,6 +103,9 @@ extension Repository {
             }
         }
         let newPacks = try writer.finish()
+        // A new pack can be byte for byte one of the packs it replaces (the same live objects in the
+        // same order: a gc killed after saving it, run again), and so have its name: that one stays.
+        let doomed = remove.union(repack).subtracting(newPacks)
 
         // One index file over every pack that stays (and the new ones), saved before removals.
         if !remove.isEmpty || !repack.isEmpty || !looseRemoved.isEmpty || indexNames.count > 1 {
@@ -111,8 +114,7 @@ extension Repository {
             var entries: [IndexFormat.Entry] = []
             var listed = Set<String>()
             try allEntries { pack, e in
-                guard packFiles[pack.digest] != nil || newPacks.contains(pack.digest),
-                      !remove.contains(pack.digest), !repack.contains(pack.digest) else { return }
+                guard packFiles[pack.digest] != nil || newPacks.contains(pack.digest), !doomed.contains(pack.digest) else { return }
                 guard listed.insert(pack.digest.hex + e.digest.hex).inserted else { return }
                 let n: UInt32
                 if let k = number[pack.digest] { n = k } else { n = UInt32(packs.count); number[pack.digest] = n; packs.append(pack) }
@@ -121,7 +123,7 @@ extension Repository {
             // Nothing left: no index file either.
             let merged = entries.isEmpty ? "" : try saveIndexFile(packs: packs, entries: entries).name
             for name in indexNames where name != merged { try backend.remove(name) }
-            for p in remove.union(repack) {
+            for p in doomed {
                 guard let f = packFiles[p] else { continue }
                 try backend.remove(f.name)
                 report.bytesFreed += f.size

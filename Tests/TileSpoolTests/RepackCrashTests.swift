@@ -21,13 +21,13 @@ final class RepackCrashTests: XCTestCase {
 
     /// 2,000 distinct bodies of 2-8 KiB (pseudo-random bytes), in 5 packs; region `keep`
     /// references the even ones. Returns the referenced SHA-256s and the live and dead payload.
-    func makeStore(_ path: String) throws -> (live: Set<String>, liveBytes: Int, deadBytes: Int) {
+    func makeStore(_ path: String, count: Int = 2000, sizes: (base: Int, spread: Int) = (2048, 6144), packEvery: Int = 400) throws -> (live: Set<String>, liveBytes: Int, deadBytes: Int) {
         let store = try PackedStore(root: path)
         var live = Set<String>(), liveBytes = 0, deadBytes = 0
         var lines: [ManifestLine] = []
         var state: UInt64 = 0x9E37_79B9_7F4A_7C15
-        for i in 0..<2000 {
-            var body = Data(count: 2048 + (i * 3077) % 6144)
+        for i in 0..<count {
+            var body = Data(count: sizes.base + (i * 3077) % sizes.spread)
             body.withUnsafeMutableBytes { raw in
                 for k in 0..<raw.count {
                     state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
@@ -41,7 +41,7 @@ final class RepackCrashTests: XCTestCase {
             } else {
                 deadBytes += body.count
             }
-            if i % 400 == 399 { try store.sync() }
+            if i % packEvery == packEvery - 1 { try store.sync() }
         }
         try FileManager.default.createDirectory(atPath: path + "/regions/keep", withIntermediateDirectories: true)
         try store.region("keep").appendToManifest(lines)
@@ -184,5 +184,65 @@ final class RepackCrashTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(before - packBytes(store), deadBytes * 9 / 10, gout2)
         let (crc, cout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
         XCTAssertEqual(crc, 0, cout)
+    }
+
+    /// The packs under `store/packs`, by path relative to the store.
+    func packFiles(_ store: String) -> Set<String> {
+        let e = FileManager.default.enumerator(atPath: store + "/packs")
+        var out = Set<String>()
+        while let name = e?.nextObject() as? String { if name.hasSuffix(".pack") { out.insert("packs/" + name) } }
+        return out
+    }
+
+    /// Attack round 5 (critical): a gc killed after saving its new pack but before its index file,
+    /// run again with --grace 0, wrote the very same pack (the same live objects in the same order,
+    /// so the same name) and then removed it as one of the packs it replaced: every object lost.
+    /// The state is made here exactly: two small packs, half dead; the new pack of a finished gc
+    /// copied, without an index, into the store as it was before. All three are small, so all are
+    /// repacked, into a pack identical to the copied one in whatever order they are read. The
+    /// second gc keeps it; nothing referenced is lost.
+    func testAGCRunAgainOverItsOwnSavedPackKeepsIt() throws {
+        let original = root + "/original"
+        let (live, _, _) = try makeStore(original, count: 400, sizes: (512, 1024), packEvery: 200)
+        let before = packFiles(original)
+        try FileManager.default.copyItem(atPath: original, toPath: root + "/first")
+        let (rc1, out1) = try tilespool(["gc", "--grace", "0", "--store", root + "/first", "--spool", root + "/spool"])
+        XCTAssertEqual(rc1, 0, out1)
+        let made = packFiles(root + "/first").subtracting(before)
+        XCTAssertFalse(made.isEmpty, "the first gc repacked")
+        for rel in made {
+            try FileManager.default.createDirectory(atPath: (original + "/" + rel as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: root + "/first/" + rel, toPath: original + "/" + rel)
+        }
+        let (rc2, out2) = try tilespool(["gc", "--grace", "0", "--store", original, "--spool", root + "/spool"])
+        XCTAssertEqual(rc2, 0, out2)
+        XCTAssertEqual(packFiles(original), made, "the saved pack stays; the old ones go")
+        let (lrc, lout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", original])
+        XCTAssertEqual(lrc, 0, lout)
+        XCTAssertEqual(Set(lout.split(separator: "\n").map { String($0.split(separator: " ")[0]) }), live)
+        let (vrc, vout) = try tilespool(["verify", "--store", original, "--spool", root + "/spool"])
+        XCTAssertEqual(vrc, 0, vout)
+        XCTAssertTrue(vout.contains("200 lines checked; 0 faults"), vout)
+    }
+
+    /// Attack round 5 (critical): with a pack file gone but an index file still listing its
+    /// objects, verify reported 0 faults (it took the index's word). It reports each missing
+    /// object now, exits 1, and --repair marks the region for re-download.
+    func testVerifyFindsObjectsWhosePackIsGoneThoughTheIndexListsThem() throws {
+        let store = root + "/store"
+        let (live, _, _) = try makeStore(store)
+        let packs = packFiles(store).sorted()
+        XCTAssertEqual(packs.count, 5)
+        // The objects of the first pack that the region references, by the independent reader.
+        let (_, lout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", store])
+        let gonePack = String((packs[0] as NSString).lastPathComponent.dropLast(5))
+        let lost = Set(lout.split(separator: "\n").map { $0.split(separator: " ") }.filter { String($0[2]) == gonePack }.map { String($0[0]) }).intersection(live)
+        XCTAssertFalse(lost.isEmpty)
+        try FileManager.default.removeItem(atPath: store + "/" + packs[0])
+        let (vrc, vout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+        XCTAssertEqual(vrc, 1, vout)
+        let missing = Set(vout.split(separator: "\n").filter { $0.hasPrefix("missing object: ") }.compactMap { $0.split(separator: " ").last.map(String.init) })
+        XCTAssertEqual(missing, lost, vout)
+        XCTAssertTrue(vout.contains("; \(lost.count) faults"), vout)
     }
 }
