@@ -44,6 +44,11 @@ extension PMTiles {
     /// Size of the v3 header in bytes (spec section 3).
     public static let headerSize = 127
 
+    /// The most entries one directory may hold (go-pmtiles writes leaves of a few thousand): a
+    /// directory of more is refused as damaged, so a small archive cannot make a plan read
+    /// millions of entries (a gzip leaf of 60 MB inflates from 58 KB).
+    public static let maxDirectoryEntries = 1_000_000
+
     /// How deep leaf directories may nest before an archive is refused as damaged (the spec's
     /// writers use at most one level of leaves; go-pmtiles reads at most 4 levels deep).
     public static let maxDirectoryDepth = 4
@@ -140,6 +145,9 @@ extension PMTiles {
         let n = try readVarint(bytes, &pos)
         guard n <= UInt64(bytes.count / 4) else {
             throw ArchiveError("a PMTiles directory claims \(n) entries in \(bytes.count) bytes")
+        }
+        guard n <= UInt64(maxDirectoryEntries) else {
+            throw ArchiveError("a PMTiles directory claims \(n) entries, more than the \(maxDirectoryEntries) TileSpool reads in one directory")
         }
         let count = Int(n)
         var ids = [UInt64](repeating: 0, count: count)
@@ -305,9 +313,19 @@ extension PMTiles {
             while lo < hi { let m = (lo + hi) / 2; if wanted[m] < v { lo = m + 1 } else { hi = m } }
             return lo
         }
-        func walk(_ entries: [Entry], _ depth: Int, _ limit: UInt64) throws {
+        // Every entry of a directory lies in the TileId range its parent entry gives (from the
+        // parent's TileId to the next entry's), and a run ends before the next entry starts
+        // (spec section 4.2: entries sorted, each TileId covered once): otherwise one tile would
+        // be counted twice (two root entries naming one leaf), and the plan would not be exact.
+        func walk(_ entries: [Entry], _ depth: Int, _ start: UInt64, _ limit: UInt64) throws {
             for (i, e) in entries.enumerated() {
                 let next = i + 1 < entries.count ? entries[i + 1].tileID : limit
+                guard e.tileID >= start, e.tileID < limit else {
+                    throw ArchiveError("a PMTiles leaf directory holds TileId \(e.tileID), outside the range \(start)..<\(limit) its parent entry gives")
+                }
+                if e.runLength > 0 && e.tileID &+ UInt64(e.runLength) > next {
+                    throw ArchiveError("a PMTiles directory's entries overlap: TileId \(e.tileID) with run length \(e.runLength) reaches past the next entry's TileId \(next)")
+                }
                 if e.runLength == 0 {
                     let k = lowerBound(e.tileID)
                     guard k < wanted.count, wanted[k] < next else { continue }
@@ -315,7 +333,7 @@ extension PMTiles {
                         throw ArchiveError("the archive's leaf directories nest deeper than \(maxDirectoryDepth) levels")
                     }
                     leaves.append(e)
-                    try walk(try leaf(e), depth + 1, next)
+                    try walk(try leaf(e), depth + 1, e.tileID, next)
                 } else {
                     let end = e.tileID &+ UInt64(e.runLength)
                     var k = lowerBound(e.tileID)
@@ -328,7 +346,7 @@ extension PMTiles {
                 }
             }
         }
-        try walk(root, 0, UInt64.max)
+        try walk(root, 0, 0, UInt64.max)
         tiles.sort { ($0.offset, tileID($0.tile)) < ($1.offset, tileID($1.tile)) }
         var tileBytes = 0, bodyBytes = 0
         var lastOffset: UInt64?

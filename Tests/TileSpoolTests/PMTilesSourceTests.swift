@@ -98,6 +98,46 @@ final class PMTilesSourceTests: XCTestCase {
     /// A hand-built archive layout: root directory with two tile entries and two leaf pointers
     /// (gzip-compressed as writers do), leaves holding runs. The planner reads only the leaf
     /// that meets the region and lists exactly the wanted tiles the archive holds.
+    /// Attack round 5: directories whose entries overlap (a run reaching into the next entry),
+    /// two root entries naming one leaf, or a leaf holding TileIds outside its parent's range made
+    /// the plan count tiles twice (680 planned where 85 exist): each is refused as damaged now,
+    /// and a directory claiming more than `maxDirectoryEntries` entries is refused before it is read.
+    func testOverlappingEntriesAndSharedLeavesAreRefused() throws {
+        var h = PMTiles.Header()
+        h.dataOffset = 1000; h.leafOffset = 5000; h.minZoom = 0; h.maxZoom = 3
+        let all = PMTiles.tileIDs(rects: [TileRect(z: 0, minX: 0, minY: 0, maxX: 0, maxY: 0), TileRect(z: 1, minX: 0, minY: 0, maxX: 1, maxY: 1),
+                                          TileRect(z: 2, minX: 0, minY: 0, maxX: 3, maxY: 3), TileRect(z: 3, minX: 0, minY: 0, maxX: 7, maxY: 7)], shape: nil)
+        func message(_ root: [PMTiles.Entry], leaves: [UInt64: [PMTiles.Entry]] = [:]) -> String? {
+            do {
+                _ = try PMTiles.plan(header: h, root: root, wanted: all) { e in leaves[e.offset] ?? [] }
+                return nil
+            } catch { return "\(error)" }
+        }
+        // Tile 1 with a run of 3 (ids 1, 2, 3) and then tile 2 again.
+        XCTAssertTrue(message([.init(tileID: 1, offset: 0, length: 10, runLength: 3), .init(tileID: 2, offset: 10, length: 10, runLength: 1)])?
+            .contains("entries overlap: TileId 1 with run length 3 reaches past the next entry's TileId 2") == true)
+        // Two root entries naming the same leaf (ids 5..<21 and 21..<85): its entries lie outside the second's range.
+        let leaf: [PMTiles.Entry] = [.init(tileID: 5, offset: 0, length: 10, runLength: 16)]
+        XCTAssertTrue(message([.init(tileID: 5, offset: 0, length: 30, runLength: 0), .init(tileID: 21, offset: 0, length: 30, runLength: 0)],
+                              leaves: [0: leaf])?.contains("holds TileId 5, outside the range 21..<") == true)
+        // A leaf holding a TileId below its parent's.
+        XCTAssertTrue(message([.init(tileID: 0, offset: 0, length: 10, runLength: 1), .init(tileID: 6, offset: 0, length: 30, runLength: 0)],
+                              leaves: [0: leaf])?.contains("holds TileId 5, outside the range 6..<") == true)
+        // The same leaf under one entry only is fine: 16 tiles, each once.
+        let ok = try PMTiles.plan(header: h, root: [.init(tileID: 5, offset: 0, length: 30, runLength: 0)], wanted: all) { _ in leaf }
+        XCTAssertEqual(ok.tiles.count, 16)
+        XCTAssertEqual(Set(ok.tiles.map(\.tile)).count, 16)
+        // An entry count above the limit, with bytes enough for it.
+        var big: [UInt8] = []
+        var n = UInt64(PMTiles.maxDirectoryEntries + 1)
+        while n >= 0x80 { big.append(UInt8(n & 0x7F) | 0x80); n >>= 7 }
+        big.append(UInt8(n))
+        big += [UInt8](repeating: 1, count: (PMTiles.maxDirectoryEntries + 1) * 4)
+        XCTAssertThrowsError(try PMTiles.readDirectory(big)) { e in
+            XCTAssertTrue("\(e)".contains("more than the \(PMTiles.maxDirectoryEntries) TileSpool reads in one directory"), "\(e)")
+        }
+    }
+
     func testPlannerReadsOnlyTheLeavesThatMeetTheRegionAndExpandsRuns() throws {
         // z0 and z1 tiles in the root; z2 tiles in leaf A (ids 5..<21); z3 in leaf B (ids 21..<85).
         let leafA: [PMTiles.Entry] = [
