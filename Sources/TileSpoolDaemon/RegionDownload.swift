@@ -48,18 +48,7 @@ extension Daemon {
             savedPlan = nil
         } else if let plan = savedPlan {
             d.plan = plan
-            d.done = Bitmap(count: plan.indexSpace)
-            var p = RegionProgress()
-            p.resourcesExpected = plan.count
-            p.tilesExpected = plan.tileCount
-            p.tileBytesExpected = plan.tileBytes
-            p.resourcesExpectedIsPrecise = true
-            d.files.readManifest(cutPartialLine: true) { line in
-                guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
-                d.done[i] = true
-                count(line, d, into: &p)
-            }
-            r.progress = p
+            r.progress = recount(plan, d.files, d)
             journalError = recoverJournal(r, d, plan)
         } else {
             d.files.readManifest(cutPartialLine: true) { lines.append($0) }
@@ -134,19 +123,7 @@ extension Daemon {
         if let e = policy ?? tileLimitError(r, plan) { refuseLate(r, e); return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
-        d.done = Bitmap(count: plan.indexSpace)
-        var p = RegionProgress()
-        d.tilesWithContent = [:]
-        d.files.readManifest(cutPartialLine: true) { line in
-            guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
-            d.done[i] = true
-            count(line, d, into: &p)
-        }
-        p.resourcesExpected = plan.count
-        p.tilesExpected = plan.tileCount
-        p.tileBytesExpected = plan.tileBytes
-        p.resourcesExpectedIsPrecise = true
-        r.progress = p
+        r.progress = recount(plan, d.files, d)
         r.statusDirty = true
         Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
         finishIfDone(r, d)
@@ -670,18 +647,32 @@ extension Daemon {
     /// The progress of the region's pack as recorded (plan and manifest), for a completed region.
     func packProgress(_ r: Region) -> RegionProgress {
         guard let plan = r.files.loadPlan() else { return r.progress }
+        return recount(plan, r.files, nil)
+    }
+
+    /// The progress of `plan` as the manifest in `files` records it: the plan's expected counts,
+    /// and each planned resource counted once (a line for a resource the plan no longer has, or
+    /// a second line for one, is skipped). The one recount: on `start`, once `makePlan` made the
+    /// plan, and for a pack (`packProgress`).
+    /// - Parameter d: the download the manifest belongs to, or nil for a pack read back: its
+    ///   `done` bitmap becomes the resources counted, its `tilesWithContent` is counted afresh,
+    ///   a partial last line is cut (a crash mid-append), and during a refresh each line is
+    ///   tallied against the pack's (`count`).
+    func recount(_ plan: ResourcePlan, _ files: any RegionStorage, _ d: Download?) -> RegionProgress {
         var p = RegionProgress()
         p.resourcesExpected = plan.count
         p.tilesExpected = plan.tileCount
         p.tileBytesExpected = plan.tileBytes
         p.resourcesExpectedIsPrecise = true
         var done = Bitmap(count: plan.indexSpace)
-        let cover = PlanCover(plan)
-        r.files.readManifest { line in
+        let cover = d.map { $0.cover(plan) } ?? PlanCover(plan)
+        d?.tilesWithContent = [:]
+        files.readManifest(cutPartialLine: d != nil) { line in
             guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), !done[i] else { return }
             done[i] = true
-            count(line, nil, into: &p)
+            count(line, d, into: &p)
         }
+        d?.done = done
         return p
     }
 }
