@@ -48,18 +48,7 @@ extension Daemon {
             savedPlan = nil
         } else if let plan = savedPlan {
             d.plan = plan
-            d.done = Bitmap(count: plan.indexSpace)
-            var p = RegionProgress()
-            p.resourcesExpected = plan.count
-            p.tilesExpected = plan.tileCount
-            p.tileBytesExpected = plan.tileBytes
-            p.resourcesExpectedIsPrecise = true
-            d.files.readManifest(cutPartialLine: true) { line in
-                guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
-                d.done[i] = true
-                count(line, d, into: &p)
-            }
-            r.progress = p
+            r.progress = recount(plan, d.files, d)
             journalError = recoverJournal(r, d, plan)
         } else {
             d.files.readManifest(cutPartialLine: true) { lines.append($0) }
@@ -134,19 +123,7 @@ extension Daemon {
         if let e = policy ?? tileLimitError(r, plan) { refuseLate(r, e); return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
-        d.done = Bitmap(count: plan.indexSpace)
-        var p = RegionProgress()
-        d.tilesWithContent = [:]
-        d.files.readManifest(cutPartialLine: true) { line in
-            guard let i = plan.index(kind: line.kind, key: line.key, cover: d.cover(plan)), !d.done[i] else { return }
-            d.done[i] = true
-            count(line, d, into: &p)
-        }
-        p.resourcesExpected = plan.count
-        p.tilesExpected = plan.tileCount
-        p.tileBytesExpected = plan.tileBytes
-        p.resourcesExpectedIsPrecise = true
-        r.progress = p
+        r.progress = recount(plan, d.files, d)
         r.statusDirty = true
         Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
         finishIfDone(r, d)
@@ -308,6 +285,11 @@ extension Daemon {
         if r.request.maxRequestsPerSecond != nil { limiter.forget(region: r.id) }
     }
 
+    /// One answer to a transfer: the facts gathered (`AnswerFacts`), the decision made by the
+    /// pure `AnswerDecision.decide` (every answer class: AnswerDecisionTests), and applied here:
+    /// store and record, retry (holding the region for a `Retry-After`), revalidate a 304, fail
+    /// the tile or the region, pause for the network. A probe's answer goes to `probeAnswered`;
+    /// a PMTiles range request's to `handleRange`, which decides its own answers.
     func handle(_ res: TransferResult) {
         countRequest(res)
         if limiter.bytesPerSecond != nil { limiter.received(bytes: res.body.count, now: Daemon.now()) }
@@ -318,46 +300,25 @@ extension Daemon {
         if kind != .tile { d.nonTileInFlight -= 1 }
         if case .range(let n) = item { handleRange(r, d, res, fetch, n); return }
 
-        if let f = res.failure {
-            switch f {
-            case .refused(let text):
-                let why = quoted(text, r, url: url) // may quote a Location
-                fail(r, RegionError(code: .httpError, message: "\(why) (\(shown(url, r)))", url: shown(url, r)))
-            case .policyRefused(let text):
-                // A redirect to a host whose tile usage policy forbids bulk downloading: not fetched.
-                let why = quoted(text, r, url: url)
-                fail(r, RegionError(code: .policyRefused, message: "\(why) (redirected from \(shown(url, r)))", url: shown(url, r)))
-            case .network(let text):
-                let why = quoted(text, r, url: url)
-                retry(r, d, item, after: nil, exhausted: {
-                    self.networkLost(r, url: url, why: why)
-                })
-            case .badResponse(let text):
-                let why = quoted(text, r, url: url)
-                Log.error("bad response: \(why)", region: r.id, state: r.state.rawValue, url: shown(url, r))
-                retry(r, d, item, after: nil, exhausted: {
-                    self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "\(why) (\(shown(url, r)))", url: shown(url, r)))
-                })
+        // Only a 304 keeps the previous line: looked up for it alone (a string key per look-up).
+        let prev = res.notModified ? d.previousLine(kind, key) : nil
+        let facts = AnswerFacts(url: url, secrets: r.secrets, kind: kind, failure: res.failure.map(AnswerFacts.Failure.init),
+                                status: res.status, body: res.body, contentType: res.contentType, retryAfter: res.retryAfter,
+                                notModified: res.notModified, conditional: fetch.conditional, hasPreviousLine: prev != nil,
+                                emptyStatuses: r.request.emptyStatuses)
+        switch AnswerDecision.decide(facts) {
+        case .fail(let f):
+            failed(r, d, item, fetch, f)
+        case .retry(let x):
+            if let log = x.log { Log.error(log, region: r.id, state: r.state.rawValue, url: shown(url, r)) }
+            if let hold = x.holdFor {
+                d.holdUntil = max(d.holdUntil, Daemon.now() + hold)
+                r.statusDirty = true // the status shows `throttledUntil`
             }
-            return
-        }
-        let s = res.status
-        if s == 206 {
-            // Part of a body, to a request that asked for all of it (no Range is ever sent):
-            // never stored as the whole, retried like a damaged body.
-            retry(r, d, item, after: nil, exhausted: {
-                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP 206 Partial Content to a request for the whole body, from \(shown(url, r))", url: shown(url, r), httpStatus: s))
-            })
-            return
-        }
-        if res.notModified {
-            // 304 Not Modified: the pack's object is current; only its validators and fetch time
-            // change. Only an answer to a conditional request: a 304 to a plain GET is a server
-            // that lies (RFC 9110 section 15.4.5), never a reason to keep what we have.
-            guard fetch.conditional, let prev = d.previousLine(kind, key) else {
-                fail(r, RegionError(code: .httpError, message: "HTTP \(s) Not Modified to a request that was not conditional, from \(shown(url, r))", url: shown(url, r), httpStatus: s))
-                return
-            }
+            retry(r, d, item, after: x.after, exhausted: { self.failed(r, d, item, fetch, x.exhausted) })
+        case .revalidated:
+            // The pack's object is current; only its validators and fetch time change.
+            guard let prev else { return } // `decide` revalidates only with a previous line
             d.attempts.removeValue(forKey: item)
             var line = Refresh.revalidated(prev, url: r.secrets.replaced(in: url), response: res.freshness)
             if let etag = line.freshness.etag, quotesSecret(etag, r) { line.freshness.etag = nil }
@@ -370,48 +331,33 @@ extension Daemon {
                 return
             }
             received(r, d, item, line, url: url, body: body)
-            return
-        }
-        if s == 429 || s >= 500 {
-            if let ra = res.retryAfter {
-                d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, Daemon.maxRetryAfter))
-                r.statusDirty = true // the status shows `throttledUntil`
+        case .record(let what):
+            d.attempts.removeValue(forKey: item)
+            var sha: String?
+            if what == .body {
+                do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
             }
-            retry(r, d, item, after: res.retryAfter, exhausted: {
-                self.failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r))", url: shown(url, r), httpStatus: s))
-            })
-            return
+            var freshness = res.freshness
+            if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
+            let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: r.secrets.replaced(in: url),
+                                    freshness: freshness)
+            if case .index = item {
+                addPending(d, item, line)
+                return
+            }
+            received(r, d, item, line, url: url, body: res.body)
         }
-        // A tile answered with one of the request's `emptyStatuses`, or a 2xx with no body: an empty tile.
-        let empty = kind == .tile && (r.request.emptyStatuses.contains(s) || ((200...299).contains(s) && res.body.isEmpty))
-        let missing = kind.missingIsAllowed && s == 404
-        if !(200...299).contains(s) && !empty && !missing {
-            failTile(r, d, item, fetch, RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r))", url: shown(url, r), httpStatus: s))
-            return
+    }
+
+    /// Applies a failure `decide` chose, now or once retries ran out: the region fails, the
+    /// resource fails (`failTile`: within `maxFailedTiles` for a tile), or the region pauses
+    /// for the network, probing the URL asked.
+    func failed(_ r: Region, _ d: Download, _ item: WorkItem, _ fetch: Fetch, _ f: AnswerDecision.Failure) {
+        switch f {
+        case .region(let e): fail(r, e)
+        case .resource(let e): failTile(r, d, item, fetch, e)
+        case .networkLost(let why): networkLost(r, url: fetch.url, why: why)
         }
-        if kind == .tile && !empty,
-           let why = TileBody.problem(url: url, contentType: res.contentType, body: res.body, secrets: r.secrets.adding(url: url)) {
-            // Never stored: an HTML login page or a text error with 200 is not a tile.
-            Log.error("\(r.id): \(shown(url, r)): HTTP \(s): \(why)")
-            retry(r, d, item, after: nil, exhausted: {
-                self.failTile(r, d, item, fetch, RegionError(code: .badResponse, message: "HTTP \(s) from \(shown(url, r)): \(why)", url: shown(url, r), httpStatus: s))
-            })
-            return
-        }
-        d.attempts.removeValue(forKey: item)
-        var sha: String?
-        if !empty && !missing {
-            do { sha = try store.put(res.body).sha256 } catch { storageFailed(r, error); return }
-        }
-        var freshness = res.freshness
-        if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
-        let line = ManifestLine(kind: kind, sha256: sha, bytes: sha == nil ? 0 : res.body.count, key: key, url: r.secrets.replaced(in: url),
-                                freshness: freshness)
-        if case .index = item {
-            addPending(d, item, line)
-            return
-        }
-        received(r, d, item, line, url: url, body: res.body)
     }
 
     /// A tile's last attempt failed with `e`: within the request's `maxFailedTiles` the tile is
@@ -427,8 +373,7 @@ extension Daemon {
         if failedSoFar >= budget {
             var over = e
             // A refresh that fails this way is abandoned (the pack stays as it was): no failed.tsv.
-            over.message += "; \(failedSoFar + 1) tiles failed, more than the request's maxFailedTiles (\(budget))"
-                + (r.refreshing ? ": the refresh was abandoned and the pack is unchanged" : "; see failed.tsv")
+            over.message = AnswerDecision.overBudgetMessage(e.message, failed: failedSoFar, budget: budget, refreshing: r.refreshing)
             // failed.tsv is written before the status says `failed` (a script reads it then): the
             // download is stopped first, which records the failed tiles still waiting.
             if !r.refreshing { stopDownload(r); writeFailedList(r, d) }
@@ -702,18 +647,44 @@ extension Daemon {
     /// The progress of the region's pack as recorded (plan and manifest), for a completed region.
     func packProgress(_ r: Region) -> RegionProgress {
         guard let plan = r.files.loadPlan() else { return r.progress }
+        return recount(plan, r.files, nil)
+    }
+
+    /// The progress of `plan` as the manifest in `files` records it: the plan's expected counts,
+    /// and each planned resource counted once (a line for a resource the plan no longer has, or
+    /// a second line for one, is skipped). The one recount: on `start`, once `makePlan` made the
+    /// plan, and for a pack (`packProgress`).
+    /// - Parameter d: the download the manifest belongs to, or nil for a pack read back: its
+    ///   `done` bitmap becomes the resources counted, its `tilesWithContent` is counted afresh,
+    ///   a partial last line is cut (a crash mid-append), and during a refresh each line is
+    ///   tallied against the pack's (`count`).
+    func recount(_ plan: ResourcePlan, _ files: any RegionStorage, _ d: Download?) -> RegionProgress {
         var p = RegionProgress()
         p.resourcesExpected = plan.count
         p.tilesExpected = plan.tileCount
         p.tileBytesExpected = plan.tileBytes
         p.resourcesExpectedIsPrecise = true
         var done = Bitmap(count: plan.indexSpace)
-        let cover = PlanCover(plan)
-        r.files.readManifest { line in
+        let cover = d.map { $0.cover(plan) } ?? PlanCover(plan)
+        d?.tilesWithContent = [:]
+        files.readManifest(cutPartialLine: d != nil) { line in
             guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), !done[i] else { return }
             done[i] = true
-            count(line, nil, into: &p)
+            count(line, d, into: &p)
         }
+        d?.done = done
         return p
+    }
+}
+
+extension AnswerFacts.Failure {
+    /// The HTTP client's failure as the pure decision sees it (same case, same text).
+    init(_ f: TransferFailure) {
+        switch f {
+        case .network(let t): self = .network(t)
+        case .badResponse(let t): self = .badResponse(t)
+        case .refused(let t): self = .refused(t)
+        case .policyRefused(let t): self = .policyRefused(t)
+        }
     }
 }

@@ -1,0 +1,223 @@
+import Foundation
+
+// What one HTTP answer to a region's request means, decided without touching anything: the
+// daemon gathers the facts (`AnswerFacts`), asks `AnswerDecision.decide`, and applies the
+// decision (store the body, schedule a retry, fail the region...). Every answer class is unit
+// tested in AnswerDecisionTests. PMTiles range requests are decided apart (`handleRange`).
+
+/// The facts of one answer to a region's whole-body GET (a style, a TileJSON, a sprite, a glyph
+/// range or a tile) that `AnswerDecision.decide` needs. A value: no I/O, no daemon types.
+public struct AnswerFacts: Sendable {
+    /// Why a transfer produced no HTTP answer: the core's view of the HTTP client's
+    /// `TransferFailure` (same cases, same texts: the text is as the client wrote it, not yet
+    /// redacted; `decide` quotes it through `Redaction`).
+    public enum Failure: Sendable, Equatable {
+        /// The server could not be reached or stopped answering (refused, reset, DNS, timeout).
+        case network(String)
+        /// The answer arrived damaged (short body, undecodable encoding, too large).
+        case badResponse(String)
+        /// Retrying cannot help: a scheme other than http(s), too many redirects, a bad URL.
+        case refused(String)
+        /// A redirect led to a host whose tile usage policy forbids bulk downloading.
+        case policyRefused(String)
+    }
+
+    /// The URL asked, as it was sent (credentials kept): its extension gives the format a tile
+    /// must have (`TileBody`), and its credentials are secrets too. Messages show it redacted.
+    public var url: String
+    /// The request's secrets (`RegionRequest.secrets`): replaced in every text `decide` builds
+    /// from the URL or from the server's words.
+    public var secrets: Redaction.Secrets
+    /// What was asked for (`tile`, `style`, `sprite`...).
+    public var kind: ResourceKind
+    /// Set when the transfer produced no HTTP answer; the other answer fields are then unused.
+    public var failure: Failure?
+    /// The HTTP status (after redirects).
+    public var status: Int
+    /// The body after content decoding (only its emptiness and, for a tile, its first bytes are
+    /// read).
+    public var body: Data
+    /// The answer's `Content-Type`, if any.
+    public var contentType: String?
+    /// Seconds the server asked to wait (`Retry-After`, RFC 9110 section 10.2.3), as the HTTP
+    /// client read it (at most `RetryAfter.maximum`); nil when absent or invalid.
+    public var retryAfter: Double?
+    /// True when the answer was 304 Not Modified.
+    public var notModified: Bool
+    /// True when the request carried `If-None-Match` or `If-Modified-Since` (a refresh asking
+    /// about a resource whose pack line has validators).
+    public var conditional: Bool
+    /// True when the refresh has the pack's previous manifest line for this resource (the one a
+    /// 304 keeps). Read only for a 304: a caller may leave it false for any other answer.
+    public var hasPreviousLine: Bool
+    /// The request's `emptyStatuses`: statuses that mean "no tile here" for a tile.
+    public var emptyStatuses: [Int]
+
+    /// The facts of one answer; see each property.
+    public init(url: String, secrets: Redaction.Secrets = .none, kind: ResourceKind, failure: Failure? = nil,
+                status: Int = 0, body: Data = Data(), contentType: String? = nil, retryAfter: Double? = nil,
+                notModified: Bool = false, conditional: Bool = false, hasPreviousLine: Bool = false,
+                emptyStatuses: [Int] = RegionRequest.defaultEmptyStatuses) {
+        self.url = url; self.secrets = secrets; self.kind = kind; self.failure = failure
+        self.status = status; self.body = body; self.contentType = contentType; self.retryAfter = retryAfter
+        self.notModified = notModified; self.conditional = conditional; self.hasPreviousLine = hasPreviousLine
+        self.emptyStatuses = emptyStatuses
+    }
+
+    /// `url` as messages show it: the request's secrets replaced, credentials in URL form
+    /// redacted (`Redaction.redact(_:secrets:)`).
+    public var shownURL: String { Redaction.redact(url, secrets: secrets) }
+
+    /// `text`, from the server or quoting it, as a message may show it: the request's secrets
+    /// and the URL's credentials replaced (`Redaction.redactEmbedded`).
+    public func quoted(_ text: String) -> String {
+        Redaction.redactEmbedded(text, secrets: secrets.adding(url: url))
+    }
+}
+
+/// What the daemon does with one answer (`decide`). The messages of the errors are the ones the
+/// status, events and `failed.tsv` show, already redacted.
+public enum AnswerDecision: Sendable, Equatable {
+    /// How a failure lands.
+    public enum Failure: Sendable, Equatable {
+        /// The region fails with this error, whatever the resource (refused by the client or by
+        /// a tile usage policy, a 304 that lies).
+        case region(RegionError)
+        /// The resource failed with this error: a tile is recorded as failed within the
+        /// request's `maxFailedTiles` and the region goes on; otherwise (not a tile, no budget
+        /// left) the region fails with it. The daemon's `failTile` counts the budget.
+        case resource(RegionError)
+        /// The server does not answer: the region pauses (`pausedNetwork`) and probes the URL.
+        /// `why` is the client's text, redacted; the daemon appends the URL shown.
+        case networkLost(why: String)
+    }
+
+    /// Another attempt, with capped exponential backoff.
+    public struct Retry: Sendable, Equatable {
+        /// The server's `Retry-After` in seconds (RFC 9110 section 10.2.3, for a 429, RFC 6585
+        /// section 4, or a 5xx such as 503, RFC 9110 section 15.6.4): the attempt waits at least
+        /// this long (cut to `RetryAfter.maximum`). Nil: backoff alone.
+        public var after: Double?
+        /// Seconds during which the region asks its servers nothing more (its `throttledUntil`),
+        /// the `Retry-After` cut to `RetryAfter.maximum`; nil when no wait was asked.
+        public var holdFor: Double?
+        /// What happens once the request's attempts are used up.
+        public var exhausted: Failure
+        /// A line for the error log at each attempt (a damaged answer, a body that is not a
+        /// tile), or nil.
+        public var log: String?
+
+        /// A retry; see each property.
+        public init(after: Double? = nil, holdFor: Double? = nil, exhausted: Failure, log: String? = nil) {
+            self.after = after; self.holdFor = holdFor; self.exhausted = exhausted; self.log = log
+        }
+    }
+
+    /// What enters the manifest for an answer that is recorded.
+    public enum Record: Sendable, Equatable {
+        /// The body is stored and its line names it (a 2xx with a body, or any 2xx for a
+        /// resource that is not a tile).
+        case body
+        /// An empty tile: one of the request's `emptyStatuses`, or a 2xx (200, 204) with no
+        /// body. Its line has no object (`-`, 0 bytes).
+        case emptyTile
+        /// A sprite or glyph range the server does not have (404, `ResourceKind.missingIsAllowed`):
+        /// recorded without an object, like an empty tile.
+        case missing
+    }
+
+    /// The region fails now (`.region`), or the resource fails without a retry (`.resource`).
+    case fail(Failure)
+    /// Asked again later (a network failure, a damaged answer, 206, 429, 5xx, a body that is
+    /// not a tile).
+    case retry(Retry)
+    /// 304 Not Modified to a conditional request with a previous line (RFC 9110 section
+    /// 15.4.5): the pack's object is current; the previous line is kept with the answer's
+    /// validators and fetch time.
+    case revalidated
+    /// The answer is recorded as `Record` says.
+    case record(Record)
+
+    /// What `answer` means, in this order:
+    /// 1. No HTTP answer: `refused` fails the region (`httpError`), `policyRefused` too
+    ///    (`policyRefused`, "redirected from"); `network` is retried, then the region pauses
+    ///    for the network; `badResponse` is retried, then the resource fails (`badResponse`).
+    /// 2. 206 Partial Content to a request that sent no `Range` (RFC 9110 section 15.3.7: only
+    ///    an answer to a range request): never stored as the whole; retried, then the resource
+    ///    fails (`badResponse`).
+    /// 3. 304 Not Modified (RFC 9110 section 15.4.5): revalidated when the request was
+    ///    conditional and the previous line exists; otherwise the server lies and the region
+    ///    fails (`httpError`): never a reason to keep what we have.
+    /// 4. 429 Too Many Requests (RFC 6585 section 4) and 5xx: retried, after `Retry-After`
+    ///    when given (which also holds the whole region), then the resource fails
+    ///    (`httpError`).
+    /// 5. A tile with one of `emptyStatuses`, or a 2xx with no body: an empty tile; a sprite or
+    ///    glyph 404: missing; any other status outside 2xx: the resource fails (`httpError`).
+    /// 6. A tile body that is not a tile (`TileBody.problem`: HTML, text, a wrong image
+    ///    signature): retried, then the resource fails (`badResponse`).
+    /// 7. Otherwise the body is stored.
+    public static func decide(_ a: AnswerFacts) -> AnswerDecision {
+        if let f = a.failure {
+            switch f {
+            case .refused(let text):
+                let shown = a.shownURL
+                return .fail(.region(RegionError(code: .httpError, message: "\(a.quoted(text)) (\(shown))", url: shown)))
+            case .policyRefused(let text):
+                let shown = a.shownURL
+                return .fail(.region(RegionError(code: .policyRefused, message: "\(a.quoted(text)) (redirected from \(shown))", url: shown)))
+            case .network(let text):
+                return .retry(Retry(exhausted: .networkLost(why: a.quoted(text))))
+            case .badResponse(let text):
+                let why = a.quoted(text), shown = a.shownURL
+                return .retry(Retry(exhausted: .resource(RegionError(code: .badResponse, message: "\(why) (\(shown))", url: shown)),
+                                    log: "bad response: \(why)"))
+            }
+        }
+        let s = a.status
+        if s == 206 {
+            let shown = a.shownURL
+            return .retry(Retry(exhausted: .resource(RegionError(
+                code: .badResponse, message: "HTTP 206 Partial Content to a request for the whole body, from \(shown)", url: shown, httpStatus: s))))
+        }
+        if a.notModified {
+            guard a.conditional && a.hasPreviousLine else {
+                let shown = a.shownURL
+                return .fail(.region(RegionError(code: .httpError, message: "HTTP \(s) Not Modified to a request that was not conditional, from \(shown)",
+                                                 url: shown, httpStatus: s)))
+            }
+            return .revalidated
+        }
+        if s == 429 || s >= 500 {
+            let shown = a.shownURL
+            return .retry(Retry(after: a.retryAfter, holdFor: a.retryAfter.map { min($0, RetryAfter.maximum) },
+                                exhausted: .resource(RegionError(code: .httpError, message: "HTTP \(s) from \(shown)", url: shown, httpStatus: s))))
+        }
+        let success = (200...299).contains(s)
+        let empty = a.kind == .tile && (a.emptyStatuses.contains(s) || (success && a.body.isEmpty))
+        let missing = a.kind.missingIsAllowed && s == 404
+        if !success && !empty && !missing {
+            let shown = a.shownURL
+            return .fail(.resource(RegionError(code: .httpError, message: "HTTP \(s) from \(shown)", url: shown, httpStatus: s)))
+        }
+        if empty { return .record(.emptyTile) }
+        if missing { return .record(.missing) }
+        if a.kind == .tile, let why = TileBody.problem(url: a.url, contentType: a.contentType, body: a.body, secrets: a.secrets.adding(url: a.url)) {
+            // Never stored: an HTML login page or a text error with 200 is not a tile.
+            let shown = a.shownURL
+            return .retry(Retry(exhausted: .resource(RegionError(code: .badResponse, message: "HTTP \(s) from \(shown): \(why)", url: shown, httpStatus: s)),
+                                log: "HTTP \(s): \(why)"))
+        }
+        return .record(.body)
+    }
+
+    /// The message of a tile's error when it is one failure more than the request's
+    /// `maxFailedTiles` allows: `message` followed by the count and the budget, and where to
+    /// look (`failed.tsv` for a download; a refresh is abandoned and the pack stays as it was).
+    /// - Parameters:
+    ///   - failed: the tiles failed so far, this one not counted.
+    ///   - budget: the request's `maxFailedTiles` (> 0).
+    public static func overBudgetMessage(_ message: String, failed: Int, budget: Int, refreshing: Bool) -> String {
+        message + "; \(failed + 1) tiles failed, more than the request's maxFailedTiles (\(budget))"
+            + (refreshing ? ": the refresh was abandoned and the pack is unchanged" : "; see failed.tsv")
+    }
+}

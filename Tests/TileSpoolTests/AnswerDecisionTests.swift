@@ -1,0 +1,250 @@
+import Foundation
+import XCTest
+@testable import TileSpoolCore
+
+/// `AnswerDecision.decide` over every class of answer a region's whole-body request can get:
+/// pure, no network, no disk. The messages asserted are the ones the daemon shows (status,
+/// events, failed.tsv), byte for byte.
+final class AnswerDecisionTests: XCTestCase {
+    static let tileURL = "https://tiles.example/t/3/4/5.png"
+    static let png = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13])
+
+    /// A tile answer with `status` and a PNG body unless said otherwise.
+    func tile(_ status: Int, body: Data = AnswerDecisionTests.png, url: String = AnswerDecisionTests.tileURL,
+              contentType: String? = "image/png", retryAfter: Double? = nil, emptyStatuses: [Int] = [204, 404],
+              secrets: Redaction.Secrets = .none) -> AnswerFacts {
+        AnswerFacts(url: url, secrets: secrets, kind: .tile, status: status, body: body, contentType: contentType,
+                    retryAfter: retryAfter, emptyStatuses: emptyStatuses)
+    }
+
+    func decide(_ a: AnswerFacts) -> AnswerDecision { AnswerDecision.decide(a) }
+
+    func httpError(_ s: Int, _ url: String = AnswerDecisionTests.tileURL) -> RegionError {
+        RegionError(code: .httpError, message: "HTTP \(s) from \(url)", url: url, httpStatus: s)
+    }
+
+    // MARK: - Recorded answers
+
+    func testTwoHundredWithATileBodyIsStored() {
+        XCTAssertEqual(decide(tile(200)), .record(.body))
+        // No extension to check (a vector tile): any non-HTML, non-text body is stored.
+        XCTAssertEqual(decide(tile(200, body: Data([0x1f, 0x8b, 1, 2]), url: "https://t.example/1/2/3.pbf", contentType: "application/x-protobuf")),
+                       .record(.body))
+    }
+
+    func testTwoHundredWithNoBodyIsAnEmptyTile() {
+        XCTAssertEqual(decide(tile(200, body: Data())), .record(.emptyTile))
+        // Even when 200 is not among the empty statuses: a 2xx with no body is an empty tile.
+        XCTAssertEqual(decide(tile(200, body: Data(), emptyStatuses: [])), .record(.emptyTile))
+    }
+
+    func testNoContentIsAnEmptyTile() {
+        XCTAssertEqual(decide(tile(204, body: Data())), .record(.emptyTile))
+        XCTAssertEqual(decide(tile(204, body: Data(), emptyStatuses: [])), .record(.emptyTile), "a 2xx without body, listed or not")
+    }
+
+    func testEmptyStatusesAreEmptyTilesOnlyWhenListed() {
+        XCTAssertEqual(decide(tile(404, body: Data("not here".utf8))), .record(.emptyTile), "404 is an empty status by default")
+        XCTAssertEqual(decide(tile(404, emptyStatuses: [204])), .fail(.resource(httpError(404))), "404 not listed: the tile fails")
+        XCTAssertEqual(decide(tile(403, emptyStatuses: [204, 403])), .record(.emptyTile), "any status the request lists")
+        // Empty statuses are about tiles: a style's 404 is not an empty style.
+        let style = AnswerFacts(url: "https://s.example/style.json", kind: .style, status: 404)
+        XCTAssertEqual(decide(style), .fail(.resource(httpError(404, "https://s.example/style.json"))))
+    }
+
+    func testNotFoundIsMissingForSpritesAndGlyphsOnly() {
+        for kind in [ResourceKind.sprite, .glyphs] {
+            let a = AnswerFacts(url: "https://s.example/x", kind: kind, status: 404, emptyStatuses: [])
+            XCTAssertEqual(decide(a), .record(.missing), "\(kind)")
+            // Only 404: a 410 for a sprite fails it like any other 4xx.
+            var gone = a; gone.status = 410
+            XCTAssertEqual(decide(gone), .fail(.resource(httpError(410, "https://s.example/x"))), "\(kind)")
+        }
+        for kind in [ResourceKind.style, .source, .data] {
+            let a = AnswerFacts(url: "https://s.example/x", kind: kind, status: 404)
+            XCTAssertEqual(decide(a), .fail(.resource(httpError(404, "https://s.example/x"))), "\(kind)")
+        }
+    }
+
+    func testDocumentsAreStoredWhateverTheirBody() {
+        // TileBody is about tiles: a style is JSON (checked when parsed), an empty 200 is stored as is.
+        let json = AnswerFacts(url: "https://s.example/style.json", kind: .style, status: 200, body: Data("{}".utf8), contentType: "text/plain")
+        XCTAssertEqual(decide(json), .record(.body))
+        let empty = AnswerFacts(url: "https://s.example/style.json", kind: .style, status: 200)
+        XCTAssertEqual(decide(empty), .record(.body))
+        let sprite = AnswerFacts(url: "https://s.example/sprite.png", kind: .sprite, status: 204)
+        XCTAssertEqual(decide(sprite), .record(.body))
+    }
+
+    // MARK: - Other statuses
+
+    func testOtherClientErrorsFailTheResource() {
+        for s in [400, 401, 403, 410, 418, 451] {
+            XCTAssertEqual(decide(tile(s)), .fail(.resource(httpError(s))), "\(s)")
+        }
+        // A 3xx that reached us (a redirect not followed) is no 2xx either.
+        XCTAssertEqual(decide(tile(302)), .fail(.resource(httpError(302))))
+    }
+
+    func testPartialContentToAWholeBodyRequestIsRetriedThenABadResponse() {
+        let d = decide(tile(206))
+        XCTAssertEqual(d, .retry(.init(exhausted: .resource(RegionError(
+            code: .badResponse, message: "HTTP 206 Partial Content to a request for the whole body, from \(Self.tileURL)",
+            url: Self.tileURL, httpStatus: 206)))))
+    }
+
+    func testServerErrorsAreRetriedWithoutHold() {
+        for s in [500, 502, 503, 504, 599] {
+            XCTAssertEqual(decide(tile(s)), .retry(.init(after: nil, holdFor: nil, exhausted: .resource(httpError(s)))), "\(s)")
+        }
+    }
+
+    func testTooManyRequestsWithAndWithoutRetryAfter() {
+        XCTAssertEqual(decide(tile(429)), .retry(.init(exhausted: .resource(httpError(429)))))
+        XCTAssertEqual(decide(tile(429, retryAfter: 7)), .retry(.init(after: 7, holdFor: 7, exhausted: .resource(httpError(429)))))
+        // 503 with Retry-After holds the region too.
+        XCTAssertEqual(decide(tile(503, retryAfter: 2.5)), .retry(.init(after: 2.5, holdFor: 2.5, exhausted: .resource(httpError(503)))))
+        // Longer than the maximum: the hold is cut to it (the retry's delay is cut by the daemon's backoff).
+        XCTAssertEqual(decide(tile(429, retryAfter: 10 * 3600)),
+                       .retry(.init(after: 10 * 3600, holdFor: RetryAfter.maximum, exhausted: .resource(httpError(429)))))
+        // Retry-After on a 404 (an empty tile) or a 403 holds nothing.
+        XCTAssertEqual(decide(tile(404, retryAfter: 30)), .record(.emptyTile))
+        XCTAssertEqual(decide(tile(403, retryAfter: 30)), .fail(.resource(httpError(403))))
+    }
+
+    // MARK: - 304
+
+    func testNotModifiedToAConditionalRequestWithAPreviousLineIsRevalidated() {
+        var a = tile(304, body: Data())
+        a.notModified = true
+        a.conditional = true
+        a.hasPreviousLine = true
+        XCTAssertEqual(decide(a), .revalidated)
+        // For a document too (the daemon reads its stored copy).
+        let style = AnswerFacts(url: "https://s.example/style.json", kind: .style, status: 304, notModified: true, conditional: true, hasPreviousLine: true)
+        XCTAssertEqual(decide(style), .revalidated)
+    }
+
+    func testNotModifiedToAPlainRequestIsALieThatFailsTheRegion() {
+        let lie = RegionError(code: .httpError, message: "HTTP 304 Not Modified to a request that was not conditional, from \(Self.tileURL)",
+                              url: Self.tileURL, httpStatus: 304)
+        var a = tile(304, body: Data())
+        a.notModified = true
+        // A download (no previous line, nothing conditional): whatever the empty statuses say.
+        XCTAssertEqual(decide(a), .fail(.region(lie)))
+        a.emptyStatuses = [304]
+        XCTAssertEqual(decide(a), .fail(.region(lie)), "a 304 is never an empty tile")
+        // A refresh that asked unconditionally (the pack's line had no validators).
+        a.hasPreviousLine = true
+        XCTAssertEqual(decide(a), .fail(.region(lie)))
+        // Conditional, but the previous line is gone: nothing to keep.
+        a.hasPreviousLine = false
+        a.conditional = true
+        XCTAssertEqual(decide(a), .fail(.region(lie)))
+    }
+
+    // MARK: - Bodies that are not tiles
+
+    func testAnHTMLPageWithTwoHundredIsRetriedThenABadResponse() {
+        let html = Data("<!DOCTYPE html><html><body>Please log in</body></html>".utf8)
+        let d = decide(tile(200, body: html, contentType: "text/html; charset=utf-8"))
+        guard case .retry(let x) = d, case .resource(let e) = x.exhausted else { return XCTFail("\(d)") }
+        XCTAssertNil(x.after)
+        XCTAssertNil(x.holdFor)
+        XCTAssertEqual(e.code, .badResponse)
+        XCTAssertEqual(e.httpStatus, 200)
+        XCTAssertEqual(e.url, Self.tileURL)
+        let why = "the body is an HTML page, not a tile: received \(html.count) bytes of Content-Type 'text/html; charset=utf-8' starting "
+        XCTAssertTrue(e.message.hasPrefix("HTTP 200 from \(Self.tileURL): \(why)"), e.message)
+        XCTAssertEqual(x.log.map { "HTTP 200 from \(Self.tileURL): " + $0.dropFirst("HTTP 200: ".count) }, e.message)
+    }
+
+    func testAWrongImageSignatureOrTextIsNotStored() {
+        let jpeg = Data([0xFF, 0xD8, 0xFF, 0xE0, 1, 2])
+        guard case .retry(let x) = decide(tile(200, body: jpeg, contentType: "image/png")), case .resource(let e) = x.exhausted else {
+            return XCTFail("a JPEG under a .png URL is stored")
+        }
+        XCTAssertTrue(e.message.hasPrefix("HTTP 200 from \(Self.tileURL): the body is not a PNG image (its first bytes are not the PNG signature): received 6 bytes"), e.message)
+        guard case .retry(let t) = decide(tile(200, body: Data("quota exceeded".utf8), url: "https://t.example/1/2/3.pbf", contentType: "text/plain")),
+              case .resource(let te) = t.exhausted else { return XCTFail("a text body is stored") }
+        XCTAssertTrue(te.message.hasPrefix("HTTP 200 from https://t.example/1/2/3.pbf: the body is text (text/plain), not a tile"), te.message)
+        // The same HTML answered with an empty status is an empty tile: the body is not looked at.
+        XCTAssertEqual(decide(tile(404, body: Data("<html>no</html>".utf8), contentType: "text/html")), .record(.emptyTile))
+    }
+
+    // MARK: - No HTTP answer
+
+    func testNetworkFailureIsRetriedThenTheRegionWaitsForTheNetwork() {
+        var a = tile(0)
+        a.failure = .network("Couldn't connect to server")
+        XCTAssertEqual(decide(a), .retry(.init(exhausted: .networkLost(why: "Couldn't connect to server"))))
+    }
+
+    func testBadResponseIsRetriedThenTheResourceFails() {
+        var a = tile(200)
+        a.failure = .badResponse("transfer closed with 10 bytes remaining to read")
+        XCTAssertEqual(decide(a), .retry(.init(exhausted: .resource(RegionError(
+            code: .badResponse, message: "transfer closed with 10 bytes remaining to read (\(Self.tileURL))", url: Self.tileURL)),
+            log: "bad response: transfer closed with 10 bytes remaining to read")))
+    }
+
+    func testRefusedAndPolicyRefusedFailTheRegionAtOnce() {
+        var a = tile(0)
+        a.failure = .refused("redirect to ftp://x.example/ refused: only http and https")
+        XCTAssertEqual(decide(a), .fail(.region(RegionError(
+            code: .httpError, message: "redirect to ftp://x.example/ refused: only http and https (\(Self.tileURL))", url: Self.tileURL))))
+        a.failure = .policyRefused("tile.openstreetmap.org forbids bulk downloading")
+        XCTAssertEqual(decide(a), .fail(.region(RegionError(
+            code: .policyRefused, message: "tile.openstreetmap.org forbids bulk downloading (redirected from \(Self.tileURL))", url: Self.tileURL))))
+    }
+
+    /// A failure wins over whatever status the client left (the other fields are not read).
+    func testAFailureIsDecidedBeforeTheStatus() {
+        var a = tile(200)
+        a.failure = .network("reset")
+        a.notModified = true
+        XCTAssertEqual(decide(a), .retry(.init(exhausted: .networkLost(why: "reset"))))
+    }
+
+    // MARK: - Secrets
+
+    func testMessagesShowNoSecret() {
+        let secrets = Redaction.Secrets(values: ["hunter2-secret"])
+        let url = "https://tiles.example/hunter2-secret/1/2/3.png?key=abc123"
+        let shown = "https://tiles.example/REDACTED/1/2/3.png?key=REDACTED"
+        XCTAssertEqual(decide(tile(500, url: url, secrets: secrets)),
+                       .retry(.init(exhausted: .resource(RegionError(code: .httpError, message: "HTTP 500 from \(shown)", url: shown, httpStatus: 500)))))
+        // The server's words quoting the secret and the URL's key.
+        var a = tile(0, url: url, secrets: secrets)
+        a.failure = .refused("Location: https://evil.example/?key=abc123&h=hunter2-secret")
+        guard case .fail(.region(let e)) = decide(a) else { return XCTFail() }
+        XCTAssertFalse(e.message.contains("hunter2-secret"), e.message)
+        XCTAssertFalse(e.message.contains("abc123"), e.message)
+        XCTAssertTrue(e.message.hasSuffix(" (\(shown))"), e.message)
+        // A body that is not a tile and echoes the secret.
+        let html = Data("<html>hello hunter2-secret</html>".utf8)
+        guard case .retry(let x) = decide(tile(200, body: html, url: url, contentType: "text/html", secrets: secrets)),
+              case .resource(let be) = x.exhausted else { return XCTFail() }
+        XCTAssertFalse(be.message.contains("hunter2-secret"), be.message)
+        XCTAssertTrue(be.message.hasPrefix("HTTP 200 from \(shown): the body is an HTML page"), be.message)
+    }
+
+    // MARK: - maxFailedTiles
+
+    func testOverBudgetMessageNamesTheBudgetAndWhatBecameOfThePack() {
+        XCTAssertEqual(AnswerDecision.overBudgetMessage("HTTP 403 from u", failed: 3, budget: 3, refreshing: false),
+                       "HTTP 403 from u; 4 tiles failed, more than the request's maxFailedTiles (3); see failed.tsv")
+        XCTAssertEqual(AnswerDecision.overBudgetMessage("HTTP 403 from u", failed: 3, budget: 3, refreshing: true),
+                       "HTTP 403 from u; 4 tiles failed, more than the request's maxFailedTiles (3): the refresh was abandoned and the pack is unchanged")
+    }
+
+    /// Every class decided many times in well under a second: the decision is no cost per tile.
+    func testDecidingIsCheap() {
+        let facts = [tile(200), tile(404), tile(204, body: Data()), tile(500), tile(429, retryAfter: 1)]
+        let start = Date()
+        var stored = 0
+        for _ in 0..<20_000 { for f in facts { if case .record(.body) = decide(f) { stored += 1 } } }
+        XCTAssertEqual(stored, 20_000)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+    }
+}
