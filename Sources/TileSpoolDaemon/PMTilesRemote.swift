@@ -52,6 +52,16 @@ public enum PMTilesRemote {
         func shown(_ text: String) -> String { Redaction.redactEmbedded(text, secrets: secrets) }
         var requests = 0, directoryBytes = 0
         var pinned = Freshness()
+        /// Pins the archive's version at its first answer. One without an ETag or Last-Modified
+        /// cannot be pinned: a change mid-download could not be told from the archive, and tiles
+        /// of two versions would be mixed (attack round 5), so such an archive is refused.
+        func pin(_ f: Freshness) throws(RegionError) {
+            guard !pinned.hasValidator else { return }
+            guard f.hasValidator else {
+                throw RegionError(code: .invalidArchive, message: "source '\(source)': the server sends the PMTiles archive without an ETag or a Last-Modified, so a change while its tiles are fetched could not be told; TileSpool needs one of them to keep one version of the archive", url: url)
+            }
+            pinned = f
+        }
         /// Bytes `start..<end` of the archive, conditional on the pinned version once known.
         func range(_ start: UInt64, _ end: UInt64) throws(RegionError) -> [UInt8] {
             var h = headers
@@ -77,12 +87,12 @@ public enum PMTilesRemote {
                 guard body.count <= Int(end - start) else {
                     throw RegionError(code: .badResponse, message: "source '\(source)': a range of \(end - start) bytes came back with \(body.count)", url: url, httpStatus: 206)
                 }
-                if !pinned.hasValidator { pinned = r.freshness }
+                try pin(r.freshness)
                 return body
             case 200:
                 // The server ignored Range and sent the whole file (bounded by the client's
                 // largest body): the bytes asked are cut out of it.
-                if !pinned.hasValidator { pinned = r.freshness }
+                try pin(r.freshness)
                 guard Int(start) <= body.count else { return [] }
                 return Array(body[Int(start)..<min(body.count, Int(end))])
             default:

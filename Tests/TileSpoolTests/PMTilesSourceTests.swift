@@ -750,6 +750,20 @@ final class PMTilesFaultTests: XCTestCase {
         server?.stop()
     }
 
+    /// Attack round 5: an archive served with no ETag and no Last-Modified cannot be pinned (a
+    /// server that swapped it mid-download gave a pack of two versions' bytes): the region fails
+    /// with `invalidArchive`, saying why, before any tile is fetched.
+    func testAnArchiveWithoutValidatorsIsRefused() throws {
+        try fx.drop("noval.json", ["id": "noval", "tiles": ["pmtiles://" + server.url("/pmtiles/noval/0/stamen.pmtiles")],
+                                   "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("noval", "failed")
+        let error = fx.status("noval")?["error"] as? [String: Any]
+        XCTAssertEqual(error?["code"] as? String, "invalidArchive")
+        XCTAssertTrue((error?["message"] as? String)?.contains("without an ETag or a Last-Modified") == true, "\(String(describing: error))")
+        XCTAssertEqual(fx.manifest("noval").filter { $0.kind == "tile" }.count, 0)
+        XCTAssertEqual(server.hits("/pmtiles/noval/0/stamen.pmtiles"), 1, "only the header was asked")
+    }
+
     /// Downloads the stamen archive (world z0-3, 85 tiles) from `path` and checks every stored
     /// tile against mapdata/raster.
     func downloadStamen(_ id: String, _ path: String) throws {
