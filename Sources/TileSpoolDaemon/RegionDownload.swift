@@ -555,6 +555,13 @@ extension Daemon {
         let p = r.progress
         // (Empty or failed within maxFailedTiles alike: a template that answers 403 or a login
         // page everywhere, with a large budget, is as wrong as one that answers 404.)
+        if plan.tileCount == 0 && !r.request.allowEmpty {
+            // Only a PMTiles archive can plan no tile at all (its header's bounds or zooms, or
+            // its directories, leave none in the region): a pack of nothing is not `completed`.
+            fail(r, RegionError(code: .allTilesEmpty,
+                                message: "the plan holds no tile: the sources hold none in the region's bounds and zooms (a PMTiles archive's header bounds and zooms, or its directories, leave none); if that is expected, add \"allowEmpty\": true to the request"))
+            return
+        }
         if plan.tileCount > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {
             let sample = plan.tileSets.first.map { set -> String in
                 let t = set.rects.first.map { $0.tile(at: 0) }

@@ -764,6 +764,20 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(server.hits("/pmtiles/noval/0/stamen.pmtiles"), 1, "only the header was asked")
     }
 
+    /// Attack round 5: zooms the archive's header does not hold plan no tile at all; the region
+    /// used to end `completed` with no manifest, every export of it failing. It fails now
+    /// (`allTilesEmpty`, saying the plan holds no tile), before anything but the header is asked.
+    func testARegionOutsideTheArchivesZoomsFails() throws {
+        try fx.drop("none.json", ["id": "none", "tiles": ["pmtiles://" + server.url("/pmtiles/ranged/0/stamen.pmtiles")],
+                                  "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 5, "maxZoom": 6])
+        try fx.waitForState("none", "failed")
+        let error = fx.status("none")?["error"] as? [String: Any]
+        XCTAssertEqual(error?["code"] as? String, "allTilesEmpty")
+        XCTAssertTrue((error?["message"] as? String)?.contains("the plan holds no tile") == true, "\(String(describing: error))")
+        XCTAssertEqual((fx.status("none")?["progress"] as? [String: Any])?["tilesExpected"] as? Int, 0)
+        XCTAssertEqual(server.hits("/pmtiles/ranged/0/stamen.pmtiles"), 1, "only the header was asked")
+    }
+
     /// Downloads the stamen archive (world z0-3, 85 tiles) from `path` and checks every stored
     /// tile against mapdata/raster.
     func downloadStamen(_ id: String, _ path: String) throws {
