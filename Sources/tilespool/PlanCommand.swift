@@ -70,18 +70,19 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
             for e in zooms where e.source == set.source { z[String(e.z)] = e.tiles }
             var s: [String: Any] = ["tiles": set.count, "byZoom": z]
             if let b = set.tileBytes { s["tileBytes"] = b }
-            if let r = estimate?.bySource[set.source] { s["estimatedBytes"] = PlanEstimate.json(r) }
+            if let r = estimate?.bySource[set.source], estimate?.unsampledSources.contains(set.source) != true { s["estimatedBytes"] = PlanEstimate.json(r) }
             bySource[set.source] = s
         }
         var doc: [String: Any] = ["id": request.id, "resources": plan.count, "tiles": plan.tileCount,
                                   "byKind": byKind, "bySource": bySource]
         if let b = plan.tileBytes { doc["tileBytes"] = b }
         if let estimate {
-            doc["estimatedBytes"] = PlanEstimate.json((estimate.low, estimate.high))
+            if estimate.unsampled.isEmpty { doc["estimatedBytes"] = PlanEstimate.json((estimate.low, estimate.high)) }
             doc["estimate"] = estimate.jsonObject
             doc["alreadyStored"] = ["resources": holdings?.resources ?? 0, "bytes": holdings?.bytes ?? 0]
         }
         out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
+        if let e = estimate, !e.unsampled.isEmpty { return noEstimate(e) }
         return overLimit.map(refuse) ?? 0
     }
     // Counts saturate at Int.max (`SaturatingCount`): such a count means at least that many.
@@ -91,8 +92,9 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     for set in plan.tileSets {
         out("  source \(set.source): \(n(set.count)) tiles" + (set.tileBytes.map { ", \($0) tile bytes (PMTiles archive)" } ?? ""))
         for e in zooms where e.source == set.source { out("    z\(e.z): \(n(e.tiles))") }
-        if let r = estimate?.bySource[set.source] { out("    estimated \(formatBytes(r.low)) to \(formatBytes(r.high))") }
+        if let r = estimate?.bySource[set.source], estimate?.unsampledSources.contains(set.source) != true { out("    estimated \(formatBytes(r.low)) to \(formatBytes(r.high))") }
     }
+    if let e = estimate, !e.unsampled.isEmpty { return noEstimate(e) }
     if let e = estimate {
         out("estimated tile bytes: \(formatBytes(e.low)) to \(formatBytes(e.high)) (\(e.low) to \(e.high) bytes; 95% interval from \(e.requests - e.failed) sample tiles\(e.failed > 0 ? ", \(e.failed) failed" : ""))")
         if let h = holdings {
@@ -102,6 +104,13 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
         }
     }
     return overLimit.map(refuse) ?? 0
+}
+
+/// `plan --estimate` when a source and zoom with planned tiles got no sample answered (every
+/// sample request failed there): no interval can be given; says which, exit status 1.
+func noEstimate(_ e: PlanEstimate) -> Int32 {
+    err("tilespool: cannot estimate the tile bytes: no sample tile was answered for \(e.unsampled.joined(separator: ", ")) (\(e.failed) of \(e.requests) sample requests failed)")
+    return 1
 }
 
 /// A request checked the way the daemon checks it, the one code path of `plan`, `submit` and

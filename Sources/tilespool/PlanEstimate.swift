@@ -16,13 +16,18 @@ struct PlanEstimate {
     var requests = 0, failed = 0
     /// Tiles sampled per zoom at most (`SizeEstimate.allocate`) and the cap on requests.
     var perZoom = 0, maxRequests = 0
+    /// The strata (`<source> z<zoom>`) with planned tiles but no sample answered: the bytes there
+    /// are unknown, so no interval is given (`plan` exits 1 and says which).
+    var unsampled: [String] = []
+    /// Sources with an unsampled zoom: no per-source interval for them.
+    var unsampledSources: Set<String> = []
 
     /// `{"low", "high"}`.
     static func json(_ r: (low: Int, high: Int)) -> [String: Int] { ["low": r.low, "high": r.high] }
 
     /// The `estimate` object of `plan --estimate --json`: the sample's facts.
     var jsonObject: [String: Any] {
-        ["confidence": SizeEstimate.confidence, "sampleRequests": requests, "failedSamples": failed,
+        ["confidence": SizeEstimate.confidence, "sampleRequests": requests, "failedSamples": failed, "unsampled": unsampled,
          "perZoom": perZoom, "maxRequests": maxRequests, "method": "stratified by source and zoom, systematic sample, t-interval (Cochran 5.6, 5.7, 5.16)"]
     }
 
@@ -81,7 +86,9 @@ struct PlanEstimate {
             }
             var strata: [SizeEstimate.Stratum] = []
             for z in zooms where z.source == set.source {
-                strata.append(SizeEstimate.Stratum(population: z.tiles, sizes: sizes[set.source]?[z.z] ?? []))
+                let got = sizes[set.source]?[z.z] ?? []
+                if got.isEmpty { e.unsampled.append("\(set.source) z\(z.z)"); e.unsampledSources.insert(set.source) }
+                strata.append(SizeEstimate.Stratum(population: z.tiles, sizes: got))
             }
             let r = SizeEstimate.interval(strata)
             e.bySource[set.source] = (r.low, r.high)

@@ -47,6 +47,26 @@ final class PlanEstimateTests: XCTestCase {
 
     func requests(under prefix: String) -> Int { nginx.accessLog().filter { $0.path.hasPrefix(prefix) }.count }
 
+    /// Attack round 5: when every sample request failed, `--estimate` printed an interval of 0 to
+    /// 0 bytes "from 0 sample tiles". No interval is given now: exit status 1, and a message
+    /// naming each source and zoom with no sample answered; `--json` has no `estimatedBytes`.
+    func testNoIntervalWhenNoSampleWasAnswered() throws {
+        // Nothing listens on port 1: every sample request fails (connection refused).
+        let path = fx.root.appendingPathComponent("dead.json")
+        try JSONSerialization.data(withJSONObject: ["id": "dead", "tiles": ["http://127.0.0.1:1/{z}/{x}/{y}.png"],
+                                                    "bounds": [0, 0, 10, 10], "minZoom": 0, "maxZoom": 1]).write(to: path)
+        var (rc, out) = try fx.cli(["plan", path.path, "--estimate", "--estimate-max-requests", "4", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("cannot estimate the tile bytes: no sample tile was answered for tiles0 z0, tiles0 z1"), out)
+        XCTAssertFalse(out.contains("estimated tile bytes:"), out)
+        (rc, out) = try fx.cli(["plan", path.path, "--estimate", "--json", "--estimate-max-requests", "4", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        let json = String(out[..<(out.range(of: "tilespool: cannot")?.lowerBound ?? out.endIndex)])
+        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any], out)
+        XCTAssertNil(doc["estimatedBytes"], out)
+        XCTAssertEqual((doc["estimate"] as? [String: Any])?["unsampled"] as? [String], ["tiles0 z0", "tiles0 z1"], out)
+    }
+
     /// A PMTiles archive's tile bytes are exact from its directories (issue 31): `--estimate`
     /// fetches no sample tile of it and its interval is that one number.
     func testArchiveSourceIsExactAndNotSampled() throws {
