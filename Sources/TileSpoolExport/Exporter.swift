@@ -56,7 +56,7 @@ public struct ExportGuard: Sendable {
 /// Exports a completed region to one of the `ExportFormat`s.
 public enum Exporter {
     /// Called with (tiles written, tiles planned) every few thousand tiles.
-    public typealias Progress = (Int, Int) -> Void
+    public typealias Progress = (Int, Int) throws -> Void
 
     /// The default limit on a decoded body, the daemon's `--max-object-size` default
     /// (`HTTPOptions.maxObjectSize`, 32 MiB): what `RegionPack.maxDecodedBytes` starts at.

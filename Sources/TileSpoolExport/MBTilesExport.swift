@@ -54,7 +54,7 @@ enum MBTilesExport {
             for (pack, set) in parts {
                 try pack.forEachTile(of: set.source) { (t, line) in
                     done += 1
-                    if done % 4096 == 0 { progress?(done, total) }
+                    if done % 4096 == 0 { try progress?(done, total) }
                     // Empty tiles (404/204) have no row: an MBTiles reader answers "no tile" for them
                     // (and an older region's row for the tile goes: the newer answer wins).
                     guard let sha = line.sha256 else {
@@ -81,7 +81,7 @@ enum MBTilesExport {
             count.reset()
             try db.exec("COMMIT;")
             db.close()
-            progress?(done, total)
+            try progress?(done, total)
             return ExportResult(format: .mbtiles, source: newest.set.source, path: path, bytes: Files.size(path) ?? 0, tiles: tiles, sha256: nil)
         } catch let e as ExportError {
             throw e

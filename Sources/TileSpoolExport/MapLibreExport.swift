@@ -222,12 +222,12 @@ enum MapLibreExport {
                         linkTile.bind(1, regionID); linkTile.bind(2, id)
                         try linkTile.run()
                     done += 1
-                    if done % 4096 == 0 { progress?(done, total) }
+                    if done % 4096 == 0 { try progress?(done, total) }
                 }
             }
             try db.exec("COMMIT;")
             db.close()
-            progress?(done, total)
+            try progress?(done, total)
             return ExportResult(format: .maplibre, source: nil, path: path, bytes: Files.size(path) ?? 0, tiles: done, sha256: nil)
         } catch let e as ExportError {
             throw e

@@ -155,7 +155,7 @@ enum PMTilesExport {
             if id == lastID { continue } // the same tile from an older part: the newest sorts first
             lastID = id
             written += 1
-            if written % 4096 == 0 { progress?(written, total) }
+            if written % 4096 == 0 { try progress?(written, total) }
             if b & bodyMask == bodyMask { continue } // empty
             let body = Int(b & bodyMask)
             if offsets[body] == UInt64.max {
@@ -249,7 +249,7 @@ enum PMTilesExport {
         if let leaves { try out.append(fileAt: leaves.path) }
         try out.flush()
         try out.write(h.bytes + root, at: 0)
-        progress?(written, total)
+        try progress?(written, total)
         return ExportResult(format: .pmtiles, source: newest.set.source, path: path, bytes: Int(out.written), tiles: Int(addressed), sha256: nil)
     }
 

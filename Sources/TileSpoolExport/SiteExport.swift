@@ -100,7 +100,7 @@ enum SiteExport {
             try w.folder("tiles/\(src)")
             try pack.forEachTile(of: set.source) { (t, line) throws in
                 done += 1
-                if done % 4096 == 0 { progress?(done, total) }
+                if done % 4096 == 0 { try progress?(done, total) }
                 let rel = "tiles/\(src)/\(t.z)/\(t.x)/\(t.y).\(format.rawValue)"
                 guard let sha = line.sha256 else {
                     // An empty vector tile (404/204) is an empty file: clients read it as a tile with
@@ -215,7 +215,7 @@ enum SiteExport {
         try w.file("nginx.conf", [UInt8](try nginxSnippet(id: pack.id, baseURL: baseURL, path: finalPath).utf8))
         // Says that TileSpool made this folder: only such a folder is replaced by a later export.
         try w.file(Exporter.siteMarker, [UInt8]("TileSpool site export of region \(pack.id)\n".utf8))
-        progress?(done, total)
+        try progress?(done, total)
         return ExportResult(format: .site, source: nil, path: dir, bytes: w.bytes, tiles: tiles, sha256: nil)
     }
 

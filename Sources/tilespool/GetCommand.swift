@@ -203,17 +203,46 @@ func commandGet(_ argv: [String]) throws -> Int32 {
         guard let end else { return RegionExit.notDone }
         if end != .completed { report(end, id: id); return end.exitStatus }
     }
-    // SIGINT and SIGTERM act again (the daemon blocked them): the export works in a folder of
-    // its own and renames into place, so being killed leaves PATH as it was.
+    // SIGINT and SIGTERM stop the export too: a handler notes the signal (one the daemon left
+    // blocked and pending is delivered now), and the export, checking between tiles, ends with
+    // its work folder removed and PATH as it was; exit status 130 either way.
+    getStopSignal = 0
+    signal(SIGINT, getStopHandler)
+    signal(SIGTERM, getStopHandler)
     var set = sigset_t()
     sigemptyset(&set); sigaddset(&set, SIGINT); sigaddset(&set, SIGTERM)
     sigprocmask(SIG_UNBLOCK, &set, nil)
+    func stopped() -> Int32 {
+        err("tilespool: stopped before the export was written; \(output) is as it was: run the same command again to write it")
+        return RegionExit.interrupted
+    }
+    if getStopSignal != 0 { return stopped() }
 
     let pack = try RegionPack(store: try loc.openStore(), id: id)
     let started = Date()
-    let result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
-                                     guard: .spool(loc.spool, store: loc.store), progress: nil)
+    let result: ExportResult
+    do {
+        result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
+                                     guard: .spool(loc.spool, store: loc.store), progress: { _, _ in
+                                         if getStopSignal != 0 { throw ExportError("stopped by signal \(getStopSignal)") }
+                                     })
+    } catch {
+        if getStopSignal != 0 { return stopped() }
+        throw error
+    }
+    if getStopSignal != 0 {
+        // Written just as the signal came: the file is whole; say so, and still end as stopped.
+        err("tilespool: stopped; the export had just been written to \(result.path)")
+        return RegionExit.interrupted
+    }
     let secs = Date().timeIntervalSince(started)
     out("\(result.path): \(format.rawValue)\(result.source.map { " (source \($0))" } ?? ""), \(result.tiles) tiles, \(formatBytes(result.bytes)), \(String(format: "%.1f", secs)) s")
     return RegionExit.done
 }
+
+/// The signal (SIGINT or SIGTERM) that asked `get` to stop during its export, 0 while none did.
+/// Set by `getStopHandler` only (a signal handler may store to a plain global), read between tiles.
+nonisolated(unsafe) private var getStopSignal: Int32 = 0
+
+/// `get`'s SIGINT/SIGTERM handler during the export: notes the signal, nothing else.
+private func getStopHandler(_ sig: Int32) { getStopSignal = sig }
