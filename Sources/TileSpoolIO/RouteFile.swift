@@ -12,6 +12,23 @@ import TileSpoolCore
 /// Pure apart from its XML parser: bytes in, a value out. The format is told from the first
 /// byte after any UTF-8 byte order mark and white space: `<` is GPX, `{` is GeoJSON.
 public enum RouteFile {
+    /// An `xsd:decimal` as GPX 1.1 gives `lat` and `lon` (XML Schema Part 2, section 3.2.3):
+    /// an optional sign, digits with an optional fraction, surrounding white space collapsed;
+    /// nil for anything else (Swift's `Double` would also take `0x10`, `1e2`, `inf` or `nan`).
+    static func decimal(_ text: String) -> Double? {
+        let t = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        var digits = 0, dots = 0
+        for (i, c) in t.unicodeScalars.enumerated() {
+            switch c {
+            case "+", "-": if i != 0 { return nil }
+            case ".": dots += 1; if dots > 1 { return nil }
+            case "0"..."9": digits += 1
+            default: return nil
+            }
+        }
+        return digits > 0 ? Double(t) : nil
+    }
+
     /// Why a file cannot be used: a message naming what is wrong in it.
     public struct Failure: Error, CustomStringConvertible, Sendable {
         public var description: String
@@ -123,8 +140,8 @@ public enum RouteFile {
             case "trkseg", "rte": current = []
             case "trkpt", "rtept":
                 guard current != nil else { return }
-                guard let la = attributes["lat"], let lo = attributes["lon"], let lat = Double(la.trimmingCharacters(in: .whitespaces)),
-                      let lon = Double(lo.trimmingCharacters(in: .whitespaces)), lat.isFinite, lon.isFinite,
+                guard let la = attributes["lat"], let lo = attributes["lon"], let lat = RouteFile.decimal(la),
+                      let lon = RouteFile.decimal(lo), lat.isFinite, lon.isFinite,
                       (-90...90).contains(lat), (-180...180).contains(lon) else {
                     failure = failure ?? Failure("the GPX file's <\(local)> at line \(parser.lineNumber) needs lat (-90...90) and lon (-180...180) attributes in degrees")
                     parser.abortParsing()

@@ -469,6 +469,14 @@ final class RouteFileTests: XCTestCase {
         XCTAssertTrue(failure("<gpx><trk><trkseg><trkpt lat=\"1\" lon=\"2\"></trkseg></gpx>").hasPrefix("the GPX file is not well-formed XML (line 1"), failure("<gpx><trk><trkseg><trkpt lat=\"1\" lon=\"2\"></trkseg></gpx>"))
         XCTAssertEqual(failure("<gpx><trk><trkseg><trkpt lat=\"95\" lon=\"2\"/></trkseg></trk></gpx>"),
                        "the GPX file's <trkpt> at line 1 needs lat (-90...90) and lon (-180...180) attributes in degrees")
+        // Attack round 5: lat and lon are xsd:decimal (sign, digits, fraction): hex, exponents
+        // and words are refused; a sign and surrounding white space are fine.
+        for bad in ["0x10", "0x1p4", "1e1", "inf", "nan", "1.2.3", "--1", ""] {
+            XCTAssertEqual(failure("<gpx><trk><trkseg><trkpt lat=\"1\" lon=\"\(bad)\"/><trkpt lat=\"2\" lon=\"3\"/></trkseg></trk></gpx>"),
+                           "the GPX file's <trkpt> at line 1 needs lat (-90...90) and lon (-180...180) attributes in degrees", bad)
+        }
+        XCTAssertEqual(try RouteFile.line(from: Data("<gpx><trk><trkseg><trkpt lat=\" 1.5 \" lon=\"+16\"/><trkpt lat=\"-2\" lon=\".5\"/></trkseg></trk></gpx>".utf8))["coordinates"] as? [[[Double]]],
+                       [[[16, 1.5], [0.5, -2]]])
         XCTAssertEqual(failure("<kml><Placemark/></kml>"), "the XML file is not GPX: its root element is not <gpx>")
         XCTAssertEqual(failure("<gpx><wpt lat=\"1\" lon=\"2\"/></gpx>"), "the GPX file has no track segment or route of two points or more")
         XCTAssertEqual(failure(poly), "the GeoJSON file: type 'Polygon' is not supported; use LineString or MultiLineString")
