@@ -437,14 +437,22 @@ public struct ExportSubset: Sendable, Equatable {
         guard (-90...90).contains(s), (-90...90).contains(n) else { return (nil, "latitudes must be within -90...90") }
         guard s < n else { return (nil, "south (\(s)) must be less than north (\(n))") }
         guard w != e else { return (nil, "west and east are equal: the box has no width") }
-        return (GeoBounds(west: w, south: s, east: e, north: n), nil)
+        // Web Mercator ends at ±85.0511°: a box beyond it holds no tile; one reaching past it is
+        // cut there (so the metadata states a box of the tiles' world).
+        let m = WebMercator.maxLatitude
+        guard n > -m, s < m else { return (nil, "the box lies beyond Web Mercator's latitudes (-\(m)...\(m)): it holds no tile") }
+        return (GeoBounds(west: w, south: max(s, -m), east: e, north: min(n, m)), nil)
     }
 
     /// The box the metadata of a subset export states: `bounds` clipped to the region's box
-    /// `region`. When either crosses the antimeridian the clip is not attempted and `bounds` is
-    /// returned as asked (a box crossing it cannot be clipped to one interval in general).
+    /// `region`. When either crosses the antimeridian (west > east) the longitudes are the whole
+    /// world's, -180...180, and the latitudes are clipped: the formats' metadata (MBTiles
+    /// `bounds`, the PMTiles header) state one box with west < east.
     public func clipped(to region: GeoBounds) -> GeoBounds {
-        guard bounds.west <= bounds.east, region.west <= region.east else { return bounds }
+        guard bounds.west <= bounds.east, region.west <= region.east else {
+            let s = max(bounds.south, region.south), n = min(bounds.north, region.north)
+            return GeoBounds(west: -180, south: s < n ? s : bounds.south, east: 180, north: s < n ? n : bounds.north)
+        }
         let w = max(bounds.west, region.west), e = min(bounds.east, region.east)
         let s = max(bounds.south, region.south), n = min(bounds.north, region.north)
         guard w < e, s < n else { return bounds }

@@ -323,6 +323,14 @@ final class ExportSubsetUnitTests: XCTestCase {
         XCTAssertNotNil(ExportSubset.parseBounds("5,x,25,55").problem)
         let s = ExportSubset(bounds: GeoBounds(west: 0, south: 40, east: 20, north: 70), zooms: 0...1)
         XCTAssertEqual(s.clipped(to: GeoBounds(west: 10, south: 30, east: 30, north: 50)), GeoBounds(west: 10, south: 40, east: 20, north: 50))
+        // Attack round 5: boxes beyond Web Mercator's latitudes hold no tile; one reaching past
+        // them is cut there; a box across the antimeridian states the world's longitudes.
+        let m = WebMercator.maxLatitude
+        XCTAssertEqual(ExportSubset.parseBounds("0,-89.9,10,-86").problem, "the box lies beyond Web Mercator's latitudes (-\(m)...\(m)): it holds no tile")
+        XCTAssertNotNil(ExportSubset.parseBounds("0,85.06,10,89").problem)
+        XCTAssertEqual(ExportSubset.parseBounds("0,80,10,89").0, GeoBounds(west: 0, south: 80, east: 10, north: m))
+        let across = ExportSubset(bounds: GeoBounds(west: 170, south: -10, east: -170, north: 10), zooms: 0...1)
+        XCTAssertEqual(across.clipped(to: GeoBounds(west: 160, south: -5, east: -160, north: 20)), GeoBounds(west: -180, south: -5, east: 180, north: 10))
     }
 
     func testSameSourceIsTheSameResolvedTemplate() {
