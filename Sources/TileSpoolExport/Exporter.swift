@@ -87,6 +87,28 @@ public enum Exporter {
     /// - Throws: `ExportError` for a refused output, a region the format cannot hold, a pack
     ///   that does not match its plan, an object that vanished, a SQLite or file error. Nothing is
     ///   left at `output` then (an old export stays as it was), and the work folder is removed.
+    /// Checks that an export of `format` may be written at `output`, as `export` does before it
+    /// writes anything (a caller with a long job before the export, `tilespool get`, asks first):
+    /// a file or folder name, in a folder that exists (opened once, by descriptor), outside the
+    /// guarded folders, and nothing there that may not be replaced (a symlink, a folder we did
+    /// not make, an existing file without `force`).
+    /// - Returns: the opened folder, its path, the name in it, the absolute path.
+    /// - Throws: `ExportError` saying why not.
+    @discardableResult
+    public static func checkOutput(_ output: String, format: ExportFormat, force: Bool, guard protection: ExportGuard) throws(ExportError)
+        -> (parent: Directory, parentPath: String, name: String, path: String) {
+        let path = absolute(output)
+        let (parentPath, name) = Files.split(path)
+        guard Directory.isEntryName(name) else { throw ExportError("\(path) cannot be an export's name (give a file or folder name)") }
+        let parent: Directory
+        do { parent = try Directory(path: parentPath) } catch {
+            throw ExportError(error.errno == ENOENT ? "the folder \(parentPath) does not exist" : "cannot open the folder \(parentPath): \(error.errnoDescription)")
+        }
+        try check(parent: parent, parentPath: parentPath, name: name, path: path, guard: protection)
+        try checkReplaceable(parent, name, path: path, format: format, force: force)
+        return (parent, parentPath, name, path)
+    }
+
     /// The process that owns export work folder `name` (`.<name>.tmp-<pid>-<n>`, as `export`
     /// makes them), or nil when `name` is not such a folder's name.
     public static func workFolderOwner(_ name: String) -> pid_t? {
@@ -167,15 +189,7 @@ public enum Exporter {
             throw ExportError("several regions go in one file only as mbtiles or pmtiles (one tile source); a \(spec.format.rawValue) export takes one region")
         }
         for p in packs { p.maxDecodedBytes = maxObjectSize; p.subset = subset }
-        let path = absolute(output)
-        let (parentPath, name) = Files.split(path)
-        guard Directory.isEntryName(name) else { throw ExportError("\(path) cannot be an export's name (give a file or folder name)") }
-        let parent: Directory
-        do { parent = try Directory(path: parentPath) } catch {
-            throw ExportError(error.errno == ENOENT ? "the folder \(parentPath) does not exist" : "cannot open the folder \(parentPath): \(error.errnoDescription)")
-        }
-        try check(parent: parent, parentPath: parentPath, name: name, path: path, guard: protection)
-        try checkReplaceable(parent, name, path: path, format: spec.format, force: force)
+        let (parent, parentPath, name, path) = try checkOutput(output, format: spec.format, force: force, guard: protection)
         if case .tiles = pack.request.source, spec.format == .maplibre {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style (a MapLibre region names a style URL)")
         }

@@ -126,6 +126,11 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     if !a.flags.contains("--force"), Files.entryType(output) != .missing {
         throw CommandFailure("\(output) exists: give --force to replace it (nothing downloaded)")
     }
+    // Everything the export will refuse at PATH (a symlink, a folder we did not make, a folder
+    // that is not there, the spool or store) is refused now, before the download.
+    do { try Exporter.checkOutput(output, format: format, force: a.flags.contains("--force"), guard: .spool(loc.spool, store: loc.store)) } catch {
+        throw CommandFailure("\(error.message) (nothing downloaded)")
+    }
     err("get \(id): \(checked.plan.count) resources, \(checked.plan.tileCount) tiles (spool \(loc.spool), store \(loc.store))")
 
     // No daemon may hold the spool or the store: the lock files say (Daemon.init takes them too).

@@ -272,6 +272,26 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertEqual(fx.state("carto"), "completed")
     }
 
+    /// Attack round 5: `get --force` with a symlink at PATH downloaded the whole region, then
+    /// refused to write through the symlink. What the export would refuse at PATH is refused
+    /// first now: exit 1, nothing asked of the server, the symlink's target untouched.
+    func testGetRefusesAnOutputItWouldNotWriteBeforeDownloading() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 2)
+        let target = fx.root.appendingPathComponent("elsewhere.mbtiles").path
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: target))
+        let output = fx.root.appendingPathComponent("carto.mbtiles").path
+        XCTAssertEqual(symlink(target, output), 0)
+        let (rc, out) = try fx.cli(["get", request, "--output", output, "--force", "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("(nothing downloaded)"), out)
+        XCTAssertEqual(hits(nginx, "/raster/"), [:], "no tile asked")
+        XCTAssertEqual(try String(contentsOfFile: target, encoding: .utf8), "keep")
+    }
+
     /// A style request: get fetches the style, TileJSON, sprites, glyphs and tiles and writes a
     /// MapLibre offline database (format from `.db`) holding every served tile of Monaco.
     func testGetOfAStyleWritesAMapLibreDatabase() throws {
