@@ -65,13 +65,13 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     }
     if a.flags.contains("--json") {
         var bySource: [String: Any] = [:]
-        for set in plan.tileSets {
+        for (name, count, bytes) in plan.tileSets.map({ ($0.source, $0.count, $0.tileBytes) }) {
             var z: [String: Int] = [:]
-            for e in zooms where e.source == set.source { z[String(e.z)] = e.tiles }
-            var s: [String: Any] = ["tiles": set.count, "byZoom": z]
-            if let b = set.tileBytes { s["tileBytes"] = b }
-            if let r = estimate?.bySource[set.source], estimate?.unsampledSources.contains(set.source) != true { s["estimatedBytes"] = PlanEstimate.json(r) }
-            bySource[set.source] = s
+            for e in zooms where e.source == name { z[String(e.z)] = e.tiles }
+            var s: [String: Any] = ["tiles": count, "byZoom": z]
+            if let bytes { s["tileBytes"] = bytes }
+            if let r = estimate?.interval(of: name) { s["estimatedBytes"] = PlanEstimate.json(r) }
+            bySource[name] = s
         }
         var doc: [String: Any] = ["id": request.id, "resources": plan.count, "tiles": plan.tileCount,
                                   "byKind": byKind, "bySource": bySource]
@@ -89,10 +89,10 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     func n(_ v: Int) -> String { v == Int.max ? "at least \(v)" : "\(v)" }
     out("plan for \(request.id): \(n(plan.count)) resources, \(n(plan.tileCount)) tiles" + (plan.tileBytes.map { ", \($0) tile bytes" } ?? ""))
     for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(n(byKind[k.rawValue]!))") }
-    for set in plan.tileSets {
-        out("  source \(set.source): \(n(set.count)) tiles" + (set.tileBytes.map { ", \($0) tile bytes (PMTiles archive)" } ?? ""))
-        for e in zooms where e.source == set.source { out("    z\(e.z): \(n(e.tiles))") }
-        if let r = estimate?.bySource[set.source], estimate?.unsampledSources.contains(set.source) != true { out("    estimated \(formatBytes(r.low)) to \(formatBytes(r.high))") }
+    for (name, count, bytes) in plan.tileSets.map({ ($0.source, $0.count, $0.tileBytes) }) {
+        out("  source \(name): \(n(count)) tiles" + (bytes.map { ", \($0) tile bytes (PMTiles archive)" } ?? ""))
+        for e in zooms where e.source == name { out("    z\(e.z): \(n(e.tiles))") }
+        if let r = estimate?.interval(of: name) { out("    estimated \(formatBytes(r.low)) to \(formatBytes(r.high))") }
     }
     if let e = estimate, !e.unsampled.isEmpty { return noEstimate(e) }
     if let e = estimate {

@@ -22,6 +22,11 @@ struct PlanEstimate {
     /// Sources with an unsampled zoom: no per-source interval for them.
     var unsampledSources: Set<String> = []
 
+    /// The interval of `source`'s tiles, or nil when it has none (an unsampled zoom).
+    func interval(of source: String) -> (low: Int, high: Int)? {
+        unsampledSources.contains(source) ? nil : bySource[source]
+    }
+
     /// `{"low", "high"}`.
     static func json(_ r: (low: Int, high: Int)) -> [String: Int] { ["low": r.low, "high": r.high] }
 
