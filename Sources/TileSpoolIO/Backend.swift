@@ -42,6 +42,8 @@ public protocol Backend: AnyObject, Sendable {
     func list(prefix: String) throws -> [BackendFile]
     /// Removes `name`; no error when it is absent.
     func remove(_ name: String) throws
+    /// Temp files that saves cut short left under `prefix` (see the extension's default).
+    func leftovers(prefix: String) throws -> [BackendFile]
     /// The probe URL when `error` says the backend cannot be reached (S3 down: the region waits as
     /// `pausedNetwork`), else nil.
     func unreachableProbeURL(for error: Error) -> String?
@@ -50,6 +52,29 @@ public protocol Backend: AnyObject, Sendable {
 extension Backend {
     /// The whole file `name`, or nil when absent.
     public func load(_ name: String) throws -> Data? { try load(name, range: nil) }
+    /// Temp files that saves cut short left under `prefix` (a kill between writing a file and
+    /// renaming it into place): `name` is the temp file's path relative to the backend. None by
+    /// default: a bucket's PUT leaves nothing half made.
+    public func leftovers(prefix: String) throws -> [BackendFile] { [] }
+}
+
+/// The temp names a local save uses (`Directory.tempName`: `.tmp-<name>-<pid>-<n>`).
+public enum SaveTempName {
+    /// The process that made temp file `name` (its last path segment), or nil when it is not one.
+    public static func owner(_ name: String) -> pid_t? {
+        let last = name.split(separator: "/").last.map(String.init) ?? name
+        guard last.hasPrefix(".tmp-") else { return nil }
+        let parts = last.split(separator: "-")
+        guard parts.count >= 4, let pid = pid_t(parts[parts.count - 2]), pid > 0, Int(parts[parts.count - 1]) != nil else { return nil }
+        return pid
+    }
+
+    /// True when temp file `name` belongs to a process that is gone (kill(2) with signal 0
+    /// answers ESRCH) and is not this one.
+    public static func isOrphaned(_ name: String) -> Bool {
+        guard let pid = owner(name), pid != getpid() else { return false }
+        return kill(pid, 0) != 0 && errno == ESRCH
+    }
 }
 
 /// The names a backend takes (see `Backend`).
@@ -250,6 +275,29 @@ public final class LocalBackend: Backend, @unchecked Sendable {
                 walk(sub, base + name + "/", depth: 1)
             }
         }
+        return out
+    }
+
+    public func leftovers(prefix: String) throws -> [BackendFile] {
+        guard Directory.isEntryName(String(prefix.split(separator: "/").first ?? "")) else { return [] }
+        var out: [BackendFile] = []
+        guard let top = try? Directory(path: root).subdirectory(String(prefix.split(separator: "/").first!)) else { return [] }
+        func walk(_ d: Directory, _ rel: String, depth: Int) {
+            guard depth < 8 else { return }
+            for name in d.list() {
+                guard let st = d.status(name) else { continue }
+                switch st.st_mode & S_IFMT {
+                case S_IFREG where name.hasPrefix(".tmp-"):
+                    out.append(BackendFile(name: rel + name, size: Int(st.st_size),
+                                           modified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9))
+                case S_IFDIR where !name.hasPrefix("."):
+                    if let sub = try? d.subdirectory(name) { walk(sub, rel + name + "/", depth: depth + 1) }
+                default:
+                    break
+                }
+            }
+        }
+        walk(top, String(prefix.split(separator: "/").first!) + "/", depth: 1)
         return out
     }
 

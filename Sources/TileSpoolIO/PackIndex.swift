@@ -213,6 +213,18 @@ final class IndexFile: @unchecked Sendable {
     }
 
     /// Calls `body` with every entry, in digest order (read in blocks).
+    /// Entries `start..<start + n` (at most what is left), read with one `pread`.
+    /// - Throws: `SystemError` EIO when the file is cut short.
+    func entries(from start: Int, count n: Int) throws -> [IndexFormat.Entry] {
+        let k = max(0, min(n, count - start))
+        guard k > 0 else { return [] }
+        var block = [UInt8](repeating: 0, count: k * IndexFormat.entrySize)
+        guard pread(fd, &block, block.count, off_t(entriesOffset + start * IndexFormat.entrySize)) == block.count else {
+            throw SystemError("read", path, errno: EIO)
+        }
+        return block.withUnsafeBytes { raw in (0..<k).map { IndexFormat.entry(raw, $0) } }
+    }
+
     func forEach(_ body: (IndexFormat.Entry) throws -> Void) throws {
         let perBlock = 8192
         var block = [UInt8](repeating: 0, count: perBlock * IndexFormat.entrySize)

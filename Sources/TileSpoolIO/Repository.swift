@@ -266,6 +266,77 @@ public final class Repository: @unchecked Sendable {
         return (name, digest)
     }
 
+    /// Writes one index file listing every entry of `files` (each sorted already), saves it and
+    /// opens it. Streamed: the entries are merged from the files in blocks of 4,096 (a k-way
+    /// merge by SHA-256) into a local file, hashed as they are written, then saved from that file
+    /// (`Backend.save(fromFile:)`), so memory does not grow with the entries (a merge of a million
+    /// entries once held them three times over: about 150 MB). Entries listed by several files
+    /// are all kept, as `IndexFormat.body` keeps them.
+    func saveMergedIndex(_ files: [IndexFile]) throws -> IndexFile {
+        // The pack table: every file's packs, each once, in order; each file's numbers mapped.
+        var packs: [IndexFormat.Pack] = []
+        var number: [Digest: UInt32] = [:]
+        let maps: [[UInt32]] = files.map { f in
+            f.packs.map { p in
+                if let k = number[p.digest] { return k }
+                let k = UInt32(packs.count); number[p.digest] = k; packs.append(p); return k
+            }
+        }
+        var out: [UInt8] = IndexFormat.magic
+        var acc: UInt32 = 0
+        for i in 0..<256 {
+            acc += files.reduce(0) { $0 + ($1.fanout[i] - (i == 0 ? 0 : $1.fanout[i - 1])) }
+            LE.put(acc, &out)
+        }
+        LE.put(UInt32(packs.count), &out)
+        for p in packs { out += p.digest.bytes; LE.put(p.created, &out) }
+        let dir = try Directory(path: scratch, followFinal: false)
+        let tmp = "index-merge-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).partial"
+        let fd = try dir.createFile(tmp, mode: 0o644, readable: false)
+        var closed = false
+        defer { if !closed { Glibc.close(fd) }; dir.remove(tmp) }
+        let hash = SHA256.Stream()
+        func flush() throws {
+            guard !out.isEmpty else { return }
+            try out.withUnsafeBytes { raw in
+                hash.update(raw)
+                try Files.writeAll(fd, raw, path: dir.display(tmp))
+            }
+            out.removeAll(keepingCapacity: true)
+        }
+        // The k-way merge: a block of each file's entries, the smallest head taken each step.
+        let perBlock = 4096
+        var blocks = try files.map { try $0.entries(from: 0, count: perBlock) }
+        var next = blocks.map(\.count)      // the file entry after the block
+        var at = [Int](repeating: 0, count: files.count)
+        while true {
+            var best = -1
+            for k in files.indices where at[k] < blocks[k].count {
+                if best < 0 || blocks[k][at[k]].digest < blocks[best][at[best]].digest { best = k }
+            }
+            guard best >= 0 else { break }
+            var e = blocks[best][at[best]]
+            e.pack = maps[best][Int(e.pack)]
+            IndexFormat.appendEntry(e, to: &out)
+            if out.count >= 1 << 20 { try flush() }
+            at[best] += 1
+            if at[best] == blocks[best].count {
+                blocks[best] = try files[best].entries(from: next[best], count: perBlock)
+                next[best] += blocks[best].count
+                at[best] = 0
+            }
+        }
+        try flush()
+        let digest = Digest(bytes: hash.finish())
+        out = digest.bytes
+        try Files.writeAll(fd, out.withUnsafeBytes { $0 }, path: dir.display(tmp))
+        guard fsync(fd) == 0 else { throw SystemError("fsync", dir.display(tmp)) }
+        Glibc.close(fd); closed = true
+        let name = Repository.indexName(digest)
+        _ = try backend.save(name, fromFile: dir.display(tmp), ifAbsent: true)
+        return try IndexFile(name: name, digest: digest, path: try localIndexPath(name, digest: digest)) { _, _ in }
+    }
+
     /// Saves a pack `w` finished (named `digest`) and an index file for it (gc's and repair's
     /// packs: durable and found before anything they replace is removed).
     func savePack(digest: Digest, from w: PackWriter) throws {
@@ -317,18 +388,7 @@ public final class Repository: @unchecked Sendable {
     /// uses it in their place and removes them. False when one was gone (the merged file is
     /// removed again: a gc replaced the sources meanwhile).
     func merge(_ files: [IndexFile]) throws -> Bool {
-        var packs: [IndexFormat.Pack] = []
-        var number: [Digest: UInt32] = [:]
-        var entries: [IndexFormat.Entry] = []
-        for f in files {
-            try f.forEach { e in
-                let p = f.packs[Int(e.pack)]
-                let n: UInt32
-                if let k = number[p.digest] { n = k } else { n = UInt32(packs.count); number[p.digest] = n; packs.append(p) }
-                entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))
-            }
-        }
-        let merged = try saveIndex(packs: packs, entries: entries)
+        let merged = try saveMergedIndex(files)
         guard try indexFilesExist(files) else {
             if !files.contains(where: { $0.name == merged.name }) { try? backend.remove(merged.name) }
             return false

@@ -245,4 +245,33 @@ final class RepackCrashTests: XCTestCase {
         XCTAssertEqual(missing, lost, vout)
         XCTAssertTrue(vout.contains("; \(lost.count) faults"), vout)
     }
+
+    /// Attack round 5: a save killed between writing a pack or index file and renaming it into
+    /// place left `.tmp-<name>-<pid>-<n>` in the store's folders, never reported nor removed (a
+    /// pack's is up to 64 MiB). verify reports such files; gc removes them at once when their
+    /// process is gone, and keeps a live process's young one (a save in flight).
+    func testTempFilesOfSavesCutShortAreReportedAndRemoved() throws {
+        let store = root + "/store"
+        _ = try makeStore(store, count: 40, sizes: (512, 512), packEvery: 40)
+        let gone = Process()
+        gone.executableURL = URL(fileURLWithPath: "/bin/true")
+        try gone.run()
+        gone.waitUntilExit()
+        let dead = gone.processIdentifier, alive = getpid()
+        let planted = ["packs/ab/.tmp-\(String(repeating: "a", count: 64)).pack-\(dead)-1", "index/.tmp-\(String(repeating: "b", count: 64)).idx-\(dead)-2"]
+        let live = "index/.tmp-\(String(repeating: "c", count: 64)).idx-\(alive)-3"
+        try FileManager.default.createDirectory(atPath: store + "/packs/ab", withIntermediateDirectories: true)
+        for rel in planted + [live] { try Data(count: 4096).write(to: URL(fileURLWithPath: store + "/" + rel)) }
+        let (vrc, vout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+        XCTAssertEqual(vrc, 1, vout)
+        for rel in planted + [live] { XCTAssertTrue(vout.contains("temp file left over: \(rel)"), vout) }
+        let (grc, gout) = try tilespool(["gc", "--store", store, "--spool", root + "/spool"])
+        XCTAssertEqual(grc, 0, gout)
+        XCTAssertTrue(gout.contains("removed 2 temp files"), gout)
+        for rel in planted { XCTAssertFalse(FileManager.default.fileExists(atPath: store + "/" + rel), rel) }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + live), "a live process's young temp file stays")
+        try FileManager.default.removeItem(atPath: store + "/" + live)
+        let (crc, cout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+        XCTAssertEqual(crc, 0, cout)
+    }
 }

@@ -175,6 +175,41 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try readerVerify(), "")
     }
 
+    /// The streamed merge of index files (a k-way merge written to a file as it goes, so memory
+    /// does not grow with the entries) writes the very bytes the in-memory way does: the pack
+    /// table in file order, every entry, sorted by SHA-256.
+    func testStreamedIndexMergeWritesTheSameBytesAsTheInMemoryOne() throws {
+        let store = try open()
+        var all: [Data] = []
+        for round in 0..<3 {
+            let bs = bodies(700 + round * 311, "m\(round)")
+            for b in bs { try store.put(b) }
+            try store.sync()
+            all += bs
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir + "/index").sorted()
+        XCTAssertEqual(names.count, 3)
+        let files = try names.map { n -> IndexFile in
+            let digest = try XCTUnwrap(Digest(hex: String(n.dropLast(4))))
+            return try IndexFile(name: "index/" + n, digest: digest, path: dir + "/index/" + n) { _, _ in }
+        }
+        var packs: [IndexFormat.Pack] = [], number: [Digest: UInt32] = [:], entries: [IndexFormat.Entry] = []
+        for f in files {
+            try f.forEach { e in
+                let p = f.packs[Int(e.pack)]
+                let k: UInt32
+                if let x = number[p.digest] { k = x } else { k = UInt32(packs.count); number[p.digest] = k; packs.append(p) }
+                entries.append(IndexFormat.Entry(digest: e.digest, pack: k, offset: e.offset, length: e.length))
+            }
+        }
+        var expected = IndexFormat.body(packs: packs, entries: entries)
+        expected += SHA256.bytes(expected.withUnsafeBytes { $0 })
+        let merged = try store.repository.saveMergedIndex(files)
+        XCTAssertEqual([UInt8](try Data(contentsOf: URL(fileURLWithPath: merged.path))), expected)
+        XCTAssertEqual(merged.count, all.count)
+        XCTAssertEqual(try readerVerify(), "")
+    }
+
     /// An index file whose entries give offsets no pack can have (2^64 - 1, crafted, with a
     /// valid trailer and name) trapped `cat` and `export`. It is damage now: refused when read,
     /// so the pack it listed is indexed again and every object is found where it is.
