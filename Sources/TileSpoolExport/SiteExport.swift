@@ -64,6 +64,30 @@ enum SiteExport {
             bytes += n
         }
 
+        /// Writes object `sha` at `rel` with `TileStore.copyObject` (from `location` when known);
+        /// with `decodeGzip`, a body that turns out to be a gzip file is written again decoded
+        /// (`decoded`).
+        func copy(_ rel: String, pack: RegionPack, sha: String, at location: ObjectLocation?, key: String, decodeGzip: Bool) throws {
+            let path = root + "/" + rel
+            let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+            guard fd >= 0 else { throw ExportError("cannot create \(path): \(SystemError("open", path).errnoDescription)") }
+            var n = 0
+            var gzip = false
+            do {
+                defer { Glibc.close(fd) }
+                do { n = try pack.store.copyObject(sha, at: location, to: fd, path: path, limit: 1 << 30) } catch let e as SystemError where e.path == path {
+                    throw ExportError("cannot write \(path): \(e.errnoDescription)")
+                } catch {
+                    throw RegionPack.unreadable(error, sha, key)
+                }
+                if decodeGzip && n >= 2 {
+                    var magic: [UInt8] = [0, 0]
+                    gzip = Glibc.pread(fd, &magic, 2, 0) == 2 && isGzip(magic)
+                }
+            }
+            if gzip { try decoded(rel, pack: pack, sha: sha, key: key) } else { bytes += n }
+        }
+
         /// Hard-links object `source` at `rel`; copies it when the store is on another filesystem.
         func link(_ source: String, _ rel: String, pack: RegionPack, sha: String, key: String) throws {
             if Glibc.link(source, root + "/" + rel) == 0 {
@@ -98,28 +122,42 @@ enum SiteExport {
             let format = try pack.tileFormat(of: set)
             formats[set.source] = format
             try w.folder("tiles/\(src)")
-            try pack.forEachTile(of: set.source) { (t, line) throws in
-                done += 1
-                if done % 4096 == 0 { progress?(done, total) }
-                let rel = "tiles/\(src)/\(t.z)/\(t.x)/\(t.y).\(format.rawValue)"
-                guard let sha = line.sha256 else {
-                    // An empty vector tile (404/204) is an empty file: clients read it as a tile with
-                    // no features instead of asking again. An empty raster tile stays absent.
-                    if format == .pbf { try w.folder("tiles/\(src)/\(t.z)/\(t.x)"); try w.file(rel, []); tiles += 1 }
-                    return
-                }
-                try w.folder("tiles/\(src)/\(t.z)/\(t.x)")
-                if let object = pack.objectPath(sha) {
-                    if format == .pbf && storedAsGzip(object) {
-                        try w.decoded(rel, pack: pack, sha: sha, key: line.key) // served decoded, like every other tile here
-                    } else {
-                        try w.link(object, rel, pack: pack, sha: sha, key: line.key)
+            // In windows of manifest lines, each sorted by where its objects lie (pack, offset):
+            // the packs are read front to back.
+            try pack.forEachTileWindow(of: set.source) { window in
+                let located = window.map { (t, line) in (t, line, line.sha256.flatMap { pack.store.objectLocation($0) }) }
+                    .sorted { a, b in
+                        switch (a.2, b.2) {
+                        case let (x?, y?): return x < y
+                        case (.some, nil): return true
+                        default: return false
+                        }
                     }
-                } else {
-                    // A remote store (S3): nothing to link, the bytes are written (decoded for a vector tile).
-                    if format == .pbf { try w.decoded(rel, pack: pack, sha: sha, key: line.key) } else { try w.file(rel, try pack.storedBody(sha, for: line.key)) }
+                for (t, line, location) in located {
+                    done += 1
+                    if done % 4096 == 0 { progress?(done, total) }
+                    let rel = "tiles/\(src)/\(t.z)/\(t.x)/\(t.y).\(format.rawValue)"
+                    guard let sha = line.sha256 else {
+                        // An empty vector tile (404/204) is an empty file: clients read it as a tile with
+                        // no features instead of asking again. An empty raster tile stays absent.
+                        if format == .pbf { try w.folder("tiles/\(src)/\(t.z)/\(t.x)"); try w.file(rel, []); tiles += 1 }
+                        continue
+                    }
+                    try w.folder("tiles/\(src)/\(t.z)/\(t.x)")
+                    if let object = pack.objectPath(sha) {
+                        if format == .pbf && storedAsGzip(object) {
+                            try w.decoded(rel, pack: pack, sha: sha, key: line.key) // served decoded, like every other tile here
+                        } else {
+                            try w.link(object, rel, pack: pack, sha: sha, key: line.key)
+                        }
+                    } else {
+                        // Copied from its pack (copy_file_range on a local store: the kernel copies or
+                        // shares extents; S3: the bytes are read). A vector tile stored as gzip is then
+                        // written again, decoded.
+                        try w.copy(rel, pack: pack, sha: sha, at: location, key: line.key, decodeGzip: format == .pbf)
+                    }
+                    tiles += 1
                 }
-                tiles += 1
             }
             let url = "\(prefix)tiles/\(urlSegment(src))/{z}/{x}/{y}.\(format.rawValue)"
             tileURL[set.source] = url
