@@ -89,7 +89,12 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     out("plan for \(request.id): \(n(plan.count)) resources, \(n(plan.tileCount)) tiles" + (plan.tileBytes.map { ", \($0) tile bytes" } ?? ""))
     for k in ResourceKind.allCases where byKind[k.rawValue, default: 0] > 0 { out("  \(k.rawValue): \(n(byKind[k.rawValue]!))") }
     for set in plan.tileSets {
-        out("  source \(set.source): \(n(set.count)) tiles" + (set.tileBytes.map { ", \($0) tile bytes (PMTiles archive)" } ?? ""))
+        // Bound first: Swift 6.3.1's release optimizer (CopyPropagation) crashes on
+        // `set.tileBytes.map` read through the set's optional archive inside this loop.
+        let archiveBytes = archiveTileBytes(set)
+        var archiveNote = ""
+        if let b = archiveBytes { archiveNote = ", \(b) tile bytes (PMTiles archive)" }
+        out("  source \(set.source): \(n(set.count)) tiles" + archiveNote)
         for e in zooms where e.source == set.source { out("    z\(e.z): \(n(e.tiles))") }
         if let r = estimate?.bySource[set.source] { out("    estimated \(formatBytes(r.low)) to \(formatBytes(r.high))") }
     }
@@ -180,3 +185,9 @@ struct CheckedRequest {
 
 /// A failure that is not a usage mistake: printed, exit status 1.
 struct CommandFailure: Error, CustomStringConvertible { var description: String; init(_ d: String) { description = d } }
+
+/// `set.tileBytes`, kept out of `commandPlan`: inlined there, Swift 6.3.1's release optimizer
+/// (CopyPropagation, "Found outside of lifetime use") crashes on the read through the set's
+/// optional archive.
+@inline(never)
+func archiveTileBytes(_ set: TileSet) -> Int? { set.tileBytes }
