@@ -69,7 +69,7 @@ enum SiteExport {
         /// (`decoded`).
         func copy(_ rel: String, pack: RegionPack, sha: String, at location: ObjectLocation?, key: String, decodeGzip: Bool) throws {
             let path = root + "/" + rel
-            let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+            let fd = Glibc.open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
             guard fd >= 0 else { throw ExportError("cannot create \(path): \(SystemError("open", path).errnoDescription)") }
             var n = 0
             var gzip = false
