@@ -6,7 +6,7 @@
 // Memory stays flat in the number of tiles: (TileId, body) pairs are sorted in runs of 262,144 on
 // disk and merged; entries go to a temp file; directories are built from that file. What grows is
 // one small record per distinct body (its SHA-256, offset and length). Bodies are read in pack
-// order within windows of the data section (at most 16 MiB or 65,536 bodies), then written in
+// order within windows of the data section (at most 8 MiB or 65,536 bodies), then written in
 // TileId order: the archive is the same bytes as when they were read one by one in TileId order.
 import Foundation
 import Glibc
@@ -18,7 +18,7 @@ enum PMTilesExport {
     static let runSize = 1 << 18
     /// Tile bytes read ahead at most (besides one body) while the data section is written: a
     /// window of bodies is read in pack order, then written in TileId order.
-    static let dataWindowBytes = 16 << 20
+    static let dataWindowBytes = 8 << 20
 
     /// A fixed-size record file of (UInt64, UInt64) pairs, read or written in blocks of
     /// `blockWords` words (64 KiB by default: one block per sorted run stays in memory while merging).
