@@ -423,6 +423,31 @@ public final class S3Backend: Backend, @unchecked Sendable {
         return try retrying { c in try c.get(name) }
     }
 
+    /// Ranges no more than `coalesceGap` bytes apart, in ascending order, are fetched together
+    /// by one ranged GET of at most `coalesceBytes` (an export reading a pack's objects in offset
+    /// order then costs a request per few MiB, not one per object); the bytes between are
+    /// dropped. Ranges out of order or far apart are fetched one by one.
+    public func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool {
+        var i = 0
+        while i < ranges.count {
+            var j = i + 1
+            while j < ranges.count, ranges[j].lowerBound >= ranges[j - 1].upperBound,
+                  ranges[j].lowerBound - ranges[j - 1].upperBound <= S3Backend.coalesceGap,
+                  ranges[j].upperBound - ranges[i].lowerBound <= S3Backend.coalesceBytes { j += 1 }
+            let span = ranges[i].lowerBound..<ranges[j - 1].upperBound
+            guard let d = try load(name, range: span) else { return false }
+            guard d.count == span.count else { throw S3Error(status: 0, message: "short read of \(name) \(span)") }
+            for k in i..<j {
+                let r = ranges[k]
+                try body(k, d.subdata(in: (d.startIndex + r.lowerBound - span.lowerBound)..<(d.startIndex + r.upperBound - span.lowerBound)))
+            }
+            i = j
+        }
+        return true
+    }
+    static let coalesceGap = 64 << 10
+    static let coalesceBytes = 8 << 20
+
     public func stat(_ name: String) throws -> BackendFile? {
         try retrying { c in try c.list(prefix: name) }.first { $0.key == name }.map { BackendFile(name: $0.key, size: $0.size, modified: $0.lastModified) }
     }
