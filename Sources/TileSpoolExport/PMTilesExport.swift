@@ -195,7 +195,7 @@ enum PMTilesExport {
             for p in byPart.keys.sorted() {
                 let ks = byPart[p]!, part = parts[p]
                 let shas = ks.map { bodies[window[$0]] }
-                try part.pack.readInPackOrder(shas, keys: { "\(part.set.source) body \(shas[$0])" }) { j in
+                try part.pack.readInPackOrder(shas) { j in
                     held[ks[j]] = try MBTilesExport.tileBytes(part.pack, shas[j], key: "\(part.set.source) body \(shas[j])", format: format)
                 }
             }

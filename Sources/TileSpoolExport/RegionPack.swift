@@ -214,8 +214,9 @@ public final class RegionPack: @unchecked Sendable {
     /// reads are sequential) and calls `body` with each one's index in `sha256s`; within `body`,
     /// `storedBody` (and so `tileBytes`, `writeDecoded`...) of that object costs no read. One body
     /// is in memory at a time.
-    /// - Throws: what `body` throws; `ExportError` when an object cannot be read (as `storedBody`).
-    func readInPackOrder(_ sha256s: [String], keys: (Int) -> String, _ body: (Int) throws -> Void) throws {
+    /// - Throws: what `body` throws; `ExportError` naming the region and the object or pack that
+    ///   cannot be read.
+    func readInPackOrder(_ sha256s: [String], _ body: (Int) throws -> Void) throws {
         var failure: Error?
         struct Stop: Error {}
         do {
@@ -226,7 +227,9 @@ public final class RegionPack: @unchecked Sendable {
             }
         } catch {
             if let failure { throw failure }
-            throw RegionPack.unreadable(error, sha256s.first ?? "", keys(0))
+            // Which object failed is in the error (its name, or its pack's path).
+            let why = (error as? SystemError).map { "\($0.operation) \($0.path): \($0.errnoDescription)" } ?? "\(error)"
+            throw ExportError("region '\(id)': an object cannot be read (\(why)); was the region deleted or the store damaged? Run 'tilespool verify'")
         }
     }
 
@@ -242,7 +245,7 @@ public final class RegionPack: @unchecked Sendable {
             for (i, (t, line)) in w.enumerated() {
                 if let s = line.sha256 { which.append(i); shas.append(s) } else { try body(t, line) }
             }
-            try readInPackOrder(shas, keys: { w[which[$0]].1.key }) { k in try body(w[which[k]].0, w[which[k]].1) }
+            try readInPackOrder(shas) { k in try body(w[which[k]].0, w[which[k]].1) }
         }
     }
 

@@ -139,6 +139,18 @@ final class PackOrderExportTests: XCTestCase {
             }
             XCTAssertEqual(files, served.count)
         }
+
+        // A pack gone (the store damaged): every format fails naming what cannot be read, and
+        // writes nothing.
+        let victim = try XCTUnwrap(regions[0].tiles.compactMap { $0.2.flatMap { store.objectLocation(SHA256.hex($0)) } }.first)
+        try FileManager.default.removeItem(atPath: "\(fx.store)/packs/\(victim.pack).pack")
+        for format in ["mbtiles", "pmtiles", "site"] {
+            let out = fx.root.appendingPathComponent("damaged.\(format)").path
+            let (rc, text) = try fx.cli(["export", "west", "--format", format, "--output", out, "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 1, text)
+            XCTAssertTrue(text.contains("cannot be read") && text.contains("tilespool verify"), text)
+            XCTAssertFalse(FileManager.default.fileExists(atPath: out), format)
+        }
     }
 
     /// A style region (Monaco, vector tiles served gzip) downloaded by the daemon, its objects then
