@@ -32,6 +32,14 @@ static inline unsigned int tilespool_rename_noreplace(void) { return RENAME_NORE
 static inline unsigned int tilespool_rename_exchange(void) { return RENAME_EXCHANGE; }
 // copy_file_range(2) from the current offsets of both fds: exports append temp files in the kernel.
 static inline ssize_t tilespool_copy_file_range(int in, int out, size_t len) { return copy_file_range(in, NULL, out, NULL, len, 0); }
+// copy_file_range(2) from `*in_off` in `in` (advanced by what was copied) to the current offset of
+// `out`: a site export copies one object out of a pack file (the kernel copies, or shares extents).
+static inline ssize_t tilespool_copy_file_range_from(int in, long long *in_off, int out, size_t len) {
+    __off64_t off = (__off64_t)*in_off;
+    ssize_t r = copy_file_range(in, &off, out, NULL, len, 0);
+    *in_off = (long long)off;
+    return r;
+}
 static inline int tilespool_open(const char *path, int flags, int mode) { return open(path, flags, (mode_t)mode); }
 static inline int tilespool_openat(int dirfd, const char *path, int flags, int mode) { return openat(dirfd, path, flags, (mode_t)mode); }
 // open(2) O_TMPFILE: an unnamed regular file in folder `dir` (relative to `dirfd`), write-only, to be

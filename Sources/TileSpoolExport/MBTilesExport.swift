@@ -52,7 +52,7 @@ enum MBTilesExport {
             var done = 0
             let total = parts.reduce(0) { SaturatingCount.add($0, $1.set.count) }
             for (pack, set) in parts {
-                try pack.forEachTile(of: set.source) { (t, line) in
+                try pack.forEachTileInPackOrder(of: set.source) { (t, line) in
                     done += 1
                     if done % 4096 == 0 { try progress?(done, total) }
                     // Empty tiles (404/204) have no row: an MBTiles reader answers "no tile" for them

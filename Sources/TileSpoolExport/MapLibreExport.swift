@@ -207,7 +207,7 @@ enum MapLibreExport {
                 let template = try archiveTemplate(pack, set) ?? set.template.template
                 let ratio = MapLibreOffline.tilePixelRatio(template: template, pixelRatio: pack.request.pixelRatio)
                 let tms = set.template.tms
-                try pack.forEachTile(of: set.source) { (t, line) in
+                try pack.forEachTileInPackOrder(of: set.source) { (t, line) in
                     // An empty tile (404/204) is a row with NULL data: MapLibre then knows it has none.
                     var data: [UInt8]?, compressed = 0
                     if let sha = line.sha256 { (data, compressed) = try blob(pack, sha, line.key) }

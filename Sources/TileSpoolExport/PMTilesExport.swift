@@ -5,7 +5,9 @@
 //
 // Memory stays flat in the number of tiles: (TileId, body) pairs are sorted in runs of 262,144 on
 // disk and merged; entries go to a temp file; directories are built from that file. What grows is
-// one small record per distinct body (its SHA-256, offset and length).
+// one small record per distinct body (its SHA-256, offset and length). Bodies are read in pack
+// order within windows of the data section (at most 8 MiB or 65,536 bodies), then written in
+// TileId order: the archive is the same bytes as when they were read one by one in TileId order.
 import Foundation
 import Glibc
 import TileSpoolCore
@@ -14,6 +16,9 @@ import TileSpoolIO
 enum PMTilesExport {
     /// Records sorted in memory at once before spilling a run to disk.
     static let runSize = 1 << 18
+    /// Tile bytes read ahead at most (besides one body) while the data section is written: a
+    /// window of bodies is read in pack order, then written in TileId order.
+    static let dataWindowBytes = 8 << 20
 
     /// A fixed-size record file of (UInt64, UInt64) pairs, read or written in blocks of
     /// `blockWords` words (64 KiB by default: one block per sorted run stays in memory while merging).
@@ -151,6 +156,12 @@ enum PMTilesExport {
             addressed += UInt64(e.runLength)
             entryCount += 1
         }
+        // 2a. The merged sequence (TileId, body index), one pair per addressed tile, goes to a
+        //     file; the bodies are listed in the order first used (the clustered order of the data
+        //     section).
+        let sequence = try Records(path: "\(work)/sequence", write: true)
+        var firstUse: [Int] = []
+        var used = [Bool](repeating: false, count: bodies.count)
         while let (id, b) = try nextPair() {
             if id == lastID { continue } // the same tile from an older part: the newest sorts first
             lastID = id
@@ -158,15 +169,54 @@ enum PMTilesExport {
             if written % 4096 == 0 { try progress?(written, total) }
             if b & bodyMask == bodyMask { continue } // empty
             let body = Int(b & bodyMask)
-            if offsets[body] == UInt64.max {
-                let part = parts[bodyPack[body]]
-                let bytes = try MBTilesExport.tileBytes(part.pack, bodies[body], key: "\(part.set.source) body \(bodies[body])", format: format)
+            try sequence.put(id, UInt64(body))
+            if !used[body] { used[body] = true; firstUse.append(body) }
+        }
+        used = []
+        try sequence.flush()
+
+        // 2b. The bodies, in windows of that order: each window read in pack order (sequential
+        //     reads, `RegionPack.readInPackOrder`), held in memory (about `dataWindowBytes`, or
+        //     `RegionPack.packOrderWindow` bodies), then written in first-use order: the archive's
+        //     bytes are those of reading in TileId order.
+        var w = 0
+        while w < firstUse.count {
+            var end = w, bytesInWindow = 0
+            while end < firstUse.count && end - w < RegionPack.packOrderWindow && (end == w || bytesInWindow < dataWindowBytes) {
+                let part = parts[bodyPack[firstUse[end]]]
+                bytesInWindow += part.pack.store.objectLocation(bodies[firstUse[end]])?.length ?? 0
+                end += 1
+            }
+            let window = Array(firstUse[w..<end])
+            var held = [[UInt8]?](repeating: nil, count: window.count)
+            // Grouped by the part whose pack reads each body (one group for one region).
+            var byPart: [Int: [Int]] = [:]
+            for (k, body) in window.enumerated() { byPart[bodyPack[body], default: []].append(k) }
+            for p in byPart.keys.sorted() {
+                let ks = byPart[p]!, part = parts[p]
+                let shas = ks.map { bodies[window[$0]] }
+                try part.pack.readInPackOrder(shas) { j in
+                    held[ks[j]] = try MBTilesExport.tileBytes(part.pack, shas[j], key: "\(part.set.source) body \(shas[j])", format: format)
+                }
+            }
+            for (k, body) in window.enumerated() {
+                let bytes = held[k]!
+                held[k] = nil
                 guard !bytes.isEmpty else { continue } // a 0-byte body cannot be addressed (spec: lengths are nonzero)
                 offsets[body] = data.written - dataStart
                 lengths[body] = UInt32(bytes.count)
                 try data.write(bytes)
                 contents += 1
             }
+            w = end
+        }
+        firstUse = []
+
+        // 2c. The entries, from the sequence: run lengths for consecutive identical tiles.
+        let replay = try Records(path: sequence.path, write: false)
+        while let (id, b) = try replay.next() {
+            let body = Int(b)
+            if offsets[body] == UInt64.max { continue } // a 0-byte body: no entry
             let z = zoom(of: id)
             minZ = min(minZ, z); maxZ = max(maxZ, z)
             if var p = pending, p.tileID + UInt64(p.runLength) == id, p.offset == offsets[body] {

@@ -188,17 +188,84 @@ public final class RegionPack: @unchecked Sendable {
         }
     }
 
+    /// How many tile lines the pack-order readers take from the manifest at a time
+    /// (`forEachTileWindow`): each window is sorted by where its objects lie and read in that
+    /// order. Memory per window: a line and a location per tile (about 200 bytes), not the bodies.
+    public static let packOrderWindow = 65_536
+
+    /// `forEachTile` in windows of `window` tiles (the last one shorter), in manifest order.
+    /// - Throws: as `forEachTile`.
+    func forEachTileWindow(of source: String, window: Int = RegionPack.packOrderWindow,
+                           _ body: ([(TileID, ManifestLine)]) throws -> Void) throws {
+        var w: [(TileID, ManifestLine)] = []
+        w.reserveCapacity(min(window, 1 << 16))
+        try forEachTile(of: source) { (t, line) in
+            w.append((t, line))
+            if w.count >= window { try body(w); w.removeAll(keepingCapacity: true) }
+        }
+        if !w.isEmpty { try body(w) }
+    }
+
+    /// The body being handed on by `readInPackOrder`: `storedBody` of that object returns it
+    /// without reading the store again.
+    private var prefetched: (sha256: String, bytes: Data)?
+
+    /// Reads objects `sha256s` in pack order (`TileStore.readObjects`: by pack, then offset, so
+    /// reads are sequential) and calls `body` with each one's index in `sha256s`; within `body`,
+    /// `storedBody` (and so `tileBytes`, `writeDecoded`...) of that object costs no read. One body
+    /// is in memory at a time.
+    /// - Throws: what `body` throws; `ExportError` naming the region and the object or pack that
+    ///   cannot be read.
+    func readInPackOrder(_ sha256s: [String], _ body: (Int) throws -> Void) throws {
+        var failure: Error?
+        struct Stop: Error {}
+        do {
+            try store.readObjects(sha256s, limit: 1 << 30) { k, data in
+                prefetched = (sha256s[k], data)
+                defer { prefetched = nil }
+                do { try body(k) } catch { failure = error; throw Stop() }
+            }
+        } catch {
+            if let failure { throw failure }
+            // Which object failed is in the error (its name, or its pack's path).
+            let why = (error as? SystemError).map { "\($0.operation) \($0.path): \($0.errnoDescription)" } ?? "\(error)"
+            throw ExportError("region '\(id)': an object cannot be read (\(why)); was the region deleted or the store damaged? Run 'tilespool verify'")
+        }
+    }
+
+    /// Calls `body` with every tile of `source` (in the subset), once each as `forEachTile` does,
+    /// but in pack order within each window of `window` manifest lines (`readInPackOrder`): empty
+    /// tiles of the window first, then the others by where their objects lie. For formats that
+    /// take tiles in any order (mbtiles, maplibre).
+    /// - Throws: as `forEachTile` and `readInPackOrder`.
+    func forEachTileInPackOrder(of source: String, window: Int = RegionPack.packOrderWindow,
+                                _ body: (TileID, ManifestLine) throws -> Void) throws {
+        try forEachTileWindow(of: source, window: window) { w in
+            var which: [Int] = [], shas: [String] = []
+            for (i, (t, line)) in w.enumerated() {
+                if let s = line.sha256 { which.append(i); shas.append(s) } else { try body(t, line) }
+            }
+            try readInPackOrder(shas) { k in try body(w[which[k]].0, w[which[k]].1) }
+        }
+    }
+
     /// The path of object `sha256` on the local filesystem, nil when the store is remote (S3).
     func objectPath(_ sha256: String) -> String? { store.localPath(sha256) }
+
+    /// The export's error for an object that cannot be read.
+    static func unreadable(_ error: Error, _ sha256: String, _ key: String) -> ExportError {
+        let why = (error as? SystemError)?.errnoDescription ?? "\(error)"
+        return ExportError("object \(sha256) of '\(key)' cannot be read (\(why)); was the region deleted or the store damaged? Run 'tilespool verify'")
+    }
 
     /// The stored bytes of an object, as downloaded (after HTTP content decoding).
     /// - Throws: `ExportError` when the object is gone or unreadable (naming the resource).
     func storedBody(_ sha256: String, for key: String) throws(ExportError) -> [UInt8] {
+        if let p = prefetched, p.sha256 == sha256 { return [UInt8](p.bytes) }
         do {
             return [UInt8](try store.read(sha256, limit: 1 << 30))
         } catch {
-            let why = (error as? SystemError)?.errnoDescription ?? "\(error)"
-            throw ExportError("object \(sha256) of '\(key)' cannot be read (\(why)); was the region deleted or the store damaged? Run 'tilespool verify'")
+            throw RegionPack.unreadable(error, sha256, key)
         }
     }
 

@@ -2,6 +2,7 @@
 // `Backend`), with one implementation on a local folder and one in an S3 bucket. Everything above
 // it (packs, the index, manifests, gc, verify) is written once, against this protocol, and never
 // knows which backend it has.
+import CLinux
 import Foundation
 import Glibc
 import TileSpoolCore
@@ -47,6 +48,19 @@ public protocol Backend: AnyObject, Sendable {
     /// The probe URL when `error` says the backend cannot be reached (S3 down: the region waits as
     /// `pausedNetwork`), else nil.
     func unreachableProbeURL(for error: Error) -> String?
+    /// Calls `body` with each of `ranges` of file `name` (its index in `ranges` and its bytes), in
+    /// the order given: an export reads a pack's objects in offset order. The default loads each
+    /// range (`load(_:range:)`, one request each in a bucket); a local backend opens the file once.
+    /// - Returns: false when there is no such file (`body` not called).
+    /// - Throws: the backend's error (a range past the end: `SystemError` EINVAL on disk); what
+    ///   `body` throws.
+    func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool
+    /// Writes bytes `range` of file `name` at the current offset of the open file `fd` (`path`
+    /// names it in errors). The default loads the range and writes it; a local backend uses
+    /// `copy_file_range(2)` (the kernel copies, or shares extents where the filesystem can).
+    /// - Returns: false when there is no such file (nothing written).
+    /// - Throws: the backend's error; `SystemError` when `fd` cannot be written.
+    func copy(_ name: String, range: Range<Int>, to fd: Int32, path: String) throws -> Bool
 }
 
 extension Backend {
@@ -56,6 +70,20 @@ extension Backend {
     /// renaming it into place): `name` is the temp file's path relative to the backend. None by
     /// default: a bucket's PUT leaves nothing half made.
     public func leftovers(prefix: String) throws -> [BackendFile] { [] }
+
+    public func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool {
+        for (i, r) in ranges.enumerated() {
+            guard let d = try load(name, range: r) else { return false }
+            try body(i, d)
+        }
+        return true
+    }
+
+    public func copy(_ name: String, range: Range<Int>, to fd: Int32, path: String) throws -> Bool {
+        guard let d = try load(name, range: range) else { return false }
+        try Files.writeAll(fd, d, path: path)
+        return true
+    }
 }
 
 /// The temp names a local save uses (`Directory.tempName`: `.tmp-<name>-<pid>-<n>`).
@@ -196,7 +224,10 @@ public final class LocalBackend: Backend, @unchecked Sendable {
         return true
     }
 
-    public func load(_ name: String, range: Range<Int>?) throws -> Data? {
+    /// Opens file `name` for reading (by descriptor, no symlink followed: `Directory.openForReading`)
+    /// and gives its descriptor, size and display path; nil when there is no such file. The caller
+    /// closes the descriptor.
+    private func openForReading(_ name: String) throws(SystemError) -> (fd: Int32, size: Int, display: String)? {
         var (dir, file, cached): (Directory, String, Bool)
         do { (dir, file, cached) = try readFolder(of: name) } catch {
             if error.errno == ENOENT { return nil }
@@ -215,21 +246,63 @@ public final class LocalBackend: Backend, @unchecked Sendable {
                 }
             }
         }
-        defer { Glibc.close(fd) }
         var st = Glibc.stat()
-        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", dir.display(file)) }
-        let size = Int(st.st_size)
-        let r = range ?? 0..<size
-        guard r.lowerBound >= 0, r.upperBound <= size else { throw SystemError("read", dir.display(file), errno: EINVAL) }
+        guard fstat(fd, &st) == 0 else { let e = SystemError("fstat", dir.display(file)); Glibc.close(fd); throw e }
+        return (fd, Int(st.st_size), dir.display(file))
+    }
+
+    /// Reads bytes `r` of the open file `fd` of `size` bytes.
+    private static func pread(_ fd: Int32, size: Int, _ r: Range<Int>, display: String) throws(SystemError) -> Data {
+        guard r.lowerBound >= 0, r.upperBound <= size else { throw SystemError("read", display, errno: EINVAL) }
         var data = Data(count: r.count)
         var done = 0
         while done < r.count {
-            let n = data.withUnsafeMutableBytes { buf in Files.retrying { pread(fd, buf.baseAddress! + done, r.count - done, off_t(r.lowerBound + done)) } }
-            if n < 0 { throw SystemError("read", dir.display(file)) }
-            if n == 0 { throw SystemError("read", dir.display(file), errno: EIO) } // cut meanwhile
+            let n = data.withUnsafeMutableBytes { buf in Files.retrying { Glibc.pread(fd, buf.baseAddress! + done, r.count - done, off_t(r.lowerBound + done)) } }
+            if n < 0 { throw SystemError("read", display) }
+            if n == 0 { throw SystemError("read", display, errno: EIO) } // cut meanwhile
             done += n
         }
         return data
+    }
+
+    public func load(_ name: String, range: Range<Int>?) throws -> Data? {
+        guard let (fd, size, display) = try openForReading(name) else { return nil }
+        defer { Glibc.close(fd) }
+        return try LocalBackend.pread(fd, size: size, range ?? 0..<size, display: display)
+    }
+
+    /// The file is opened once and each range read with `pread` (`Backend.loadRanges`).
+    public func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool {
+        guard let (fd, size, display) = try openForReading(name) else { return false }
+        defer { Glibc.close(fd) }
+        for (i, r) in ranges.enumerated() { try body(i, try LocalBackend.pread(fd, size: size, r, display: display)) }
+        return true
+    }
+
+    /// `copy_file_range(2)` from the file at the range's offset to `fd`'s current offset: the
+    /// kernel copies, or shares extents (a reflink on Btrfs, XFS, bcachefs; a server-side copy on
+    /// NFS 4.2). Where it cannot (EXDEV, ENOSYS, EINVAL, EOPNOTSUPP: another filesystem on an old
+    /// kernel, a filesystem without it) the rest is read and written (`Backend.copy`).
+    public func copy(_ name: String, range: Range<Int>, to fd: Int32, path: String) throws -> Bool {
+        guard let (src, size, display) = try openForReading(name) else { return false }
+        defer { Glibc.close(src) }
+        guard range.lowerBound >= 0, range.upperBound <= size else { throw SystemError("read", display, errno: EINVAL) }
+        var at = Int64(range.lowerBound)
+        let end = Int64(range.upperBound)
+        while at < end {
+            let n = CLinux.tilespool_copy_file_range_from(src, &at, fd, Int(end - at))
+            if n > 0 { continue }
+            if n == 0 { throw SystemError("read", display, errno: EIO) } // cut meanwhile
+            let e = errno
+            if e == EINTR { continue }
+            if e == EXDEV || e == ENOSYS || e == EINVAL || e == EOPNOTSUPP { break } // plain copy below
+            throw SystemError("copy_file_range", path, errno: e)
+        }
+        if at < end {
+            let rest = try LocalBackend.pread(src, size: size, Int(at)..<Int(end), display: display)
+            try Files.writeAll(fd, rest, path: path)
+        }
+        return true
     }
 
     public func stat(_ name: String) throws -> BackendFile? {
@@ -397,6 +470,31 @@ public final class S3Backend: Backend, @unchecked Sendable {
         if let range { return try retrying { c in try c.get(name, range: range) } }
         return try retrying { c in try c.get(name) }
     }
+
+    /// Ranges no more than `coalesceGap` bytes apart, in ascending order, are fetched together
+    /// by one ranged GET of at most `coalesceBytes` (an export reading a pack's objects in offset
+    /// order then costs a request per few MiB, not one per object); the bytes between are
+    /// dropped. Ranges out of order or far apart are fetched one by one.
+    public func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool {
+        var i = 0
+        while i < ranges.count {
+            var j = i + 1
+            while j < ranges.count, ranges[j].lowerBound >= ranges[j - 1].upperBound,
+                  ranges[j].lowerBound - ranges[j - 1].upperBound <= S3Backend.coalesceGap,
+                  ranges[j].upperBound - ranges[i].lowerBound <= S3Backend.coalesceBytes { j += 1 }
+            let span = ranges[i].lowerBound..<ranges[j - 1].upperBound
+            guard let d = try load(name, range: span) else { return false }
+            guard d.count == span.count else { throw S3Error(status: 0, message: "short read of \(name) \(span)") }
+            for k in i..<j {
+                let r = ranges[k]
+                try body(k, d.subdata(in: (d.startIndex + r.lowerBound - span.lowerBound)..<(d.startIndex + r.upperBound - span.lowerBound)))
+            }
+            i = j
+        }
+        return true
+    }
+    static let coalesceGap = 64 << 10
+    static let coalesceBytes = 8 << 20
 
     public func stat(_ name: String) throws -> BackendFile? {
         try retrying { c in try c.list(prefix: name) }.first { $0.key == name }.map { BackendFile(name: $0.key, size: $0.size, modified: $0.lastModified) }

@@ -56,6 +56,14 @@ public final class PackedStore: TileStore, @unchecked Sendable {
     public func isIntact(_ sha256: String) -> Bool { (try? read(sha256, limit: 1 << 30)).map { SHA256.hex($0) == sha256 } ?? false }
     /// Packed objects have no file of their own (a site export copies their bytes).
     public func localPath(_ sha256: String) -> String? { nil }
+    public func objectLocation(_ sha256: String) -> ObjectLocation? { repository.location(sha256) }
+    public func readObjects(_ sha256s: [String], limit: Int, _ body: (Int, Data) throws -> Void) throws {
+        try repository.readObjects(sha256s, limit: limit, body)
+    }
+    @discardableResult
+    public func copyObject(_ sha256: String, at location: ObjectLocation?, to fd: Int32, path: String, limit: Int) throws -> Int {
+        try repository.copyObject(sha256, at: location, to: fd, path: path, limit: limit)
+    }
 
     public func regionIDs() throws -> [String] {
         if let root = localRoot { return Files.list(root + "/regions") }

@@ -442,6 +442,65 @@ public final class Repository: @unchecked Sendable {
         throw SystemError("read", "object \(sha256)", errno: ENOENT)
     }
 
+    /// Where object `sha256` lies in a sealed pack (the copy `read` would use), found in the index
+    /// without reading the pack; nil for an object that is loose, only in the open pack, or absent.
+    public func location(_ sha256: String) -> ObjectLocation? {
+        guard let digest = Digest(hex: sha256), (try? ensureLoaded()) != nil else { return nil }
+        lock.lock()
+        let found = lookupLocked(digest)
+        lock.unlock()
+        guard let (pack, e) = found else { return nil }
+        let body = PackFormat.Entry(digest: e.digest, offset: e.offset, length: e.length).body
+        return ObjectLocation(pack: pack.digest.hex, offset: body.lowerBound, length: body.count)
+    }
+
+    /// Reads objects `sha256s` in the order of their locations (pack, then offset: sequential
+    /// reads, each pack opened once per run of its objects), then those not in a sealed pack
+    /// (`read`), calling `body` with each one's index in `sha256s` and its bytes. A name given
+    /// twice is read twice. Memory: one object at a time.
+    /// - Throws: as `read` (an object over `limit`: EFBIG; absent: ENOENT); what `body` throws.
+    public func readObjects(_ sha256s: [String], limit: Int, _ body: (Int, Data) throws -> Void) throws {
+        var located: [(ObjectLocation, Int)] = []
+        var rest: [Int] = []
+        located.reserveCapacity(sha256s.count)
+        for (i, s) in sha256s.enumerated() {
+            if let l = location(s) { located.append((l, i)) } else { rest.append(i) }
+        }
+        located.sort { $0.0 < $1.0 || ($0.0 == $1.0 && $0.1 < $1.1) }
+        var start = 0
+        while start < located.count {
+            var end = start + 1
+            while end < located.count && located[end].0.pack == located[start].0.pack { end += 1 }
+            let run = located[start..<end]
+            for (l, i) in run where l.length > limit { throw SystemError("read", sha256s[i], errno: EFBIG) }
+            var delivered = 0
+            let found = try backend.loadRanges("packs/\(run.first!.0.pack).pack", run.map(\.0.range)) { k, d in
+                try body(run[run.startIndex + k].1, d)
+                delivered = k + 1
+            }
+            // The pack went meanwhile (gc repacked it): the objects not read are looked for again.
+            if !found { rest.append(contentsOf: run.dropFirst(delivered).map(\.1)) }
+            start = end
+        }
+        for i in rest.sorted() { try body(i, try read(sha256s[i], limit: limit)) }
+    }
+
+    /// Writes object `sha256` at the current offset of the open file `fd` (`path` names it in
+    /// errors): from its pack (at `known` when the caller has its `location`) with `Backend.copy` (on disk `copy_file_range(2)`, which may share
+    /// extents), else its bytes as `read` gives them.
+    /// - Returns: the bytes written.
+    /// - Throws: as `read`; `SystemError` when `fd` cannot be written.
+    @discardableResult
+    public func copyObject(_ sha256: String, at known: ObjectLocation? = nil, to fd: Int32, path: String, limit: Int) throws -> Int {
+        if let l = known ?? location(sha256) {
+            guard l.length <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
+            if try backend.copy("packs/\(l.pack).pack", range: l.range, to: fd, path: path) { return l.length }
+        }
+        let d = try read(sha256, limit: limit)
+        try Files.writeAll(fd, d, path: path)
+        return d.count
+    }
+
     /// True when the store holds object `sha256` (a pack, the open one, or a loose file).
     public func contains(_ sha256: String) -> Bool {
         guard let digest = Digest(hex: sha256) else { return false }
@@ -596,4 +655,21 @@ public final class Repository: @unchecked Sendable {
             }
         }
     }
+}
+
+/// Where an object lies in a sealed pack (`TileStore.objectLocation`): the pack's name (the SHA-256
+/// of its bytes, lower-case hex: `packs/<pack>.pack`) and the object's body, `length` bytes from
+/// byte `offset` of that file (docs/store.md, "Reading an object"). Ordered by pack, then offset:
+/// the order in which reading a region's objects is sequential.
+public struct ObjectLocation: Sendable, Hashable, Comparable {
+    /// The pack's SHA-256, 64 lower-case hex digits.
+    public var pack: String
+    /// Where the body starts in the pack file, in bytes (its record's offset + 36).
+    public var offset: Int
+    /// The body's length in bytes.
+    public var length: Int
+    public init(pack: String, offset: Int, length: Int) { self.pack = pack; self.offset = offset; self.length = length }
+    /// The body's bytes in the pack file.
+    public var range: Range<Int> { offset..<(offset + length) }
+    public static func < (a: ObjectLocation, b: ObjectLocation) -> Bool { (a.pack, a.offset) < (b.pack, b.offset) }
 }

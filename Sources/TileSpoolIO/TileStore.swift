@@ -60,6 +60,21 @@ public protocol TileStore: AnyObject, Sendable {
     func isIntact(_ sha256: String) -> Bool
     /// The path of object `sha256` on the local filesystem, or nil when the store is remote.
     func localPath(_ sha256: String) -> String?
+    /// Where object `sha256` lies in a sealed pack, from the index, without reading it; nil for a
+    /// loose object, one only in the open pack, or one the store does not hold.
+    func objectLocation(_ sha256: String) -> ObjectLocation?
+    /// Reads objects `sha256s` in pack order (`ObjectLocation`: pack, then offset), the others
+    /// after, calling `body` with each one's index in `sha256s` and its bytes (at most `limit`).
+    /// - Throws: as `read`; what `body` throws (the rest is then not read).
+    func readObjects(_ sha256s: [String], limit: Int, _ body: (Int, Data) throws -> Void) throws
+    /// Writes object `sha256` (at most `limit` bytes) at the current offset of the open file
+    /// `fd` (`path` names it in errors), from `location` when the caller has it (`objectLocation`;
+    /// a pack gone since is answered by a look-up): on disk with `copy_file_range(2)` from its pack (the
+    /// kernel copies or shares extents), else its bytes.
+    /// - Returns: the bytes written.
+    /// - Throws: as `read`; `SystemError` when `fd` cannot be written.
+    @discardableResult
+    func copyObject(_ sha256: String, at location: ObjectLocation?, to fd: Int32, path: String, limit: Int) throws -> Int
 
     /// The ids of the regions in the store (unsorted).
     /// - Throws: `S3Error` when the listing fails (the disk store never throws).

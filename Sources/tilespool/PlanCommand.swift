@@ -189,3 +189,4 @@ struct CheckedRequest {
 
 /// A failure that is not a usage mistake: printed, exit status 1.
 struct CommandFailure: Error, CustomStringConvertible { var description: String; init(_ d: String) { description = d } }
+

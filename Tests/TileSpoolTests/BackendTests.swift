@@ -21,6 +21,26 @@ func checkBackendConformance(_ backend: any Backend, file: StaticString = #fileP
     // Ranges.
     XCTAssertEqual(try backend.load("regions/r/plan.json", range: 1000..<1500), b.subdata(in: 1000..<1500), file: file, line: line)
     XCTAssertEqual(try backend.load("regions/r/plan.json", range: 69_990..<70_000), b.subdata(in: 69_990..<70_000), file: file, line: line)
+    // Several ranges of one file: in the order given, adjacent, apart, out of order, empty.
+    let ranges = [0..<10, 10..<500, 600..<700, 69_000..<70_000, 100..<200, 300..<300, 40_000..<40_001]
+    var got: [Int: Data] = [:], order: [Int] = []
+    XCTAssertTrue(try backend.loadRanges("regions/r/plan.json", ranges) { i, d in got[i] = d; order.append(i) }, file: file, line: line)
+    XCTAssertEqual(order, Array(ranges.indices), file: file, line: line)
+    for (i, r) in ranges.enumerated() { XCTAssertEqual(got[i], b.subdata(in: r), "\(r)", file: file, line: line) }
+    XCTAssertFalse(try backend.loadRanges("packs/cd/none.pack", [0..<1]) { _, _ in XCTFail("called", file: file, line: line) }, file: file, line: line)
+    XCTAssertThrowsError(try backend.loadRanges("regions/r/plan.json", [69_999..<70_001]) { _, _ in }, file: file, line: line)
+    // A range copied into an open file, after what it holds.
+    let outDir = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-bkc-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: outDir) }
+    let out = Glibc.open(outDir + "/tile", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    XCTAssertGreaterThanOrEqual(out, 0, file: file, line: line)
+    XCTAssertEqual(Glibc.write(out, "head", 4), 4, file: file, line: line)
+    XCTAssertTrue(try backend.copy("regions/r/plan.json", range: 1234..<60_000, to: out, path: outDir + "/tile"), file: file, line: line)
+    XCTAssertFalse(try backend.copy("packs/cd/none.pack", range: 0..<1, to: out, path: outDir + "/tile"), file: file, line: line)
+    XCTAssertThrowsError(try backend.copy("regions/r/plan.json", range: 69_000..<70_001, to: out, path: outDir + "/tile"), file: file, line: line)
+    Glibc.close(out)
+    XCTAssertEqual(FileManager.default.contents(atPath: outDir + "/tile"), Data("head".utf8) + b.subdata(in: 1234..<60_000), file: file, line: line)
     // Absent names.
     XCTAssertNil(try backend.load("packs/cd/none.pack"), file: file, line: line)
     XCTAssertNil(try backend.load("nofolder/none"), file: file, line: line)
@@ -84,6 +104,15 @@ final class LocalBackendTests: XCTestCase {
         XCTAssertEqual(symlink(root + "/outside", root + "/store/packs"), 0)
         XCTAssertThrowsError(try backend.save("packs/x.pack", Data("new".utf8), ifAbsent: false))
         XCTAssertThrowsError(try backend.load("packs/x.pack"))
+        XCTAssertThrowsError(try backend.loadRanges("packs/x.pack", [0..<1]) { _, _ in })
+        let out = Glibc.open(root + "/copy", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        XCTAssertThrowsError(try backend.copy("packs/x.pack", range: 0..<4, to: out, path: root + "/copy"))
+        // A symlink as the file itself is not followed either.
+        try FileManager.default.createDirectory(atPath: root + "/store/objects", withIntermediateDirectories: true)
+        XCTAssertEqual(symlink(root + "/outside/x.pack", root + "/store/objects/y.pack"), 0)
+        XCTAssertThrowsError(try backend.copy("objects/y.pack", range: 0..<4, to: out, path: root + "/copy"))
+        Glibc.close(out)
+        XCTAssertEqual(Files.size(root + "/copy"), 0)
         XCTAssertEqual(try backend.list(prefix: "packs/"), [])
         XCTAssertEqual(try String(contentsOfFile: root + "/outside/x.pack", encoding: .utf8), "keep")
         try backend.save("index/a.idx", Data("i".utf8), ifAbsent: true)
