@@ -574,6 +574,13 @@ public final class Repository: @unchecked Sendable {
             do { try recoverPartial(name) } catch { Log.error("cannot recover the pack \(scratchDir.display(name)): \(error)") }
             scratchDir.remove(name)
         }
+        // Temp files of saves a stop cut short (this store's, or another process's gone since): a
+        // whole pack is saved under its name, the rest removed (`settleLeftover`).
+        for f in (try? storeLeftovers()) ?? [] where SaveTempName.isOrphaned(f.name) {
+            do { if try settleLeftover(f) { Log.info("saved the pack \(f.name) a stop left before its rename") } } catch {
+                Log.error("cannot settle the temp file \(f.name): \(error)")
+            }
+        }
         do { try indexUnindexedPacks() } catch { Log.error("cannot index the packs no index lists: \(error)") }
     }
 

@@ -144,11 +144,35 @@ extension Repository {
         // when its process was killed): removed once older than the grace period, or at once when
         // their process is gone. A save in flight is neither.
         for f in try storeLeftovers() where now - f.modified >= grace || SaveTempName.isOrphaned(f.name) {
-            try backend.remove(f.name)
+            if try settleLeftover(f) { report.bytesFreed -= f.size } // a whole pack: saved under its name
             report.tempFilesRemoved += 1
             report.bytesFreed += f.size
         }
         return report
+    }
+
+    /// Settles the temp file of a save cut short: a pack (`packs/.tmp-<sha256>.pack-<pid>-<n>`)
+    /// whose bytes are whole and hash to that name is saved under it (its objects may be ones a
+    /// journal names: the kill came between the pack's write and its rename into place); anything
+    /// else (a pack cut short, an index file, a loose object) is removed (index files are made
+    /// again from the packs, `indexUnindexedPacks`). The temp file is gone afterwards.
+    /// - Returns: true when a pack was saved from it.
+    /// - Throws: the backend's error.
+    @discardableResult
+    func settleLeftover(_ f: BackendFile) throws -> Bool {
+        var saved = false
+        let last = String(f.name.split(separator: "/").last ?? "")
+        let parts = last.dropFirst(5).split(separator: "-", omittingEmptySubsequences: false) // after ".tmp-"
+        if f.name.hasPrefix("packs/"), parts.count >= 3 {
+            let base = parts.dropLast(2).joined(separator: "-")
+            if base.hasSuffix(".pack"), let digest = Digest(hex: String(base.dropLast(5))), let data = try backend.load(f.name),
+               data.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest, (try? Repository.records(data) { _, _ in }) != nil {
+                try backend.save(Repository.packName(digest), data, ifAbsent: true)
+                saved = true
+            }
+        }
+        try backend.remove(f.name)
+        return saved
     }
 
     /// The temp files of saves cut short in the store's own folders (`Backend.leftovers`).

@@ -248,8 +248,9 @@ final class RepackCrashTests: XCTestCase {
 
     /// Attack round 5: a save killed between writing a pack or index file and renaming it into
     /// place left `.tmp-<name>-<pid>-<n>` in the store's folders, never reported nor removed (a
-    /// pack's is up to 64 MiB). verify reports such files; gc removes them at once when their
-    /// process is gone, and keeps a live process's young one (a save in flight).
+    /// pack's is up to 64 MiB). verify reports such files; gc settles them at once when their
+    /// process is gone (a whole pack saved under its name, anything else removed), and keeps a
+    /// live process's young one (a save in flight).
     func testTempFilesOfSavesCutShortAreReportedAndRemoved() throws {
         let store = root + "/store"
         _ = try makeStore(store, count: 40, sizes: (512, 512), packEvery: 40)
@@ -262,13 +263,21 @@ final class RepackCrashTests: XCTestCase {
         let live = "index/.tmp-\(String(repeating: "c", count: 64)).idx-\(alive)-3"
         try FileManager.default.createDirectory(atPath: store + "/packs/ab", withIntermediateDirectories: true)
         for rel in planted + [live] { try Data(count: 4096).write(to: URL(fileURLWithPath: store + "/" + rel)) }
+        // A whole pack still under its temp name (the kill came between its write and its rename):
+        // its objects are referenced; gc saves it under its name rather than removing it.
+        let pack = try XCTUnwrap(packFiles(store).first)
+        let packName = (pack as NSString).lastPathComponent
+        let packTemp = "packs/.tmp-\(packName)-\(dead)-4"
+        try FileManager.default.moveItem(atPath: store + "/" + pack, toPath: store + "/" + packTemp)
         let (vrc, vout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
         XCTAssertEqual(vrc, 1, vout)
-        for rel in planted + [live] { XCTAssertTrue(vout.contains("temp file left over: \(rel)"), vout) }
+        for rel in planted + [live, packTemp] { XCTAssertTrue(vout.contains("temp file left over: \(rel)"), vout) }
+        XCTAssertTrue(vout.contains("missing object: "), "the pack under its temp name is not found: \(vout)")
         let (grc, gout) = try tilespool(["gc", "--store", store, "--spool", root + "/spool"])
         XCTAssertEqual(grc, 0, gout)
-        XCTAssertTrue(gout.contains("removed 2 temp files"), gout)
-        for rel in planted { XCTAssertFalse(FileManager.default.fileExists(atPath: store + "/" + rel), rel) }
+        XCTAssertTrue(gout.contains("removed 3 temp files"), gout)
+        for rel in planted + [packTemp] { XCTAssertFalse(FileManager.default.fileExists(atPath: store + "/" + rel), rel) }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + pack), "the whole pack is saved under its name")
         XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + live), "a live process's young temp file stays")
         try FileManager.default.removeItem(atPath: store + "/" + live)
         let (crc, cout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
