@@ -335,6 +335,13 @@ extension PMTiles {
                     leaves.append(e)
                     try walk(try leaf(e), depth + 1, e.tileID, next)
                 } else {
+                    // A body beyond the tile data section (the header's data length) cannot be
+                    // fetched: damage found now, not as a 416 mid-download (attack round 6). A
+                    // header without a data length (0) is not checked.
+                    let (bodyEnd, over) = e.offset.addingReportingOverflow(UInt64(e.length))
+                    if header.dataLength > 0 && (over || bodyEnd > header.dataLength) {
+                        throw ArchiveError("a PMTiles directory entry (TileId \(e.tileID)) names bytes \(e.offset)..<\(e.offset &+ UInt64(e.length)) of the tile data, which holds \(header.dataLength) bytes")
+                    }
                     let end = e.tileID &+ UInt64(e.runLength)
                     var k = lowerBound(e.tileID)
                     while k < wanted.count && wanted[k] < end {

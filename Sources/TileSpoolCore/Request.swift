@@ -39,6 +39,14 @@ public enum ErrorCode: String, Sendable, Codable {
 }
 
 /// An error that ends up in a status file as `{"code", "message", "url"?, "httpStatus"?}`.
+extension RegionError {
+    /// A plan of no tile at all (only a PMTiles archive source can give one: its header's bounds
+    /// and zooms, or its directories, leave none in the region): `allTilesEmpty` unless the
+    /// request says `allowEmpty`. The daemon fails such a region; `plan`, `submit` and `get`
+    /// refuse it.
+    public static let emptyPlan = RegionError(code: .allTilesEmpty, message: "the plan holds no tile: the sources hold none in the region's bounds and zooms (a PMTiles archive's header bounds and zooms, or its directories, leave none); if that is expected, add \"allowEmpty\": true to the request")
+}
+
 public struct RegionError: Error, Sendable, Equatable {
     public var code: ErrorCode
     public var message: String

@@ -558,8 +558,7 @@ extension Daemon {
         if plan.tileCount == 0 && !r.request.allowEmpty {
             // Only a PMTiles archive can plan no tile at all (its header's bounds or zooms, or
             // its directories, leave none in the region): a pack of nothing is not `completed`.
-            fail(r, RegionError(code: .allTilesEmpty,
-                                message: "the plan holds no tile: the sources hold none in the region's bounds and zooms (a PMTiles archive's header bounds and zooms, or its directories, leave none); if that is expected, add \"allowEmpty\": true to the request"))
+            fail(r, RegionError.emptyPlan)
             return
         }
         if plan.tileCount > 0 && p.tilesCompleted - p.tilesEmpty - p.tilesFailed <= 0 && !r.request.allowEmpty {

@@ -150,6 +150,15 @@ public final class Repository: @unchecked Sendable {
         return best
     }
 
+    /// True when some pack for which `keeps` is true holds `digest`, by the index (gc: a live
+    /// object already in a pack that stays is not copied again when its pack is repacked).
+    func heldInPack(_ digest: Digest, where keeps: (Digest) -> Bool) -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        guard bloom.mayContain(digest) else { return false }
+        for idx in indexes { for e in idx.lookup(digest) where keeps(idx.packs[Int(e.pack)].digest) { return true } }
+        return false
+    }
+
     // MARK: - Writing
 
     /// Hashes `data` and, unless the store holds it (in a pack younger than `reuseAge`, in the

@@ -75,13 +75,16 @@ extension Repository {
             report.objectsKept += s.live + (repack.contains(p) ? 0 : s.dead)
         }
 
-        // Pass 2: the live objects of the packs to repack, and the loose objects to pack.
+        // Pass 2: the live objects of the packs to repack, and the loose objects to pack. One a
+        // pack that stays holds already is not copied (a gc killed after saving its new pack left
+        // both copies: copying it again would keep a duplicate for good, no pack ever dead).
         let writer = GCPackWriter(repository: self)
         var written = Set<Digest>()
+        let stays = { (d: Digest) in packFiles[d] != nil && !remove.contains(d) && !repack.contains(d) }
         for p in repack.sorted(by: { $0.hex < $1.hex }) {
             guard let f = packFiles[p], let data = try backend.load(f.name) else { continue }
             try Repository.records(data) { digest, range in
-                guard refs.contains(digest.hex), written.insert(digest).inserted else { return }
+                guard refs.contains(digest.hex), written.insert(digest).inserted, !heldInPack(digest, where: stays) else { return }
                 let body = data.subdata(in: range)
                 guard body.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest else { return } // verify's job
                 try writer.append(digest, body)

@@ -180,6 +180,11 @@ struct CheckedRequest {
         }
         // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.
         if let e = TileUsagePolicy.refusal(plan: plan, allowedHosts: allowed) { throw e }
+        // A plan of no tile fails at the daemon (only a PMTiles archive can give one): refused
+        // here too, with the daemon's code, unless the request allows an empty region.
+        if plan.tileCount == 0 && !request.allowEmpty {
+            throw RegionError.emptyPlan
+        }
         self.request = request
         self.plan = plan
         allowedHosts = allowed

@@ -123,6 +123,16 @@ final class PMTilesSourceTests: XCTestCase {
         // A leaf holding a TileId below its parent's.
         XCTAssertTrue(message([.init(tileID: 0, offset: 0, length: 10, runLength: 1), .init(tileID: 6, offset: 0, length: 30, runLength: 0)],
                               leaves: [0: leaf])?.contains("holds TileId 5, outside the range 6..<") == true)
+        // Attack round 6: a body beyond the tile data section the header gives.
+        var sized = h
+        sized.dataLength = 15
+        do {
+            _ = try PMTiles.plan(header: sized, root: [.init(tileID: 0, offset: 10, length: 10, runLength: 1)], wanted: all) { _ in [] }
+            XCTFail("a body beyond the tile data was planned")
+        } catch {
+            XCTAssertTrue("\(error)".contains("names bytes 10..<20 of the tile data, which holds 15 bytes"), "\(error)")
+        }
+        XCTAssertEqual(try PMTiles.plan(header: sized, root: [.init(tileID: 0, offset: 5, length: 10, runLength: 1)], wanted: all) { _ in [] }.tiles.count, 1)
         // The same leaf under one entry only is fine: 16 tiles, each once.
         let ok = try PMTiles.plan(header: h, root: [.init(tileID: 5, offset: 0, length: 30, runLength: 0)], wanted: all) { _ in leaf }
         XCTAssertEqual(ok.tiles.count, 16)
@@ -352,6 +362,12 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertEqual(src?["tileBytes"] as? Int, 1_964_030, out)
         XCTAssertEqual((src?["byZoom"] as? [String: Int])?.keys.sorted(), ["10", "11", "12", "13", "14", "15", "8", "9"], out)
         XCTAssertEqual(nginx.accessLog().filter { $0.path == Self.whitney }.map(\.status), [206])
+        // Attack round 6: zooms the archive does not hold plan no tile; plan refuses what the
+        // daemon would fail (allTilesEmpty) instead of printing 0 tiles and exiting 0.
+        let (erc, eout, _) = try plan(fx, ["id": "none", "tiles": ["pmtiles://" + nginx.url(Self.whitney)],
+                                           "bounds": [-180, -85, 180, 85], "minZoom": 2, "maxZoom": 4])
+        XCTAssertEqual(erc, 1, eout)
+        XCTAssertTrue(eout.contains("allTilesEmpty: the plan holds no tile"), eout)
 
         // z0-2 of the stamen archive (1 + 4 + 16 tiles), as an http URL ending in .pmtiles.
         (rc, out, doc) = try plan(fx, ["id": "stamen", "tiles": [nginx.url(Self.stamen)],
