@@ -124,8 +124,8 @@ public enum Exporter {
     /// no such process (ESRCH). A live owner's folder (a CLI export running beside a daemon), or
     /// one whose owner cannot be told, is not abandoned.
     public static func isAbandonedWorkFolder(_ name: String) -> Bool {
-        guard let pid = workFolderOwner(name), pid != getpid() else { return false }
-        return kill(pid, 0) != 0 && errno == ESRCH
+        guard let pid = workFolderOwner(name) else { return false }
+        return LeftBehind.ownerIsGone(pid)
     }
 
     /// Removes the abandoned work folders (`isAbandonedWorkFolder`) among the entries of `parent`

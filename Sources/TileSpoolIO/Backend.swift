@@ -86,22 +86,34 @@ extension Backend {
     }
 }
 
+/// Whether the process that left a file is gone: the one test behind every "a temp file of a
+/// process that no longer exists" rule (save temps, repack packs, export work folders).
+public enum LeftBehind {
+    /// True when process `pid` does not exist (kill(2) with signal 0 answers ESRCH) and is not
+    /// this one. Files checked so are local to this host, so the pid is of this host; a pid used
+    /// again by another process only keeps its file until a grace period.
+    public static func ownerIsGone(_ pid: pid_t) -> Bool {
+        guard pid > 0, pid != getpid() else { return false }
+        return kill(pid, 0) != 0 && errno == ESRCH
+    }
+}
+
 /// The temp names a local save uses (`Directory.tempName`: `.tmp-<name>-<pid>-<n>`).
 public enum SaveTempName {
-    /// The process that made temp file `name` (its last path segment), or nil when it is not one.
-    public static func owner(_ name: String) -> pid_t? {
+    /// The name being saved and the process saving it, from temp file `name` (its last path
+    /// segment), or nil when it is not one.
+    public static func parse(_ name: String) -> (target: String, pid: pid_t)? {
         let last = name.split(separator: "/").last.map(String.init) ?? name
         guard last.hasPrefix(".tmp-") else { return nil }
-        let parts = last.split(separator: "-")
-        guard parts.count >= 4, let pid = pid_t(parts[parts.count - 2]), pid > 0, Int(parts[parts.count - 1]) != nil else { return nil }
-        return pid
+        let parts = last.dropFirst(5).split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count >= 3, let pid = pid_t(parts[parts.count - 2]), pid > 0, Int(parts[parts.count - 1]) != nil else { return nil }
+        return (parts.dropLast(2).joined(separator: "-"), pid)
     }
 
-    /// True when temp file `name` belongs to a process that is gone (kill(2) with signal 0
-    /// answers ESRCH) and is not this one.
+    /// True when temp file `name` belongs to a process that is gone (`LeftBehind.ownerIsGone`).
     public static func isOrphaned(_ name: String) -> Bool {
-        guard let pid = owner(name), pid != getpid() else { return false }
-        return kill(pid, 0) != 0 && errno == ESRCH
+        guard let pid = parse(name)?.pid else { return false }
+        return LeftBehind.ownerIsGone(pid)
     }
 }
 

@@ -164,10 +164,7 @@ extension Repository {
     @discardableResult
     func settleLeftover(_ f: BackendFile) throws -> Bool {
         var saved = false
-        let last = String(f.name.split(separator: "/").last ?? "")
-        let parts = last.dropFirst(5).split(separator: "-", omittingEmptySubsequences: false) // after ".tmp-"
-        if f.name.hasPrefix("packs/"), parts.count >= 3 {
-            let base = parts.dropLast(2).joined(separator: "-")
+        if f.name.hasPrefix("packs/"), let base = SaveTempName.parse(f.name)?.target {
             if base.hasSuffix(".pack"), let digest = Digest(hex: String(base.dropLast(5))), let data = try backend.load(f.name),
                data.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest, (try? Repository.records(data) { _, _ in }) != nil {
                 try backend.save(Repository.packName(digest), data, ifAbsent: true)
@@ -203,8 +200,8 @@ extension Repository {
     /// of this host; a pid used again by another process only keeps the file until the grace period.
     static func isOrphanedGCPack(_ name: String) -> Bool {
         let parts = name.split(separator: "-")
-        guard parts.count == 3, parts[0] == "gc", let pid = Int32(parts[1]), pid > 0, pid != getpid() else { return false }
-        return kill(pid, 0) != 0 && errno == ESRCH
+        guard parts.count == 3, parts[0] == "gc", let pid = Int32(parts[1]) else { return false }
+        return LeftBehind.ownerIsGone(pid)
     }
 
     /// verify's part (docs/gc.md): every pack read whole and checked (its name is the SHA-256 of

@@ -317,14 +317,7 @@ final class StorageTests: XCTestCase {
         if !mountPoint.isEmpty { _ = run(["/bin/umount", "-l", mountPoint]) }
     }
 
-    func run(_ args: [String]) -> Int32 {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: args[0])
-        p.arguments = Array(args.dropFirst())
-        try? p.run()
-        p.waitUntilExit()
-        return p.terminationStatus
-    }
+    func run(_ args: [String]) -> Int32 { runStatus(args) }
 
     /// Issue 29 (attack round 2): events.jsonl on a full spool filesystem. An event that does not
     /// fit is not left half written (the next one used to be glued onto it: a line that is not

@@ -132,14 +132,7 @@ final class RepackCrashTests: XCTestCase {
         print("repack kill -9: gc took \(whole) s whole; \(interrupted) of 20 kills interrupted it, \(tempLeft) left a temp pack")
     }
 
-    func run(_ args: [String]) -> Int32 {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: args[0])
-        p.arguments = Array(args.dropFirst())
-        try? p.run()
-        p.waitUntilExit()
-        return p.terminationStatus
-    }
+    func run(_ args: [String]) -> Int32 { runStatus(args) }
 
     /// A full disk during a repack: the store on a tmpfs with 1 MiB to spare, so gc's new pack
     /// (about 5 MB of live objects) does not fit. gc fails with an error naming the full disk;

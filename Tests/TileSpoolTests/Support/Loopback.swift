@@ -186,3 +186,14 @@ enum ChildProcess {
         return String(decoding: data.suffix(limit), as: UTF8.self)
     }
 }
+
+/// Runs `args[0]` with the rest as arguments (no shell), output not captured; its exit status,
+/// or -1 when it cannot be started (tests that mount and unmount a small tmpfs).
+func runStatus(_ args: [String]) -> Int32 {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: args[0])
+    p.arguments = Array(args.dropFirst())
+    do { try p.run() } catch { return -1 }
+    p.waitUntilExit()
+    return p.terminationStatus
+}
