@@ -45,11 +45,7 @@ final class S3StoreTests: CephTestCase {
         }
         var text = ""
         for k in keys { text += String(decoding: try XCTUnwrap(try s3.get(k)), as: UTF8.self) }
-        let lines = text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { l in
-            let f = l.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
-            return SpoolFixture.Line(kind: f[0], sha: f[1], key: f[3], url: f[4], bytes: Int(f[2]) ?? -1)
-        }
-        return (text, keys.count, lines)
+        return (text, keys.count, SpoolFixture.Line.parse(text))
     }
 
     /// A tile line whose SHA-256 is `sha` repeated (a placeholder: no object behind it).

@@ -160,15 +160,28 @@ final class SpoolFixture: @unchecked Sendable {
     /// The states in events.jsonl for `id`, in order.
     func eventStates(_ id: String) -> [String] { events(id).compactMap { $0["state"] as? String } }
 
-    struct Line { let kind, sha, key, url: String; let bytes: Int }
+    struct Line {
+        let kind, sha, key, url: String; let bytes: Int
 
-    /// The region's manifest lines (comments skipped).
+        /// The complete lines of manifest text (comments skipped). A last line without its
+        /// newline is one the daemon is still appending and is left out; a line of fewer than
+        /// five fields comes back with kind "malformed: LINE", so that a test fails on it
+        /// rather than the test process trapping on a missing field.
+        static func parse(_ text: String) -> [Line] {
+            var lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+            lines.removeLast()  // "" after the last newline, or a line still being written
+            return lines.filter { !$0.isEmpty && !$0.hasPrefix("#") }.map { l in
+                let f = l.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+                guard f.count >= 5 else { return Line(kind: "malformed: \(l)", sha: "", key: "", url: "", bytes: -1) }
+                return Line(kind: f[0], sha: f[1], key: f[3], url: f[4], bytes: Int(f[2]) ?? -1)
+            }
+        }
+    }
+
+    /// The region's manifest lines (comments skipped; see `Line.parse`).
     func manifest(_ id: String) -> [Line] {
         guard let text = try? String(contentsOfFile: "\(store)/regions/\(id)/manifest.tsv", encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { l in
-            let f = l.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
-            return Line(kind: f[0], sha: f[1], key: f[3], url: f[4], bytes: Int(f[2]) ?? -1)
-        }
+        return Line.parse(text)
     }
 
     /// Lines in the region's journal (objects written since the last sync).
