@@ -1040,11 +1040,13 @@ def phase_distinct(out, nginx, results):
     log("distinct: the scale region (%d tiles) as two regions of distinct bodies" % sum(rect_count(r) for r in rs.values()))
     res = {"zooms": [SCALE_MINZ, SCALE_MAXZ], "west": DISTINCT_WEST, "east": DISTINCT_EAST,
            "TileSpool": distinct_run(os.path.join(out, "distinct"), nginx, BIN, True)}
-    shutil.rmtree(os.path.join(out, "distinct"), ignore_errors=True)
+    if not KEEP:
+        shutil.rmtree(os.path.join(out, "distinct"), ignore_errors=True)
     if OLD_BIN:
         res["earlier TileSpool"] = distinct_run(os.path.join(out, "distinct-old"), nginx, OLD_BIN, False)
         res["earlier_bin"] = OLD_BIN
-        shutil.rmtree(os.path.join(out, "distinct-old"), ignore_errors=True)
+        if not KEEP:
+            shutil.rmtree(os.path.join(out, "distinct-old"), ignore_errors=True)
     results["distinct"] = res
 
 # ---------------------------------------------------------------------------------------------

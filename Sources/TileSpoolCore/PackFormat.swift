@@ -10,7 +10,7 @@ public struct Digest: Hashable, Comparable, Sendable {
 
     /// The digest of 64 hex digits (either case); nil for anything else.
     public init?(hex: String) {
-        var words: [UInt64] = [0, 0, 0, 0]
+        var words = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
         var n = 0
         for u in hex.utf8 {
             let v: UInt64
@@ -20,19 +20,45 @@ public struct Digest: Hashable, Comparable, Sendable {
             case 0x41...0x46: v = UInt64(u - 0x41 + 10)
             default: return nil
             }
-            guard n < 64 else { return nil }
-            words[n / 16] = words[n / 16] << 4 | v
+            switch n >> 4 {
+            case 0: words.0 = words.0 << 4 | v
+            case 1: words.1 = words.1 << 4 | v
+            case 2: words.2 = words.2 << 4 | v
+            case 3: words.3 = words.3 << 4 | v
+            default: return nil
+            }
             n += 1
         }
         guard n == 64 else { return nil }
-        a = words[0]; b = words[1]; c = words[2]; d = words[3]
+        (a, b, c, d) = words
     }
 
-    /// The digest of 32 bytes, most significant first.
+    /// The digest of 32 bytes, most significant first (fewer bytes: the missing ones are 0).
     public init<C: Collection>(bytes: C) where C.Element == UInt8 {
-        var words: [UInt64] = [0, 0, 0, 0]
-        for (i, byte) in bytes.prefix(32).enumerated() { words[i / 8] = words[i / 8] << 8 | UInt64(byte) }
-        a = words[0]; b = words[1]; c = words[2]; d = words[3]
+        let fast: Digest?? = bytes.withContiguousStorageIfAvailable { buffer -> Digest? in
+            buffer.count >= 32 ? Digest(raw: UnsafeRawBufferPointer(buffer), at: 0) : nil
+        }
+        if let f = fast ?? nil { self = f; return }
+        var words = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        for (i, byte) in bytes.prefix(32).enumerated() {
+            switch i >> 3 {
+            case 0: words.0 = words.0 << 8 | UInt64(byte)
+            case 1: words.1 = words.1 << 8 | UInt64(byte)
+            case 2: words.2 = words.2 << 8 | UInt64(byte)
+            default: words.3 = words.3 << 8 | UInt64(byte)
+            }
+        }
+        (a, b, c, d) = words
+    }
+
+    /// The digest whose 32 bytes (most significant first) start at byte `offset` of `raw`
+    /// (which must hold them): four unaligned big-endian loads, no allocation.
+    @inlinable
+    public init(raw: UnsafeRawBufferPointer, at offset: Int) {
+        a = UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        b = UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self))
+        c = UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: offset + 16, as: UInt64.self))
+        d = UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: offset + 24, as: UInt64.self))
     }
 
     /// The 32 bytes, most significant first.
@@ -78,9 +104,8 @@ public enum LE {
     }
     /// The integer whose bytes start at `at`.
     public static func get<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ at: Int, as: T.Type) -> T {
-        var v: T = 0
-        withUnsafeMutableBytes(of: &v) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[at..<(at + MemoryLayout<T>.size)])) }
-        return T(littleEndian: v)
+        precondition(at >= 0 && at + MemoryLayout<T>.size <= bytes.count, "LE.get out of bounds")
+        return T(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: T.self))
     }
 }
 
@@ -241,7 +266,10 @@ public enum IndexFormat {
     /// Entry `i` of consecutive entry bytes.
     public static func entry(_ raw: UnsafeRawBufferPointer, _ i: Int) -> Entry {
         let base = i * entrySize
-        return Entry(digest: Digest(bytes: raw[base..<(base + 32)]), pack: LE.get(raw, base + 32, as: UInt32.self),
+        return Entry(digest: Digest(raw: raw, at: base), pack: LE.get(raw, base + 32, as: UInt32.self),
                      offset: LE.get(raw, base + 36, as: UInt64.self), length: LE.get(raw, base + 44, as: UInt32.self))
     }
+
+    /// The digest of entry `i` of a block of entries (without the rest of the entry).
+    public static func digest(_ raw: UnsafeRawBufferPointer, _ i: Int) -> Digest { Digest(raw: raw, at: i * entrySize) }
 }

@@ -179,12 +179,24 @@ enum PMTilesExport {
         //     reads, `RegionPack.readInPackOrder`), held in memory (about `dataWindowBytes`, or
         //     `RegionPack.packOrderWindow` bodies), then written in first-use order: the archive's
         //     bytes are those of reading in TileId order.
+        // The bodies' locations, looked up together (`objectLocations`) for the next
+        // `packOrderWindow` bodies at a time: a window is cut at `dataWindowBytes`, and read
+        // from the locations found.
+        var located = BodyLocations(count: firstUse.count) { range in
+            var out = [ObjectLocation?](repeating: nil, count: range.count)
+            var byPart: [Int: [Int]] = [:]
+            for k in range { byPart[bodyPack[firstUse[k]], default: []].append(k - range.lowerBound) }
+            for (p, ks) in byPart {
+                let found = parts[p].pack.store.objectLocations(ks.map { bodies[firstUse[range.lowerBound + $0]] })
+                for (j, l) in found.enumerated() { out[ks[j]] = l }
+            }
+            return out
+        }
         var w = 0
         while w < firstUse.count {
             var end = w, bytesInWindow = 0
             while end < firstUse.count && end - w < RegionPack.packOrderWindow && (end == w || bytesInWindow < dataWindowBytes) {
-                let part = parts[bodyPack[firstUse[end]]]
-                bytesInWindow += part.pack.store.objectLocation(bodies[firstUse[end]])?.length ?? 0
+                bytesInWindow += try located.location(at: end)?.length ?? 0
                 end += 1
             }
             let window = Array(firstUse[w..<end])
@@ -195,7 +207,8 @@ enum PMTilesExport {
             for p in byPart.keys.sorted() {
                 let ks = byPart[p]!, part = parts[p]
                 let shas = ks.map { bodies[window[$0]] }
-                try part.pack.readInPackOrder(shas) { j in
+                let known = try ks.map { try located.location(at: w + $0) }
+                try part.pack.readInPackOrder(shas, at: known) { j in
                     held[ks[j]] = try MBTilesExport.tileBytes(part.pack, shas[j], key: "\(part.set.source) body \(shas[j])", format: format)
                 }
             }
@@ -326,5 +339,26 @@ enum PMTilesExport {
         if o["description"] == nil { o["description"] = "TileSpool export of region\(ids.count > 1 ? "s" : "") \(ids.joined(separator: ", ")), source \(source)" }
         o["type"] = "baselayer"
         return o
+    }
+}
+
+/// The locations of a list of bodies, looked up `RegionPack.packOrderWindow` at a time as they
+/// are asked for in order (`PMTilesExport`'s windows): one batch of look-ups per chunk, not one
+/// per body; nil for a body not in a sealed pack (read by name).
+private struct BodyLocations {
+    let count: Int
+    let lookUp: (Range<Int>) throws -> [ObjectLocation?]
+    private var chunk: Range<Int> = 0..<0
+    private var found: [ObjectLocation?] = []
+
+    init(count: Int, lookUp: @escaping (Range<Int>) throws -> [ObjectLocation?]) { self.count = count; self.lookUp = lookUp }
+
+    /// The location of body `i` (asked for in increasing order, or within the current chunk).
+    mutating func location(at i: Int) throws -> ObjectLocation? {
+        if !chunk.contains(i) {
+            chunk = i..<min(count, i + RegionPack.packOrderWindow)
+            found = try lookUp(chunk)
+        }
+        return found[i - chunk.lowerBound]
     }
 }

@@ -213,14 +213,14 @@ public final class RegionPack: @unchecked Sendable {
     /// Reads objects `sha256s` in pack order (`TileStore.readObjects`: by pack, then offset, so
     /// reads are sequential) and calls `body` with each one's index in `sha256s`; within `body`,
     /// `storedBody` (and so `tileBytes`, `writeDecoded`...) of that object costs no read. One body
-    /// is in memory at a time.
+    /// is in memory at a time. `known`: the objects' `objectLocations` when the caller has them.
     /// - Throws: what `body` throws; `ExportError` naming the region and the object or pack that
     ///   cannot be read.
-    func readInPackOrder(_ sha256s: [String], _ body: (Int) throws -> Void) throws {
+    func readInPackOrder(_ sha256s: [String], at known: [ObjectLocation?]? = nil, _ body: (Int) throws -> Void) throws {
         var failure: Error?
         struct Stop: Error {}
         do {
-            try store.readObjects(sha256s, limit: 1 << 30) { k, data in
+            try store.readObjects(sha256s, at: known, limit: 1 << 30) { k, data in
                 prefetched = (sha256s[k], data)
                 defer { prefetched = nil }
                 do { try body(k) } catch { failure = error; throw Stop() }

@@ -184,13 +184,15 @@ final class IndexFile: @unchecked Sendable {
 
     deinit { Glibc.close(fd) }
 
-    /// The entries of `digest` in this file (usually one; the same object may sit in two packs).
-    func lookup(_ digest: Digest) -> [IndexFormat.Entry] {
+    /// The entries `[lo, hi)` of this file among which `digest` must lie if present: its fan-out
+    /// slot narrowed by the samples (sample s is entry s * sampleEvery), at most `sampleEvery`
+    /// entries; empty when it cannot be here.
+    private func candidates(_ digest: Digest) -> Range<Int> {
         let b = digest.firstByte
         var lo = b == 0 ? 0 : Int(fanout[b - 1]), hi = Int(fanout[b])
-        guard lo < hi else { return [] }
-        // Narrow [lo, hi) with the samples (sample s is entry s * sampleEvery): from the last
-        // sample below the key (entries before it are smaller) to the first sample above it.
+        guard lo < hi else { return lo..<lo }
+        // From the last sample below the key (entries before it are smaller) to the first
+        // sample above it.
         let key = (digest.a, digest.b), every = IndexFile.sampleEvery
         var l = 0, h = samples.count
         while l < h { let m = (l + h) / 2; if samples[m] < key { l = m + 1 } else { h = m } }
@@ -198,17 +200,70 @@ final class IndexFile: @unchecked Sendable {
         h = samples.count
         while l < h { let m = (l + h) / 2; if samples[m] <= key { l = m + 1 } else { h = m } }
         if l < samples.count { hi = min(hi, l * every) }
-        guard lo < hi else { return [] }
-        let n = hi - lo
-        var window = [UInt8](repeating: 0, count: n * IndexFormat.entrySize)
-        guard pread(fd, &window, window.count, off_t(entriesOffset + lo * IndexFormat.entrySize)) == window.count else { return [] }
-        return window.withUnsafeBytes { raw -> [IndexFormat.Entry] in
-            // The first entry >= digest, then every equal one.
-            var l = 0, h = n
-            while l < h { let m = (l + h) / 2; if IndexFormat.entry(raw, m).digest < digest { l = m + 1 } else { h = m } }
-            var out: [IndexFormat.Entry] = []
-            while l < n, case let e = IndexFormat.entry(raw, l), e.digest == digest { out.append(e); l += 1 }
-            return out
+        return lo..<max(lo, hi)
+    }
+
+    /// Calls `found` with every entry of `digest` among entries `range` of `raw`, a block that
+    /// holds entries `first...` of the file.
+    private static func scan(_ raw: UnsafeRawBufferPointer, first: Int, _ range: Range<Int>, _ digest: Digest,
+                             _ found: (IndexFormat.Entry) -> Void) {
+        var l = range.lowerBound - first, h = range.upperBound - first
+        while l < h { let m = (l + h) / 2; if IndexFormat.digest(raw, m) < digest { l = m + 1 } else { h = m } }
+        let end = range.upperBound - first
+        while l < end, IndexFormat.digest(raw, l) == digest { found(IndexFormat.entry(raw, l)); l += 1 }
+    }
+
+    /// The entries of `digest` in this file (usually one; the same object may sit in two packs):
+    /// a binary search in memory, then one `pread` of at most `sampleEvery` entries.
+    func lookup(_ digest: Digest) -> [IndexFormat.Entry] {
+        let r = candidates(digest)
+        guard !r.isEmpty else { return [] }
+        var window = [UInt8](repeating: 0, count: r.count * IndexFormat.entrySize)
+        guard pread(fd, &window, window.count, off_t(entriesOffset + r.lowerBound * IndexFormat.entrySize)) == window.count else { return [] }
+        var out: [IndexFormat.Entry] = []
+        window.withUnsafeBytes { IndexFile.scan($0, first: r.lowerBound, r, digest) { out.append($0) } }
+        return out
+    }
+
+    /// Entries read per `pread` at most by `lookup(sorted:)` (8,192 entries: 384 KiB).
+    static let batchBlock = 8192
+
+    /// The entries of many digests, given in ascending order (equal ones allowed): `found(k, e)`
+    /// for each entry `e` of `digests[k]`. The file is read forwards in blocks that each cover
+    /// the following digests' candidate entries while they lie near each other (at most
+    /// `sampleEvery` entries apart) and fit in `batchBlock` entries, so a dense set reads the
+    /// file once, sequentially, and a sparse one reads what `lookup` would (a merge join of two sorted lists; git's multi-pack-index look-ups and
+    /// restic's index are read the same way).
+    func lookup(sorted digests: [Digest], _ found: (Int, IndexFormat.Entry) -> Void) {
+        var block: [UInt8] = []
+        var blockRange = 0..<0
+        var k = 0
+        while k < digests.count {
+            let r = candidates(digests[k])
+            if r.isEmpty { k += 1; continue }
+            if r.lowerBound < blockRange.lowerBound || r.upperBound > blockRange.upperBound {
+                // A new block from here, stretched over the next digests' candidates while it fits.
+                var end = r.upperBound
+                var j = k + 1
+                while j < digests.count {
+                    let next = candidates(digests[j])
+                    if !next.isEmpty {
+                        // Only over near neighbours: a sparse set reads what `lookup` would.
+                        if next.upperBound - r.lowerBound > IndexFile.batchBlock || next.lowerBound > end + IndexFile.sampleEvery { break }
+                        end = max(end, next.upperBound)
+                    }
+                    j += 1
+                }
+                let n = end - r.lowerBound
+                if block.count < n * IndexFormat.entrySize { block = [UInt8](repeating: 0, count: n * IndexFormat.entrySize) }
+                let want = n * IndexFormat.entrySize
+                guard pread(fd, &block, want, off_t(entriesOffset + r.lowerBound * IndexFormat.entrySize)) == want else {
+                    blockRange = 0..<0; k += 1; continue
+                }
+                blockRange = r.lowerBound..<end
+            }
+            block.withUnsafeBytes { IndexFile.scan($0, first: blockRange.lowerBound, r, digests[k]) { found(k, $0) } }
+            k += 1
         }
     }
 

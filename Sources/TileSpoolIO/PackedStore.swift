@@ -57,8 +57,9 @@ public final class PackedStore: TileStore, @unchecked Sendable {
     /// Packed objects have no file of their own (a site export copies their bytes).
     public func localPath(_ sha256: String) -> String? { nil }
     public func objectLocation(_ sha256: String) -> ObjectLocation? { repository.location(sha256) }
-    public func readObjects(_ sha256s: [String], limit: Int, _ body: (Int, Data) throws -> Void) throws {
-        try repository.readObjects(sha256s, limit: limit, body)
+    public func objectLocations(_ sha256s: [String]) -> [ObjectLocation?] { repository.locations(sha256s) }
+    public func readObjects(_ sha256s: [String], at known: [ObjectLocation?]?, limit: Int, _ body: (Int, Data) throws -> Void) throws {
+        try repository.readObjects(sha256s, at: known, limit: limit, body)
     }
     @discardableResult
     public func copyObject(_ sha256: String, at location: ObjectLocation?, to fd: Int32, path: String, limit: Int) throws -> Int {

@@ -463,17 +463,57 @@ public final class Repository: @unchecked Sendable {
         return ObjectLocation(pack: pack.digest.hex, offset: body.lowerBound, length: body.count)
     }
 
+    /// Where each of objects `sha256s` lies in a sealed pack, as `location` gives it, for many at
+    /// once: the names are sorted by digest and merged with each index file read forwards
+    /// (`IndexFile.lookup(sorted:)`), instead of one read of the index per object (the export
+    /// of a 507,130-object region spent most of its time in those reads). An element is nil
+    /// where `location` would be nil. Memory: about 80 bytes per name, plus the result.
+    public func locations(_ sha256s: [String]) -> [ObjectLocation?] {
+        var out = [ObjectLocation?](repeating: nil, count: sha256s.count)
+        guard (try? ensureLoaded()) != nil else { return out }
+        lock.lock()
+        let current = indexes
+        var wanted: [(digest: Digest, at: Int)] = []
+        wanted.reserveCapacity(sha256s.count)
+        for (i, s) in sha256s.enumerated() {
+            if let d = Digest(hex: s), bloom.mayContain(d) { wanted.append((d, i)) }
+        }
+        lock.unlock()
+        wanted.sort { $0.digest < $1.digest }
+        let digests = wanted.map(\.digest)
+        // The newest pack's copy wins, as in `lookupLocked`.
+        var best = [(pack: IndexFormat.Pack, entry: IndexFormat.Entry)?](repeating: nil, count: wanted.count)
+        for idx in current {
+            idx.lookup(sorted: digests) { k, e in
+                let p = idx.packs[Int(e.pack)]
+                if let b = best[k], b.pack.created >= p.created { return }
+                best[k] = (p, e)
+            }
+        }
+        var names: [Digest: String] = [:]
+        for (k, found) in best.enumerated() {
+            guard let (p, e) = found else { continue }
+            let name: String
+            if let n = names[p.digest] { name = n } else { name = p.digest.hex; names[p.digest] = name }
+            let body = PackFormat.Entry(digest: e.digest, offset: e.offset, length: e.length).body
+            out[wanted[k].at] = ObjectLocation(pack: name, offset: body.lowerBound, length: body.count)
+        }
+        return out
+    }
+
     /// Reads objects `sha256s` in the order of their locations (pack, then offset: sequential
     /// reads, each pack opened once per run of its objects), then those not in a sealed pack
     /// (`read`), calling `body` with each one's index in `sha256s` and its bytes. A name given
-    /// twice is read twice. Memory: one object at a time.
+    /// twice is read twice. Memory: one object at a time. `known`: the objects' `locations` when
+    /// the caller has them (a pack gone since is answered by a look-up, as for any).
     /// - Throws: as `read` (an object over `limit`: EFBIG; absent: ENOENT); what `body` throws.
-    public func readObjects(_ sha256s: [String], limit: Int, _ body: (Int, Data) throws -> Void) throws {
+    public func readObjects(_ sha256s: [String], at known: [ObjectLocation?]? = nil, limit: Int, _ body: (Int, Data) throws -> Void) throws {
         var located: [(ObjectLocation, Int)] = []
         var rest: [Int] = []
         located.reserveCapacity(sha256s.count)
-        for (i, s) in sha256s.enumerated() {
-            if let l = location(s) { located.append((l, i)) } else { rest.append(i) }
+        precondition(known == nil || known!.count == sha256s.count, "one location per name")
+        for (i, l) in (known ?? locations(sha256s)).enumerated() {
+            if let l { located.append((l, i)) } else { rest.append(i) }
         }
         located.sort { $0.0 < $1.0 || ($0.0 == $1.0 && $0.1 < $1.1) }
         var start = 0

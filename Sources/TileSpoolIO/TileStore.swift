@@ -63,10 +63,14 @@ public protocol TileStore: AnyObject, Sendable {
     /// Where object `sha256` lies in a sealed pack, from the index, without reading it; nil for a
     /// loose object, one only in the open pack, or one the store does not hold.
     func objectLocation(_ sha256: String) -> ObjectLocation?
+    /// `objectLocation` of each of `sha256s`, found together (one forward read of the index
+    /// rather than one read per object); the same count, in the same order.
+    func objectLocations(_ sha256s: [String]) -> [ObjectLocation?]
     /// Reads objects `sha256s` in pack order (`ObjectLocation`: pack, then offset), the others
     /// after, calling `body` with each one's index in `sha256s` and its bytes (at most `limit`).
     /// - Throws: as `read`; what `body` throws (the rest is then not read).
-    func readObjects(_ sha256s: [String], limit: Int, _ body: (Int, Data) throws -> Void) throws
+    /// `known`: their `objectLocations` when the caller has them (one per name), else nil.
+    func readObjects(_ sha256s: [String], at known: [ObjectLocation?]?, limit: Int, _ body: (Int, Data) throws -> Void) throws
     /// Writes object `sha256` (at most `limit` bytes) at the current offset of the open file
     /// `fd` (`path` names it in errors), from `location` when the caller has it (`objectLocation`;
     /// a pack gone since is answered by a look-up): on disk with `copy_file_range(2)` from its pack (the

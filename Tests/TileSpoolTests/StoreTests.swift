@@ -210,6 +210,56 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try readerVerify(), "")
     }
 
+    /// Locations found together (`objectLocations`: sorted names merged with each index file read
+    /// forwards) are those found one at a time, for every name: objects in three index files,
+    /// names given twice, absent names and a name that is not hex; and `IndexFile`'s batch
+    /// look-up gives each digest the entries its single look-up gives, for a dense set (every
+    /// entry), a sparse one (every 300th) and digests it does not hold.
+    func testBatchLocationsAgreeWithOneAtATime() throws {
+        let store = try open()
+        var all: [Data] = []
+        for (round, n) in [3000, 517, 40].enumerated() {
+            let bs = bodies(n, "l\(round)")
+            for b in bs { try store.put(b) }
+            try store.sync()
+            all += bs
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/index").count, 3)
+        // Names by our SHA-256 (sha256Hex runs sha256sum once per call: too slow for 3,557 names;
+        // the names themselves are checked against sha256sum by the other tests).
+        let stored = all.map { SHA256.hex($0) }
+        let absent = (0..<50).map { SHA256.hex(Data("absent \($0)".utf8)) }
+        var names = stored + absent + [stored[5], stored[3100], "not hex", String(repeating: "0", count: 64)]
+        var rng = SeededRandom(seed: 7)
+        names.shuffle(using: &rng)
+        let together = store.objectLocations(names)
+        XCTAssertEqual(together.count, names.count)
+        XCTAssertEqual(together, names.map { store.objectLocation($0) })
+        XCTAssertEqual(together.filter { $0 != nil }.count, stored.count + 2, "every stored name found, the absent ones not")
+        // Read back through the locations found together: the bytes of each name.
+        var seen = 0
+        let byName = Dictionary(zip(stored, all), uniquingKeysWith: { a, _ in a })
+        let wanted = names.filter { byName[$0] != nil }
+        try store.readObjects(wanted, at: together.filter { $0 != nil }, limit: 1 << 20) { k, data in
+            XCTAssertEqual(data, byName[wanted[k]])
+            seen += 1
+        }
+        XCTAssertEqual(seen, stored.count + 2)
+
+        for name in try FileManager.default.contentsOfDirectory(atPath: dir + "/index") {
+            let file = try IndexFile(name: "index/" + name, digest: try XCTUnwrap(Digest(hex: String(name.dropLast(4)))), path: dir + "/index/" + name) { _, _ in }
+            var held: [Digest] = []
+            try file.forEach { held.append($0.digest) }
+            let missing = absent.compactMap { Digest(hex: $0) }, heldSet = Set(held)
+            for set in [held, stride(from: 0, to: held.count, by: 300).map { held[$0] }, (held + missing).sorted(), missing.sorted()] {
+                var got = [[IndexFormat.Entry]](repeating: [], count: set.count)
+                file.lookup(sorted: set) { k, e in got[k].append(e) }
+                XCTAssertEqual(got, set.map { file.lookup($0) }, "\(name): \(set.count) digests")
+                XCTAssertEqual(got.filter { !$0.isEmpty }.count, set.filter { heldSet.contains($0) }.count)
+            }
+        }
+    }
+
     /// An index file whose entries give offsets no pack can have (2^64 - 1, crafted, with a
     /// valid trailer and name) trapped `cat` and `export`. It is damage now: refused when read,
     /// so the pack it listed is indexed again and every object is found where it is.
