@@ -30,7 +30,7 @@ let package = Package(
         .target(name: "TileSpoolIO", dependencies: ["TileSpoolCore", "CCurl", "CCrypto", "CLinux"]),
         .target(name: "TileSpoolExport", dependencies: ["TileSpoolCore", "TileSpoolIO", "CLinux", "CSQLite", "CZlib"]),
         .target(name: "TileSpoolDaemon", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport"]),
-        .executableTarget(name: "tilespool", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport", "TileSpoolDaemon"]),
+        .executableTarget(name: "tilespool", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport", "TileSpoolDaemon", "CLinux"]),
         .testTarget(name: "TileSpoolTests",
                     dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport", "TileSpoolDaemon", "tilespool"]),
     ]

@@ -17,6 +17,10 @@
 #include <stdio.h>
 
 static inline int tilespool_errno(void) { return errno; }
+// mallopt(3) M_ARENA_MAX: at most `n` malloc arenas (glibc makes up to 8 per core, each keeping
+// what its threads freed; a macro Swift may not import).
+#include <malloc.h>
+static inline int tilespool_limit_malloc_arenas(int n) { return mallopt(M_ARENA_MAX, n); }
 // posix_spawn_file_actions_addclosefrom_np(3) (glibc 2.34+): the child keeps no descriptor from `from` up.
 // Declared here with a void * (spawn.h declares it only under _GNU_SOURCE, and including spawn.h in
 // this module would clash with the other modules' view of <sys/select.h>); `a` is a

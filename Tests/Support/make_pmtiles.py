@@ -18,7 +18,7 @@ exit: 0 when done, 2 on usage errors."""
 import gzip, hashlib, json, math, random, sys
 from pmtiles.tile import zxy_to_tileid, TileType, Compression
 from pmtiles.writer import Writer
-from pmtiles.reader import Reader, MmapSource
+from pmtiles.reader import Reader, MmapSource, all_tiles
 
 
 def write(path, maxzoom, seed):
@@ -84,18 +84,18 @@ def cover(w, s, e, n, z):
 
 def region(path, w, s, e, n, minz, maxz):
     out = {"tiles": 0, "tile_bytes": 0, "sha256": {}}
+    wanted = {(z, x, y) for z in range(minz, maxz + 1) for x, y in cover(w, s, e, n, z)}
     with open(path, "rb") as f:
-        r = Reader(MmapSource(f))
-        gz = r.header()["tile_compression"] == Compression.GZIP
-        for z in range(minz, maxz + 1):
-            for x, y in cover(w, s, e, n, z):
-                data = r.get(z, x, y)
-                if data is None:
-                    continue
-                out["tiles"] += 1
-                out["tile_bytes"] += len(data)
-                body = gzip.decompress(data) if gz else bytes(data)
-                out["sha256"][f"{z}/{x}/{y}"] = hashlib.sha256(body).hexdigest()
+        source = MmapSource(f)
+        gz = Reader(source).header()["tile_compression"] == Compression.GZIP
+        # The reader's own walk of every tile (one pass over the directories), kept to the region.
+        for (z, x, y), data in all_tiles(source):
+            if (z, x, y) not in wanted:
+                continue
+            out["tiles"] += 1
+            out["tile_bytes"] += len(data)
+            body = gzip.decompress(data) if gz else bytes(data)
+            out["sha256"][f"{z}/{x}/{y}"] = hashlib.sha256(body).hexdigest()
     print(json.dumps(out))
 
 

@@ -611,6 +611,28 @@ final class PMTilesDownloadTests: XCTestCase {
             print("MEASURED: dense region: range requests span \(String(format: "%.3f", last - first)) s in nginx's log; curl of \(rangeBytes) bytes (process start included) \(String(format: "%.3f", curl)) s; plan.json \(plan) bytes")
         }
         XCTAssertLessThanOrEqual(Double(rangeBytes), 1.1 * Double(tileBytes))
+
+        // The whole archive's box (a dense region: no tile between two wanted ones is
+        // unwanted): the issue's target of at most one range request per 200 tiles holds, and the
+        // bytes stay within 1.1 times the tiles'.
+        let full = ["13.0", "52.3", "13.8", "52.7"]
+        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive] + full + ["10", "15"])
+        XCTAssertEqual(rc, 0, out)
+        let all = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let allExpected = try XCTUnwrap(all["sha256"] as? [String: String]), allBytes = try XCTUnwrap(all["tile_bytes"] as? Int)
+        let before = archiveRequests("/gen/dense.pmtiles").count
+        try fx.drop("full.json", ["id": "full", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
+                                  "bounds": full.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try fx.waitForState("full", "completed", timeout: 120)
+        var gotAll: [String: String] = [:]
+        for t in fx.manifest("full") where t.kind == "tile" { gotAll[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+        XCTAssertEqual(gotAll, allExpected)
+        // Its own header request, then its ranges (leaves: none in this archive beyond the root).
+        let fullRanges = archiveRequests("/gen/dense.pmtiles").dropFirst(before + 1)
+        let fullBytes = fullRanges.reduce(0) { $0 + $1.bytes }
+        print("MEASURED: whole archive: \(allExpected.count) tiles, \(allBytes) tile bytes; \(fullRanges.count) range requests (\(fullBytes) bytes, \(String(format: "%.4f", Double(fullBytes) / Double(allBytes)))x)")
+        XCTAssertLessThanOrEqual(fullRanges.count * 200, max(allExpected.count, 200), "at most one range per 200 tiles in a dense region")
+        XCTAssertLessThanOrEqual(Double(fullBytes), 1.1 * Double(allBytes))
     }
 
     /// Refresh: an archive still at the version the pack was planned from costs one request
