@@ -42,7 +42,8 @@ public enum PMTilesRemote {
     /// - Throws: `RegionError`: `invalidArchive` for an archive that cannot be read (not PMTiles,
     ///   version other than 3, damaged directories), `archiveChanged` when its validator moved
     ///   between two of these requests (412), `httpError`/`networkError`/`badResponse` for a
-    ///   failed request, `policyRefused` for a redirect to a listed host.
+    ///   failed request, `policyRefused` for a redirect to a listed host, `badResponse` for a
+    ///   region holding a tile longer than the client's `maxObjectSize`.
     ///   - previous: the tile set of the same source in the plan of the pack in use (a refresh):
     ///     when the archive is still that version, it is returned as it is after one request.
     public static func read(url: String, source: String, request: RegionRequest, styleSource: StyleSource?,
@@ -148,6 +149,11 @@ public enum PMTilesRemote {
             throw invalid(e)
         } catch {
             throw RegionError(code: .invalidArchive, message: "source '\(source)': \(error)", url: url)
+        }
+        // A body over --max-object-size would be cut off by the client and retried until the
+        // region failed mid-download (attack round 6): refused at plan, naming the tile.
+        if let big = plan.tiles.max(by: { $0.length < $1.length }), Int(big.length) > http.maxObjectSize {
+            throw RegionError(code: .badResponse, message: "source '\(source)': tile \(big.tile.z)/\(big.tile.x)/\(big.tile.y) is \(big.length) bytes in the archive, more than --max-object-size (\(http.maxObjectSize) bytes); raise it to download this region", url: url)
         }
         let archive = ArchiveSource(url: url, etag: pinned.etag, lastModified: pinned.lastModified, header: header, plan: plan)
         let set = TileSet(source: source, archive: archive, rects: rects, shape: request.shape)

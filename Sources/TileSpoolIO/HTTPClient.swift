@@ -134,6 +134,8 @@ private func writeBody(_ ptr: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb
 public final class HTTPClient: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let options: HTTPOptions
+    /// The largest body this client accepts, in bytes (`HTTPOptions.maxObjectSize`).
+    public var maxObjectSize: Int { options.maxObjectSize }
     private var idle: [Transfer] = []
     private var active: [Int: Transfer] = [:]
     private var byEasy: [UnsafeMutableRawPointer: Transfer] = [:]

@@ -635,6 +635,27 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertLessThanOrEqual(Double(fullBytes), 1.1 * Double(allBytes))
     }
 
+    /// A tile longer than `--max-object-size` (the client would cut it off and retry until the
+    /// region failed mid-download) is refused at plan: the region fails with `badResponse`
+    /// naming the tile and the limit, before any range request; `tilespool plan` says the same.
+    func testATileOverMaxObjectSizeIsRefusedAtPlan() throws {
+        fx.stop()
+        // The first request asks 16 KiB (header and root): the limit stays above it.
+        try fx.start(["--max-object-size", "20000"])
+        let archive = generated.appendingPathComponent("big.pmtiles").path
+        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "11", "5", "40000"])
+        XCTAssertEqual(rc, 0, out)
+        try fx.drop("big.json", ["id": "big", "tiles": ["pmtiles://" + nginx.url("/gen/big.pmtiles")],
+                                 "bounds": [13.0, 52.3, 13.8, 52.7], "minZoom": 10, "maxZoom": 11])
+        try fx.waitForState("big", "failed")
+        let error = try XCTUnwrap(fx.status("big")?["error"] as? [String: Any])
+        XCTAssertEqual(error["code"] as? String, "badResponse")
+        let message = error["message"] as? String ?? ""
+        XCTAssertTrue(message.contains("more than --max-object-size (20000 bytes)"), message)
+        XCTAssertEqual(archiveRequests("/gen/big.pmtiles").count, 1, "the header and root only: no range asked")
+        XCTAssertEqual(fx.manifest("big").filter { $0.kind == "tile" }.count, 0)
+    }
+
     /// Refresh: an archive still at the version the pack was planned from costs one request
     /// (the header and root) and keeps every tile; a changed one (new ETag) is planned again
     /// and its ranges asked.
