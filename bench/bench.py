@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """TileSpool benchmarks (GitHub issue 5). Run through `make bench` or `bash bench/run.sh`.
 
-Phases (positional arguments; default: throughput real scale export refresh s3 pickup):
+Phases (positional arguments; default: throughput real scale export refresh s3 pickup distinct pmtiles):
   throughput  TileSpool vs curl --parallel vs mapproxy-seed on a synthetic XYZ pyramid served by nginx
   real        the bright style over Liechtenstein z0-14 from ../shared/mapdata
   scale       a ~1,000,000-tile request against a 204 location; `tilespool plan` on ~10,000,000 tiles
   s3          TileSpool into a real Ceph RGW (Tests/Support/ceph.sh) vs curl --parallel --aws-sigv4 uploading the same bodies
   pickup      latency from a request's rename into requests/ to its status/<id>.state
+  pmtiles     the pyramid as one PMTiles archive, downloaded with range requests, beside curl
   profile     callgrind and perf on the daemon, throughput case (not in the default set)
   report [FILE]  print the Markdown tables of a results.json again
 
@@ -943,6 +944,83 @@ def phase_scale(out, nginx, results):
                         "plan": {"tiles": pexpect, "zooms": [PLAN_MINZ, PLAN_MAXZ], "bounds": PLAN_BOUNDS, "runs": pruns}}
 
 # ---------------------------------------------------------------------------------------------
+# Phase: a PMTiles archive as a source (issue 31)
+
+PMTILES_WRITER = r"""
+import os, sys
+from pmtiles.tile import zxy_to_tileid, TileType, Compression
+from pmtiles.writer import Writer
+pyr, path, w, s, e, n = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:7])
+tiles = []
+for z in os.listdir(pyr):
+    if not z.isdigit():
+        continue
+    for x in os.listdir(os.path.join(pyr, z)):
+        for name in os.listdir(os.path.join(pyr, z, x)):
+            y = name.split(".")[0]
+            tiles.append((zxy_to_tileid(int(z), int(x), int(y)), os.path.join(pyr, z, x, name)))
+tiles.sort()
+with open(path, "wb") as f:
+    wr = Writer(f)
+    for tid, p in tiles:
+        with open(p, "rb") as t:
+            wr.write_tile(tid, t.read())
+    wr.finalize({"tile_type": TileType.PNG, "tile_compression": Compression.NONE,
+                 "min_lon_e7": int(w * 1e7), "min_lat_e7": int(s * 1e7), "max_lon_e7": int(e * 1e7), "max_lat_e7": int(n * 1e7),
+                 "center_zoom": 8, "center_lon_e7": 0, "center_lat_e7": 0}, {"name": "bench pyramid"})
+print(len(tiles))
+"""
+
+
+def phase_pmtiles(out, nginx, results):
+    """Issue 31's wall-time targets: the throughput pyramid (TP_BOUNDS, z8-PYR_MAXZ) as one
+    PMTiles archive, written by the PyPI pmtiles writer, downloaded by TileSpool with range
+    requests; beside curl fetching as many bytes as one file, and curl fetching the same tiles
+    one request each (8 in parallel), from the same nginx; RUNS runs each, alternating, medians.
+    The polite figure (one request per tile at the default 10 requests a second per remote host)
+    is computed, not run."""
+    pyr, stamp = ensure_pyramid()
+    archive = os.path.join(pyr, "bench.pmtiles")
+    py = os.path.join(ROOT, ".build/py/bin/python")
+    if not os.path.exists(archive):
+        subprocess.run([py, "-c", PMTILES_WRITER, pyr, archive] + [str(v) for v in TP_BOUNDS], check=True, stdout=subprocess.DEVNULL)
+    url = nginx.base + "/log/bench.pmtiles"
+    rs = rects(TP_BOUNDS, TP_MINZ, PYR_MAXZ)
+    expect = sum(rect_count(r) for r in rs.values())
+    cfg = os.path.join(out, "pmtiles-curl-tiles.cfg")
+    write_curl_config(cfg, nginx.base, rs)
+    runs = {"TileSpool": [], "curl bytes": [], "curl per tile": []}
+    for k in range(RUNS):
+        run_dir = os.path.join(out, "pmtiles-%d" % k)
+        spool, store = os.path.join(run_dir, "spool"), os.path.join(run_dir, "store")
+        nginx.clear_log()
+        d = Daemon(spool, store, tilespool_args())
+        try:
+            t0 = drop(spool, "pm", {"tiles": ["pmtiles://" + url], "bounds": TP_BOUNDS, "minZoom": TP_MINZ, "maxZoom": PYR_MAXZ})
+            wait_state(spool, "pm", "completed", timeout=600)
+            wall = time.perf_counter() - t0
+        finally:
+            d.stop()
+        m = read_manifest(store, "pm")
+        if m["lines"] != expect:
+            raise BenchError("pmtiles: the manifest has %d lines, expected %d" % (m["lines"], expect))
+        asked = [e for e in nginx.log_entries() if e[0].startswith("/log/bench.pmtiles")]
+        got = sum(int(e[2]) for e in asked)
+        with open(os.path.join(spool, "status", "pm.json")) as f:
+            tile_bytes = json.load(f)["progress"].get("tileBytesExpected", 0)
+        runs["TileSpool"].append({"wall": wall, "requests": len(asked), "bytes": got, "tile_bytes": tile_bytes})
+        log("pmtiles: TileSpool %d tiles in %.3f s, %d requests (%d bytes, %.4fx the tile bytes)" % (expect, wall, len(asked), got, got / max(1, tile_bytes)))
+        # curl: as many bytes as TileSpool asked, as one file, from the same nginx.
+        t0 = time.perf_counter()
+        subprocess.run(["curl", "-s", "-r", "0-%d" % (got - 1), "-o", os.path.join(run_dir, "bytes.bin"), url], check=True)
+        runs["curl bytes"].append({"wall": time.perf_counter() - t0, "bytes": got})
+        r = run_curl(os.path.join(run_dir, "tiles"), cfg, expect)
+        runs["curl per tile"].append({"wall": r["wall"]})
+        log("pmtiles: curl %d bytes as one file %.3f s; curl %d tiles one request each %.3f s" % (got, runs["curl bytes"][-1]["wall"], expect, r["wall"]))
+        shutil.rmtree(run_dir, ignore_errors=True)
+    results["pmtiles"] = {"tiles": expect, "runs": runs, "polite_seconds": expect / 10.0}
+
+# ---------------------------------------------------------------------------------------------
 # Phase: a million distinct bodies (issue 30)
 
 def distinct_objects(store, rids):
@@ -1840,6 +1918,23 @@ def report(results, mach):
             L.append("Export speed-up over the earlier store: MBTiles **%.2fx**, PMTiles **%.2fx** (target >= 2x)." % (
                 o["exports"]["mbtiles"]["wall"] / x["exports"]["mbtiles"]["wall"], o["exports"]["pmtiles"]["wall"] / x["exports"]["pmtiles"]["wall"]))
         L.append("")
+    pm = results.get("pmtiles")
+    if pm:
+        ts, cb, ct = pm["runs"]["TileSpool"], pm["runs"]["curl bytes"], pm["runs"]["curl per tile"]
+        t, b, c = med([x["wall"] for x in ts]), med([x["wall"] for x in cb]), med([x["wall"] for x in ct])
+        L.append("### A PMTiles archive as a source (issue 31): the throughput pyramid as one archive, %s tiles" % f"{pm['tiles']:,}")
+        L.append("")
+        L.append("| what | wall s (median of %d) | requests | bytes |" % len(ts))
+        L.append("|---|---:|---:|---:|")
+        L.append("| TileSpool, `pmtiles://` source, drop to `completed` | %.3f | %d | %s (%.4fx the tile bytes) |" % (
+            t, ts[0]["requests"], f"{ts[0]['bytes']:,}", ts[0]["bytes"] / max(1, ts[0]["tile_bytes"])))
+        L.append("| curl, the same bytes as one file | %.3f | 1 | %s |" % (b, f"{cb[0]['bytes']:,}"))
+        L.append("| curl, the same tiles one request each (8 in parallel) | %.3f | %s | |" % (c, f"{pm['tiles']:,}"))
+        L.append("")
+        L.append("TileSpool / curl of the same bytes: **%.2fx** the wall time (target <= 1.2x); one request per tile is %.1fx slower "
+                 "here on loopback, and %.0fx slower at the polite default of 10 requests a second per remote host (%.0f s, computed; target >= 20x)." % (
+                     t / b, c / t, pm["polite_seconds"] / t, pm["polite_seconds"]))
+        L.append("")
     return "\n".join(L)
 
 
@@ -1851,9 +1946,9 @@ def main(argv):
         RUNS = doc.get("runs", RUNS)
         print(report(doc["results"], doc["machine"]))
         return
-    phases = argv or ["throughput", "real", "scale", "export", "refresh", "s3", "pickup", "distinct"]
+    phases = argv or ["throughput", "real", "scale", "export", "refresh", "s3", "pickup", "distinct", "pmtiles"]
     for p in phases:
-        if p not in ("throughput", "real", "scale", "export", "refresh", "s3", "pickup", "distinct", "profile"):
+        if p not in ("throughput", "real", "scale", "export", "refresh", "s3", "pickup", "distinct", "pmtiles", "profile"):
             raise SystemExit("unknown phase %s" % p)
     if not os.access(BIN, os.X_OK):
         raise SystemExit("no tilespool binary at %s (set TILESPOOL_BIN or run bench/run.sh)" % BIN)
@@ -1871,7 +1966,7 @@ def main(argv):
     if not on_tmpfs:
         wait_for_quiet_fs()
     mach = machine()
-    pyr, _ = ensure_pyramid() if (set(phases) & {"throughput", "profile", "export", "refresh", "s3"}) else (os.path.join(DATA, "pyramid"), None)
+    pyr, _ = ensure_pyramid() if (set(phases) & {"throughput", "profile", "export", "refresh", "s3", "pmtiles"}) else (os.path.join(DATA, "pyramid"), None)
     os.makedirs(pyr, exist_ok=True)
     nginx = Nginx(out, pyr)
     global NGINX_PID

@@ -4,8 +4,9 @@
 # `make deps` and a release build in .build-bench; results go to bench/out/results.md (a
 # Markdown table for docs/benchmarks.md) and bench/out/results.json.
 #
-#   bash bench/run.sh                      every default phase (throughput real scale export refresh s3 pickup)
+#   bash bench/run.sh                      every default phase (throughput real scale export refresh s3 pickup distinct pmtiles)
 #   bash bench/run.sh s3                   TileSpool into a real Ceph RGW beside curl --aws-sigv4 (needs make deps: Ceph)
+#   bash bench/run.sh pmtiles              the pyramid as one PMTiles archive: range requests beside curl (issue 31)
 #   bash bench/run.sh throughput pickup    some phases
 #   bash bench/run.sh profile              callgrind and perf on the daemon (bench/out/profile.md)
 #   BENCH_QUICK=1 bash bench/run.sh        small sizes, one run each (development)
