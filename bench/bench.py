@@ -7,6 +7,7 @@ Phases (positional arguments; default: throughput real scale export refresh s3 p
   scale       a ~1,000,000-tile request against a 204 location; `tilespool plan` on ~10,000,000 tiles
   s3          TileSpool into a real Ceph RGW (Tests/Support/ceph.sh) vs curl --parallel --aws-sigv4 uploading the same bodies
   pickup      latency from a request's rename into requests/ to its status/<id>.state
+  distinct    the scale region as two regions of a million distinct ~3 KB bodies (issue 30), BENCH_OLD_BIN beside
   pmtiles     the pyramid as one PMTiles archive, downloaded with range requests, beside curl
   profile     callgrind and perf on the daemon, throughput case (not in the default set)
   report [FILE]  print the Markdown tables of a results.json again
