@@ -150,6 +150,17 @@ public final class Repository: @unchecked Sendable {
         return best
     }
 
+    /// Every copy of `digest` the index files list, newest pack first (`lookupLocked`'s choice
+    /// first): `read` tries the next when a pack is gone or a copy does not hash to its name.
+    /// Lock held.
+    private func candidatesLocked(_ digest: Digest) -> [(pack: IndexFormat.Pack, entry: IndexFormat.Entry)] {
+        guard bloom.mayContain(digest) else { return [] }
+        var all: [(pack: IndexFormat.Pack, entry: IndexFormat.Entry)] = []
+        for idx in indexes { for e in idx.lookup(digest) { all.append((idx.packs[Int(e.pack)], e)) } }
+        // Stable: ties keep index-file order, as `lookupLocked` does.
+        return all.enumerated().sorted { ($0.element.pack.created, -$0.offset) > ($1.element.pack.created, -$1.offset) }.map(\.element)
+    }
+
     /// True when some pack for which `keeps` is true holds `digest`, by the index (gc: a live
     /// object already in a pack that stays is not copied again when its pack is repacked).
     func heldInPack(_ digest: Digest, where keeps: (Digest) -> Bool) -> Bool {
@@ -422,33 +433,50 @@ public final class Repository: @unchecked Sendable {
     // MARK: - Reading
 
     /// The bytes of object `sha256`: from the open or a sealing pack, a sealed pack (the index
-    /// read again once if the pack is gone: gc may have repacked it), or a loose object.
-    /// - Throws: `SystemError` ENOENT when the store does not hold it; the backend's error.
+    /// read again once if no listed copy can be read: gc may have repacked it), or a loose
+    /// object. A copy read from a sealed pack or a loose file must hash to the name: one that
+    /// does not (damage; an index entry naming the wrong bytes), or whose pack is gone, is
+    /// passed over for the next copy the index lists (attack round 7: an entry naming a removed
+    /// pack hid the real copy, and exports wrote damaged bytes).
+    /// - Throws: `SystemError` ENOENT when the store does not hold it; EIO when every copy it
+    ///   holds is damaged; EFBIG over `limit`; the backend's error.
     public func read(_ sha256: String, limit: Int) throws -> Data {
         guard let digest = Digest(hex: sha256) else { throw SystemError("read", sha256, errno: EINVAL) }
         try ensureLoaded()
+        var damaged = false
         for attempt in 0..<2 {
             lock.lock()
             if let w = ([open].compactMap { $0 } + sealing).first(where: { $0.positions[digest] != nil }) {
                 defer { lock.unlock() }
                 if let d = try w.read(digest) { return d }
             }
-            let found = lookupLocked(digest)
+            let copies = candidatesLocked(digest)
             lock.unlock()
-            if let (pack, e) = found {
+            var gone = false
+            for (pack, e) in copies {
                 guard Int(e.length) <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
-                if let d = try backend.load(Repository.packName(pack.digest), range: PackFormat.Entry(digest: e.digest, offset: e.offset, length: e.length).body) {
-                    return d
+                guard let d = try backend.load(Repository.packName(pack.digest), range: PackFormat.Entry(digest: e.digest, offset: e.offset, length: e.length).body) else {
+                    gone = true
+                    continue
                 }
-                if attempt == 0 { try reloadIndexes(); continue }
+                if Repository.hashes(d, to: digest) { return d }
+                damaged = true
             }
+            if gone && attempt == 0 { try reloadIndexes(); continue }
             break
         }
         if let d = try backend.load(Repository.looseName(sha256)) {
             guard d.count <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
-            return d
+            if Repository.hashes(d, to: digest) { return d }
+            damaged = true
         }
+        if damaged { throw SystemError("read", "object \(sha256) (its bytes do not hash to its name)", errno: EIO) }
         throw SystemError("read", "object \(sha256)", errno: ENOENT)
+    }
+
+    /// True when `data` hashes to `digest` (SHA-256).
+    static func hashes(_ data: Data, to digest: Digest) -> Bool {
+        data.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) } == digest
     }
 
     /// Where object `sha256` lies in a sealed pack (the copy `read` would use), found in the index
@@ -505,7 +533,8 @@ public final class Repository: @unchecked Sendable {
     /// reads, each pack opened once per run of its objects), then those not in a sealed pack
     /// (`read`), calling `body` with each one's index in `sha256s` and its bytes. A name given
     /// twice is read twice. Memory: one object at a time. `known`: the objects' `locations` when
-    /// the caller has them (a pack gone since is answered by a look-up, as for any).
+    /// the caller has them (a pack gone since is answered by a look-up, as for any). Every body
+    /// handed on hashes to its name: one that does not is read again by `read` (another copy).
     /// - Throws: as `read` (an object over `limit`: EFBIG; absent: ENOENT); what `body` throws.
     public func readObjects(_ sha256s: [String], at known: [ObjectLocation?]? = nil, limit: Int, _ body: (Int, Data) throws -> Void) throws {
         var located: [(ObjectLocation, Int)] = []
@@ -524,8 +553,12 @@ public final class Repository: @unchecked Sendable {
             for (l, i) in run where l.length > limit { throw SystemError("read", sha256s[i], errno: EFBIG) }
             var delivered = 0
             let found = try backend.loadRanges("packs/\(run.first!.0.pack).pack", run.map(\.0.range)) { k, d in
-                try body(run[run.startIndex + k].1, d)
+                let i = run[run.startIndex + k].1
                 delivered = k + 1
+                // A body that does not hash to its name is not handed on: `read` looks for
+                // another copy, or says the object is damaged.
+                guard let digest = Digest(hex: sha256s[i]), Repository.hashes(d, to: digest) else { rest.append(i); return }
+                try body(i, d)
             }
             // The pack went meanwhile (gc repacked it): the objects not read are looked for again.
             if !found { rest.append(contentsOf: run.dropFirst(delivered).map(\.1)) }
@@ -541,9 +574,12 @@ public final class Repository: @unchecked Sendable {
     /// - Throws: as `read`; `SystemError` when `fd` cannot be written.
     @discardableResult
     public func copyObject(_ sha256: String, at known: ObjectLocation? = nil, to fd: Int32, path: String, limit: Int) throws -> Int {
-        if let l = known ?? location(sha256) {
+        if let l = known ?? location(sha256), let digest = Digest(hex: sha256) {
             guard l.length <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
-            if try backend.copy("packs/\(l.pack).pack", range: l.range, to: fd, path: path) { return l.length }
+            // The bytes are checked against the name first (read from the page cache, then
+            // copied by the kernel); a copy that does not hash is left to `read`.
+            if let d = try backend.load("packs/\(l.pack).pack", range: l.range), Repository.hashes(d, to: digest),
+               try backend.copy("packs/\(l.pack).pack", range: l.range, to: fd, path: path) { return l.length }
         }
         let d = try read(sha256, limit: limit)
         try Files.writeAll(fd, d, path: path)
