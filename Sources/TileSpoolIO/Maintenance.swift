@@ -29,6 +29,8 @@ public struct VerifyReport: Sendable {
     /// Regions whose status counts disagree with their manifest.
     public var countMismatches: [String] = []
     public var quarantined = 0
+    /// Packs indexed again from their own records (sound, but listed wrongly by the index).
+    public var reindexed = 0
     public var regionsMarked: [String] = []
     /// Regions whose refresh swap, cut short, `verify --repair` finished before checking.
     public var refreshesFinished: [String] = []
@@ -155,6 +157,7 @@ public enum StoreMaintenance {
         report.objectsChecked = objects.checked
         report.badObjects = objects.bad
         report.quarantined = objects.quarantined
+        report.reindexed = objects.reindexed
         report.tempFiles = objects.tempFiles
         let bad = objects.badNames
         for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") { report.tempFiles.append("status/" + name) }

@@ -214,7 +214,15 @@ extension Repository {
         c.present = []
         try reloadIndexes()
         var indexed: [Digest: [(offset: UInt64, length: UInt32, digest: Digest)]] = [:]
-        try allEntries { pack, e in indexed[pack.digest, default: []].append((e.offset, e.length, e.digest)) }
+        var created: [Digest: UInt64] = [:]
+        try allEntries { pack, e in
+            indexed[pack.digest, default: []].append((e.offset, e.length, e.digest))
+            created[pack.digest] = pack.created
+        }
+        // Packs that are whole and sound but listed wrongly by the index: indexed again from
+        // their own records (rewriting their bodies would make the very same pack, by name,
+        // which the repair then moved aside: attack round 7 lost every object that way).
+        var reindexed: [Digest: [IndexFormat.Entry]] = [:]
         let writer = GCPackWriter(repository: self)
         var quarantine: [(BackendFile, Data?)] = []
         var damagedPacks = Set<Digest>()
@@ -224,6 +232,7 @@ extension Repository {
             var good: [UInt64: (Digest, UInt32)] = [:]
             var goodBodies: [(Digest, Range<Int>)] = []
             var bad = false
+            var recordsSound = true
             let whole = data.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) } == name
             do {
                 var offset = UInt64(PackFormat.magic.count)
@@ -236,6 +245,7 @@ extension Repository {
                         c.present?.insert(digest.hex)
                     } else {
                         bad = true
+                        recordsSound = false
                         c.bad.append("\(f.name): \(digest.hex)")
                         c.badNames.insert(digest.hex)
                     }
@@ -243,6 +253,7 @@ extension Repository {
                 }
             } catch {
                 bad = true
+                recordsSound = false
                 c.bad.append("\(f.name): not a whole pack")
             }
             if !whole && !bad { bad = true; c.bad.append("\(f.name): its bytes do not hash to its name") }
@@ -251,7 +262,9 @@ extension Repository {
                 if !c.badNames.contains(e.digest.hex) { c.bad.append("\(f.name): the index lists \(e.digest.hex) at \(e.offset), not there") }
                 bad = true
             }
-            if bad && repair {
+            if bad && repair && whole && recordsSound {
+                reindexed[name] = good.map { offset, v in IndexFormat.Entry(digest: v.0, pack: 0, offset: offset, length: v.1) }
+            } else if bad && repair {
                 // Its good objects go into a new pack before it is moved aside.
                 for (digest, range) in goodBodies { try writer.append(digest, data.subdata(in: range)) }
                 quarantine.append((f, data))
@@ -268,18 +281,30 @@ extension Repository {
             c.badNames.insert(sha)
             if repair { quarantine.append((f, body)) }
         }
-        if repair && !quarantine.isEmpty {
+        if repair && (!quarantine.isEmpty || !reindexed.isEmpty) {
             let newPacks = try writer.finish()
+            // The new packs' own index files are read in, so that their entries go into the
+            // index written next (it replaces every index file: without this, the rescued
+            // objects were left in a pack no index listed, and read as missing: attack round 7).
+            try reloadIndexes()
             // The index anew: every good entry of the packs that stay, and the new packs.
             var packs: [IndexFormat.Pack] = []
             var number: [Digest: UInt32] = [:]
             var entries: [IndexFormat.Entry] = []
             try allEntries { pack, e in
-                guard !damagedPacks.contains(pack.digest), !c.badNames.contains(e.digest.hex) || newPacks.contains(pack.digest) else { return }
+                guard !damagedPacks.contains(pack.digest), reindexed[pack.digest] == nil,
+                      !c.badNames.contains(e.digest.hex) || newPacks.contains(pack.digest) else { return }
                 let n: UInt32
                 if let k = number[pack.digest] { n = k } else { n = UInt32(packs.count); number[pack.digest] = n; packs.append(pack) }
                 entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))
             }
+            for (pack, own) in reindexed.sorted(by: { $0.key < $1.key }) {
+                let n = UInt32(packs.count)
+                packs.append(IndexFormat.Pack(digest: pack, created: created[pack] ?? UInt64(Date().timeIntervalSince1970)))
+                for e in own { entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length)) }
+                c.reindexed += 1
+            }
+            entries.sort { $0.digest < $1.digest }
             let oldIndexes = try backend.list(prefix: "index/").map(\.name)
             let merged = try saveIndexFile(packs: packs, entries: entries).name
             for name in oldIndexes where name != merged { try backend.remove(name) }

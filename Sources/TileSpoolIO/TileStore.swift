@@ -132,6 +132,9 @@ public struct ObjectCheck: Sendable {
     /// than holding every name).
     public var present: Set<String>?
     public var quarantined = 0
+    /// Packs found whole and sound but listed wrongly by the index, indexed again from their own
+    /// records by `verify --repair` (kept, not quarantined).
+    public var reindexed = 0
     /// Leftover temp files, as paths relative to the store.
     public var tempFiles: [String] = []
     public init() {}

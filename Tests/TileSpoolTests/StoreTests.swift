@@ -322,6 +322,35 @@ final class StoreTests: XCTestCase {
         for (k, d) in got { XCTAssertEqual(d, bs[k]) }
     }
 
+    /// Attack round 7: `verify --repair` on a store whose pack is whole but whose index gives
+    /// wrong offsets (valid, checksummed, wrong) rescued the objects into a new pack, then wrote
+    /// an index without that pack: every object read as missing. Now each reads back, and a
+    /// second check finds nothing wrong.
+    func testRepairOfAWrongIndexKeepsEveryObject() throws {
+        let store = try open()
+        let bs = bodies(60, "w")
+        for b in bs { try store.put(b) }
+        try store.sync()
+        let names = bs.map { SHA256.hex($0) }
+        let locations = store.objectLocations(names).map { $0! }
+        let pack = try XCTUnwrap(Digest(hex: locations[0].pack))
+        // The index anew, each entry given its neighbour's offset and length.
+        let shifted = (0..<names.count).map { i -> IndexFormat.Entry in
+            let l = locations[(i + 1) % names.count]
+            return IndexFormat.Entry(digest: Digest(hex: names[i])!, pack: 0, offset: UInt64(l.offset - PackFormat.headerSize), length: UInt32(l.length))
+        }.sorted { $0.digest < $1.digest }
+        for f in try FileManager.default.contentsOfDirectory(atPath: dir + "/index") { try FileManager.default.removeItem(atPath: dir + "/index/" + f) }
+        _ = try store.repository.saveIndexFile(packs: [IndexFormat.Pack(digest: pack, created: UInt64(Date().timeIntervalSince1970))], entries: shifted)
+        let damaged = try open()
+        XCTAssertThrowsError(try damaged.read(names[0], limit: 1 << 20), "the index names other bytes")
+        let check = try damaged.repository.checkObjects(repair: true)
+        XCTAssertFalse(check.bad.isEmpty)
+        let repaired = try open()
+        for (n, b) in zip(names, bs) { XCTAssertEqual(try repaired.read(n, limit: 1 << 20), b) }
+        XCTAssertEqual(try repaired.repository.checkObjects(repair: false).bad, [])
+        XCTAssertEqual(try readerVerify(), "")
+    }
+
     /// An index file whose entries give offsets no pack can have (2^64 - 1, crafted, with a
     /// valid trailer and name) trapped `cat` and `export`. It is damage now: refused when read,
     /// so the pack it listed is indexed again and every object is found where it is.
