@@ -711,7 +711,10 @@ public final class Repository: @unchecked Sendable {
     }
 
     /// Writes an index file for every pack that none lists.
-    func indexUnindexedPacks() throws {
+    /// - Returns: how many packs were indexed.
+    @discardableResult
+    func indexUnindexedPacks() throws -> Int {
+        var count = 0
         try ensureLoaded()
         lock.lock(); let listed = Set(indexes.flatMap { $0.packs.map(\.digest) }); lock.unlock()
         for f in try backend.list(prefix: "packs/") where f.name.hasSuffix(".pack") {
@@ -726,7 +729,9 @@ public final class Repository: @unchecked Sendable {
             let idx = try saveIndex(packs: [IndexFormat.Pack(digest: digest, created: UInt64(f.modified))], entries: entries)
             lock.lock(); indexes.append(idx); for e in entries { bloom.insert(e.digest) }; lock.unlock()
             Log.info("indexed \(entries.count) objects of \(f.name), which no index listed")
+            count += 1
         }
+        return count
     }
 
     /// Calls `body` with the digest and body range of every record of a whole pack's bytes.

@@ -212,6 +212,10 @@ extension Repository {
     func checkObjects(repair: Bool) throws -> ObjectCheck {
         var c = ObjectCheck()
         c.present = []
+        // Packs no index file lists (a stop between a pack's save and its index's) cannot be
+        // read: indexed first, as the daemon's start and gc do (attack round 7: --repair left
+        // them unreadable). The pack loop below then checks them like any.
+        if repair { c.reindexed += try indexUnindexedPacks() }
         try reloadIndexes()
         var indexed: [Digest: [(offset: UInt64, length: UInt32, digest: Digest)]] = [:]
         var created: [Digest: UInt64] = [:]

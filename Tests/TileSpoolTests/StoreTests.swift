@@ -351,6 +351,23 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try readerVerify(), "")
     }
 
+    /// Attack round 7: a pack no index file lists (its index removed) could not be read by `cat`
+    /// or exports, and `verify --repair` left it so. The repair indexes it from its records.
+    func testRepairIndexesAPackNoIndexLists() throws {
+        let store = try open()
+        let bs = bodies(25, "u")
+        for b in bs { try store.put(b) }
+        try store.sync()
+        for f in try FileManager.default.contentsOfDirectory(atPath: dir + "/index") { try FileManager.default.removeItem(atPath: dir + "/index/" + f) }
+        let unlisted = try open()
+        XCTAssertThrowsError(try unlisted.read(SHA256.hex(bs[0]), limit: 1 << 20))
+        let check = try unlisted.repository.checkObjects(repair: true)
+        XCTAssertEqual(check.reindexed, 1)
+        XCTAssertEqual(check.bad, [])
+        let repaired = try open()
+        for b in bs { XCTAssertEqual(try repaired.read(SHA256.hex(b), limit: 1 << 20), b) }
+    }
+
     /// An index file whose entries give offsets no pack can have (2^64 - 1, crafted, with a
     /// valid trailer and name) trapped `cat` and `export`. It is damage now: refused when read,
     /// so the pack it listed is indexed again and every object is found where it is.
