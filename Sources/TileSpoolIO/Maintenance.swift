@@ -159,7 +159,6 @@ public enum StoreMaintenance {
         report.quarantined = objects.quarantined
         report.reindexed = objects.reindexed
         report.tempFiles = objects.tempFiles
-        let bad = objects.badNames
         for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") { report.tempFiles.append("status/" + name) }
 
         for id in try store.regionIDs().sorted() {

@@ -138,26 +138,16 @@ public final class Repository: @unchecked Sendable {
     /// Where `digest` is in a sealed pack: the newest copy (or, with `youngerThan`, only a copy in
     /// a pack created after that time). Lock held.
     private func lookupLocked(_ digest: Digest, youngerThan: Double? = nil) -> (pack: IndexFormat.Pack, entry: IndexFormat.Entry)? {
-        guard bloom.mayContain(digest) else { return nil }
-        var best: (IndexFormat.Pack, IndexFormat.Entry)?
-        for idx in indexes {
-            for e in idx.lookup(digest) {
-                let p = idx.packs[Int(e.pack)]
-                if let t = youngerThan, Double(p.created) < t { continue }
-                if best == nil || p.created > best!.0.created { best = (p, e) }
-            }
-        }
-        return best
+        candidatesLocked(digest).first { youngerThan == nil || Double($0.pack.created) >= youngerThan! }
     }
 
-    /// Every copy of `digest` the index files list, newest pack first (`lookupLocked`'s choice
-    /// first): `read` tries the next when a pack is gone or a copy does not hash to its name.
-    /// Lock held.
+    /// Every copy of `digest` the index files list, newest pack first, ties in index-file order
+    /// (`lookupLocked` takes the first): `read` tries the next when a pack is gone or a copy
+    /// does not hash to its name. Lock held.
     private func candidatesLocked(_ digest: Digest) -> [(pack: IndexFormat.Pack, entry: IndexFormat.Entry)] {
         guard bloom.mayContain(digest) else { return [] }
         var all: [(pack: IndexFormat.Pack, entry: IndexFormat.Entry)] = []
         for idx in indexes { for e in idx.lookup(digest) { all.append((idx.packs[Int(e.pack)], e)) } }
-        // Stable: ties keep index-file order, as `lookupLocked` does.
         return all.enumerated().sorted { ($0.element.pack.created, -$0.offset) > ($1.element.pack.created, -$1.offset) }.map(\.element)
     }
 
@@ -181,7 +171,7 @@ public final class Repository: @unchecked Sendable {
     public func put(_ data: Data) throws -> (sha256: String, isNew: Bool) {
         try ensureLoaded()
         return try data.withUnsafeBytes { raw throws -> (sha256: String, isNew: Bool) in
-            let digest = Digest(bytes: SHA256.bytes(raw))
+            let digest = Repository.digest(of: raw)
             let hex = digest.hex
             lock.lock(); defer { lock.unlock() }
             if open?.positions[digest] != nil || sealing.contains(where: { $0.positions[digest] != nil }) { return (hex, false) }
@@ -279,7 +269,7 @@ public final class Repository: @unchecked Sendable {
     @discardableResult
     func saveIndexFile(packs: [IndexFormat.Pack], entries: [IndexFormat.Entry]) throws -> (name: String, digest: Digest) {
         var body = IndexFormat.body(packs: packs, entries: entries)
-        let digest = body.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) }
+        let digest = body.withUnsafeBytes { Repository.digest(of: $0) }
         body += digest.bytes
         let name = Repository.indexName(digest)
         _ = try backend.save(name, Data(body), ifAbsent: true)
@@ -474,9 +464,13 @@ public final class Repository: @unchecked Sendable {
         throw SystemError("read", "object \(sha256)", errno: ENOENT)
     }
 
-    /// True when `data` hashes to `digest` (SHA-256).
+    /// The SHA-256 of `bytes`, as a digest.
+    static func digest(of bytes: UnsafeRawBufferPointer) -> Digest { Digest(bytes: SHA256.bytes(bytes)) }
+
+    /// True when `data` hashes to `digest` (SHA-256): the one check that bytes are the object
+    /// they are named for.
     static func hashes(_ data: Data, to digest: Digest) -> Bool {
-        data.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) } == digest
+        data.withUnsafeBytes { Repository.digest(of: $0) } == digest
     }
 
     /// Where object `sha256` lies in a sealed pack (the copy `read` would use), found in the index
@@ -509,7 +503,7 @@ public final class Repository: @unchecked Sendable {
         lock.unlock()
         wanted.sort { $0.digest < $1.digest }
         let digests = wanted.map(\.digest)
-        // The newest pack's copy wins, as in `lookupLocked`.
+        // The newest pack's copy wins, ties to the first index file, as in `candidatesLocked`.
         var best = [(pack: IndexFormat.Pack, entry: IndexFormat.Entry)?](repeating: nil, count: wanted.count)
         for idx in current {
             idx.lookup(sorted: digests) { k, e in
@@ -704,7 +698,7 @@ public final class Repository: @unchecked Sendable {
             guard pos + PackFormat.headerSize + length <= size else { return }
             var data = Data(count: length)
             let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress, length, off_t(pos + PackFormat.headerSize)) }
-            guard n == length, data.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest else { return }
+            guard n == length, Repository.hashes(data, to: digest) else { return }
             try body(digest, data)
             pos += PackFormat.headerSize + length
         }

@@ -86,7 +86,7 @@ extension Repository {
             try Repository.records(data) { digest, range in
                 guard refs.contains(digest.hex), written.insert(digest).inserted, !heldInPack(digest, where: stays) else { return }
                 let body = data.subdata(in: range)
-                guard body.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest else { return } // verify's job
+                guard Repository.hashes(body, to: digest) else { return } // verify's job
                 try writer.append(digest, body)
             }
         }
@@ -166,7 +166,7 @@ extension Repository {
         var saved = false
         if f.name.hasPrefix("packs/"), let base = SaveTempName.parse(f.name)?.target {
             if base.hasSuffix(".pack"), let digest = Digest(hex: String(base.dropLast(5))), let data = try backend.load(f.name),
-               data.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest, (try? Repository.records(data) { _, _ in }) != nil {
+               Repository.hashes(data, to: digest), (try? Repository.records(data) { _, _ in }) != nil {
                 try backend.save(Repository.packName(digest), data, ifAbsent: true)
                 saved = true
             }
@@ -237,13 +237,13 @@ extension Repository {
             var goodBodies: [(Digest, Range<Int>)] = []
             var bad = false
             var recordsSound = true
-            let whole = data.withUnsafeBytes { Digest(bytes: SHA256.bytes($0)) } == name
+            let whole = Repository.hashes(data, to: name)
             do {
                 var offset = UInt64(PackFormat.magic.count)
                 try Repository.records(data) { digest, range in
                     c.checked += 1
                     let body = data.subdata(in: range)
-                    if body.withUnsafeBytes({ Digest(bytes: SHA256.bytes($0)) }) == digest {
+                    if Repository.hashes(body, to: digest) {
                         good[offset] = (digest, UInt32(range.count))
                         goodBodies.append((digest, range))
                         c.present?.insert(digest.hex)

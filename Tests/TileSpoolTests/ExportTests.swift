@@ -508,13 +508,17 @@ extension Data {
 }
 
 /// Inflates a zlib stream with Python's zlib (a decoder we did not write).
-func zlibInflate(_ data: Data) -> Data? {
-    let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("z-\(UUID().uuidString)")
+func zlibInflate(_ data: Data) -> Data? { pythonDecompress(data, module: "zlib") }
+
+/// `data` decompressed by Python's module `module` (`zlib` or `gzip`: decoders we did not write),
+/// nil when it fails.
+func pythonDecompress(_ data: Data, module: String) -> Data? {
+    let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("\(module)-\(UUID().uuidString)")
     try? data.write(to: tmp)
     defer { try? FileManager.default.removeItem(at: tmp) }
     let p = Process()
     p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-    p.arguments = ["-c", "import sys, zlib; sys.stdout.buffer.write(zlib.decompress(open(sys.argv[1], 'rb').read()))", tmp.path]
+    p.arguments = ["-c", "import sys, \(module); sys.stdout.buffer.write(\(module).decompress(open(sys.argv[1], 'rb').read()))", tmp.path]
     let pipe = Pipe()
     p.standardOutput = pipe
     try? p.run()

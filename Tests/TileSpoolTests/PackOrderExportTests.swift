@@ -231,17 +231,4 @@ final class PackOrderExportTests: XCTestCase {
 }
 
 /// Inflates a gzip stream with Python's gzip module (a decoder we did not write).
-func gunzip(_ data: Data) -> Data? {
-    let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("gz-\(UUID().uuidString)")
-    try? data.write(to: tmp)
-    defer { try? FileManager.default.removeItem(at: tmp) }
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-    p.arguments = ["-c", "import sys, gzip; sys.stdout.buffer.write(gzip.decompress(open(sys.argv[1], 'rb').read()))", tmp.path]
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    try? p.run()
-    let out = pipe.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return p.terminationStatus == 0 ? out : nil
-}
+func gunzip(_ data: Data) -> Data? { pythonDecompress(data, module: "gzip") }

@@ -25,6 +25,14 @@ final class StoreTests: XCTestCase {
         let (rc, out) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "verify", dir])
         return rc == 0 ? "" : out
     }
+    /// A store holding `n` bodies tagged `tag` in one sealed pack, the bodies and their names.
+    func sealedStore(_ n: Int, _ tag: String) throws -> (store: PackedStore, bodies: [Data], names: [String]) {
+        let store = try open()
+        let bs = bodies(n, tag)
+        for b in bs { try store.put(b) }
+        try store.sync()
+        return (store, bs, bs.map { SHA256.hex($0) })
+    }
     func bodies(_ n: Int, _ tag: String = "") -> [Data] {
         (0..<n).map { Data("body \(tag) \($0) ".utf8) + Data(repeating: UInt8($0 & 0xFF), count: 100 + $0 * 7) }
     }
@@ -266,11 +274,7 @@ final class StoreTests: XCTestCase {
     /// site export) say the object is damaged (EIO) instead of giving the wrong bytes; the other
     /// objects of the pack read as before.
     func testDamagedBodyIsNeverHandedOn() throws {
-        let store = try open()
-        let bs = bodies(30, "d")
-        for b in bs { try store.put(b) }
-        try store.sync()
-        let names = bs.map { SHA256.hex($0) }
+        let (store, bs, names) = try sealedStore(30, "d")
         let victim = try XCTUnwrap(store.objectLocation(names[7]))
         let packPath = dir + "/packs/\(victim.pack).pack"
         let fd = Glibc.open(packPath, O_RDWR)
@@ -301,11 +305,7 @@ final class StoreTests: XCTestCase {
     /// elsewhere"), hid the real copy: `cat` and exports said the object was not held. Every
     /// read now passes over a copy whose pack is gone for the next one.
     func testEntriesNamingAGonePackDoNotHideTheRealCopy() throws {
-        let store = try open()
-        let bs = bodies(40, "g")
-        for b in bs { try store.put(b) }
-        try store.sync()
-        let names = bs.map { SHA256.hex($0) }
+        let (store, bs, names) = try sealedStore(40, "g")
         let locations = store.objectLocations(names).map { $0! }
         // A second index file listing every object in a pack that does not exist, created later.
         let ghost = try XCTUnwrap(Digest(hex: String(repeating: "e", count: 64)))
@@ -327,11 +327,7 @@ final class StoreTests: XCTestCase {
     /// an index without that pack: every object read as missing. Now each reads back, and a
     /// second check finds nothing wrong.
     func testRepairOfAWrongIndexKeepsEveryObject() throws {
-        let store = try open()
-        let bs = bodies(60, "w")
-        for b in bs { try store.put(b) }
-        try store.sync()
-        let names = bs.map { SHA256.hex($0) }
+        let (store, bs, names) = try sealedStore(60, "w")
         let locations = store.objectLocations(names).map { $0! }
         let pack = try XCTUnwrap(Digest(hex: locations[0].pack))
         // The index anew, each entry given its neighbour's offset and length.
@@ -354,10 +350,7 @@ final class StoreTests: XCTestCase {
     /// Attack round 7: a pack no index file lists (its index removed) could not be read by `cat`
     /// or exports, and `verify --repair` left it so. The repair indexes it from its records.
     func testRepairIndexesAPackNoIndexLists() throws {
-        let store = try open()
-        let bs = bodies(25, "u")
-        for b in bs { try store.put(b) }
-        try store.sync()
+        let (_, bs, _) = try sealedStore(25, "u")
         for f in try FileManager.default.contentsOfDirectory(atPath: dir + "/index") { try FileManager.default.removeItem(atPath: dir + "/index/" + f) }
         let unlisted = try open()
         XCTAssertThrowsError(try unlisted.read(SHA256.hex(bs[0]), limit: 1 << 20))
