@@ -228,18 +228,25 @@ extension PMTiles {
         /// A tile at `offset` (bytes from the start of the file), `length` bytes.
         public init(tile: TileID, offset: UInt64, length: UInt32) { self.tile = tile; self.offset = offset; self.length = length }
         private enum CodingKeys: String, CodingKey { case z, x, y, o, l }
-        /// Reads `{"z", "x", "y", "o", "l"}` (short keys: `plan.json` holds one per tile).
+        /// Reads `[z, x, y, offset, length]` (the form `encode(to:)` writes: `plan.json` holds one
+        /// per tile), or `{"z", "x", "y", "o", "l"}` (the form of plans written before).
         /// - Throws: `DecodingError` for a missing or mistyped field.
         public init(from decoder: Decoder) throws {
+            if var a = try? decoder.unkeyedContainer() {
+                tile = TileID(z: try a.decode(Int.self), x: try a.decode(Int.self), y: try a.decode(Int.self))
+                offset = try a.decode(UInt64.self); length = try a.decode(UInt32.self)
+                return
+            }
             let c = try decoder.container(keyedBy: CodingKeys.self)
             tile = TileID(z: try c.decode(Int.self, forKey: .z), x: try c.decode(Int.self, forKey: .x), y: try c.decode(Int.self, forKey: .y))
             offset = try c.decode(UInt64.self, forKey: .o); length = try c.decode(UInt32.self, forKey: .l)
         }
-        /// Writes `{"z", "x", "y", "o", "l"}`.
+        /// Writes `[z, x, y, offset, length]`: five numbers, no keys (saving the plan of the bench's
+        /// 20,984-tile archive took 5% of the download's CPU samples, against 9% keyed).
         public func encode(to encoder: Encoder) throws {
-            var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(tile.z, forKey: .z); try c.encode(tile.x, forKey: .x); try c.encode(tile.y, forKey: .y)
-            try c.encode(offset, forKey: .o); try c.encode(length, forKey: .l)
+            var a = encoder.unkeyedContainer()
+            try a.encode(tile.z); try a.encode(tile.x); try a.encode(tile.y)
+            try a.encode(offset); try a.encode(length)
         }
     }
 

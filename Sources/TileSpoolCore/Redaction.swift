@@ -133,6 +133,13 @@ public enum Redaction {
         if let inner = PMTiles.innerURL(url) { return String(url.prefix(PMTiles.sourceScheme.count)) + redact(inner) }
         // Fast path (once per tile): nothing to hide without a query, a fragment or a user part.
         if !url.utf8Contains(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "#") }) { return url }
+        // Fast path (once per tile of a PMTiles archive, `…/x.pmtiles#z/x/y`): a fragment with
+        // no `name=value` pair is kept as it is, and only the part before it is redacted (the
+        // authority and the query end at the first `#`, so the result is the same).
+        let u = url.utf8
+        if let hash = u.firstIndex(of: UInt8(ascii: "#")), !u[hash...].contains(UInt8(ascii: "=")) {
+            return redact(String(url[..<hash])) + String(url[hash...])
+        }
         var s = url
         // user:password@host
         if let schemeEnd = s.range(of: "://") {

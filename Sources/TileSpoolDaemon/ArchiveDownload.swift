@@ -19,6 +19,9 @@ extension Daemon {
     /// Reads every PMTiles archive `r`'s plan needs (header, root, the leaves that meet the
     /// region), synchronously, with a client of the daemon's options: a few requests, made
     /// once per region when its plan is made (never again on resume: the plan keeps the tiles).
+    /// Each request is one for the rate limits, as a tile's: the daemon waits for its turn
+    /// (`RateLimiter.admit`, at most `maxDirectoryWait` a request: the loop waits meanwhile) and
+    /// counts its body's bytes against the byte limit.
     func readArchives(_ r: Region, style: StyleDocument?) throws(RegionError) -> [String: TileSet] {
         guard !Planner.archiveSources(request: r.request, style: style).isEmpty else { return [:] }
         var httpOptions = options.http
@@ -26,13 +29,28 @@ extension Daemon {
         let client = HTTPClient(options: httpOptions)
         // A refresh: an archive still at the version the pack was planned from costs one request.
         let previous = r.refreshing ? r.files.loadPlan() : nil
-        let readings = try PMTilesRemote.readAll(request: r.request, style: style, http: client, headers: r.request.headerList, previous: previous)
+        func pace(_ url: String) {
+            let host = RateLimiter.host(of: url)
+            let deadline = Daemon.now() + Daemon.maxDirectoryWait
+            while true {
+                let now = Daemon.now()
+                let wait = limiter.admit(host: host, region: r.id, regionLimit: r.request.maxRequestsPerSecond, now: now)
+                if wait <= 0 || now >= deadline { return }
+                usleep(useconds_t(min(wait, deadline - now) * 1_000_000) + 1)
+            }
+        }
+        let readings = try PMTilesRemote.readAll(request: r.request, style: style, http: client, headers: r.request.headerList, previous: previous,
+                                                 pace: pace, received: { self.limiter.received(bytes: $0, now: Daemon.now()) })
         r.download?.unchangedArchives = Set(readings.filter { $0.value.unchanged }.map { ManifestLine.sanitizeKey($0.key) })
         for (name, reading) in readings {
             Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
         }
         return readings.mapValues(\.set)
     }
+
+    /// The longest a directory request waits for the rate limits, in seconds (the daemon's loop
+    /// waits with it, so a byte limit's debt cannot stall every other region for long).
+    static let maxDirectoryWait = 10.0
 
     /// The URL of the archive an error names (`shown`: its redacted form), to probe while the
     /// region waits for the network; the first archive when none matches.
@@ -194,8 +212,9 @@ extension Daemon {
             if let last = lastBody, last.offset == t.offset {
                 (sha, bytes) = (last.sha, last.bytes)
             } else {
-                let from = Int(t.offset - range.start)
-                var tile = body.subdata(in: from..<(from + Int(t.length)))
+                // A slice: no copy (the store hashes and appends the bytes where they lie).
+                let from = body.startIndex + Int(t.offset - range.start)
+                var tile = body[from..<(from + Int(t.length))]
                 if archive.tileCompression == PMTiles.Compression.gzip.rawValue {
                     do { tile = Data(try Zlib.inflate([UInt8](tile), limit: options.http.maxObjectSize)) } catch {
                         failTiles(RegionError(code: .badResponse, message: "tile \(t.tile) of \(shown(url, r)) does not inflate: \(error)", url: shown(url, r)))

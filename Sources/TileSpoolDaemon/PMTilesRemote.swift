@@ -46,8 +46,11 @@ public enum PMTilesRemote {
     ///   region holding a tile longer than the client's `maxObjectSize`.
     ///   - previous: the tile set of the same source in the plan of the pack in use (a refresh):
     ///     when the archive is still that version, it is returned as it is after one request.
+    ///   - pace: called before each request with the archive's URL, and returns once the request
+    ///     may start (the daemon's rate limits); after it, `received` with the body's bytes.
     public static func read(url: String, source: String, request: RegionRequest, styleSource: StyleSource?,
-                            http: HTTPClient, headers: [(String, String)], previous: TileSet? = nil) throws(RegionError) -> Reading {
+                            http: HTTPClient, headers: [(String, String)], previous: TileSet? = nil,
+                            pace: (String) -> Void = { _ in }, received: (Int) -> Void = { _ in }) throws(RegionError) -> Reading {
         if request.areaParts != nil { throw Planner.archiveOverAreas(source) }
         let secrets = request.secrets.adding(url: url)
         func shown(_ text: String) -> String { Redaction.redactEmbedded(text, secrets: secrets) }
@@ -68,8 +71,10 @@ public enum PMTilesRemote {
             var h = headers
             h.append(("Range", "bytes=\(start)-\(end - 1)"))
             h += pinHeaders(pinned)
+            pace(url)
             let r = http.fetchAll([url], headers: h)[0]
             requests += 1
+            received(r.body.count)
             if case .policyRefused(let why)? = r.failure {
                 throw RegionError(code: .policyRefused, message: "source '\(source)': \(shown(why))", url: url)
             }
@@ -178,13 +183,16 @@ public enum PMTilesRemote {
     }
 
     /// Reads every archive a plan needs (`Planner.archiveSources`), by source name.
-    /// - Parameter previous: the plan of the pack in use, for a refresh (`read`'s `previous`).
+    /// - Parameters:
+    ///   - previous: the plan of the pack in use, for a refresh (`read`'s `previous`).
+    ///   - pace, received: the rate limits' hooks (`read`'s).
     public static func readAll(request: RegionRequest, style: StyleDocument?, http: HTTPClient,
-                               headers: [(String, String)], previous: ResourcePlan? = nil) throws(RegionError) -> [String: Reading] {
+                               headers: [(String, String)], previous: ResourcePlan? = nil,
+                               pace: (String) -> Void = { _ in }, received: (Int) -> Void = { _ in }) throws(RegionError) -> [String: Reading] {
         var out: [String: Reading] = [:]
         for a in Planner.archiveSources(request: request, style: style) {
             let old = previous?.tileSets.first { $0.source == ManifestLine.sanitizeKey(a.source) && $0.archive != nil }
-            out[a.source] = try read(url: a.url, source: a.source, request: request, styleSource: a.styleSource, http: http, headers: headers, previous: old)
+            out[a.source] = try read(url: a.url, source: a.source, request: request, styleSource: a.styleSource, http: http, headers: headers, previous: old, pace: pace, received: received)
         }
         return out
     }

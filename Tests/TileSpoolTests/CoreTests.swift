@@ -313,6 +313,12 @@ final class ManifestAndRedactionTests: XCTestCase {
         // Attack round 3: HERE's app_code and PHP-style nested names (the last part counts).
         XCTAssertEqual(Redaction.redact("https://h/t?app_id=A1&app_code=C0DE99&params%5Bkey%5D=K1&params[key]=K2&auth[token]=T3&layer[name]=roads"),
                        "https://h/t?app_id=A1&app_code=REDACTED&params%5Bkey%5D=REDACTED&params[key]=REDACTED&auth[token]=REDACTED&layer[name]=roads")
+        // A tile of a PMTiles archive (`…#z/x/y`, the fast path): the fragment kept, the rest
+        // redacted as without it; a fragment with a parameter is redacted too.
+        XCTAssertEqual(Redaction.redact("https://h/x.pmtiles#3/1/2"), "https://h/x.pmtiles#3/1/2")
+        XCTAssertEqual(Redaction.redact("https://u:pw@h/x.pmtiles?key=K1#3/1/2"), "https://REDACTED@h/x.pmtiles?key=REDACTED#3/1/2")
+        XCTAssertEqual(Redaction.redact("https://h/x.pmtiles#3/1/2@u:pw"), "https://h/x.pmtiles#3/1/2@u:pw")
+        XCTAssertEqual(Redaction.redact("https://h/x#a?token=T9"), "https://h/x#a?token=REDACTED")
     }
 
     /// A request's secrets (finding 4 of round 2): header values (and a Basic pair's parts) and

@@ -34,6 +34,17 @@ final class PMTilesSourceTests: XCTestCase {
         XCTAssertEqual(PMTiles.tile(ofID: 19_078_479), TileID(z: 12, x: 3423, y: 1763)) // the spec's example
     }
 
+    /// A plan's archive tile is written as `[z, x, y, offset, length]`, and the keyed form of
+    /// plans written before (`{"z", "x", "y", "o", "l"}`) still reads; anything else throws.
+    func testArchiveTilesInAPlanAreFiveNumbersAndTheKeyedFormStillReads() throws {
+        let t = PMTiles.ArchiveTile(tile: TileID(z: 14, x: 8612, y: 5792), offset: 5_000_000_123, length: 4321)
+        XCTAssertEqual(String(decoding: try JSONEncoder().encode(t), as: UTF8.self), "[14,8612,5792,5000000123,4321]")
+        XCTAssertEqual(try JSONDecoder().decode(PMTiles.ArchiveTile.self, from: Data("[14,8612,5792,5000000123,4321]".utf8)), t)
+        XCTAssertEqual(try JSONDecoder().decode(PMTiles.ArchiveTile.self, from: Data(#"{"z":14,"x":8612,"y":5792,"o":5000000123,"l":4321}"#.utf8)), t)
+        XCTAssertThrowsError(try JSONDecoder().decode(PMTiles.ArchiveTile.self, from: Data("[14,8612,5792]".utf8)))
+        XCTAssertThrowsError(try JSONDecoder().decode(PMTiles.ArchiveTile.self, from: Data(#"{"z":14,"x":8612}"#.utf8)))
+    }
+
     // MARK: Header
 
     func testHeaderRoundTripsAndOtherVersionsAreRefusedByName() throws {
@@ -519,6 +530,22 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertEqual(asked.map(\.status), [206, 206])
         let wire = asked.reduce(0) { $0 + $1.bytes }
         print("MEASURED: stamen z0-3: 85 tiles, 720035 tile bytes, \(asked.count) requests, \(wire) bytes over the wire")
+    }
+
+    /// The directory request counts for the rate limits as a range request does: with the
+    /// request's `maxRequestsPerSecond: 4`, nginx sees the header-and-root request and the tiles'
+    /// range request start at least 1/4 s apart (before, the directories were read unpaced and
+    /// the first range followed at once).
+    func testDirectoryRequestsAreHeldByTheRateLimit() throws {
+        try fx.drop("toner.json", ["id": "toner", "tiles": ["pmtiles://" + nginx.url(PMTilesPlanTests.stamen)], "maxRequestsPerSecond": 4,
+                                   "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("toner", "completed")
+        XCTAssertEqual(fx.manifest("toner").filter { $0.kind == "tile" }.count, 85)
+        let uri = "/pmtiles/stamen_toner%28raster%29CC-BY%2BODbL_z3.pmtiles"
+        try waitUntil("nginx logged both requests", timeout: 20) { nginx.timingLog().filter { $0.uri == uri }.count >= 2 }
+        let starts = nginx.timingLog().filter { $0.uri == uri }.map(\.start).sorted()
+        XCTAssertEqual(starts.count, 2, "the directories and one range")
+        XCTAssertGreaterThanOrEqual(starts[1] - starts[0], 0.24, "the range followed the directory request within \(starts[1] - starts[0]) s")
     }
 
     /// An archive written by the `pmtiles` writer (leaf directories, run-length entries, gzip
