@@ -347,10 +347,17 @@ public final class Repository: @unchecked Sendable {
         return try IndexFile(name: name, digest: digest, path: try localIndexPath(name, digest: digest)) { _, _ in }
     }
 
+    /// `quarantine/<file>` for a store file `name` moved aside by `verify --repair`.
+    static func quarantineName(_ name: String) -> String {
+        "quarantine/" + (name.split(separator: "/").last.map(String.init) ?? "x")
+    }
+
     /// Saves a pack `w` finished (named `digest`) and an index file for it (gc's and repair's
-    /// packs: durable and found before anything they replace is removed).
-    func savePack(digest: Digest, from w: PackWriter) throws {
-        _ = try backend.save(Repository.packName(digest), fromFile: w.path, ifAbsent: true)
+    /// packs: durable and found before anything they replace is removed). `replace`: a file
+    /// already under that name is replaced atomically (a damaged pack whose copy is in quarantine,
+    /// `GCPackWriter.replacing`); else it is kept (the same bytes, by name).
+    func savePack(digest: Digest, from w: PackWriter, replace: Bool = false) throws {
+        _ = try backend.save(Repository.packName(digest), fromFile: w.path, ifAbsent: !replace)
         let entries = w.entries.map { IndexFormat.Entry(digest: $0.digest, pack: 0, offset: $0.offset, length: $0.length) }
         try saveIndexFile(packs: [IndexFormat.Pack(digest: digest, created: w.created)], entries: entries)
     }

@@ -269,6 +269,15 @@ extension Repository {
             if bad && repair && whole && recordsSound {
                 reindexed[name] = good.map { offset, v in IndexFormat.Entry(digest: v.0, pack: 0, offset: offset, length: v.1) }
             } else if bad && repair {
+                if recordsSound {
+                    // Only the pack's end is damaged (bytes reading records does not use): its
+                    // rewrite can be the very pack, byte for byte, under this name. The damaged
+                    // bytes go to quarantine first, and the rewrite then replaces the file
+                    // (before, the save found the name taken and the move to quarantine lost
+                    // every object of the pack).
+                    _ = try backend.save(Repository.quarantineName(f.name), data, ifAbsent: true)
+                    writer.replacing.insert(name)
+                }
                 // Its good objects go into a new pack before it is moved aside.
                 for (digest, range) in goodBodies { try writer.append(digest, data.subdata(in: range)) }
                 quarantine.append((f, data))
@@ -295,6 +304,8 @@ extension Repository {
             var packs: [IndexFormat.Pack] = []
             var number: [Digest: UInt32] = [:]
             var entries: [IndexFormat.Entry] = []
+            // A damaged pack whose rewrite took its name (`replacing`) is a sound pack again.
+            damagedPacks.subtract(newPacks)
             try allEntries { pack, e in
                 guard !damagedPacks.contains(pack.digest), reindexed[pack.digest] == nil,
                       !c.badNames.contains(e.digest.hex) || newPacks.contains(pack.digest) else { return }
@@ -313,10 +324,13 @@ extension Repository {
             let merged = try saveIndexFile(packs: packs, entries: entries).name
             for name in oldIndexes where name != merged { try backend.remove(name) }
             for (f, data) in quarantine {
-                let target = "quarantine/" + (f.name.split(separator: "/").last.map(String.init) ?? "x")
-                if let data { try backend.save(target, data, ifAbsent: true) }
-                try backend.remove(f.name)
                 c.quarantined += 1
+                // Replaced by its own rewrite: the file now holds the sound pack, the damaged
+                // bytes are in quarantine already.
+                if f.name.hasSuffix(".pack"), let d = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))),
+                   writer.replacing.contains(d), newPacks.contains(d) { continue }
+                if let data { try backend.save(Repository.quarantineName(f.name), data, ifAbsent: true) }
+                try backend.remove(f.name)
             }
             try reloadIndexes()
         }
@@ -341,6 +355,10 @@ final class GCPackWriter {
     private var writer: PackWriter?
     private var counter = 0
     private var saved = Set<Digest>()
+    /// Names of damaged packs (their copy in quarantine already) that a pack sealed here may
+    /// replace when it comes out under the same name (`checkObjects`); any other name taken is
+    /// left as it is (the same bytes: another copy of the same pack).
+    var replacing = Set<Digest>()
     private(set) var bytesWritten = 0
     init(repository: Repository) { self.repository = repository }
 
@@ -366,7 +384,7 @@ final class GCPackWriter {
         do {
             let digest = try w.finish()
             bytesWritten += w.appended
-            try repository.savePack(digest: digest, from: w)
+            try repository.savePack(digest: digest, from: w, replace: replacing.contains(digest))
             saved.insert(digest)
         } catch {
             Files.remove(w.path) // gone already when the save got as far as renaming it
