@@ -93,6 +93,12 @@ final class LocalBackendTests: XCTestCase {
         try checkBackendConformance(try LocalBackend(root: root))
     }
 
+    /// The repository's promises (`checkRepositoryConformance`) on a local folder.
+    func testRepositoryConformance() throws {
+        let root = try TestScratch.folder("repo-conformance").path + "/store"
+        try checkRepositoryConformance(try LocalBackend(root: root)) { try PackedStore(root: root) }
+    }
+
     /// The local backend never goes through a symlink planted in its folders (to save, load or
     /// list), and saving leaves no temp file behind.
     func testSymlinksInTheFolderAreNotFollowed() throws {
@@ -124,6 +130,13 @@ final class S3BackendTests: CephTestCase {
     func testConformance() throws {
         let rgw = try server()
         try checkBackendConformance(S3Backend(config: rgw.config(prefix: "conformance-\(UUID().uuidString.prefix(8))")))
+    }
+
+    /// The repository's promises (`checkRepositoryConformance`) in a bucket of a real Ceph RGW.
+    func testRepositoryConformance() throws {
+        let config = try server().config(prefix: "repo-conformance-\(UUID().uuidString.prefix(8))")
+        let scratch = try TestScratch.folder("repo-conformance-s3").path
+        try checkRepositoryConformance(S3Backend(config: config)) { try PackedStore(backend: S3Backend(config: config), scratch: scratch) }
     }
 
     /// An upload streamed from a file that turns out shorter than the size given (a file cut

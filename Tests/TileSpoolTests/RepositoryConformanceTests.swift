@@ -1,0 +1,91 @@
+// Issue 30: the repository (packs, index, reads, verify, repair, gc) is written once over
+// `Backend`; this suite checks what it promises on the local folder and on a real Ceph RADOS
+// Gateway alike, damaging packs only through the backend (so the same steps run on both).
+import Foundation
+import TileSpoolCore
+@testable import TileSpoolIO
+import XCTest
+
+/// The promises of the store over `backend` (an empty one), a store opened anew by `open` at
+/// each step (what a restart of the daemon or a CLI command sees).
+func checkRepositoryConformance(_ backend: any Backend, open: () throws -> PackedStore,
+                                file: StaticString = #filePath, line: UInt = #line) throws {
+    let bodies = (0..<40).map { Data("conformance body \($0) ".utf8) + Data(repeating: UInt8($0), count: 200 + 37 * $0) }
+    let names = bodies.map { SHA256.hex($0) }
+    // Put: named by SHA-256, stored once, readable from the open pack before the sync.
+    var store = try open()
+    for (b, n) in zip(bodies, names) {
+        let first = try store.put(b)
+        XCTAssertEqual(first.sha256, n, file: file, line: line)
+        XCTAssertTrue(first.isNew, file: file, line: line)
+        XCTAssertFalse(try store.put(b).isNew, "a second put of the same bytes", file: file, line: line)
+    }
+    XCTAssertEqual(try store.read(names[7], limit: 1 << 20), bodies[7], file: file, line: line)
+    try store.sync()
+    let packs = try backend.list(prefix: "packs/").filter { $0.name.hasSuffix(".pack") }
+    XCTAssertEqual(packs.count, 1, "40 small objects: one pack", file: file, line: line)
+    XCTAssertFalse(try backend.list(prefix: "index/").isEmpty, file: file, line: line)
+    // Every pack is named by the SHA-256 of its bytes.
+    for p in packs {
+        XCTAssertEqual(try backend.load(p.name).map { SHA256.hex($0) }, String(p.name.split(separator: "/").last!.dropLast(5)), file: file, line: line)
+    }
+
+    // Read back by a store opened anew: one at a time, located, and in pack order.
+    store = try open()
+    for (b, n) in zip(bodies, names) { XCTAssertEqual(try store.read(n, limit: 1 << 20), b, file: file, line: line) }
+    let locations = store.objectLocations(names)
+    XCTAssertEqual(locations.compactMap { $0 }.count, names.count, file: file, line: line)
+    var got: [Int: Data] = [:]
+    try store.readObjects(names, at: locations, limit: 1 << 20) { i, d in got[i] = d }
+    XCTAssertEqual(got.count, names.count, file: file, line: line)
+    for (i, b) in bodies.enumerated() { XCTAssertEqual(got[i], b, "object \(i)", file: file, line: line) }
+
+    // A flipped byte in one object's body, written through the backend: that object is never
+    // handed on, the others are; verify names it; the repair keeps the others and quarantines it.
+    let packName = packs[0].name
+    var raw = [UInt8](try XCTUnwrap(try backend.load(packName), file: file, line: line))
+    let hit = try XCTUnwrap(locations[5], file: file, line: line)
+    raw[hit.offset + 3] ^= 0xFF
+    XCTAssertTrue(try backend.save(packName, Data(raw), ifAbsent: false), file: file, line: line)
+    store = try open()
+    XCTAssertThrowsError(try store.read(names[5], limit: 1 << 20), "a damaged body is refused", file: file, line: line)
+    XCTAssertEqual(try store.read(names[6], limit: 1 << 20), bodies[6], file: file, line: line)
+    let found = try store.repository.checkObjects(repair: false)
+    XCTAssertTrue(found.bad.contains { $0.contains(names[5]) }, "\(found.bad)", file: file, line: line)
+    let repair = try store.repository.checkObjects(repair: true)
+    XCTAssertEqual(repair.quarantined, 1, file: file, line: line)
+    store = try open()
+    XCTAssertFalse(store.contains(names[5]), file: file, line: line)
+    for (i, (b, n)) in zip(bodies, names).enumerated() where i != 5 { XCTAssertEqual(try store.read(n, limit: 1 << 20), b, file: file, line: line) }
+    XCTAssertEqual(try store.repository.checkObjects(repair: false).bad, [], file: file, line: line)
+    XCTAssertFalse(try backend.list(prefix: "quarantine/").isEmpty, file: file, line: line)
+
+    // Only the pack's end damaged (its footer's reserved bytes): the repair makes the very pack
+    // again under its name and keeps every object.
+    let whole = try backend.list(prefix: "packs/").filter { $0.name.hasSuffix(".pack") }
+    XCTAssertEqual(whole.count, 1, file: file, line: line)
+    let good = try XCTUnwrap(try backend.load(whole[0].name), file: file, line: line)
+    var end = [UInt8](good)
+    end[end.count - 1] ^= 0x5A
+    XCTAssertTrue(try backend.save(whole[0].name, Data(end), ifAbsent: false), file: file, line: line)
+    store = try open()
+    XCTAssertEqual(try store.repository.checkObjects(repair: true).quarantined, 1, file: file, line: line)
+    XCTAssertEqual(try backend.load(whole[0].name), good, "the pack is whole again", file: file, line: line)
+    store = try open()
+    for (i, (b, n)) in zip(bodies, names).enumerated() where i != 5 { XCTAssertEqual(try store.read(n, limit: 1 << 20), b, file: file, line: line) }
+
+    // gc with no grace: the objects no manifest references are removed, the others kept, and
+    // the packs left hash to their names.
+    let kept = Set(names.enumerated().filter { $0.offset % 2 == 0 && $0.offset != 5 }.map(\.element))
+    store = try open()
+    let report = try store.repository.collectGarbage(grace: 0) { kept }
+    XCTAssertEqual(report.objectsRemoved, names.count - 1 - kept.count, file: file, line: line)
+    store = try open()
+    for (b, n) in zip(bodies, names) {
+        if kept.contains(n) { XCTAssertEqual(try store.read(n, limit: 1 << 20), b, file: file, line: line) } else { XCTAssertFalse(store.contains(n), file: file, line: line) }
+    }
+    for p in try backend.list(prefix: "packs/") where p.name.hasSuffix(".pack") {
+        XCTAssertEqual(try backend.load(p.name).map { SHA256.hex($0) }, String(p.name.split(separator: "/").last!.dropLast(5)), file: file, line: line)
+    }
+    XCTAssertEqual(try store.repository.checkObjects(repair: false).bad, [], file: file, line: line)
+}
