@@ -3,7 +3,8 @@ import Foundation
 // What one HTTP answer to a region's request means, decided without touching anything: the
 // daemon gathers the facts (`AnswerFacts`), asks `AnswerDecision.decide`, and applies the
 // decision (store the body, schedule a retry, fail the region...). Every answer class is unit
-// tested in AnswerDecisionTests. PMTiles range requests are decided apart (`handleRange`).
+// tested in AnswerDecisionTests. A PMTiles range request's answer is decided by
+// `AnswerDecision.decideRange` (`RangeAnswerFacts`), with the same failures and retries.
 
 /// The facts of one answer to a region's whole-body GET (a style, a TileJSON, a sprite, a glyph
 /// range or a tile) that `AnswerDecision.decide` needs. A value: no I/O, no daemon types.
@@ -73,6 +74,43 @@ public struct AnswerFacts: Sendable {
     public func quoted(_ text: String) -> String {
         Redaction.redactEmbedded(text, secrets: secrets.adding(url: url))
     }
+}
+
+/// The facts of one answer to a PMTiles range request (`Range: bytes=start-(end-1)` with the
+/// archive's pinned version) that `AnswerDecision.decideRange` needs. A value, like `AnswerFacts`.
+public struct RangeAnswerFacts: Sendable {
+    /// The archive's URL as sent, the request's secrets, the failure, status, body and
+    /// `Retry-After`: as in `AnswerFacts` (`kind` is `tile`; no 304, no conditional request).
+    public var answer: AnswerFacts
+    /// The bytes asked: `start..<end` of the archive file (offsets in bytes).
+    public var start: UInt64
+    public var end: UInt64
+    /// The tile set's name (`tiles0`, a style's source id), named when the archive changed.
+    public var source: String
+    /// True when the answer's validator (ETag, else Last-Modified) is not the one pinned at plan
+    /// time (`PMTilesRemote.changed`).
+    public var versionChanged: Bool
+    /// The answer's ETag, quoted in the message when the archive changed (nil: none, or one that
+    /// holds a secret).
+    public var etag: String?
+
+    /// The facts of one range answer; see each property.
+    public init(answer: AnswerFacts, start: UInt64, end: UInt64, source: String, versionChanged: Bool, etag: String? = nil) {
+        self.answer = answer; self.start = start; self.end = end; self.source = source
+        self.versionChanged = versionChanged; self.etag = etag
+    }
+}
+
+/// What the daemon does with one answer to a PMTiles range request (`AnswerDecision.decideRange`).
+public enum RangeDecision: Sendable, Equatable {
+    /// The bytes asked lie in the body from offset `from` (0 for a 206, `start` for a 200 with
+    /// the whole file): each tile is cut out of them, stored and recorded.
+    case cut(from: Int)
+    /// `.region`: the region fails now; `.resource`: each tile of the range fails with the error
+    /// (`failTile`, within `maxFailedTiles`); `.networkLost`: the region pauses for the network.
+    case fail(AnswerDecision.Failure)
+    /// Asked again later; once attempts run out, `exhausted` applies to each tile of the range.
+    case retry(AnswerDecision.Retry)
 }
 
 /// What the daemon does with one answer (`decide`). The messages of the errors are the ones the
@@ -208,6 +246,59 @@ public enum AnswerDecision: Sendable, Equatable {
                                 log: "HTTP \(s): \(why)"))
         }
         return .record(.body)
+    }
+
+    /// What the answer to a PMTiles range request (bytes `start..<end`) means, in this order:
+    /// 1. No HTTP answer: as `decide` (`refused` and `policyRefused` fail the region, `network`
+    ///    is retried then pauses it, `badResponse` is retried then each tile fails).
+    /// 2. 412 Precondition Failed to the pinned `If-Match` (RFC 9110 section 13.1.1), or a 2xx
+    ///    whose validator is not the pinned one: the archive changed, the region fails
+    ///    (`archiveChanged`): never tiles of two versions.
+    /// 3. 206 Partial Content (RFC 9110 section 15.3.7) with exactly the bytes asked: cut from 0;
+    ///    with fewer or more: retried, then each tile fails (`badResponse`).
+    /// 4. 200 with at least `end` bytes (the server ignored Range and sent the file, up to the
+    ///    client's largest body): cut from `start`; a shorter 200: retried, then `badResponse`.
+    /// 5. 429 and 5xx: retried after `Retry-After` (which holds the region), 416 Range Not
+    ///    Satisfiable (RFC 9110 section 15.5.17) retried with backoff alone; then each tile
+    ///    fails (`httpError`).
+    /// 6. Any other status: each tile fails (`httpError`).
+    public static func decideRange(_ f: RangeAnswerFacts) -> RangeDecision {
+        let a = f.answer
+        if a.failure != nil {
+            switch decide(a) {
+            case .fail(let x): return .fail(x)
+            case .retry(let x): return .retry(x)
+            default: break // a failure is always failed or retried
+            }
+        }
+        let s = a.status, shown = a.shownURL
+        let asked = "bytes \(f.start)-\(f.end &- 1)"
+        if s == 412 || ((200...299).contains(s) && f.versionChanged) {
+            return .fail(.region(RegionError(
+                code: .archiveChanged,
+                message: "source '\(f.source)': the PMTiles archive \(shown) changed since the region was planned (HTTP \(s)\(f.etag.map { ", ETag \($0)" } ?? "")); no tile of the new version was stored: drop the request again to plan over the new archive",
+                url: shown, httpStatus: s)))
+        }
+        let want = Int(f.end - f.start)
+        switch s {
+        case 206 where a.body.count == want:
+            return .cut(from: 0)
+        case 206:
+            return .retry(Retry(exhausted: .resource(RegionError(code: .badResponse, message: "HTTP 206 with \(a.body.count) of the \(want) bytes asked (\(asked)) from \(shown)",
+                                                                 url: shown, httpStatus: s))))
+        case 200 where a.body.count >= Int(f.end):
+            return .cut(from: Int(f.start))
+        case 200:
+            return .retry(Retry(exhausted: .resource(RegionError(
+                code: .badResponse, message: "HTTP 200 with \(a.body.count) bytes to a range request for \(asked) from \(shown): the server ignored Range and the file is cut short",
+                url: shown, httpStatus: s))))
+        case 429, 500...599, 416:
+            let wait = s == 416 ? nil : a.retryAfter
+            return .retry(Retry(after: wait, holdFor: wait.map { min($0, RetryAfter.maximum) },
+                                exhausted: .resource(RegionError(code: .httpError, message: "HTTP \(s) from \(shown) for \(asked)", url: shown, httpStatus: s))))
+        default:
+            return .fail(.resource(RegionError(code: .httpError, message: "HTTP \(s) from \(shown) for \(asked)", url: shown, httpStatus: s)))
+        }
     }
 
     /// The message of a tile's error when it is one failure more than the request's

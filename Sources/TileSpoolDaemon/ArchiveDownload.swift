@@ -130,74 +130,55 @@ extension Daemon {
         return true
     }
 
-    /// What a range request's answer does. 206 with every byte: each tile cut out, its tile
-    /// compression undone, stored and recorded. 200: the server ignored Range and sent the whole
-    /// file (read up to the client's largest body, never stored): the tiles are cut out of it
-    /// when it is the pinned version. 412, or a validator other than the pinned one: the archive
-    /// changed, the region fails (`archiveChanged`). A short 206, a 416, a 429 or 5xx: retried as
-    /// a tile is; once retries run out, each tile of the range fails as a tile does.
+    /// A range request's answer: the facts (`RangeAnswerFacts`), the decision made by the pure
+    /// `AnswerDecision.decideRange` (every answer class: AnswerDecisionTests), applied here. A
+    /// cut: each tile cut out of the bytes asked, its tile compression undone, stored and
+    /// recorded. A failure of the range: each of its tiles fails as a tile does (`failTile`), or
+    /// the region fails (the archive changed, a refused request) or pauses for the network. A
+    /// retry holds the region for a `Retry-After`, as for a tile.
     func handleRange(_ r: Region, _ d: Download, _ res: TransferResult, _ fetch: Fetch, _ n: Int) {
         let range = d.archiveRanges![n]
         let set = d.plan!.tileSets[range.set]
         let archive = set.archive!
         let url = archive.url
         let item = WorkItem.range(n)
-        func failTiles(_ e: RegionError) {
+        func failTiles(_ f: AnswerDecision.Failure) {
+            let e: RegionError
+            switch f {
+            case .region(let x): fail(r, x); return
+            case .networkLost(let why): networkLost(r, url: url, why: why); return
+            case .resource(let x): e = x
+            }
             for (i, t) in range.tiles {
                 guard r.download === d, r.state == .downloading else { return }
                 let key = ManifestLine.tileKey(source: set.source, t.tile)
                 failTile(r, d, .index(i), Fetch(item: .index(i), url: tileURL(archive, t.tile), kind: .tile, key: key, conditional: false), e)
             }
         }
-        if let f = res.failure {
-            let why: String
-            switch f {
-            case .refused(let t), .policyRefused(let t): fail(r, RegionError(code: .httpError, message: "\(quoted(t, r, url: url)) (\(shown(url, r)))", url: shown(url, r))); return
-            case .network(let t):
-                let w = quoted(t, r, url: url)
-                retry(r, d, item, after: nil, exhausted: { self.networkLost(r, url: url, why: w) })
-                return
-            case .badResponse(let t): why = quoted(t, r, url: url)
-            }
-            retry(r, d, item, after: nil, exhausted: { failTiles(RegionError(code: .badResponse, message: "\(why) (\(shown(url, r)))", url: shown(url, r))) })
-            return
-        }
-        let s = res.status
         let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
-        if s == 412 || ((200...299).contains(s) && PMTilesRemote.changed(pinned, res.freshness)) {
-            fail(r, RegionError(code: .archiveChanged,
-                                message: "source '\(set.source)': the PMTiles archive \(shown(url, r)) changed since the region was planned (HTTP \(s)\(res.freshness.etag.map { ", ETag \($0)" } ?? "")); no tile of the new version was stored: drop the request again to plan over the new archive",
-                                url: shown(url, r), httpStatus: s))
+        let facts = RangeAnswerFacts(
+            answer: AnswerFacts(url: url, secrets: r.secrets, kind: .tile, failure: res.failure.map(AnswerFacts.Failure.init),
+                                status: res.status, body: res.body, retryAfter: res.retryAfter),
+            start: range.start, end: range.end, source: set.source, versionChanged: PMTilesRemote.changed(pinned, res.freshness),
+            etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 })
+        let body: Data
+        switch AnswerDecision.decideRange(facts) {
+        case .fail(let f):
+            failTiles(f)
             return
-        }
-        let want = Int(range.end - range.start)
-        var body: Data
-        switch s {
-        case 206 where res.body.count == want:
-            body = res.body
-        case 206:
-            let why = "HTTP 206 with \(res.body.count) of the \(want) bytes asked (bytes \(range.start)-\(range.end - 1)) from \(shown(url, r))"
-            retry(r, d, item, after: nil, exhausted: { failTiles(RegionError(code: .badResponse, message: why, url: shown(url, r), httpStatus: s)) })
-            return
-        case 200 where res.body.count >= Int(range.end):
-            // The whole file (Range ignored): only the bytes asked are kept.
-            body = res.body.subdata(in: Int(range.start)..<Int(range.end))
-        case 200:
-            let why = "HTTP 200 with \(res.body.count) bytes to a range request for bytes \(range.start)-\(range.end - 1) from \(shown(url, r)): the server ignored Range and the file is cut short"
-            retry(r, d, item, after: nil, exhausted: { failTiles(RegionError(code: .badResponse, message: why, url: shown(url, r), httpStatus: s)) })
-            return
-        case 429, 500...599, 416:
-            if let ra = res.retryAfter, s != 416 {
-                d.holdUntil = max(d.holdUntil, Daemon.now() + min(ra, Daemon.maxRetryAfter))
-                r.statusDirty = true
+        case .retry(let x):
+            if let log = x.log { Log.error(log, region: r.id, state: r.state.rawValue, url: shown(url, r)) }
+            if let hold = x.holdFor {
+                d.holdUntil = max(d.holdUntil, Daemon.now() + hold)
+                r.statusDirty = true // the status shows `throttledUntil`
             }
-            retry(r, d, item, after: res.retryAfter, exhausted: {
-                failTiles(RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r)) for bytes \(range.start)-\(range.end - 1)", url: shown(url, r), httpStatus: s))
-            })
+            retry(r, d, item, after: x.after, exhausted: { failTiles(x.exhausted) })
             return
-        default:
-            failTiles(RegionError(code: .httpError, message: "HTTP \(s) from \(shown(url, r)) for bytes \(range.start)-\(range.end - 1)", url: shown(url, r), httpStatus: s))
-            return
+        case .cut(let from):
+            // The bytes asked, a slice of the answer (no copy): of the whole file when the
+            // server ignored Range.
+            let start = res.body.startIndex + from
+            body = res.body[start..<(start + Int(range.end - range.start))]
         }
         d.attempts.removeValue(forKey: item)
         var freshness = res.freshness
@@ -217,7 +198,7 @@ extension Daemon {
                 var tile = body[from..<(from + Int(t.length))]
                 if archive.tileCompression == PMTiles.Compression.gzip.rawValue {
                     do { tile = Data(try Zlib.inflate([UInt8](tile), limit: options.http.maxObjectSize)) } catch {
-                        failTiles(RegionError(code: .badResponse, message: "tile \(t.tile) of \(shown(url, r)) does not inflate: \(error)", url: shown(url, r)))
+                        failTiles(.resource(RegionError(code: .badResponse, message: "tile \(t.tile) of \(shown(url, r)) does not inflate: \(error)", url: shown(url, r))))
                         return
                     }
                 }

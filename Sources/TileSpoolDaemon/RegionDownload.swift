@@ -289,7 +289,7 @@ extension Daemon {
     /// pure `AnswerDecision.decide` (every answer class: AnswerDecisionTests), and applied here:
     /// store and record, retry (holding the region for a `Retry-After`), revalidate a 304, fail
     /// the tile or the region, pause for the network. A probe's answer goes to `probeAnswered`;
-    /// a PMTiles range request's to `handleRange`, which decides its own answers.
+    /// a PMTiles range request's to `handleRange` (`AnswerDecision.decideRange`).
     func handle(_ res: TransferResult) {
         countRequest(res)
         if limiter.bytesPerSecond != nil { limiter.received(bytes: res.body.count, now: Daemon.now()) }

@@ -238,13 +238,75 @@ final class AnswerDecisionTests: XCTestCase {
                        "HTTP 403 from u; 4 tiles failed, more than the request's maxFailedTiles (3): the refresh was abandoned and the pack is unchanged")
     }
 
-    /// Every class decided many times in well under a second: the decision is no cost per tile.
-    func testDecidingIsCheap() {
-        let facts = [tile(200), tile(404), tile(204, body: Data()), tile(500), tile(429, retryAfter: 1)]
-        let start = Date()
-        var stored = 0
-        for _ in 0..<20_000 { for f in facts { if case .record(.body) = decide(f) { stored += 1 } } }
-        XCTAssertEqual(stored, 20_000)
-        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+    // MARK: - PMTiles range requests (`decideRange`)
+
+    static let archiveURL = "https://tiles.example/world.pmtiles?key=K7SECRET"
+    static let archiveShown = "https://tiles.example/world.pmtiles?key=REDACTED"
+
+    /// An answer to the range request for bytes 1000..<1100 of the archive.
+    func range(_ status: Int, bytes: Int = 100, failure: AnswerFacts.Failure? = nil, retryAfter: Double? = nil,
+               changed: Bool = false, etag: String? = nil) -> RangeDecision {
+        let a = AnswerFacts(url: AnswerDecisionTests.archiveURL, kind: .tile, failure: failure, status: status,
+                            body: Data(repeating: 7, count: bytes), retryAfter: retryAfter)
+        return AnswerDecision.decideRange(RangeAnswerFacts(answer: a, start: 1000, end: 1100, source: "basemap", versionChanged: changed, etag: etag))
+    }
+
+    func rangeError(_ code: ErrorCode, _ message: String, _ s: Int?) -> RegionError {
+        RegionError(code: code, message: message, url: AnswerDecisionTests.archiveShown, httpStatus: s)
+    }
+
+    func testRangeWithEveryByteAskedIsCut() {
+        XCTAssertEqual(range(206), .cut(from: 0))
+        // The server ignored Range and sent the file: the bytes asked are cut out of it.
+        XCTAssertEqual(range(200, bytes: 5000), .cut(from: 1000))
+        XCTAssertEqual(range(200, bytes: 1100), .cut(from: 1000), "a file that ends where the range does")
+    }
+
+    func testShortOrLongAnswersAreRetriedThenEachTileFails() {
+        let shown = AnswerDecisionTests.archiveShown
+        XCTAssertEqual(range(206, bytes: 60), .retry(.init(exhausted: .resource(rangeError(
+            .badResponse, "HTTP 206 with 60 of the 100 bytes asked (bytes 1000-1099) from \(shown)", 206)))))
+        XCTAssertEqual(range(206, bytes: 101), .retry(.init(exhausted: .resource(rangeError(
+            .badResponse, "HTTP 206 with 101 of the 100 bytes asked (bytes 1000-1099) from \(shown)", 206)))))
+        XCTAssertEqual(range(200, bytes: 1099), .retry(.init(exhausted: .resource(rangeError(
+            .badResponse, "HTTP 200 with 1099 bytes to a range request for bytes 1000-1099 from \(shown): the server ignored Range and the file is cut short", 200)))))
+    }
+
+    func testAChangedArchiveFailsTheRegion() {
+        let message = "source 'basemap': the PMTiles archive \(AnswerDecisionTests.archiveShown) changed since the region was planned (HTTP %d%@); no tile of the new version was stored: drop the request again to plan over the new archive"
+        XCTAssertEqual(range(412, bytes: 0), .fail(.region(rangeError(.archiveChanged, String(format: message, 412, ""), 412))))
+        XCTAssertEqual(range(206, changed: true, etag: "\"v2\""), .fail(.region(rangeError(.archiveChanged, String(format: message, 206, ", ETag \"v2\""), 206))))
+        XCTAssertEqual(range(200, bytes: 5000, changed: true), .fail(.region(rangeError(.archiveChanged, String(format: message, 200, ""), 200))))
+        // A validator is compared only on a success: a 503 of a changed archive is retried.
+        if case .retry = range(503, bytes: 0, changed: true) {} else { XCTFail("a 503 is retried") }
+    }
+
+    func testTooManyRequestsServerErrorsAnd416AreRetried() {
+        let shown = AnswerDecisionTests.archiveShown
+        XCTAssertEqual(range(429, bytes: 0, retryAfter: 30), .retry(.init(after: 30, holdFor: 30, exhausted: .resource(rangeError(
+            .httpError, "HTTP 429 from \(shown) for bytes 1000-1099", 429)))))
+        XCTAssertEqual(range(503, bytes: 0, retryAfter: 99_999), .retry(.init(after: 99_999, holdFor: RetryAfter.maximum, exhausted: .resource(rangeError(
+            .httpError, "HTTP 503 from \(shown) for bytes 1000-1099", 503)))))
+        // 416: backoff alone, even with a Retry-After, and the region is not held.
+        XCTAssertEqual(range(416, bytes: 0, retryAfter: 30), .retry(.init(exhausted: .resource(rangeError(
+            .httpError, "HTTP 416 from \(shown) for bytes 1000-1099", 416)))))
+    }
+
+    func testOtherStatusesFailEachTile() {
+        for s in [403, 404, 410, 301] {
+            XCTAssertEqual(range(s, bytes: 0), .fail(.resource(rangeError(.httpError, "HTTP \(s) from \(AnswerDecisionTests.archiveShown) for bytes 1000-1099", s))), "\(s)")
+        }
+    }
+
+    func testRangeTransferFailuresAreDecidedAsForATile() {
+        let shown = AnswerDecisionTests.archiveShown
+        XCTAssertEqual(range(0, failure: .network("Connection refused")), .retry(.init(exhausted: .networkLost(why: "Connection refused"))))
+        XCTAssertEqual(range(0, failure: .refused("scheme 'ftp' is not allowed")), .fail(.region(RegionError(
+            code: .httpError, message: "scheme 'ftp' is not allowed (\(shown))", url: shown))))
+        XCTAssertEqual(range(0, failure: .policyRefused("tile.openstreetmap.org forbids bulk downloading")), .fail(.region(RegionError(
+            code: .policyRefused, message: "tile.openstreetmap.org forbids bulk downloading (redirected from \(shown))", url: shown))))
+        // The server's words never show the key.
+        XCTAssertEqual(range(0, failure: .badResponse("body cut short after K7SECRET")), .retry(.init(exhausted: .resource(RegionError(
+            code: .badResponse, message: "body cut short after REDACTED (\(shown))", url: shown)), log: "bad response: body cut short after REDACTED")))
     }
 }
