@@ -60,6 +60,18 @@ public struct RateLimiter: Sendable {
         return 0
     }
 
+    /// Counts one request to `host` for region `region` started at `now` without asking
+    /// (`admit`'s debit alone): a bucket already in debt goes further into it, so the requests
+    /// after it wait that much longer and the rate averaged over them holds. For requests that
+    /// cannot wait their turn (a PMTiles archive's directories, read while the daemon's loop
+    /// waits).
+    public mutating func charge(host: Substring, region: String, regionLimit: Double?, now: Double) {
+        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
+        let hostKey = String(host), regionKey = region + "\u{0}" + hostKey
+        if let rate = hostLimit { nextStart[hostKey] = max(now, nextStart[hostKey] ?? now) + 1 / rate }
+        if let rate = regionLimit { nextStart[regionKey] = max(now, nextStart[regionKey] ?? now) + 1 / rate }
+    }
+
     /// Records `bytes` of body received at `now` against the byte limit.
     public mutating func received(bytes: Int, now: Double) {
         guard let rate = bytesPerSecond else { return }

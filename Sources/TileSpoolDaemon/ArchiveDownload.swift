@@ -20,8 +20,9 @@ extension Daemon {
     /// region), synchronously, with a client of the daemon's options: a few requests, made
     /// once per region when its plan is made (never again on resume: the plan keeps the tiles).
     /// Each request is one for the rate limits, as a tile's: the daemon waits for its turn
-    /// (`RateLimiter.admit`, at most `maxDirectoryWait` a request: the loop waits meanwhile) and
-    /// counts its body's bytes against the byte limit.
+    /// (`RateLimiter.admit`) up to `maxDirectoryWait` in all, then charges the rest to the limits
+    /// (`RateLimiter.charge`: the range requests after them wait it out), and counts its body's
+    /// bytes against the byte limit.
     func readArchives(_ r: Region, style: StyleDocument?) throws(RegionError) -> [String: TileSet] {
         guard !Planner.archiveSources(request: r.request, style: style).isEmpty else { return [:] }
         var httpOptions = options.http
@@ -29,14 +30,21 @@ extension Daemon {
         let client = HTTPClient(options: httpOptions)
         // A refresh: an archive still at the version the pack was planned from costs one request.
         let previous = r.refreshing ? r.files.loadPlan() : nil
+        // At most `maxDirectoryWait` of waiting in all (the loop waits with it): a request whose
+        // turn is further off goes at once and is charged, and the range requests after it wait.
+        var waitLeft = Daemon.maxDirectoryWait
         func pace(_ url: String) {
             let host = RateLimiter.host(of: url)
-            let deadline = Daemon.now() + Daemon.maxDirectoryWait
             while true {
                 let now = Daemon.now()
                 let wait = limiter.admit(host: host, region: r.id, regionLimit: r.request.maxRequestsPerSecond, now: now)
-                if wait <= 0 || now >= deadline { return }
-                usleep(useconds_t(min(wait, deadline - now) * 1_000_000) + 1)
+                if wait <= 0 { return }
+                guard wait <= waitLeft else {
+                    limiter.charge(host: host, region: r.id, regionLimit: r.request.maxRequestsPerSecond, now: now)
+                    return
+                }
+                usleep(useconds_t(wait * 1_000_000) + 1)
+                waitLeft -= wait
             }
         }
         let readings = try PMTilesRemote.readAll(request: r.request, style: style, http: client, headers: r.request.headerList, previous: previous,
@@ -48,9 +56,11 @@ extension Daemon {
         return readings.mapValues(\.set)
     }
 
-    /// The longest a directory request waits for the rate limits, in seconds (the daemon's loop
-    /// waits with it, so a byte limit's debt cannot stall every other region for long).
-    static let maxDirectoryWait = 10.0
+    /// The longest the directory requests of one plan wait for the rate limits in all, in
+    /// seconds: the daemon's loop waits with them, so a region's low `maxRequestsPerSecond` (down
+    /// to 0.01) cannot stall every other region; what is beyond it is charged to the limits. At
+    /// the default 10 requests a second per host, a plan's few directory requests fit in it.
+    static let maxDirectoryWait = 1.0
 
     /// The URL of the archive an error names (`shown`: its redacted form), to probe while the
     /// region waits for the network; the first archive when none matches.

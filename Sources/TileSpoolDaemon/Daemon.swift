@@ -37,6 +37,14 @@ public struct DaemonOptions: Sendable {
     /// the oldest of them was downloaded, or once `syncBatch` objects wait, whichever comes first.
     public var syncInterval = 1.0
     public var syncBatch = 4096
+    /// Seconds between periodic rescans of `requests/` and `control/` (`--rescan-interval`):
+    /// inotify events are hints, a rescan finds what none announced (a hard link, a folder made
+    /// again).
+    public var rescanInterval = 5.0
+    /// Seconds a regular file found by a rescan must have gone unmodified before it is read,
+    /// where a read lease cannot tell whether a writer holds it open, and before a misnamed file
+    /// is moved to `rejected/` (`--settle-time`).
+    public var settleTime = 3.0
     /// Status files of a downloading region are rewritten at most this often.
     public var statusInterval = 1.0
     /// Completed regions are refreshed by themselves this many seconds after their manifest was
@@ -326,7 +334,7 @@ public final class Daemon {
             for r in live.values where (r.statusDirty || r.state == .downloading && now - r.lastStatusWrite >= Daemon.rateRefresh)
                 && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
             operationsTick(now: now)
-            if now - lastRescan >= Daemon.rescanInterval {
+            if now - lastRescan >= options.rescanInterval {
                 lastRescan = now
                 try? layout.create()      // a removed folder comes back
                 watcher.ensureWatches()   // and is watched again

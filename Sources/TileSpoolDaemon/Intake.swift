@@ -8,17 +8,8 @@ import TileSpoolCore
 import TileSpoolIO
 
 extension Daemon {
-    /// A regular file found by a rescan (not announced by an inotify event) is read only when no
-    /// writer holds it open (a read lease says so); where leases are not available, only once it
-    /// has been left unmodified this many seconds.
-    static let settleTime = 3.0
-
-    /// Seconds between periodic rescans (events are hints: a missed one, a hard link, a recreated
-    /// folder are all found this way).
-    static let rescanInterval = 5.0
-
     /// Handles every file in `folder`, oldest first (so arrival order follows the files' age),
-    /// leaving regular files modified in the last `settleTime` seconds for their close event or
+    /// leaving regular files modified in the last `options.settleTime` seconds for their close event or
     /// the next rescan.
     func rescan(_ folder: String) {
         let now = Date().timeIntervalSince1970
@@ -32,12 +23,12 @@ extension Daemon {
                 switch Files.isOpenForWriting(folder + "/" + name) {
                 case true?: return nil
                 case false?: break
-                case nil: if now - Double(mtime) / 1e9 < Daemon.settleTime { return nil }
+                case nil: if now - Double(mtime) / 1e9 < options.settleTime { return nil }
                 }
                 // A request file not named *.json is refused only here, settled (closed and left
                 // unmodified a while), never on its close event: foo.json.tmp may become foo.json.
                 if folder == layout.requests && !name.hasSuffix(".json") {
-                    if now - Double(mtime) / 1e9 >= Daemon.settleTime { misnamed.append(name) }
+                    if now - Double(mtime) / 1e9 >= options.settleTime { misnamed.append(name) }
                     return nil
                 }
             }

@@ -43,7 +43,7 @@ extension Daemon {
 
     func nextTimeout() -> Double {
         let now = Daemon.now()
-        var t = 1.0
+        var t = min(1.0, max(0, lastRescan + options.rescanInterval - now))
         // While a batch is at the writer, its eventfd wakes the loop.
         if pendingCount > 0 && commitInFlight == nil { t = min(t, max(0, firstPendingAt + options.syncInterval - now)) }
         for r in live.values {

@@ -26,6 +26,8 @@ public struct VerifyReport: Sendable {
     /// "region: key -> sha" for manifest lines whose object is absent.
     public var missingObjects: [String] = []
     public var tempFiles: [String] = []
+    /// Packs no index file lists (`ObjectCheck.unindexedPacks`): reported, not counted as faults.
+    public var unindexedPacks: [String] = []
     /// Regions whose status counts disagree with their manifest.
     public var countMismatches: [String] = []
     public var quarantined = 0
@@ -159,6 +161,7 @@ public enum StoreMaintenance {
         report.quarantined = objects.quarantined
         report.reindexed = objects.reindexed
         report.tempFiles = objects.tempFiles
+        report.unindexedPacks = objects.unindexedPacks
         for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") { report.tempFiles.append("status/" + name) }
 
         for id in try store.regionIDs().sorted() {

@@ -261,6 +261,7 @@ extension Repository {
                 c.bad.append("\(f.name): not a whole pack")
             }
             if !whole && !bad { bad = true; c.bad.append("\(f.name): its bytes do not hash to its name") }
+            if indexed[name] == nil && !bad { c.unindexedPacks.append(f.name) }
             // Index entries that name no good record of this pack.
             for e in indexed[name] ?? [] where good[e.offset].map({ $0.0 != e.digest || $0.1 != e.length }) ?? true {
                 if !c.badNames.contains(e.digest.hex) { c.bad.append("\(f.name): the index lists \(e.digest.hex) at \(e.offset), not there") }

@@ -137,6 +137,11 @@ public struct ObjectCheck: Sendable {
     public var reindexed = 0
     /// Leftover temp files, as paths relative to the store.
     public var tempFiles: [String] = []
+    /// Packs no index file lists (`packs/<sha256>.pack`), found by a plain verify: their objects
+    /// are sound but `cat` and exports cannot find them until gc, `verify --repair` or a daemon
+    /// start indexes them. Not damage: a running daemon's newest pack is one for a moment, and a
+    /// gc cut short by a full disk leaves some.
+    public var unindexedPacks: [String] = []
     public init() {}
 }
 

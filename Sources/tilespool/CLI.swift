@@ -194,6 +194,10 @@ options:
                                   long, retried like a network timeout (default 300; at most
                                   86400; 0: none)
   --sync-interval SECONDS         how often downloaded objects are synced and recorded (default 1)
+  --rescan-interval SECONDS       how often requests/ and control/ are rescanned for what no
+                                  inotify event announced (default 5; 0.1 to 3600)
+  --settle-time SECONDS           how long a file a rescan finds must go unmodified when no read
+                                  lease can tell that a writer has closed it (default 3; at most 3600)
   --refresh-interval SECONDS      refresh every completed region this long after its last
                                   download or refresh, checking resources at least that old
                                   (default: never; a request's refreshAfter wins)
@@ -259,7 +263,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     let valued: Set<String> = commonValued.union(["--max-active-regions", "--max-requests-per-region", "--max-connections",
                                                  "--max-connections-per-host", "--max-tiles", "--max-object-size", "--max-retries",
                                                  "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time", "--transfer-timeout",
-                                                 "--sync-interval", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
+                                                 "--sync-interval", "--rescan-interval", "--settle-time", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
                                                  "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
                                                  "--events-keep", "--user-agent", "--allow-host",
                                                  "--max-requests-per-second-per-host", "--max-bytes-per-second"])
@@ -286,6 +290,9 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime), maximum: HTTPOptions.maximumTimeout).rounded(.up))
     o.http.transferTimeout = try a.seconds("--transfer-timeout", default: o.http.transferTimeout, maximum: HTTPOptions.maximumTimeout)
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
+    o.rescanInterval = try a.seconds("--rescan-interval", default: o.rescanInterval, maximum: 3600)
+    if o.rescanInterval < 0.1 { throw UsageError("--rescan-interval must be a number of seconds from 0.1 to 3600") }
+    o.settleTime = try a.seconds("--settle-time", default: o.settleTime, maximum: 3600)
     if let ua = a.options["--user-agent"] {
         guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
             throw UsageError("--user-agent must be 1 to 512 printable characters")

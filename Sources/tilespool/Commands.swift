@@ -207,6 +207,9 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }
     for m in r.missingObjects { out("missing object: \(m)") }
     for t in r.tempFiles { out("temp file left over: \(t)") }
+    for p in r.unindexedPacks {
+        out("pack no index lists (sound; cat and exports find its objects once gc, verify --repair or a daemon start indexes it): \(p)")
+    }
     for c in r.countMismatches { out("count mismatch: \(c)") }
     for p in r.unreadablePlans { out("unreadable plan: \(p)") }
     if repair { out("repair: quarantined \(r.quarantined) files (damaged packs and loose objects, in quarantine/); packs indexed again: \(r.reindexed); regions marked for re-download: \(r.regionsMarked.isEmpty ? "none" : r.regionsMarked.joined(separator: ", "))") }

@@ -700,6 +700,15 @@ final class ImportAndLimitTests: XCTestCase {
         bytes.received(bytes: 3000, now: 0)
         XCTAssertEqual(bytes.admit(host: "h", region: "a", regionLimit: nil, now: 0.5), 1.5, accuracy: 1e-9, "2,000 bytes of debt less 500 repaid")
         XCTAssertEqual(bytes.admit(host: "h", region: "a", regionLimit: nil, now: 2), 0)
+        // A request counted without asking (`charge`): the buckets go into debt, and the next
+        // request waits for both turns.
+        var charged = RateLimiter(perHost: 4)
+        XCTAssertEqual(charged.admit(host: "tiles.example.org", region: "a", regionLimit: 1, now: 10), 0)
+        charged.charge(host: "tiles.example.org", region: "a", regionLimit: 1, now: 10)
+        XCTAssertEqual(charged.admit(host: "tiles.example.org", region: "a", regionLimit: 1, now: 10), 2, accuracy: 1e-9, "two turns of the region's 1 a second")
+        XCTAssertEqual(charged.admit(host: "tiles.example.org", region: "b", regionLimit: nil, now: 10), 0.5, accuracy: 1e-9, "two turns of the host's 4 a second")
+        charged.charge(host: "127.0.0.1", region: "a", regionLimit: nil, now: 10)
+        XCTAssertEqual(charged.admit(host: "127.0.0.1", region: "a", regionLimit: nil, now: 10), 0, "loopback is spared by default, charged or not")
     }
 }
 

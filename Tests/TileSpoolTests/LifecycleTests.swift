@@ -127,9 +127,9 @@ final class LifecycleTests: FaultServerSpoolTestCase {
     }
 
     /// Events are hints: a hard link (no close event) and a requests/ folder removed and made again
-    /// are both found by the periodic rescan.
+    /// are both found by the periodic rescan (every 0.5 s here: `--rescan-interval`).
     func testPeriodicRescanFindsHardLinksAndRecreatedFolders() throws {
-        try fx.start()
+        try fx.start(["--rescan-interval", "0.5"])
         let outside = fx.root.appendingPathComponent("linked.json").path
         let data = try JSONSerialization.data(withJSONObject: slowRequest("linked", maxZoom: 1, ms: 1))
         try data.write(to: URL(fileURLWithPath: outside))
@@ -144,13 +144,13 @@ final class LifecycleTests: FaultServerSpoolTestCase {
     /// A writer that pauses longer than a rescan period in the middle of a request: the rescan
     /// sees the file still open for writing (a read lease is refused) and leaves it alone.
     func testRescanLeavesAFileStillOpenForWritingAlone() throws {
-        try fx.start()
+        try fx.start(["--rescan-interval", "0.5", "--settle-time", "0.3"])
         let data = try JSONSerialization.data(withJSONObject: slowRequest("held", maxZoom: 1, ms: 1))
         let fd = open(fx.spool + "/requests/held.json", O_WRONLY | O_CREAT | O_EXCL, 0o644)
         XCTAssertGreaterThanOrEqual(fd, 0)
         XCTAssertEqual(data.prefix(data.count / 2).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }, data.count / 2)
-        // The pause is the scenario: longer than the 5 s rescan period plus the 3 s settle time.
-        let resumeAt = Date().addingTimeInterval(8.5)
+        // The pause is the scenario: three rescan periods plus the settle time.
+        let resumeAt = Date().addingTimeInterval(1.9)
         try waitUntil("the writer's pause", timeout: 10) { Date() >= resumeAt }
         XCTAssertNil(fx.state("held"), "the half-written file was read: \(fx.log().suffix(500))")
         XCTAssertTrue(FileManager.default.fileExists(atPath: fx.spool + "/requests/held.json"))

@@ -104,6 +104,30 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
 
     // MARK: Finding 15: huge timeouts are usage errors
 
+    /// `--rescan-interval` below 0.1 s (a rescan every loop turn) or above an hour, and
+    /// `--settle-time` outside 0 to 3600, are usage errors (exit status 2): the daemon never starts.
+    func testRescanIntervalAndSettleTimeOutOfRangeAreUsageErrors() throws {
+        for (option, value, says) in [("--rescan-interval", "0.05", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
+                                      ("--rescan-interval", "3601", "--rescan-interval must be a number of seconds from 0 to 3600"),
+                                      ("--settle-time", "-1", "--settle-time must be a number of seconds from 0 to 3600"),
+                                      ("--settle-time", "1e9", "--settle-time must be a number of seconds from 0 to 3600")] {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+            p.arguments = ["run", "--spool", fx.spool, "--store", fx.store, option, value]
+            let pipe = Pipe()
+            p.standardOutput = pipe
+            p.standardError = pipe
+            try p.run()
+            var exited = false
+            try? waitUntil("run \(option) \(value) exits", timeout: 10) { exited = !p.isRunning; return exited }
+            if !exited { p.terminate(); p.waitUntilExit() }
+            let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            XCTAssertTrue(exited, "\(option) \(value) was accepted: the daemon runs")
+            XCTAssertEqual(p.terminationStatus, 2, "\(option) \(value): \(text)")
+            XCTAssertTrue(text.contains("tilespool: \(says)"), text)
+        }
+    }
+
     /// `--connect-timeout`, `--low-speed-time` and `--transfer-timeout` of 9.3e18 were accepted
     /// and crashed the daemon at its first transfer; now they are usage mistakes (exit 2) like
     /// every other option out of range, and the limit is in `run --help`.

@@ -548,6 +548,29 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(starts[1] - starts[0], 0.24, "the range followed the directory request within \(starts[1] - starts[0]) s")
     }
 
+    /// The directory requests of one plan wait at most 1 s in all for the rate limits (the
+    /// daemon's loop waits with them); a turn further off is charged instead, and the range
+    /// requests after it wait it out. An archive with two leaves at 1.5 requests a second: the
+    /// first leaf waits its turn (0.67 s), the second goes before its turn, and yet every request
+    /// of the region together keeps the rate (the last starts at least (n - 1) / 1.5 s after the first).
+    func testDirectoryRequestsWaitLittleAndTheRangesKeepTheRate() throws {
+        try ExportTools.require([ExportTools.python])
+        let archive = generated.appendingPathComponent("paced.pmtiles").path
+        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "7"])
+        XCTAssertEqual(rc, 0, out)
+        try fx.drop("paced.json", ["id": "paced", "tiles": [nginx.url("/gen/paced.pmtiles")], "maxRequestsPerSecond": 1.5,
+                                   "bounds": [1.3, 2.7, 37.1, 41.9], "minZoom": 0, "maxZoom": 7])
+        try fx.waitForState("paced", "completed", timeout: 60)
+        let n = archiveRequests("/gen/paced.pmtiles").count
+        try waitUntil("nginx timed every request", timeout: 20) { nginx.timingLog().filter { $0.uri == "/gen/paced.pmtiles" }.count >= n }
+        let starts = nginx.timingLog().filter { $0.uri == "/gen/paced.pmtiles" }.map(\.start).sorted()
+        XCTAssertGreaterThan(starts.count, 4, "the header, two leaves and the ranges")
+        XCTAssertGreaterThanOrEqual(starts[1] - starts[0], 0.6, "the first leaf waited its turn")
+        XCTAssertLessThan(starts[2] - starts[1], 0.6, "the second leaf went before its turn, charged")
+        XCTAssertGreaterThanOrEqual(starts.last! - starts[0], Double(starts.count - 1) / 1.5 - 0.05, "\(starts.count) requests kept 1.5 a second")
+        print("MEASURED: paced archive: \(starts.count) requests over \(String(format: "%.2f", starts.last! - starts[0])) s")
+    }
+
     /// An archive written by the `pmtiles` writer (leaf directories, run-length entries, gzip
     /// tiles): every tile the reader finds in the region is stored once decoded, with the reader's
     /// SHA-256; a few range requests for hundreds of tiles.

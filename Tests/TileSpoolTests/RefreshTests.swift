@@ -325,7 +325,7 @@ final class RefreshTests: XCTestCase {
     /// `--refresh-interval`: a completed region is refreshed by itself once its manifest is that
     /// old, with conditional requests.
     func testRefreshIntervalRefreshesByItself() throws {
-        try fx.start(["--refresh-interval", "2"])
+        try fx.start(["--refresh-interval", "2", "--rescan-interval", "0.5"])
         try completeMonaco()
         let before = nginx.conditionalLog().count
         try waitForRefresh("finished", timeout: 30)

@@ -380,11 +380,16 @@ final class StoreTests: XCTestCase {
         for f in try FileManager.default.contentsOfDirectory(atPath: dir + "/index") { try FileManager.default.removeItem(atPath: dir + "/index/" + f) }
         let unlisted = try open()
         XCTAssertThrowsError(try unlisted.read(SHA256.hex(bs[0]), limit: 1 << 20))
+        // A plain verify names it (not as damage: its objects are sound).
+        let plain = try unlisted.repository.checkObjects(repair: false)
+        XCTAssertEqual(plain.bad, [])
+        XCTAssertEqual(plain.unindexedPacks, try FileManager.default.contentsOfDirectory(atPath: dir + "/packs").map { "packs/" + $0 })
         let check = try unlisted.repository.checkObjects(repair: true)
         XCTAssertEqual(check.reindexed, 1)
         XCTAssertEqual(check.bad, [])
         let repaired = try open()
         for b in bs { XCTAssertEqual(try repaired.read(SHA256.hex(b), limit: 1 << 20), b) }
+        XCTAssertEqual(try repaired.repository.checkObjects(repair: false).unindexedPacks, [])
     }
 
     /// An index file whose entries give offsets no pack can have (2^64 - 1, crafted, with a

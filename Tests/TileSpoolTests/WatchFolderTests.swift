@@ -195,7 +195,7 @@ final class WatchFolderTests: FaultServerSpoolTestCase {
     /// reason, never its close event; a temp file a writer still holds open stays, and becomes a
     /// request when renamed to `.json`.
     func testDotfilesAreIgnoredAndMisnamedRequestsAreRejectedOnceSettled() throws {
-        try fx.start(["--sync-interval", "0.1"])
+        try fx.start(["--sync-interval", "0.1", "--rescan-interval", "0.5"])
         let misnamed = ["readme.txt", "x.json.bak", "X.JSON", "y.Json", "a.geojson", "b.json.txt", "json", "a.json.tmp", "b.json~", "#c.json#"]
         let dotfiles = [".hidden.json", ".json", ".notes.txt"]
         let content = jsonData(request("misnamed"))
