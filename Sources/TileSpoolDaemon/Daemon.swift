@@ -200,19 +200,16 @@ public final class Daemon {
             let files = store.region(id)
             // A symlink (or anything but a folder) at store/regions/<id> was not made by us: it is
             // never followed, so nothing is read from or written into where it points.
-            if let local = files as? RegionFiles {
-                do { _ = try local.openFolder() } catch {
-                    let message = RegionFiles.refusal(id, error)
-                    Log.error(message, region: id)
-                    if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
-                        var failed = st
-                        failed.state = .failed
-                        failed.error = RegionError(code: .storeDamaged, message: message)
-                        failed.updatedAt = Date()
-                        status.record(failed)
-                    }
-                    continue
+            if let message = files.refusal(id: id) {
+                Log.error(message, region: id)
+                if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
+                    var failed = st
+                    failed.state = .failed
+                    failed.error = RegionError(code: .storeDamaged, message: message)
+                    failed.updatedAt = Date()
+                    status.record(failed)
                 }
+                continue
             }
             guard let request = try? files.loadRequest() else {
                 Log.error("store/regions/\(id)/request.json is missing or invalid; region skipped (delete it to clean up)", region: id)

@@ -475,6 +475,9 @@ final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
 }
 
 extension RegionFiles: RegionStorage {
+    public func refusal(id: String) -> String? {
+        do { _ = try openFolder(); return nil } catch { return RegionFiles.refusal(id, error) }
+    }
     public var location: String { dir }
     /// Why the folder cannot be read, when it exists but cannot be opened (a symlink there,
     /// ELOOP; anything but a folder; EACCES, EMFILE): what was read from it is not the region's.

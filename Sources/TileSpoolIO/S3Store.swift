@@ -128,6 +128,9 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     @discardableResult
     private func client<T>(_ body: (S3Client) throws -> T) throws -> T { try store.retrying(body) }
 
+    /// Keys in a bucket are never links: always usable.
+    public func refusal(id: String) -> String? { nil }
+
     public func create(request: RegionRequest) throws {
         let data = JSONKind.serialize(request.jsonObject, pretty: true)
         try client { c in try c.put(base + "request.json", data) }

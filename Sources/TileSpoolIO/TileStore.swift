@@ -155,6 +155,10 @@ public protocol RegionStorage: AnyObject, Sendable {
     /// written as the region's folder (a folder store reaches them by descriptor,
     /// `/proc/self/fd/<fd>/...`); unchanged when there is nothing to write back.
     func shown(_ message: String) -> String
+    /// Why these are not files of a region TileSpool can use, worded for the log and the status
+    /// (on disk: a symlink, or anything but a folder, at `regions/<id>`, never followed); nil
+    /// when they are (always in a bucket). `id` is the region's, named in the message.
+    func refusal(id: String) -> String?
     /// Creates the region and writes its request (durably).
     func create(request: RegionRequest) throws
     /// The stored request. - Throws: when absent, unreadable or not a valid request.
