@@ -45,6 +45,10 @@ public protocol Backend: AnyObject, Sendable {
     func remove(_ name: String) throws
     /// Temp files that saves cut short left under `prefix` (see the extension's default).
     func leftovers(prefix: String) throws -> [BackendFile]
+    /// Entries under `prefix` that no save makes, as `name (kind)`: on disk a symlink, FIFO,
+    /// socket or device, or a folder whose name starts with `.`. Never read, followed or removed;
+    /// `verify` names them. None by default: a bucket holds only objects.
+    func foreignEntries(prefix: String) throws -> [String]
     /// The probe URL when `error` says the backend cannot be reached (S3 down: the region waits as
     /// `pausedNetwork`), else nil.
     func unreachableProbeURL(for error: Error) -> String?
@@ -70,6 +74,7 @@ extension Backend {
     /// renaming it into place): `name` is the temp file's path relative to the backend. None by
     /// default: a bucket's PUT leaves nothing half made.
     public func leftovers(prefix: String) throws -> [BackendFile] { [] }
+    public func foreignEntries(prefix: String) throws -> [String] { [] }
 
     public func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool {
         for (i, r) in ranges.enumerated() {
@@ -384,6 +389,30 @@ public final class LocalBackend: Backend, @unchecked Sendable {
         }
         walk(top, String(prefix.split(separator: "/").first!) + "/", depth: 1)
         return out
+    }
+
+    public func foreignEntries(prefix: String) throws -> [String] {
+        let topName = String(prefix.split(separator: "/").first ?? "")
+        guard Directory.isEntryName(topName), let top = try? Directory(path: root).subdirectory(topName) else { return [] }
+        var out: [String] = []
+        func walk(_ d: Directory, _ rel: String, depth: Int) {
+            guard depth < 8 else { return }
+            for name in d.list() {
+                guard let st = d.status(name) else { continue }
+                switch st.st_mode & S_IFMT {
+                case S_IFREG: break
+                case S_IFDIR where !name.hasPrefix("."):
+                    if let sub = try? d.subdirectory(name) { walk(sub, rel + name + "/", depth: depth + 1) }
+                case S_IFDIR: out.append(rel + name + " (folder)")
+                case S_IFLNK: out.append(rel + name + " (symlink)")
+                case S_IFIFO: out.append(rel + name + " (FIFO)")
+                case S_IFSOCK: out.append(rel + name + " (socket)")
+                default: out.append(rel + name + " (device)")
+                }
+            }
+        }
+        walk(top, topName + "/", depth: 1)
+        return out.sorted()
     }
 
     public func remove(_ name: String) throws {

@@ -28,6 +28,8 @@ public struct VerifyReport: Sendable {
     public var tempFiles: [String] = []
     /// Packs no index file lists (`ObjectCheck.unindexedPacks`): reported, not counted as faults.
     public var unindexedPacks: [String] = []
+    /// Entries in the store's folders TileSpool never makes (`ObjectCheck.foreignEntries`): faults.
+    public var foreignEntries: [String] = []
     /// Regions whose status counts disagree with their manifest.
     public var countMismatches: [String] = []
     public var quarantined = 0
@@ -39,7 +41,9 @@ public struct VerifyReport: Sendable {
     /// "region: why" for completed regions whose `plan.json` is missing, not a plan, or damaged
     /// (`ResourcePlan.damage`): the daemon does not believe such a region complete.
     public var unreadablePlans: [String] = []
-    public var faults: Int { badObjects.count + missingObjects.count + tempFiles.count + countMismatches.count + unreadablePlans.count }
+    public var faults: Int {
+        badObjects.count + missingObjects.count + tempFiles.count + foreignEntries.count + countMismatches.count + unreadablePlans.count
+    }
 }
 
 /// Garbage collection and verification of a store, either backend. Both only read manifests; gc
@@ -162,6 +166,7 @@ public enum StoreMaintenance {
         report.reindexed = objects.reindexed
         report.tempFiles = objects.tempFiles
         report.unindexedPacks = objects.unindexedPacks
+        report.foreignEntries = objects.foreignEntries
         for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") { report.tempFiles.append("status/" + name) }
 
         for id in try store.regionIDs().sorted() {

@@ -342,6 +342,7 @@ extension Repository {
         }
         // Temp files of saves cut short (or in flight, beside a running daemon) in the store's folders.
         for f in (try? storeLeftovers()) ?? [] { c.tempFiles.append(f.name) }
+        c.foreignEntries = try ["packs/", "index/", "objects/"].flatMap { try backend.foreignEntries(prefix: $0) }.sorted()
         c.bad.sort()
         return c
     }

@@ -142,6 +142,9 @@ public struct ObjectCheck: Sendable {
     /// start indexes them. Not damage: a running daemon's newest pack is one for a moment, and a
     /// gc cut short by a full disk leaves some.
     public var unindexedPacks: [String] = []
+    /// Entries in the store's folders that TileSpool never makes (`Backend.foreignEntries`:
+    /// a symlink, FIFO, socket, device or dot-folder), as `name (kind)`: left alone, reported.
+    public var foreignEntries: [String] = []
     public init() {}
 }
 

@@ -206,7 +206,8 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     for b in r.badObjects { out("bad object (content does not hash to its name): \(b)") }
     for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }
     for m in r.missingObjects { out("missing object: \(m)") }
-    for t in r.tempFiles { out("temp file left over: \(t)") }
+    for t in r.tempFiles { out("temp file left over: \(TerminalText.safe(t))") }
+    for e in r.foreignEntries { out("entry TileSpool did not make (left alone; remove it by hand): \(TerminalText.safe(e))") }
     for p in r.unindexedPacks {
         out("pack no index lists (sound; cat and exports find its objects once gc, verify --repair or a daemon start indexes it): \(p)")
     }

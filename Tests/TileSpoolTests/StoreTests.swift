@@ -373,6 +373,28 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try readerVerify(), "")
     }
 
+    /// Entries TileSpool never makes in the store's folders (attack round 6: a symlink, a FIFO,
+    /// a folder named like a temp file) are named by verify as faults and left alone, by the
+    /// repair and by gc too; what a symlink points at is never touched.
+    func testForeignEntriesAreReportedAndLeftAlone() throws {
+        let (store, bs, names) = try sealedStore(10, "foreign")
+        let outside = try TestScratch.folder("foreign-target").path + "/target"
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: outside))
+        XCTAssertEqual(symlink(outside, dir + "/packs/.tmp-evil"), 0)
+        XCTAssertEqual(symlink(outside, dir + "/packs/" + String(repeating: "a", count: 64) + ".pack"), 0)
+        XCTAssertEqual(mkfifo(dir + "/index/.tmp-fifo", 0o600), 0)
+        try FileManager.default.createDirectory(atPath: dir + "/objects/.tmp-dir", withIntermediateDirectories: true)
+        let expected = ["index/.tmp-fifo (FIFO)", "objects/.tmp-dir (folder)",
+                        "packs/.tmp-evil (symlink)", "packs/" + String(repeating: "a", count: 64) + ".pack (symlink)"]
+        XCTAssertEqual(try store.repository.checkObjects(repair: false).foreignEntries, expected)
+        XCTAssertEqual(try store.repository.checkObjects(repair: true).foreignEntries, expected, "the repair leaves them")
+        _ = try store.repository.collectGarbage(grace: 0) { Set(names) }
+        XCTAssertEqual(try open().repository.checkObjects(repair: false).foreignEntries, expected, "gc leaves them")
+        XCTAssertEqual(try String(contentsOfFile: outside, encoding: .utf8), "keep")
+        let reopened = try open()
+        for (n, b) in zip(names, bs) { XCTAssertEqual(try reopened.read(n, limit: 1 << 20), b) }
+    }
+
     /// Attack round 7: a pack no index file lists (its index removed) could not be read by `cat`
     /// or exports, and `verify --repair` left it so. The repair indexes it from its records.
     func testRepairIndexesAPackNoIndexLists() throws {
