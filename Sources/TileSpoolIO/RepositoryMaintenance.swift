@@ -48,10 +48,18 @@ extension Repository {
         struct Stats { var created: UInt64 = 0; var live = 0, dead = 0, liveBytes = 0, deadBytes = 0 }
         var stats: [Digest: Stats] = [:]
         var seen = Set<String>() // pack:digest pairs already counted (an object listed by two index files)
+        // The referenced objects some pack file holds, each once: the report counts objects, not
+        // copies (a gc killed after saving its new pack left two of each it copied).
+        var liveObjects = Set<Digest>()
         try allEntries { pack, e in
             guard seen.insert(pack.digest.hex + e.digest.hex).inserted else { return }
             var s = stats[pack.digest] ?? Stats(created: pack.created)
-            if refs.contains(e.digest.hex) { s.live += 1; s.liveBytes += Int(e.length) } else { s.dead += 1; s.deadBytes += Int(e.length) }
+            if refs.contains(e.digest.hex) {
+                s.live += 1; s.liveBytes += Int(e.length)
+                if packFiles[pack.digest] != nil { liveObjects.insert(e.digest) }
+            } else {
+                s.dead += 1; s.deadBytes += Int(e.length)
+            }
             stats[pack.digest] = s
         }
         seen = []
@@ -63,7 +71,7 @@ extension Repository {
         let small = stats.filter { p, s in old(p) && packFiles[p] != nil && (packFiles[p]?.size ?? 0) < Repository.smallPackSize && s.live > 0 }
         for (p, s) in stats where packFiles[p] != nil {
             if !old(p) {
-                report.objectsKept += s.live + s.dead
+                report.objectsKept += s.dead
                 report.youngUnreferenced += s.dead; report.youngUnreferencedBytes += s.deadBytes
                 continue
             }
@@ -72,8 +80,9 @@ extension Repository {
             if share >= Repository.repackDeadShare || (small.count >= 2 && small[p] != nil) {
                 repack.insert(p); report.objectsRemoved += s.dead
             }
-            report.objectsKept += s.live + (repack.contains(p) ? 0 : s.dead)
+            report.objectsKept += repack.contains(p) ? 0 : s.dead
         }
+        report.objectsKept += liveObjects.count
 
         // Pass 2: the live objects of the packs to repack, and the loose objects to pack. One a
         // pack that stays holds already is not copied (a gc killed after saving its new pack left
@@ -100,7 +109,7 @@ extension Repository {
                 try writer.append(digest, body)
                 written.insert(digest)
                 looseRemoved.append(f)
-                report.objectsKept += 1
+                if liveObjects.insert(digest).inserted { report.objectsKept += 1 }
             } else if now - f.modified >= grace {
                 looseRemoved.append(f)
                 report.objectsRemoved += 1

@@ -395,6 +395,34 @@ final class StoreTests: XCTestCase {
         for (n, b) in zip(names, bs) { XCTAssertEqual(try reopened.read(n, limit: 1 << 20), b) }
     }
 
+    /// A gc killed after saving its new pack leaves each object it copied in two packs (and a
+    /// store of an earlier version may hold an object loose as well). The next gc counts each
+    /// object once ("kept N objects" is the number of distinct objects, not of copies: it said 27
+    /// here) and keeps exactly the referenced ones.
+    func testGCAfterAnInterruptedGCCountsEachObjectOnce() throws {
+        let (store, bs, names) = try sealedStore(20, "dup")
+        // What the killed gc left: a second pack holding objects 0-11 again (made the way gc makes
+        // its packs, with its own index file), and object 3 also as a loose file of an earlier version.
+        let writer = GCPackWriter(repository: store.repository)
+        for i in 0..<12 { try writer.append(Digest(hex: names[i])!, bs[i]) }
+        XCTAssertEqual(try writer.finish().count, 1)
+        try FileManager.default.createDirectory(atPath: dir + "/objects/" + names[3].prefix(2), withIntermediateDirectories: true)
+        try bs[3].write(to: URL(fileURLWithPath: dir + "/objects/" + names[3].prefix(2) + "/" + names[3]))
+        let before = try open()
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir + "/packs").count, 2)
+        // Objects 15-19 are no longer referenced.
+        let kept = Set(names.prefix(15))
+        let report = try before.repository.collectGarbage(grace: 0) { kept }
+        XCTAssertEqual(report.objectsKept, 15, "each object once")
+        XCTAssertEqual(report.objectsRemoved, 5)
+        let after = try open()
+        for (i, (n, b)) in zip(names, bs).enumerated() {
+            if i < 15 { XCTAssertEqual(try after.read(n, limit: 1 << 20), b) } else { XCTAssertFalse(after.contains(n)) }
+        }
+        XCTAssertEqual(try readerList().count, 15, "the independent reader finds the 15")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/objects/" + names[3].prefix(2) + "/" + names[3]))
+    }
+
     /// Attack round 7: a pack no index file lists (its index removed) could not be read by `cat`
     /// or exports, and `verify --repair` left it so. The repair indexes it from its records.
     func testRepairIndexesAPackNoIndexLists() throws {
