@@ -4,6 +4,8 @@ format, not the Swift code): the tests' witness that every object is where the s
 
     store_reader.py list STORE         one line per object: sha256, size, where (pack name or "loose")
     store_reader.py cat STORE SHA256   the object's bytes on standard output (exit 1 when absent)
+    store_reader.py extract STORE DIR SHA256...
+                                       each object found written to DIR/<sha256> (one run for many)
     store_reader.py verify STORE       checks every pack, index file and loose object; exit 1 on a fault
 
 And two commands that damage a store the way tests need (never used on a store that matters):
@@ -107,6 +109,19 @@ def main(argv):
                 sys.stdout.buffer.write(open(path, "rb").read())
                 return 0
         return 1
+    if cmd == "extract":
+        out, want = argv[3], set(argv[4:])
+        for path in packs(store):
+            for sha, _off, _length, body in records(path)[1]:
+                if sha in want:
+                    with open(os.path.join(out, sha), "wb") as f:
+                        f.write(body)
+                    want.discard(sha)
+        for sha, path in loose(store):
+            if sha in want:
+                with open(os.path.join(out, sha), "wb") as f:
+                    f.write(open(path, "rb").read())
+        return 0
     if cmd == "verify":
         faults, bodies = [], {}
         for path in packs(store):

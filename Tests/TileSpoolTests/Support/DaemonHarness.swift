@@ -240,6 +240,16 @@ final class SpoolFixture: @unchecked Sendable {
         return p.terminationStatus == 0 ? data : nil
     }
 
+    /// Objects `shas` as the independent reader finds them, in one run of it (`objectData` runs
+    /// it once per object): sha -> bytes; absent ones are left out.
+    func objectsData(_ shas: [String]) -> [String: Data] {
+        guard let out = try? TestScratch.folder("extract") else { return [:] }
+        guard let (rc, _) = try? runTool("/usr/bin/python3", [SpoolFixture.storeReader, "extract", store, out.path] + Array(Set(shas))), rc == 0 else { return [:] }
+        var found: [String: Data] = [:]
+        for sha in Set(shas) { found[sha] = FileManager.default.contents(atPath: out.path + "/" + sha) }
+        return found
+    }
+
     /// The independent reader's verdict on the whole store: "" when every pack, index file and
     /// loose object checks out, else its faults.
     func storeFaults() -> String {
