@@ -343,3 +343,30 @@ final class ReadmeTests: XCTestCase {
         XCTAssertTrue(out.contains("tilespool 0.1.0"), out)
     }
 }
+
+/// The contract and the code in step: the options `tilespool run --help` lists are the rows of
+/// contract.md's "Options of `run`" table, no more, no fewer (the table once listed
+/// `--download-threads`, removed from the code long before).
+final class ContractInStepTests: XCTestCase {
+    func testRunOptionsInTheContractAreTheOnesRunAccepts() throws {
+        let contract = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/contract.md")
+        let text = try String(contentsOf: contract, encoding: .utf8)
+        let start = try XCTUnwrap(text.range(of: "Options of `run`:"))
+        var documented = Set<String>()
+        var inTable = false
+        for line in text[start.upperBound...].split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("|") { inTable = true } else if inTable { break } else { continue }
+            guard line.hasPrefix("| `--"), let name = line.dropFirst(3).split(whereSeparator: { $0 == " " || $0 == "`" }).first else { continue }
+            documented.insert(String(name))
+        }
+        let (rc, help) = try runTool(SpoolFixture.binary, ["run", "--help"])
+        XCTAssertEqual(rc, 0, help)
+        let common: Set<String> = ["--spool", "--store", "--s3-endpoint", "--s3-addressing"] // contract.md's table of every command's options
+        let listed = Set(help.split(separator: "\n").filter { $0.hasPrefix("  --") }
+            .compactMap { $0.split(separator: " ").first.map(String.init) }).subtracting(common)
+        XCTAssertGreaterThan(listed.count, 20)
+        XCTAssertEqual(listed.subtracting(documented).sorted(), [], "in run --help, not in contract.md")
+        XCTAssertEqual(documented.subtracting(listed).sorted(), [], "in contract.md, not in run --help")
+    }
+}
