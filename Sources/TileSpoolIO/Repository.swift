@@ -135,6 +135,9 @@ public final class Repository: @unchecked Sendable {
         lock.lock(); indexes = kept; self.bloom = bloom; loaded = true; lock.unlock()
     }
 
+    /// Forgets the local copy of index file `digest` kept for a remote backend (none on disk).
+    func dropCachedIndex(_ digest: Digest) { cacheDir?.remove(digest.hex + ".idx") }
+
     /// Where `digest` is in a sealed pack: the newest copy (or, with `youngerThan`, only a copy in
     /// a pack created after that time). Lock held.
     private func lookupLocked(_ digest: Digest, youngerThan: Double? = nil) -> (pack: IndexFormat.Pack, entry: IndexFormat.Entry)? {
@@ -272,7 +275,13 @@ public final class Repository: @unchecked Sendable {
         let digest = body.withUnsafeBytes { Repository.digest(of: $0) }
         body += digest.bytes
         let name = Repository.indexName(digest)
-        _ = try backend.save(name, Data(body), ifAbsent: true)
+        let data = Data(body)
+        // The name taken: by these very bytes (nothing to do), or by a damaged copy of them (the
+        // name is their SHA-256), which these replace: indexing a pack again after its index file
+        // was damaged makes the same file (attack round 8: repair then failed on the damaged one).
+        if try !backend.save(name, data, ifAbsent: true), try backend.load(name) != data {
+            try backend.save(name, data, ifAbsent: false)
+        }
         return (name, digest)
     }
 
@@ -723,9 +732,16 @@ public final class Repository: @unchecked Sendable {
             guard let data = try backend.load(f.name) else { continue }
             var entries: [IndexFormat.Entry] = []
             var offset = PackFormat.magic.count
-            try Repository.records(data) { digest, range in
-                entries.append(IndexFormat.Entry(digest: digest, pack: 0, offset: UInt64(offset), length: UInt32(range.count)))
-                offset = range.upperBound
+            do {
+                try Repository.records(data) { digest, range in
+                    entries.append(IndexFormat.Entry(digest: digest, pack: 0, offset: UInt64(offset), length: UInt32(range.count)))
+                    offset = range.upperBound
+                }
+            } catch {
+                // Not a whole pack: left as it is for verify to report and --repair to rescue
+                // what it can (attack round 8: one such file made every repair and gc fail).
+                Log.error("\(f.name) is not a whole pack: not indexed; run tilespool verify")
+                continue
             }
             let idx = try saveIndex(packs: [IndexFormat.Pack(digest: digest, created: UInt64(f.modified))], entries: entries)
             lock.lock(); indexes.append(idx); for e in entries { bloom.insert(e.digest) }; lock.unlock()

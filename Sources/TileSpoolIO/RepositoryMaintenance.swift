@@ -221,9 +221,26 @@ extension Repository {
     func checkObjects(repair: Bool) throws -> ObjectCheck {
         var c = ObjectCheck()
         c.present = []
-        // Packs no index file lists (a stop between a pack's save and its index's) cannot be
-        // read: indexed first, as the daemon's start and gc do (attack round 7: --repair left
-        // them unreadable). The pack loop below then checks them like any.
+        // Every index file as the backend holds it (a bucket's may differ from the copy this host
+        // keeps): one whose bytes do not hash to its name is damage, not used; the repair moves
+        // it to quarantine, and its packs are indexed again below, from their records.
+        for f in try backend.list(prefix: "index/") where f.name.hasSuffix(".idx") {
+            guard let digest = Digest(hex: String(f.name.dropFirst("index/".count).dropLast(4))), let data = try backend.load(f.name) else { continue }
+            let sound = data.count >= 32 && data.suffix(32).elementsEqual(digest.bytes)
+                && Repository.hashes(data.prefix(data.count - 32), to: digest)
+            guard !sound else { continue }
+            c.bad.append("\(f.name): a damaged index file (its bytes do not hash to its name; not used)")
+            if repair {
+                _ = try backend.save(Repository.quarantineName(f.name), data, ifAbsent: true)
+                try backend.remove(f.name)
+                dropCachedIndex(digest)
+                c.quarantined += 1
+            }
+        }
+        try reloadIndexes()
+        // Packs no index file lists (a stop between a pack's save and its index's, or a damaged
+        // index file) cannot be read: indexed first, as the daemon's start and gc do (attack
+        // round 7: --repair left them unreadable). The pack loop below then checks them like any.
         if repair { c.reindexed += try indexUnindexedPacks() }
         try reloadIndexes()
         var indexed: [Digest: [(offset: UInt64, length: UInt32, digest: Digest)]] = [:]
@@ -269,6 +286,20 @@ extension Repository {
                 recordsSound = false
                 c.bad.append("\(f.name): not a whole pack")
             }
+            // Records a walk of the pack cannot reach (a damaged record header, end or magic, a
+            // pack cut short) are found where the index says they are, and kept when their bytes
+            // hash to their names (attack round 8: the repair lost every record of such a pack).
+            if bad {
+                var have = Set(goodBodies.map(\.0))
+                for e in indexed[name] ?? [] where !have.contains(e.digest) {
+                    let start = Int(e.offset) + PackFormat.headerSize, end = start + Int(e.length)
+                    guard start >= PackFormat.magic.count, end <= data.count,
+                          Repository.hashes(data.subdata(in: start..<end), to: e.digest) else { continue }
+                    goodBodies.append((e.digest, start..<end))
+                    have.insert(e.digest)
+                    c.present?.insert(e.digest.hex)
+                }
+            }
             if !whole && !bad { bad = true; c.bad.append("\(f.name): its bytes do not hash to its name") }
             if indexed[name] == nil && !bad { c.unindexedPacks.append(f.name) }
             // Index entries that name no good record of this pack.
@@ -304,6 +335,11 @@ extension Repository {
             c.badNames.insert(sha)
             if repair { quarantine.append((f, body)) }
         }
+        // A bad copy with a sound one elsewhere (another pack, a loose file) loses nothing: only
+        // objects with no sound copy left are bad names (attack round 8: the manifest line of an
+        // object whose second copy was sound was dropped, and that copy left unindexed).
+        if let present = c.present { c.badNames.subtract(present) }
+        let packsThere = Set(try backend.list(prefix: "packs/").compactMap { Digest(hex: String($0.name.split(separator: "/").last!.dropLast(5))) })
         if repair && (!quarantine.isEmpty || !reindexed.isEmpty) {
             let newPacks = try writer.finish()
             // The new packs' own index files are read in, so that their entries go into the
@@ -316,9 +352,11 @@ extension Repository {
             var entries: [IndexFormat.Entry] = []
             // A damaged pack whose rewrite took its name (`replacing`) is a sound pack again.
             damagedPacks.subtract(newPacks)
+            // Every entry of the packs that stay (each was checked against its record above: a
+            // pack with a wrong entry is damaged or indexed again) and of the new packs.
             try allEntries { pack, e in
                 guard !damagedPacks.contains(pack.digest), reindexed[pack.digest] == nil,
-                      !c.badNames.contains(e.digest.hex) || newPacks.contains(pack.digest) else { return }
+                      packsThere.contains(pack.digest) || newPacks.contains(pack.digest) else { return }
                 let n: UInt32
                 if let k = number[pack.digest] { n = k } else { n = UInt32(packs.count); number[pack.digest] = n; packs.append(pack) }
                 entries.append(IndexFormat.Entry(digest: e.digest, pack: n, offset: e.offset, length: e.length))

@@ -99,6 +99,15 @@ final class LocalBackendTests: XCTestCase {
         try checkRepositoryConformance(try LocalBackend(root: root)) { try PackedStore(root: root) }
     }
 
+    /// What `verify --repair` rescues (`checkRepairRescues`) on a local folder.
+    func testRepairRescues() throws {
+        let base = try TestScratch.folder("repo-rescue").path
+        try checkRepairRescues { label in
+            let root = base + "/" + label
+            return (try LocalBackend(root: root), { try PackedStore(root: root) })
+        }
+    }
+
     /// The local backend never goes through a symlink planted in its folders (to save, load or
     /// list), and saving leaves no temp file behind.
     func testSymlinksInTheFolderAreNotFollowed() throws {
@@ -137,6 +146,17 @@ final class S3BackendTests: CephTestCase {
         let config = try server().config(prefix: "repo-conformance-\(UUID().uuidString.prefix(8))")
         let scratch = try TestScratch.folder("repo-conformance-s3").path
         try checkRepositoryConformance(S3Backend(config: config)) { try PackedStore(backend: S3Backend(config: config), scratch: scratch) }
+    }
+
+    /// What `verify --repair` rescues (`checkRepairRescues`) in a bucket of a real Ceph RGW.
+    func testRepairRescues() throws {
+        let rgw = try server(), run = UUID().uuidString.prefix(8)
+        let base = try TestScratch.folder("repo-rescue-s3").path
+        try checkRepairRescues { label in
+            let config = rgw.config(prefix: "rescue-\(run)-\(label)")
+            try FileManager.default.createDirectory(atPath: base + "/" + label, withIntermediateDirectories: true)
+            return (S3Backend(config: config), { try PackedStore(backend: S3Backend(config: config), scratch: base + "/" + label) })
+        }
     }
 
     /// An upload streamed from a file that turns out shorter than the size given (a file cut

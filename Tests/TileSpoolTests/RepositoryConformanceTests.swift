@@ -89,3 +89,67 @@ func checkRepositoryConformance(_ backend: any Backend, open: () throws -> Packe
     }
     XCTAssertEqual(try store.repository.checkObjects(repair: false).bad, [], file: file, line: line)
 }
+
+/// Attack round 8's damage, each on a fresh store from `fresh(name)` (a backend and how to open
+/// a store on it): `verify --repair` keeps every object some sound copy still holds, and a
+/// store opened afterwards reads each of them, byte for byte, with nothing left to repair.
+/// - a flipped body byte in a pack while a second pack holds a sound copy of that object;
+/// - a flipped bit in the first record's length field, or in the pack's end magic (a walk of
+///   the records reaches none of them: they are found where the index says);
+/// - the pack cut in half (the records before the cut are kept);
+/// - a flipped byte in an index file (not used; its pack indexed again, with the same bytes);
+/// - a junk file named like a pack (quarantined; it stopped every repair and gc before).
+func checkRepairRescues(_ fresh: (String) throws -> (backend: any Backend, open: () throws -> PackedStore),
+                        file: StaticString = #filePath, line: UInt = #line) throws {
+    let bodies = (0..<30).map { Data("rescue body \($0) ".utf8) + Data(repeating: UInt8($0 &* 7), count: 300 + 41 * $0) }
+    let names = bodies.map { SHA256.hex($0) }
+    func packName(_ b: any Backend) throws -> String { try XCTUnwrap(try b.list(prefix: "packs/").first { $0.name.hasSuffix(".pack") }?.name, file: file, line: line) }
+    func damage(_ b: any Backend, _ name: String, _ change: (inout [UInt8]) -> Void) throws {
+        var raw = [UInt8](try XCTUnwrap(try b.load(name), file: file, line: line))
+        change(&raw)
+        try b.save(name, Data(raw), ifAbsent: false)
+    }
+    let cases: [(String, Set<Int>, (any Backend, PackedStore) throws -> Void)] = [
+        ("second-copy", [], { b, s in
+            let p = try packName(b)
+            // A second pack with sound copies of objects 0-2 (as a gc killed after its save leaves).
+            let writer = GCPackWriter(repository: s.repository)
+            for i in 0..<3 { try writer.append(Digest(hex: names[i])!, bodies[i]) }
+            _ = try writer.finish()
+            let at = try XCTUnwrap(s.objectLocation(names[0]), file: file, line: line)
+            XCTAssertEqual(at.pack, String(p.dropFirst("packs/".count).dropLast(5)), file: file, line: line)
+            try damage(b, p) { $0[at.offset + 1] ^= 0xFF }
+        }),
+        ("length-field", [], { b, _ in try damage(b, try packName(b)) { $0[PackFormat.magic.count + 32] ^= 0x01 } }),
+        ("end-magic", [], { b, _ in try damage(b, try packName(b)) { $0[$0.count - PackFormat.footerSize] ^= 0x01 } }),
+        ("cut-in-half", Set(15..<30), { b, s in
+            let p = try packName(b)
+            let cut = try XCTUnwrap(s.objectLocation(names[15]), file: file, line: line).offset - PackFormat.headerSize + 10
+            try damage(b, p) { $0 = Array($0[0..<cut]) }
+        }),
+        ("index-byte", [], { b, _ in
+            let idx = try XCTUnwrap(try b.list(prefix: "index/").first { $0.name.hasSuffix(".idx") }?.name, file: file, line: line)
+            try damage(b, idx) { $0[1100] ^= 0x01 }
+        }),
+        ("junk-pack", [], { b, _ in try b.save("packs/" + String(repeating: "a", count: 64) + ".pack", Data("TSPACK01garbage".utf8), ifAbsent: true) }),
+    ]
+    for (label, lost, hurt) in cases {
+        let (backend, open) = try fresh(label)
+        let store = try open()
+        for b in bodies { try store.put(b) }
+        try store.sync()
+        try hurt(backend, store)
+        let damaged = try open()
+        XCTAssertFalse(try damaged.repository.checkObjects(repair: false).bad.isEmpty, "\(label): verify sees the damage", file: file, line: line)
+        _ = try damaged.repository.checkObjects(repair: true)
+        let repaired = try open()
+        for (i, (n, b)) in zip(names, bodies).enumerated() {
+            if lost.contains(i) {
+                XCTAssertFalse(repaired.contains(n), "\(label): object \(i) had no sound copy", file: file, line: line)
+            } else {
+                XCTAssertEqual(try? repaired.read(n, limit: 1 << 20), b, "\(label): object \(i)", file: file, line: line)
+            }
+        }
+        XCTAssertEqual(try repaired.repository.checkObjects(repair: false).bad, [], "\(label): clean after one repair", file: file, line: line)
+    }
+}
