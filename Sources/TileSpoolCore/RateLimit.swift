@@ -79,10 +79,12 @@ public struct RateLimiter: Sendable {
         byteAllowance -= Double(bytes)
     }
 
-    /// Forgets the buckets of a region (it stopped) so the table does not grow with every region.
-    public mutating func forget(region: String) {
-        let prefix = region + "\u{0}"
-        nextStart = nextStart.filter { !$0.key.hasPrefix(prefix) }
+    /// Forgets every bucket whose turn has come by `now` (one that has is the same as none), so
+    /// the table does not grow with every region: called when a region stops. A bucket still in
+    /// debt (a request charged, a low `maxRequestsPerSecond`) is kept, so a pause and resume
+    /// cannot skip its wait (attack round 8: each pause-resume bought one more request at once).
+    public mutating func forgetPast(now: Double) {
+        nextStart = nextStart.filter { $0.value > now }
     }
 
     private mutating func refill(_ rate: Double, _ now: Double) {

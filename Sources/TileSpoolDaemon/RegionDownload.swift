@@ -282,7 +282,7 @@ extension Daemon {
         }
         r.download = nil
         d.files.closeManifest()
-        if r.request.maxRequestsPerSecond != nil { limiter.forget(region: r.id) }
+        limiter.forgetPast(now: Daemon.now())
     }
 
     /// One answer to a transfer: the facts gathered (`AnswerFacts`), the decision made by the

@@ -290,8 +290,11 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime), maximum: HTTPOptions.maximumTimeout).rounded(.up))
     o.http.transferTimeout = try a.seconds("--transfer-timeout", default: o.http.transferTimeout, maximum: HTTPOptions.maximumTimeout)
     o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
-    o.rescanInterval = try a.seconds("--rescan-interval", default: o.rescanInterval, maximum: 3600)
-    if o.rescanInterval < 0.1 { throw UsageError("--rescan-interval must be a number of seconds from 0.1 to 3600") }
+    // One message for every value out of range (below 0.1: a rescan every turn of the loop).
+    guard let rescan = try? a.seconds("--rescan-interval", default: o.rescanInterval, maximum: 3600), rescan >= 0.1 else {
+        throw UsageError("--rescan-interval must be a number of seconds from 0.1 to 3600")
+    }
+    o.rescanInterval = rescan
     o.settleTime = try a.seconds("--settle-time", default: o.settleTime, maximum: 3600)
     if let ua = a.options["--user-agent"] {
         guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {

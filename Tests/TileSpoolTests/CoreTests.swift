@@ -709,6 +709,14 @@ final class ImportAndLimitTests: XCTestCase {
         XCTAssertEqual(charged.admit(host: "tiles.example.org", region: "b", regionLimit: nil, now: 10), 0.5, accuracy: 1e-9, "two turns of the host's 4 a second")
         charged.charge(host: "127.0.0.1", region: "a", regionLimit: nil, now: 10)
         XCTAssertEqual(charged.admit(host: "127.0.0.1", region: "a", regionLimit: nil, now: 10), 0, "loopback is spared by default, charged or not")
+        // A region that stops (pause) and starts again keeps a bucket still in debt: its next
+        // request waits as it would have; buckets whose turn has come are forgotten.
+        var slow = RateLimiter(perHost: nil)
+        XCTAssertEqual(slow.admit(host: "h", region: "p", regionLimit: 0.01, now: 0), 0)
+        slow.forgetPast(now: 1)
+        XCTAssertEqual(slow.admit(host: "h", region: "p", regionLimit: 0.01, now: 1), 99, accuracy: 1e-9, "a pause and resume skip nothing")
+        slow.forgetPast(now: 100)
+        XCTAssertEqual(slow.admit(host: "h", region: "p", regionLimit: 0.01, now: 100), 0)
     }
 }
 

@@ -108,7 +108,8 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
     /// `--settle-time` outside 0 to 3600, are usage errors (exit status 2): the daemon never starts.
     func testRescanIntervalAndSettleTimeOutOfRangeAreUsageErrors() throws {
         for (option, value, says) in [("--rescan-interval", "0.05", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
-                                      ("--rescan-interval", "3601", "--rescan-interval must be a number of seconds from 0 to 3600"),
+                                      ("--rescan-interval", "3601", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
+                                      ("--rescan-interval", "-1", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
                                       ("--settle-time", "-1", "--settle-time must be a number of seconds from 0 to 3600"),
                                       ("--settle-time", "1e9", "--settle-time must be a number of seconds from 0 to 3600")] {
             let p = Process()
