@@ -60,6 +60,24 @@ public struct RateLimiter: Sendable {
         return 0
     }
 
+    /// The least time in seconds between two requests to `host` of a region whose own limit is
+    /// `regionLimit` under the request limits (not the byte limit); 0 when none applies. For
+    /// requests paced away from the limiter (a PMTiles archive's directories, read off the loop).
+    public func interval(host: Substring, regionLimit: Double?) -> Double {
+        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
+        return max(hostLimit.map { 1 / $0 } ?? 0, regionLimit.map { 1 / $0 } ?? 0)
+    }
+
+    /// Counts a request to `host` for region `region` that started at `at` (seconds, the same
+    /// clock as `now`) without asking, paced by itself (`interval`): the next request waits its
+    /// turn from then, as if it had been admitted then.
+    public mutating func record(host: Substring, region: String, regionLimit: Double?, at: Double) {
+        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
+        let hostKey = String(host), regionKey = region + "\u{0}" + hostKey
+        if let rate = hostLimit { nextStart[hostKey] = max(nextStart[hostKey] ?? 0, at + 1 / rate) }
+        if let rate = regionLimit { nextStart[regionKey] = max(nextStart[regionKey] ?? 0, at + 1 / rate) }
+    }
+
     /// Counts one request to `host` for region `region` started at `now` without asking
     /// (`admit`'s debit alone): a bucket already in debt goes further into it, so the requests
     /// after it wait that much longer and the rate averaged over them holds. For requests that

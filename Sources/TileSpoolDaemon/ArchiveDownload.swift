@@ -15,52 +15,119 @@ struct ArchiveRange {
     let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
 }
 
+/// A read of a region's PMTiles directories, finished off the loop (`Daemon.startArchiveReads`):
+/// the region, the download it was for (a download stopped since is not planned from it), and
+/// the readings by source or the error.
+struct ArchiveReadResult: Sendable {
+    let id: String
+    let download: ObjectIdentifier
+    let result: Result<[String: PMTilesRemote.Reading], RegionError>
+    /// When the last request to each host started (`Daemon.now()`), for the limiter.
+    let lastStarts: [String: Double]
+}
+
 extension Daemon {
-    /// Reads every PMTiles archive `r`'s plan needs (header, root, the leaves that meet the
-    /// region), synchronously, with a client of the daemon's options: a few requests, made
-    /// once per region when its plan is made (never again on resume: the plan keeps the tiles).
-    /// Each request is one for the rate limits, as a tile's: the daemon waits for its turn
-    /// (`RateLimiter.admit`) up to `maxDirectoryWait` in all, then charges the rest to the limits
-    /// (`RateLimiter.charge`: the range requests after them wait it out), and counts its body's
-    /// bytes against the byte limit.
-    func readArchives(_ r: Region, style: StyleDocument?) throws(RegionError) -> [String: TileSet] {
+    /// The tile sets of every PMTiles archive `r`'s plan needs, by source: `[:]` when it needs
+    /// none; nil while their directories are being read (header, root, the leaves that meet the
+    /// region: `startArchiveReads`, off the loop, so a slow archive server stalls no other
+    /// region); when the read ends, `collectArchiveReads` plans the region again and this returns
+    /// what was read. Read once per download start (a resume keeps the plan, and reads nothing).
+    func readArchives(_ r: Region, _ d: Download, style: StyleDocument?) -> [String: TileSet]? {
         guard !Planner.archiveSources(request: r.request, style: style).isEmpty else { return [:] }
-        var httpOptions = options.http
-        httpOptions.allowedHosts.formUnion(options.allowedHosts)
-        let client = HTTPClient(options: httpOptions)
-        // A refresh: an archive still at the version the pack was planned from costs one request.
-        let previous = r.refreshing ? r.files.loadPlan() : nil
-        // At most `maxDirectoryWait` of waiting in all (the loop waits with it): a request whose
-        // turn is further off goes at once and is charged, and the range requests after it wait.
-        var waitLeft = Daemon.maxDirectoryWait
-        func pace(_ url: String) {
-            let host = RateLimiter.host(of: url)
-            while true {
-                let now = Daemon.now()
-                let wait = limiter.admit(host: host, region: r.id, regionLimit: r.request.maxRequestsPerSecond, now: now)
-                if wait <= 0 { return }
-                guard wait <= waitLeft else {
-                    limiter.charge(host: host, region: r.id, regionLimit: r.request.maxRequestsPerSecond, now: now)
-                    return
-                }
-                usleep(useconds_t(wait * 1_000_000) + 1)
-                waitLeft -= wait
-            }
-        }
-        let readings = try PMTilesRemote.readAll(request: r.request, style: style, http: client, headers: r.request.headerList, previous: previous,
-                                                 pace: pace, received: { self.limiter.received(bytes: $0, now: Daemon.now()) })
-        r.download?.unchangedArchives = Set(readings.filter { $0.value.unchanged }.map { ManifestLine.sanitizeKey($0.key) })
-        for (name, reading) in readings {
-            Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
-        }
-        return readings.mapValues(\.set)
+        if let sets = d.archiveSets { return sets }
+        if !d.archivesReading { startArchiveReads(r, d, style: style) }
+        return nil
     }
 
-    /// The longest the directory requests of one plan wait for the rate limits in all, in
-    /// seconds: the daemon's loop waits with them, so a region's low `maxRequestsPerSecond` (down
-    /// to 0.01) cannot stall every other region; what is beyond it is charged to the limits. At
-    /// the default 10 requests a second per host, a plan's few directory requests fit in it.
-    static let maxDirectoryWait = 1.0
+    /// Starts the read of `r`'s archives on `archiveQueue`, with an HTTP client of its own. Its
+    /// requests keep the request limits by themselves: the first waits for the region's and the
+    /// host's turn (taken from the limiter now), each next one starts at least
+    /// `RateLimiter.interval` after the one before it to the same host; `collectArchiveReads`
+    /// records the last one's start with the limiter (`RateLimiter.record`: the range requests
+    /// wait their turn from it) and counts the bytes against the byte limit.
+    func startArchiveReads(_ r: Region, _ d: Download, style: StyleDocument?) {
+        d.archivesReading = true
+        var httpOptions = options.http
+        httpOptions.allowedHosts.formUnion(options.allowedHosts)
+        let request = r.request, id = r.id, key = ObjectIdentifier(d), limits = limiter
+        // A refresh: an archive still at the version the pack was planned from costs one request.
+        let previous = r.refreshing ? r.files.loadPlan() : nil
+        let first = Planner.archiveSources(request: request, style: style).first.map { RateLimiter.host(of: $0.url) } ?? ""
+        let firstWait = max(0, limiter.admit(host: first, region: id, regionLimit: request.maxRequestsPerSecond, now: Daemon.now()))
+        if firstWait > 0 { limiter.charge(host: first, region: id, regionLimit: request.maxRequestsPerSecond, now: Daemon.now()) }
+        let mailbox = archiveMailbox, writer = self.writer, clientOptions = httpOptions
+        archiveQueue.async {
+            let client = HTTPClient(options: clientOptions)
+            var last: [Substring: Double] = [:]
+            var counted = false
+            func pace(_ url: String) {
+                let host = RateLimiter.host(of: url)
+                let gap = limits.interval(host: host, regionLimit: request.maxRequestsPerSecond)
+                let until = counted ? (last[host].map { $0 + gap } ?? 0) : Daemon.now() + firstWait
+                counted = true
+                while case let left = until - Daemon.now(), left > 0 { usleep(useconds_t(min(left, 1) * 1_000_000) + 1) }
+                last[host] = Daemon.now()
+            }
+            let result = Result { () throws(RegionError) in
+                try PMTilesRemote.readAll(request: request, style: style, http: client, headers: request.headerList, previous: previous, pace: pace)
+            }
+            mailbox.post(ArchiveReadResult(id: id, download: key, result: result,
+                                           lastStarts: Dictionary(uniqueKeysWithValues: last.map { (String($0.key), $0.value) })))
+            writer.wake()
+        }
+    }
+
+    /// Takes the directory reads that have ended (`startArchiveReads`) and plans their regions:
+    /// a `tiles` request here, a style request through `makePlan`. A region whose download
+    /// stopped meanwhile (paused, cancelled, deleted) is left alone: its next start reads again.
+    /// A server that did not answer puts the region in `pausedNetwork`; another error fails it
+    /// (a style's refused by a tile usage policy: refused as a bad request is).
+    func collectArchiveReads() {
+        for read in archiveMailbox.take() {
+            guard let r = regions[read.id], let d = r.download, ObjectIdentifier(d) == read.download, r.state == .downloading else { continue }
+            d.archivesReading = false
+            let style = d.style
+            // The next requests to those hosts wait their turn from the last directory request.
+            for (host, at) in read.lastStarts {
+                limiter.record(host: Substring(host), region: r.id, regionLimit: r.request.maxRequestsPerSecond, at: at)
+            }
+            switch read.result {
+            case .failure(let e):
+                if e.code == .networkError {
+                    networkLost(r, url: archiveURL(r, style: style, shown: e.url), why: e.message)
+                } else if style != nil && (e.code == .tileLimitExceeded || e.code == .policyRefused) {
+                    refuseLate(r, e)
+                } else {
+                    fail(r, e)
+                }
+            case .success(let readings):
+                for (_, reading) in readings { limiter.received(bytes: reading.directoryBytes, now: Daemon.now()) }
+                d.unchangedArchives = Set(readings.filter { $0.value.unchanged }.map { ManifestLine.sanitizeKey($0.key) })
+                for (name, reading) in readings {
+                    Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
+                }
+                d.archiveSets = readings.mapValues(\.set)
+                if style != nil { makePlan(r, d) } else { planTiles(r, d) }
+            }
+        }
+    }
+
+    /// Plans a `tiles` request once its archives are read (`collectArchiveReads`), as `start`
+    /// plans one without archives: saved, counted from what the manifest and journal hold, and
+    /// finished at once when nothing is missing.
+    func planTiles(_ r: Region, _ d: Download) {
+        guard case .tiles(let templates) = r.request.source, let archives = d.archiveSets else { return }
+        let plan: ResourcePlan
+        do throws(RegionError) { plan = try Planner.plan(request: r.request, templates: templates, archives: archives) } catch { fail(r, error); return }
+        if let e = tileLimitError(r, plan) { fail(r, e); return }
+        do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
+        d.plan = plan
+        r.progress = recount(plan, d.files, d)
+        if let e = recoverJournal(r, d, plan) { storageFailed(r, e, commitPending: false); return }
+        r.statusDirty = true
+        Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
+        finishIfDone(r, d)
+    }
 
     /// The URL of the archive an error names (`shown`: its redacted form), to probe while the
     /// region waits for the network; the first archive when none matches.

@@ -109,6 +109,9 @@ public final class Daemon {
     /// Exports run here, one at a time, off the event loop (Exports.swift).
     let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)
     let exportMailbox = ExportMailbox()
+    /// Reads of PMTiles directories, made off the loop (`startArchiveReads`), and their results.
+    let archiveQueue = DispatchQueue(label: "tilespool.archives", attributes: .concurrent)
+    let archiveMailbox = Mailbox<ArchiveReadResult>()
     var exportGeneration = 0
     /// Metrics, hooks and background scans (Operations.swift).
     let ops = Operations()
@@ -321,6 +324,7 @@ public final class Daemon {
             }
             for r in http.collect() { handle(r) }
             collectExports()
+            collectArchiveReads()
             collectCommit()
             writeJournals()
             let now = Daemon.now()

@@ -82,6 +82,13 @@ final class DurabilityWriter: @unchecked Sendable {
     /// sets `finished` before it writes the eventfd, so a job whose signal is read here is seen by
     /// the `takeFinished` that follows, and a signal is never left readable for a job already
     /// taken (the loop would spin).
+    /// Makes `fd` readable, so the loop wakes at once (also for work finished elsewhere: a read
+    /// of PMTiles directories, `collectArchiveReads`); callable from any thread.
+    func wake() {
+        var one: UInt64 = 1
+        _ = write(fd, &one, 8)
+    }
+
     func clearWake() {
         var v: UInt64 = 0
         _ = read(fd, &v, 8)

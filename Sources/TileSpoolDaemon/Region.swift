@@ -123,6 +123,10 @@ final class Download {
     var archiveSpans: [Range<Int>] = []
     /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
     var unchangedArchives: Set<String> = []
+    /// The tile sets of the PMTiles archives the plan needs, by source, once their directories
+    /// are read (`collectArchiveReads`); nil before. `archivesReading`: a read is under way.
+    var archiveSets: [String: TileSet]?
+    var archivesReading = false
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0

@@ -29,16 +29,21 @@ extension Daemon {
         var savedPlan = d.files.loadPlan()
         var readError = previousReadError ?? d.files.readFailure // a store that did not answer: what was read is incomplete
         var overLimit: RegionError?
-        var archiveUnreachable: RegionError?
+        var archivesPending = false
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
             // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
-            // With a PMTiles archive, its directories are read first (a few range requests).
-            do {
-                let plan = try Planner.plan(request: r.request, templates: templates, archives: try readArchives(r, style: nil))
-                try? d.files.savePlan(plan)
-                savedPlan = plan
-            } catch {
-                if error.code == .networkError { archiveUnreachable = error } else { overLimit = error }
+            // With a PMTiles archive, its directories are read first, off the loop
+            // (`readArchives`); the plan is made when they are in (`planTiles`).
+            if let archives = readArchives(r, d, style: nil) {
+                do throws(RegionError) {
+                    let plan = try Planner.plan(request: r.request, templates: templates, archives: archives)
+                    try? d.files.savePlan(plan)
+                    savedPlan = plan
+                } catch {
+                    overLimit = error
+                }
+            } else {
+                archivesPending = true
             }
         }
         // A plan over the limits (`--max-tiles` lowered since, or a count that overflows) is not
@@ -69,10 +74,7 @@ extension Daemon {
         }
         if let e = readError ?? journalError { storageFailed(r, e, commitPending: false); return }
         if let e = overLimit { fail(r, e); return }
-        // An archive's server did not answer while its directories were read: paused for the
-        // network like any download, and planned again when it answers.
-        if let e = archiveUnreachable { networkLost(r, url: archiveURL(r, style: nil, shown: e.url), why: e.message); return }
-        if d.plan == nil { resumePrePlan(r, d, lines: lines) }
+        if d.plan == nil && !archivesPending { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
             if let e = tileLimitError(r, plan) { fail(r, e); return }
             finishIfDone(r, d)
@@ -105,15 +107,13 @@ extension Daemon {
     func makePlan(_ r: Region, _ d: Download) {
         guard let style = d.style else { return }
         let plan: ResourcePlan
+        // PMTiles sources: their directories are read off the loop first; this runs again when
+        // they are in (`collectArchiveReads`).
+        guard let archives = readArchives(r, d, style: style) else { return }
         do throws(RegionError) {
-            let archives = try readArchives(r, style: style) // PMTiles sources: their directories
             plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs, archives: archives)
         } catch {
-            if error.code == .networkError { // a PMTiles archive's server did not answer
-                networkLost(r, url: archiveURL(r, style: style, shown: error.url), why: error.message)
-                return
-            }
-            if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); return } // a PMTiles archive
+            if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); return }
             refuseLate(r, error) // a shape over the planning budget: refused like a bad request
             return
         }

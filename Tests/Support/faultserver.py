@@ -73,7 +73,8 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          MODE truncated: for N < k <= N+2 a 206 with only the first half of the
                          bytes asked (a consistent Content-Range and Content-Length);
                          MODE 416: for N < k <= N+2 a 416 (Content-Range bytes */LENGTH);
-                         MODE noval: as ranged, without an ETag (no validator at all)
+                         MODE noval: as ranged, without an ETag (no validator at all);
+                         MODE slow: as ranged, each request k <= N answered 3 s late
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
     /reply/<name>/...    the reply registered as <name> (a JSON document
@@ -318,6 +319,8 @@ class Handler(BaseHTTPRequestHandler):
         data = self.server.state.document(name)
         if data is None:
             return self.send_body(404, b"not registered\n")
+        if mode == "slow" and count <= n:
+            time.sleep(3)
         etag = '"v2"' if mode == "changed" and count > n else '"v1"'
         validators = [("ETag", etag), ("Accept-Ranges", "bytes")] if mode != "noval" else [("Accept-Ranges", "bytes")]
         if_match = self.headers.get("If-Match")
