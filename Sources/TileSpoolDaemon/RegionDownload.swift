@@ -292,7 +292,10 @@ extension Daemon {
     /// a PMTiles range request's to `handleRange` (`AnswerDecision.decideRange`).
     func handle(_ res: TransferResult) {
         countRequest(res)
-        if limiter.bytesPerSecond != nil { limiter.received(bytes: res.body.count, now: Daemon.now()) }
+        // A range request's bytes were counted when it was issued (`issueRange`: its size is known).
+        if limiter.bytesPerSecond != nil, !(transfers[res.tag]?.1.map { if case .range = $0 { true } else { false } } ?? false) {
+            limiter.received(bytes: res.body.count, now: Daemon.now())
+        }
         guard let (id, item) = transfers.removeValue(forKey: res.tag), let r = regions[id] else { return }
         guard let item else { probeAnswered(r, res); return }
         guard let d = r.download, let fetch = d.inFlight.removeValue(forKey: res.tag) else { return }

@@ -549,6 +549,29 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(starts[1] - starts[0], 0.24, "the range followed the directory request within \(starts[1] - starts[0]) s")
     }
 
+    /// Attack round 8: `--max-bytes-per-second` did not hold for range requests (every range of a
+    /// region started at once: 35 times the limit). A range is now at most one second's worth of
+    /// bytes and counted when it is issued: the 720,035 tile bytes of stamen z0-3 at 200,000
+    /// bytes a second come in ranges of at most 200,000 bytes, and the last starts no sooner than
+    /// (bytes - 2 s worth) / rate after the first (one second's allowance, one range in debt).
+    func testByteLimitHoldsForRangeRequests() throws {
+        fx.stop()
+        try fx.start(["--max-bytes-per-second", "200000"])
+        try fx.drop("bytes.json", ["id": "bytes", "tiles": ["pmtiles://" + nginx.url(PMTilesPlanTests.stamen)],
+                                   "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("bytes", "completed", timeout: 60)
+        XCTAssertEqual(fx.manifest("bytes").filter { $0.kind == "tile" }.count, 85)
+        let uri = "/pmtiles/stamen_toner%28raster%29CC-BY%2BODbL_z3.pmtiles"
+        let asked = archiveRequests(uri)
+        let ranges = Array(asked.dropFirst())
+        XCTAssertGreaterThanOrEqual(ranges.count, 4, "720,035 bytes in ranges of at most 200,000")
+        XCTAssertTrue(ranges.allSatisfy { $0.bytes <= 200_000 }, "\(ranges.map(\.bytes))")
+        try waitUntil("nginx timed every request", timeout: 20) { nginx.timingLog().filter { $0.uri == uri }.count >= asked.count }
+        let starts = nginx.timingLog().filter { $0.uri == uri }.map(\.start).sorted().dropFirst()
+        let bytes = Double(ranges.reduce(0) { $0 + $1.bytes })
+        XCTAssertGreaterThanOrEqual(starts.last! - starts.first!, (bytes - 400_000) / 200_000 - 0.05, "\(ranges.count) ranges of \(Int(bytes)) bytes")
+    }
+
     /// The directory requests are read off the daemon's loop and keep the request limits by
     /// themselves, and the range requests wait their turn from the last of them: an archive with
     /// two leaves at 1.5 requests a second, every request of the region (header, leaves, ranges)
