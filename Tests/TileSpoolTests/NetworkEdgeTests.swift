@@ -104,6 +104,22 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
 
     // MARK: Finding 15: huge timeouts are usage errors
 
+    /// `tilespool run` with `option value` on this spool: whether it exited by itself within
+    /// 10 s (a refused option; otherwise it is stopped), its exit status and what it printed.
+    func runWithOption(_ option: String, _ value: String) throws -> (exited: Bool, status: Int32, text: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = ["run", "--spool", fx.spool, "--store", fx.store, option, value]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        var exited = false
+        try? waitUntil("run \(option) \(value) exits", timeout: 10) { exited = !p.isRunning; return exited }
+        if !exited { p.terminate(); p.waitUntilExit() }
+        return (exited, p.terminationStatus, String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+    }
+
     /// `--rescan-interval` below 0.1 s (a rescan every loop turn) or above an hour, and
     /// `--settle-time` outside 0 to 3600, are usage errors (exit status 2): the daemon never starts.
     func testRescanIntervalAndSettleTimeOutOfRangeAreUsageErrors() throws {
@@ -112,20 +128,10 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
                                       ("--rescan-interval", "-1", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
                                       ("--settle-time", "-1", "--settle-time must be a number of seconds from 0 to 3600"),
                                       ("--settle-time", "1e9", "--settle-time must be a number of seconds from 0 to 3600")] {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
-            p.arguments = ["run", "--spool", fx.spool, "--store", fx.store, option, value]
-            let pipe = Pipe()
-            p.standardOutput = pipe
-            p.standardError = pipe
-            try p.run()
-            var exited = false
-            try? waitUntil("run \(option) \(value) exits", timeout: 10) { exited = !p.isRunning; return exited }
-            if !exited { p.terminate(); p.waitUntilExit() }
-            let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            XCTAssertTrue(exited, "\(option) \(value) was accepted: the daemon runs")
-            XCTAssertEqual(p.terminationStatus, 2, "\(option) \(value): \(text)")
-            XCTAssertTrue(text.contains("tilespool: \(says)"), text)
+            let run = try runWithOption(option, value)
+            XCTAssertTrue(run.exited, "\(option) \(value) was accepted: the daemon runs")
+            XCTAssertEqual(run.status, 2, "\(option) \(value): \(run.text)")
+            XCTAssertTrue(run.text.contains("tilespool: \(says)"), run.text)
         }
     }
 
@@ -135,23 +141,10 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
     func testHugeTimeoutsAreUsageErrors() throws {
         for option in ["--connect-timeout", "--low-speed-time", "--transfer-timeout"] {
             for value in ["9.3e18", "86401", "1e400", "-1"] {
-                let p = Process()
-                p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
-                p.arguments = ["run", "--spool", fx.spool, "--store", fx.store, option, value]
-                let log = fx.root.appendingPathComponent("run.out")
-                FileManager.default.createFile(atPath: log.path, contents: nil)
-                let h = try FileHandle(forWritingTo: log)
-                p.standardOutput = h
-                p.standardError = h
-                try p.run()
-                var exited = false
-                try? waitUntil("run \(option) \(value) exits", timeout: 10) { exited = !p.isRunning; return exited }
-                if !exited { p.terminate(); p.waitUntilExit() }
-                try h.close()
-                let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-                XCTAssertTrue(exited, "\(option) \(value) was accepted: the daemon runs")
-                XCTAssertEqual(p.terminationStatus, 2, "\(option) \(value): \(text)")
-                XCTAssertTrue(text.contains("tilespool: \(option) must be a number of seconds from 0 to 86400"), text)
+                let run = try runWithOption(option, value)
+                XCTAssertTrue(run.exited, "\(option) \(value) was accepted: the daemon runs")
+                XCTAssertEqual(run.status, 2, "\(option) \(value): \(run.text)")
+                XCTAssertTrue(run.text.contains("tilespool: \(option) must be a number of seconds from 0 to 86400"), run.text)
             }
         }
         // The largest value is fine: the daemon starts and downloads with it.

@@ -33,6 +33,14 @@ final class StoreTests: XCTestCase {
         try store.sync()
         return (store, bs, bs.map { SHA256.hex($0) })
     }
+    /// A store opened anew reads every one of `names` as `bodies`, verify finds no fault, and
+    /// neither does the independent reader.
+    func assertEveryObjectReadsBack(_ names: [String], _ bodies: [Data], file: StaticString = #filePath, line: UInt = #line) throws {
+        let store = try open()
+        for (n, b) in zip(names, bodies) { XCTAssertEqual(try store.read(n, limit: 1 << 20), b, file: file, line: line) }
+        XCTAssertEqual(try store.repository.checkObjects(repair: false).bad, [], file: file, line: line)
+        XCTAssertEqual(try readerVerify(), "", file: file, line: line)
+    }
     func bodies(_ n: Int, _ tag: String = "") -> [Data] {
         (0..<n).map { Data("body \(tag) \($0) ".utf8) + Data(repeating: UInt8($0 & 0xFF), count: 100 + $0 * 7) }
     }
@@ -341,10 +349,7 @@ final class StoreTests: XCTestCase {
         XCTAssertThrowsError(try damaged.read(names[0], limit: 1 << 20), "the index names other bytes")
         let check = try damaged.repository.checkObjects(repair: true)
         XCTAssertFalse(check.bad.isEmpty)
-        let repaired = try open()
-        for (n, b) in zip(names, bs) { XCTAssertEqual(try repaired.read(n, limit: 1 << 20), b) }
-        XCTAssertEqual(try repaired.repository.checkObjects(repair: false).bad, [])
-        XCTAssertEqual(try readerVerify(), "")
+        try assertEveryObjectReadsBack(names, bs)
     }
 
     /// A pack whose records are all sound but whose end is damaged (a byte of the footer's count
@@ -367,10 +372,7 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(check.quarantined, 1)
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), good, "the pack is whole again under its name")
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: dir + "/quarantine/" + packs[0])), Data(raw), "the damaged bytes are kept in quarantine")
-        let repaired = try open()
-        for (n, b) in zip(names, bs) { XCTAssertEqual(try repaired.read(n, limit: 1 << 20), b) }
-        XCTAssertEqual(try repaired.repository.checkObjects(repair: false).bad, [])
-        XCTAssertEqual(try readerVerify(), "")
+        try assertEveryObjectReadsBack(names, bs)
     }
 
     /// Entries TileSpool never makes in the store's folders (attack round 6: a symlink, a FIFO,
