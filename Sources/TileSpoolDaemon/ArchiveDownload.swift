@@ -35,7 +35,12 @@ extension Daemon {
     func readArchives(_ r: Region, _ d: Download, style: StyleDocument?) -> [String: TileSet]? {
         guard !Planner.archiveSources(request: r.request, style: style).isEmpty else { return [:] }
         if let sets = d.archiveSets { return sets }
-        if !d.archivesReading { startArchiveReads(r, d, style: style) }
+        if !d.archivesReading {
+            d.archivesReading = true
+            // A read started for an earlier download of the region (stopped since) is let finish
+            // first: `collectArchiveReads` then starts this one's.
+            if !archiveReadsRunning.contains(r.id) { startArchiveReads(r, d, style: style) }
+        }
         return nil
     }
 
@@ -47,6 +52,7 @@ extension Daemon {
     /// wait their turn from it) and counts the bytes against the byte limit.
     func startArchiveReads(_ r: Region, _ d: Download, style: StyleDocument?) {
         d.archivesReading = true
+        archiveReadsRunning.insert(r.id)
         var httpOptions = options.http
         httpOptions.allowedHosts.formUnion(options.allowedHosts)
         let request = r.request, id = r.id, key = ObjectIdentifier(d), limits = limiter
@@ -84,7 +90,14 @@ extension Daemon {
     /// (a style's refused by a tile usage policy: refused as a bad request is).
     func collectArchiveReads() {
         for read in archiveMailbox.take() {
-            guard let r = regions[read.id], let d = r.download, ObjectIdentifier(d) == read.download, r.state == .downloading else { continue }
+            archiveReadsRunning.remove(read.id)
+            guard let r = regions[read.id], let d = r.download, r.state == .downloading else { continue }
+            guard ObjectIdentifier(d) == read.download else {
+                // For a download stopped since; the one now waiting reads anew (a refresh or a
+                // resume may plan from another version).
+                if d.archivesReading && d.archiveSets == nil { startArchiveReads(r, d, style: d.style) }
+                continue
+            }
             d.archivesReading = false
             let style = d.style
             // The next requests to those hosts wait their turn from the last directory request.

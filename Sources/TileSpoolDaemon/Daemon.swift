@@ -112,6 +112,9 @@ public final class Daemon {
     /// Reads of PMTiles directories, made off the loop (`startArchiveReads`), and their results.
     let archiveQueue = DispatchQueue(label: "tilespool.archives", attributes: .concurrent)
     let archiveMailbox = Mailbox<ArchiveReadResult>()
+    /// Regions whose directory read is under way: at most one each, whatever pauses and resumes
+    /// happen meanwhile (attack round 9: each resume started another on a hanging server).
+    var archiveReadsRunning: Set<String> = []
     var exportGeneration = 0
     /// Metrics, hooks and background scans (Operations.swift).
     let ops = Operations()

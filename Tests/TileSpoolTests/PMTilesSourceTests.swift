@@ -902,6 +902,27 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(fx.manifest("late").filter { $0.kind == "tile" }.count, 85)
     }
 
+    /// Attack round 9: each resume of a region whose directory read was still under way started
+    /// another read (40 pause-resume cycles on a hanging server: 40 connections and 43 threads).
+    /// At most one read runs per region: three cycles while the header's answer is 3 s late, and
+    /// the archive is asked for its header twice in all (the late read, then one for the download
+    /// now waiting), then for its one range.
+    func testPauseAndResumeDuringADirectoryReadStartNoOtherRead() throws {
+        let slow = "/pmtiles/slow/1/stamen.pmtiles"
+        try fx.drop("cycle.json", ["id": "cycle", "tiles": ["pmtiles://" + server.url(slow)],
+                                   "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try waitUntil("the archive's header is asked", timeout: 20) { server.hits(slow) >= 1 }
+        for _ in 0..<3 {
+            try fx.control("cycle", "pause")
+            try fx.waitForState("cycle", "pausedUser", timeout: 20)
+            try fx.control("cycle", "resume")
+            try waitUntil("cycle resumed", timeout: 20) { ["downloading", "completed"].contains(fx.state("cycle") ?? "") }
+        }
+        try fx.waitForState("cycle", "completed", timeout: 30)
+        XCTAssertEqual(fx.manifest("cycle").filter { $0.kind == "tile" }.count, 85)
+        XCTAssertEqual(server.hits(slow), 3, "two header reads and one range, whatever the cycles")
+    }
+
     /// Attack round 5: an archive served with no ETag and no Last-Modified cannot be pinned (a
     /// server that swapped it mid-download gave a pack of two versions' bytes): the region fails
     /// with `invalidArchive`, saying why, before any tile is fetched.
