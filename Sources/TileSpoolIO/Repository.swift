@@ -97,6 +97,19 @@ public final class Repository: @unchecked Sendable {
     /// The loose object of earlier versions.
     public static func looseName(_ sha: String) -> String { "objects/\(sha.prefix(2))/\(sha)" }
 
+    /// True for a name this store gives its files: `packs/<sha256>.pack`, `index/<sha256>.idx`
+    /// or `objects/<ab>/<sha256>` (lower-case hex, `ab` the name's first two digits).
+    static func isStoreFileName(_ name: String) -> Bool {
+        let parts = name.split(separator: "/", omittingEmptySubsequences: false)
+        func hex(_ s: Substring) -> Bool { Digest(hex: String(s)) != nil && s == s.lowercased()[...] }
+        switch (parts.first, parts.count) {
+        case ("packs"?, 2): return parts[1].hasSuffix(".pack") && hex(parts[1].dropLast(5))
+        case ("index"?, 2): return parts[1].hasSuffix(".idx") && hex(parts[1].dropLast(4))
+        case ("objects"?, 3): return hex(parts[2]) && parts[2].hasPrefix(parts[1]) && parts[1].count == 2
+        default: return false
+        }
+    }
+
     /// The local path of index file `name` (a copy fetched once for a remote backend).
     private func localIndexPath(_ name: String, digest: Digest) throws -> String {
         if let local = backend as? LocalBackend { return local.root + "/" + name }

@@ -376,18 +376,24 @@ final class StoreTests: XCTestCase {
     }
 
     /// Entries TileSpool never makes in the store's folders (attack round 6: a symlink, a FIFO,
-    /// a folder named like a temp file) are named by verify as faults and left alone, by the
-    /// repair and by gc too; what a symlink points at is never touched.
+    /// a folder named like a temp file; round 9: files under names it never gives, such as a
+    /// pack copied to `.bak`) are named by verify as faults and left alone, by the repair and by
+    /// gc too; what a symlink points at is never touched.
     func testForeignEntriesAreReportedAndLeftAlone() throws {
         let (store, bs, names) = try sealedStore(10, "foreign")
+        let pack = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: dir + "/packs").first { $0.hasSuffix(".pack") })
         let outside = try TestScratch.folder("foreign-target").path + "/target"
         try Data("keep".utf8).write(to: URL(fileURLWithPath: outside))
         XCTAssertEqual(symlink(outside, dir + "/packs/.tmp-evil"), 0)
         XCTAssertEqual(symlink(outside, dir + "/packs/" + String(repeating: "a", count: 64) + ".pack"), 0)
         XCTAssertEqual(mkfifo(dir + "/index/.tmp-fifo", 0o600), 0)
         try FileManager.default.createDirectory(atPath: dir + "/objects/.tmp-dir", withIntermediateDirectories: true)
-        let expected = ["index/.tmp-fifo (FIFO)", "objects/.tmp-dir (folder)",
-                        "packs/.tmp-evil (symlink)", "packs/" + String(repeating: "a", count: 64) + ".pack (symlink)"]
+        // Regular files under names TileSpool never gives (attack round 9: a pack renamed .bak).
+        try FileManager.default.copyItem(atPath: dir + "/packs/" + pack, toPath: dir + "/packs/" + pack + ".bak")
+        try Data("notes".utf8).write(to: URL(fileURLWithPath: dir + "/index/notes.txt"))
+        let expected = ["index/.tmp-fifo (FIFO)", "index/notes.txt (a file whose name TileSpool never gives)", "objects/.tmp-dir (folder)",
+                        "packs/" + pack + ".bak (a file whose name TileSpool never gives)",
+                        "packs/.tmp-evil (symlink)", "packs/" + String(repeating: "a", count: 64) + ".pack (symlink)"].sorted()
         XCTAssertEqual(try store.repository.checkObjects(repair: false).foreignEntries, expected)
         XCTAssertEqual(try store.repository.checkObjects(repair: true).foreignEntries, expected, "the repair leaves them")
         _ = try store.repository.collectGarbage(grace: 0) { Set(names) }
