@@ -272,4 +272,22 @@ public enum IndexFormat {
 
     /// The digest of entry `i` of a block of entries (without the rest of the entry).
     public static func digest(_ raw: UnsafeRawBufferPointer, _ i: Int) -> Digest { Digest(raw: raw, at: i * entrySize) }
+
+    /// What a damaged index file still says: its entries read without any check but that each
+    /// lies whole within `bytes` and names a pack of its table, with that pack's digest (an
+    /// empty list when the magic or the pack table is gone). Hints only: `verify --repair`
+    /// uses one only when the bytes it points at hash to its name.
+    public static func hints(_ bytes: [UInt8]) -> [(pack: Digest, entry: Entry)] {
+        guard bytes.count >= packTableOffset + 4, Array(bytes[0..<8]) == magic else { return [] }
+        let count = bytes.withUnsafeBytes { Int(LE.get($0, packTableOffset, as: UInt32.self)) }
+        let first = entriesOffset(packs: min(count, 1 << 20))
+        guard count < 1 << 20, bytes.count >= first,
+              let table = packs(Array(bytes[(packTableOffset + 4)..<first]), count: count) else { return [] }
+        return bytes.withUnsafeBytes { raw in
+            (0..<((raw.count - first) / entrySize)).compactMap { i in
+                let e = entry(UnsafeRawBufferPointer(rebasing: raw[first...]), i)
+                return Int(e.pack) < table.count ? (table[Int(e.pack)].digest, e) : nil
+            }
+        }
+    }
 }

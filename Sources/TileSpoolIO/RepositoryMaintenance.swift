@@ -221,6 +221,7 @@ extension Repository {
     func checkObjects(repair: Bool) throws -> ObjectCheck {
         var c = ObjectCheck()
         c.present = []
+        var hints: [Digest: [(offset: UInt64, length: UInt32, digest: Digest)]] = [:]
         // Every index file as the backend holds it (a bucket's may differ from the copy this host
         // keeps): one whose bytes do not hash to its name is damage, not used; the repair moves
         // it to quarantine, and its packs are indexed again below, from their records.
@@ -229,6 +230,8 @@ extension Repository {
             let sound = data.count >= 32 && data.suffix(32).elementsEqual(digest.bytes)
                 && Repository.hashes(data.prefix(data.count - 32), to: digest)
             guard !sound else { continue }
+            // What it still says may place records of a damaged pack (checked by their hash).
+            for h in IndexFormat.hints([UInt8](data)) { hints[h.pack, default: []].append((h.entry.offset, h.entry.length, h.entry.digest)) }
             c.bad.append("\(f.name): a damaged index file (its bytes do not hash to its name; not used)")
             if repair {
                 _ = try backend.save(Repository.quarantineName(f.name), data, ifAbsent: true)
@@ -287,11 +290,12 @@ extension Repository {
                 c.bad.append("\(f.name): not a whole pack")
             }
             // Records a walk of the pack cannot reach (a damaged record header, end or magic, a
-            // pack cut short) are found where the index says they are, and kept when their bytes
-            // hash to their names (attack round 8: the repair lost every record of such a pack).
+            // pack cut short) are found where the index says they are, or a damaged index file
+            // (round 9), and kept when their bytes hash to their names (attack round 8: the repair
+            // lost every record of such a pack).
             if bad {
                 var have = Set(goodBodies.map(\.0))
-                for e in indexed[name] ?? [] where !have.contains(e.digest) {
+                for e in (indexed[name] ?? []) + (hints[name] ?? []) where !have.contains(e.digest) {
                     let start = Int(e.offset) + PackFormat.headerSize, end = start + Int(e.length)
                     guard start >= PackFormat.magic.count, end <= data.count,
                           Repository.hashes(data.subdata(in: start..<end), to: e.digest) else { continue }

@@ -98,7 +98,8 @@ func checkRepositoryConformance(_ backend: any Backend, open: () throws -> Packe
 ///   the records reaches none of them: they are found where the index says);
 /// - the pack cut in half (the records before the cut are kept);
 /// - a flipped byte in an index file (not used; its pack indexed again, with the same bytes);
-/// - a junk file named like a pack (quarantined; it stopped every repair and gc before).
+/// - a junk file named like a pack (quarantined; it stopped every repair and gc before);
+/// - an index file and its pack both damaged (the damaged index's entries place the records).
 func checkRepairRescues(_ fresh: (String) throws -> (backend: any Backend, open: () throws -> PackedStore),
                         file: StaticString = #filePath, line: UInt = #line) throws {
     let bodies = (0..<30).map { Data("rescue body \($0) ".utf8) + Data(repeating: UInt8($0 &* 7), count: 300 + 41 * $0) }
@@ -132,6 +133,13 @@ func checkRepairRescues(_ fresh: (String) throws -> (backend: any Backend, open:
             try damage(b, idx) { $0[1100] ^= 0x01 }
         }),
         ("junk-pack", [], { b, _ in try b.save("packs/" + String(repeating: "a", count: 64) + ".pack", Data("TSPACK01garbage".utf8), ifAbsent: true) }),
+        // Round 9: the index file (its trailer) and the pack (the first record's length) both
+        // damaged: what the damaged index still says places the records the walk cannot reach.
+        ("index-and-pack", [], { b, _ in
+            let idx = try XCTUnwrap(try b.list(prefix: "index/").first { $0.name.hasSuffix(".idx") }?.name, file: file, line: line)
+            try damage(b, idx) { $0[$0.count - 1] ^= 0x01 }
+            try damage(b, try packName(b)) { $0[PackFormat.magic.count + 32] ^= 0x01 }
+        }),
     ]
     for (label, lost, hurt) in cases {
         let (backend, open) = try fresh(label)
