@@ -54,7 +54,9 @@ struct Arguments {
     /// - Throws: `UsageError` (exit status 2) for anything but a finite number from 0 to `maximum`.
     func seconds(_ name: String, default d: Double, maximum: Double? = nil) throws -> Double {
         guard let s = options[name] else { return d }
-        guard let v = Double(s), v >= 0, v.isFinite, v <= (maximum ?? .greatestFiniteMagnitude) else {
+        // A decimal number only (`Double` also reads hexadecimal, `0x10`: attack round 9).
+        let decimal = !s.isEmpty && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x65 || $0 == 0x45 || $0 == 0x2B || $0 == 0x2D }
+        guard decimal, let v = Double(s), v >= 0, v.isFinite, v <= (maximum ?? .greatestFiniteMagnitude) else {
             throw UsageError(maximum.map { "\(name) must be a number of seconds from 0 to \(String(format: "%g", $0))" } ?? "\(name) must be a number of seconds")
         }
         return v

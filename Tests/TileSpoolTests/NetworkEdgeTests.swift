@@ -127,7 +127,9 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
                                       ("--rescan-interval", "3601", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
                                       ("--rescan-interval", "-1", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
                                       ("--settle-time", "-1", "--settle-time must be a number of seconds from 0 to 3600"),
-                                      ("--settle-time", "1e9", "--settle-time must be a number of seconds from 0 to 3600")] {
+                                      ("--settle-time", "1e9", "--settle-time must be a number of seconds from 0 to 3600"),
+                                      ("--settle-time", "0x1p3", "--settle-time must be a number of seconds from 0 to 3600"),
+                                      ("--rescan-interval", "0x10", "--rescan-interval must be a number of seconds from 0.1 to 3600")] {
             let run = try runWithOption(option, value)
             XCTAssertTrue(run.exited, "\(option) \(value) was accepted: the daemon runs")
             XCTAssertEqual(run.status, 2, "\(option) \(value): \(run.text)")
