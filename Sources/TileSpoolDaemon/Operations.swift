@@ -56,6 +56,8 @@ final class Operations {
     let uniqueMailbox = Mailbox<[String: Int]>()
     var uniqueRunning = false
     var uniqueWanted = true
+    /// True once the first scan of unique bytes since start has been applied (and logged).
+    var uniqueMeasured = false
     var committedSinceUnique = false
     var lastUnique = -Double.infinity
     let usageMailbox = Mailbox<(measured: (objects: Int, bytes: Int), addedAtStart: (objects: Int, bytes: Int))>()
@@ -127,6 +129,12 @@ extension Daemon {
 
     func applyUniqueBytes(_ map: [String: Int]) {
         ops.uniqueRunning = false
+        if !ops.uniqueMeasured {
+            // The first scan of every manifest since start is done (a script, or a test, can wait
+            // for this line rather than for time).
+            ops.uniqueMeasured = true
+            Log.info("measured the unique bytes of \(regions.count) regions")
+        }
         for r in regions.values {
             let v = map[r.id] ?? 0
             guard r.uniqueBytes != v else { continue }

@@ -55,10 +55,14 @@ final class DamagedStoreValueTests: XCTestCase {
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: path))
     }
 
-    /// The daemon is started on the damaged store and is still running a few seconds later.
+    /// The daemon is started on the damaged store and is still running once its first scan of
+    /// every manifest (the unique bytes, where a value out of range once overflowed) is done: it
+    /// logs that, and the test waits for the line, not for time.
     func assertDaemonStaysUp(file: StaticString = #filePath, line: UInt = #line) throws {
         try fx.start()
-        Thread.sleep(forTimeInterval: 3)
+        try waitUntil("the daemon's first scan of the manifests is done, or the daemon is gone", timeout: 30) {
+            fx.daemon?.isRunning != true || fx.log().contains("measured the unique bytes of")
+        }
         XCTAssertEqual(fx.daemon?.isRunning, true, "daemon crashed: \(fx.log().suffix(2000))", file: file, line: line)
     }
 
@@ -96,7 +100,7 @@ final class DamagedStoreValueTests: XCTestCase {
             let exports = (fx.status("t")?["exports"] as? [[String: Any]]) ?? []
             return !exports.isEmpty && exports.allSatisfy { $0["state"] as? String != "writing" }
         }
-        Thread.sleep(forTimeInterval: 1)
+        // The export's end was written to the status by the daemon's loop: it outlived the export.
         XCTAssertEqual(fx.daemon?.isRunning, true, "daemon crashed: \(fx.log().suffix(2000))")
         XCTAssertEqual(fx.stop(), 0)
     }
