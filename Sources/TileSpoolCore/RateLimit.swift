@@ -37,7 +37,17 @@ public struct RateLimiter: Sendable {
 
     /// True when no limit can apply to a request to `host` without a region limit (the fast path).
     public func isUnlimited(host: Substring) -> Bool {
-        bytesPerSecond == nil && (perHost == nil || (!perHostAppliesToLoopback && RateLimiter.isLoopback(host)))
+        bytesPerSecond == nil && hostLimit(host) == nil
+    }
+
+    /// The per-host limit that applies to `host` (requests per second), nil when none does.
+    private func hostLimit(_ host: Substring) -> Double? {
+        (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
+    }
+
+    /// The bucket keys of `host` and of region `region` at `host`.
+    private static func keys(_ host: Substring, _ region: String) -> (host: String, region: String) {
+        (String(host), region + "\u{0}" + host)
     }
 
     /// Asks to start one request to `host` for region `region`, whose own limit is `regionLimit`
@@ -46,17 +56,15 @@ public struct RateLimiter: Sendable {
     ///   wait before asking again (nothing is debited).
     public mutating func admit(host: Substring, region: String, regionLimit: Double?, now: Double) -> Double {
         var wait = 0.0
-        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
-        let hostKey = String(host), regionKey = region + "\u{0}" + hostKey
-        if hostLimit != nil, let t = nextStart[hostKey] { wait = max(wait, t - now) }
-        if regionLimit != nil, let t = nextStart[regionKey] { wait = max(wait, t - now) }
+        let key = RateLimiter.keys(host, region)
+        if hostLimit(host) != nil, let t = nextStart[key.host] { wait = max(wait, t - now) }
+        if regionLimit != nil, let t = nextStart[key.region] { wait = max(wait, t - now) }
         if let rate = bytesPerSecond {
             refill(rate, now)
             if byteAllowance < 0 { wait = max(wait, -byteAllowance / rate) }
         }
         guard wait <= 0 else { return wait }
-        if let rate = hostLimit { nextStart[hostKey] = max(now, nextStart[hostKey] ?? now) + 1 / rate }
-        if let rate = regionLimit { nextStart[regionKey] = max(now, nextStart[regionKey] ?? now) + 1 / rate }
+        charge(host: host, region: region, regionLimit: regionLimit, now: now)
         return 0
     }
 
@@ -64,30 +72,26 @@ public struct RateLimiter: Sendable {
     /// `regionLimit` under the request limits (not the byte limit); 0 when none applies. For
     /// requests paced away from the limiter (a PMTiles archive's directories, read off the loop).
     public func interval(host: Substring, regionLimit: Double?) -> Double {
-        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
-        return max(hostLimit.map { 1 / $0 } ?? 0, regionLimit.map { 1 / $0 } ?? 0)
+        max(hostLimit(host).map { 1 / $0 } ?? 0, regionLimit.map { 1 / $0 } ?? 0)
     }
 
     /// Counts a request to `host` for region `region` that started at `at` (seconds, the same
     /// clock as `now`) without asking, paced by itself (`interval`): the next request waits its
     /// turn from then, as if it had been admitted then.
     public mutating func record(host: Substring, region: String, regionLimit: Double?, at: Double) {
-        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
-        let hostKey = String(host), regionKey = region + "\u{0}" + hostKey
-        if let rate = hostLimit { nextStart[hostKey] = max(nextStart[hostKey] ?? 0, at + 1 / rate) }
-        if let rate = regionLimit { nextStart[regionKey] = max(nextStart[regionKey] ?? 0, at + 1 / rate) }
+        let key = RateLimiter.keys(host, region)
+        if let rate = hostLimit(host) { nextStart[key.host] = max(nextStart[key.host] ?? 0, at + 1 / rate) }
+        if let rate = regionLimit { nextStart[key.region] = max(nextStart[key.region] ?? 0, at + 1 / rate) }
     }
 
-    /// Counts one request to `host` for region `region` started at `now` without asking
-    /// (`admit`'s debit alone): a bucket already in debt goes further into it, so the requests
-    /// after it wait that much longer and the rate averaged over them holds. For requests that
-    /// cannot wait their turn (a PMTiles archive's directories, read while the daemon's loop
-    /// waits).
+    /// Counts one request to `host` for region `region` at `now` without asking (`admit`'s
+    /// debit): a bucket already in debt goes further into it, so the requests after it wait that
+    /// much longer. For a request that waits its turn elsewhere (the first directory request of
+    /// a PMTiles archive, which waits off the loop: `Daemon.startArchiveReads`).
     public mutating func charge(host: Substring, region: String, regionLimit: Double?, now: Double) {
-        let hostLimit = (perHost != nil && (perHostAppliesToLoopback || !RateLimiter.isLoopback(host))) ? perHost : nil
-        let hostKey = String(host), regionKey = region + "\u{0}" + hostKey
-        if let rate = hostLimit { nextStart[hostKey] = max(now, nextStart[hostKey] ?? now) + 1 / rate }
-        if let rate = regionLimit { nextStart[regionKey] = max(now, nextStart[regionKey] ?? now) + 1 / rate }
+        let key = RateLimiter.keys(host, region)
+        if let rate = hostLimit(host) { nextStart[key.host] = max(now, nextStart[key.host] ?? now) + 1 / rate }
+        if let rate = regionLimit { nextStart[key.region] = max(now, nextStart[key.region] ?? now) + 1 / rate }
     }
 
     /// Records `bytes` of body received at `now` against the byte limit.

@@ -25,6 +25,9 @@ enum WorkItem: Hashable {
     case tileJSON(String)
     /// A range request of a PMTiles archive: its position in `Download.archiveRanges`.
     case range(Int)
+
+    /// True for `range`.
+    var isRange: Bool { if case .range = self { true } else { false } }
 }
 
 /// A transfer under way: the item and what `Daemon.describe` said of it, worked out once when it

@@ -293,7 +293,7 @@ extension Daemon {
     func handle(_ res: TransferResult) {
         countRequest(res)
         // A range request's bytes were counted when it was issued (`issueRange`: its size is known).
-        if limiter.bytesPerSecond != nil, !(transfers[res.tag]?.1.map { if case .range = $0 { true } else { false } } ?? false) {
+        if limiter.bytesPerSecond != nil, transfers[res.tag]?.1?.isRange != true {
             limiter.received(bytes: res.body.count, now: Daemon.now())
         }
         guard let (id, item) = transfers.removeValue(forKey: res.tag), let r = regions[id] else { return }

@@ -97,18 +97,20 @@ public final class Repository: @unchecked Sendable {
     /// The loose object of earlier versions.
     public static func looseName(_ sha: String) -> String { "objects/\(sha.prefix(2))/\(sha)" }
 
-    /// True for a name this store gives its files: `packs/<sha256>.pack`, `index/<sha256>.idx`
-    /// or `objects/<ab>/<sha256>` (lower-case hex, `ab` the name's first two digits).
-    static func isStoreFileName(_ name: String) -> Bool {
-        let parts = name.split(separator: "/", omittingEmptySubsequences: false)
-        func hex(_ s: Substring) -> Bool { Digest(hex: String(s)) != nil && s == s.lowercased()[...] }
-        switch (parts.first, parts.count) {
-        case ("packs"?, 2): return parts[1].hasSuffix(".pack") && hex(parts[1].dropLast(5))
-        case ("index"?, 2): return parts[1].hasSuffix(".idx") && hex(parts[1].dropLast(4))
-        case ("objects"?, 3): return hex(parts[2]) && parts[2].hasPrefix(parts[1]) && parts[1].count == 2
-        default: return false
-        }
+    /// The pack a backend name `packs/<sha256>.pack` names, or nil for any other name (the
+    /// inverse of `packName`: lower-case hex, nothing after `.pack`, no folder between).
+    static func packDigest(ofName name: String) -> Digest? { digest(ofName: name, folder: "packs/", suffix: ".pack") }
+    /// The index file a backend name `index/<sha256>.idx` names, or nil (the inverse of `indexName`).
+    static func indexDigest(ofName name: String) -> Digest? { digest(ofName: name, folder: "index/", suffix: ".idx") }
+    private static func digest(ofName name: String, folder: String, suffix: String) -> Digest? {
+        guard name.hasPrefix(folder), name.hasSuffix(suffix) else { return nil }
+        let hex = name.dropFirst(folder.count).dropLast(suffix.count)
+        guard hex.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) else { return nil }
+        return Digest(hex: String(hex))
     }
+
+    /// True for a name this store gives its files in `packs/` and `index/` (`packName`, `indexName`).
+    static func isStoreFileName(_ name: String) -> Bool { packDigest(ofName: name) != nil || indexDigest(ofName: name) != nil }
 
     /// The local path of index file `name` (a copy fetched once for a remote backend).
     private func localIndexPath(_ name: String, digest: Digest) throws -> String {
@@ -131,7 +133,7 @@ public final class Repository: @unchecked Sendable {
         var bloom = DigestBloom(capacity: 2 * listed.reduce(0) { $0 + max(0, ($1.size - 1100) / IndexFormat.entrySize) })
         lock.lock(); let known = Dictionary(indexes.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }); lock.unlock()
         for f in listed {
-            guard let digest = Digest(hex: String(f.name.dropFirst("index/".count).dropLast(4))) else { continue }
+            guard let digest = Repository.indexDigest(ofName: f.name) else { continue }
             if let old = known[f.name] {
                 try old.forEach { bloom.insert($0.digest) }
                 kept.append(old)
@@ -740,8 +742,8 @@ public final class Repository: @unchecked Sendable {
         var count = 0
         try ensureLoaded()
         lock.lock(); let listed = Set(indexes.flatMap { $0.packs.map(\.digest) }); lock.unlock()
-        for f in try backend.list(prefix: "packs/") where f.name.hasSuffix(".pack") {
-            guard let digest = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))), !listed.contains(digest) else { continue }
+        for f in try backend.list(prefix: "packs/") {
+            guard let digest = Repository.packDigest(ofName: f.name), !listed.contains(digest) else { continue }
             guard let data = try backend.load(f.name) else { continue }
             var entries: [IndexFormat.Entry] = []
             var offset = PackFormat.magic.count

@@ -37,7 +37,7 @@ extension Repository {
         try indexUnindexedPacks()
         try reloadIndexes()
         let packFiles = Dictionary(try backend.list(prefix: "packs/").compactMap { f -> (Digest, BackendFile)? in
-            guard f.name.hasSuffix(".pack"), let d = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))) else { return nil }
+            guard let d = Repository.packDigest(ofName: f.name) else { return nil }
             return (d, f)
         }, uniquingKeysWith: { a, _ in a })
         let loose = try backend.list(prefix: "objects/")
@@ -225,8 +225,9 @@ extension Repository {
         // Every index file as the backend holds it (a bucket's may differ from the copy this host
         // keeps): one whose bytes do not hash to its name is damage, not used; the repair moves
         // it to quarantine, and its packs are indexed again below, from their records.
-        for f in try backend.list(prefix: "index/") where f.name.hasSuffix(".idx") {
-            guard let digest = Digest(hex: String(f.name.dropFirst("index/".count).dropLast(4))), let data = try backend.load(f.name) else { continue }
+        let indexFiles = try backend.list(prefix: "index/")
+        for f in indexFiles {
+            guard let digest = Repository.indexDigest(ofName: f.name), let data = try backend.load(f.name) else { continue }
             let sound = data.count >= 32 && data.suffix(32).elementsEqual(digest.bytes)
                 && Repository.hashes(data.prefix(data.count - 32), to: digest)
             guard !sound else { continue }
@@ -259,9 +260,9 @@ extension Repository {
         let writer = GCPackWriter(repository: self)
         var quarantine: [(BackendFile, Data?)] = []
         var damagedPacks = Set<Digest>()
-        for f in try backend.list(prefix: "packs/") where f.name.hasSuffix(".pack") {
-            guard let name = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))),
-                  let data = try backend.load(f.name) else { continue }
+        let packFiles = try backend.list(prefix: "packs/")
+        for f in packFiles {
+            guard let name = Repository.packDigest(ofName: f.name), let data = try backend.load(f.name) else { continue }
             var good: [UInt64: (Digest, UInt32)] = [:]
             var goodBodies: [(Digest, Range<Int>)] = []
             var bad = false
@@ -343,7 +344,7 @@ extension Repository {
         // objects with no sound copy left are bad names (attack round 8: the manifest line of an
         // object whose second copy was sound was dropped, and that copy left unindexed).
         if let present = c.present { c.badNames.subtract(present) }
-        let packsThere = Set(try backend.list(prefix: "packs/").compactMap { Digest(hex: String($0.name.split(separator: "/").last!.dropLast(5))) })
+        let packsThere = Set(packFiles.compactMap { Repository.packDigest(ofName: $0.name) }) // the loop above removed none
         if repair && (!quarantine.isEmpty || !reindexed.isEmpty) {
             let newPacks = try writer.finish()
             // The new packs' own index files are read in, so that their entries go into the
@@ -379,8 +380,7 @@ extension Repository {
                 c.quarantined += 1
                 // Replaced by its own rewrite: the file now holds the sound pack, the damaged
                 // bytes are in quarantine already.
-                if f.name.hasSuffix(".pack"), let d = Digest(hex: String(f.name.split(separator: "/").last!.dropLast(5))),
-                   writer.replacing.contains(d), newPacks.contains(d) { continue }
+                if let d = Repository.packDigest(ofName: f.name), writer.replacing.contains(d), newPacks.contains(d) { continue }
                 if let data { try backend.save(Repository.quarantineName(f.name), data, ifAbsent: true) }
                 try backend.remove(f.name)
             }
@@ -398,7 +398,7 @@ extension Repository {
         // `index/<sha256>.idx`): never read, so what they hold is not in the store (attack round
         // 9: a pack renamed `.pack.bak` was not named, and repair dropped its objects' lines). A
         // misnamed file in objects/ is a bad object already (above).
-        for f in try backend.list(prefix: "packs/") + backend.list(prefix: "index/") where !Repository.isStoreFileName(f.name) {
+        for f in packFiles + indexFiles where !Repository.isStoreFileName(f.name) {
             c.foreignEntries.append(f.name + " (a file whose name TileSpool never gives)")
         }
         c.foreignEntries.sort()

@@ -189,6 +189,22 @@ final class WatchFolderTests: FaultServerSpoolTestCase {
         }
     }
 
+    /// `--settle-time`: a misnamed file is rejected only once it has gone that long unmodified.
+    /// With 1,000 s, one last modified 100 s ago (the default 3 s would reject it) is still in
+    /// requests/ after a rescan has run: a request hard-linked in after it, which only a rescan
+    /// finds (no close event), is accepted and completed first.
+    func testSettleTimeHoldsBackAMisnamedFile() throws {
+        try fx.start(["--sync-interval", "0.1", "--rescan-interval", "0.3", "--settle-time", "1000"])
+        try fx.writeInPlace("notes.txt", Data("not a request".utf8))
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -100)], ofItemAtPath: fx.requestsDir + "/notes.txt")
+        let outside = fx.root.appendingPathComponent("linked.json").path
+        try jsonData(request("linked", id: "linked")).write(to: URL(fileURLWithPath: outside))
+        XCTAssertEqual(link(outside, fx.requestsDir + "/linked.json"), 0)
+        try fx.waitForState("linked", "completed", timeout: 20)
+        XCTAssertTrue(fx.inRequests("notes.txt"), "rejected before its settle time")
+        XCTAssertFalse(fx.inRejected("notes.txt"))
+    }
+
     /// Dotfiles are left alone, while running and at start-up. A regular file whose name does not
     /// end in `.json` (`X.JSON`, `a.geojson`, `b.json.txt`) is not a request: once settled (closed,
     /// and unmodified for the settle time) a periodic rescan moves it to `rejected/` with the
