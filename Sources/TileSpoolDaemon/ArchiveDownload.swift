@@ -16,11 +16,12 @@ struct ArchiveRange {
 }
 
 /// A read of a region's PMTiles directories, finished off the loop (`Daemon.startArchiveReads`):
-/// the region, the download it was for (a download stopped since is not planned from it), and
-/// the readings by source or the error.
+/// the region, the read's token (`Download.archiveReadToken` of the download it was for: a
+/// download stopped since is not planned from it; a number, since the address of a download
+/// freed meanwhile may be a new one's), and the readings by source or the error.
 struct ArchiveReadResult: Sendable {
     let id: String
-    let download: ObjectIdentifier
+    let token: Int
     let result: Result<[String: PMTilesRemote.Reading], RegionError>
     /// When the last request to each host started (`Daemon.now()`), for the limiter.
     let lastStarts: [String: Double]
@@ -55,7 +56,9 @@ extension Daemon {
         archiveReadsRunning.insert(r.id)
         var httpOptions = options.http
         httpOptions.allowedHosts.formUnion(options.allowedHosts)
-        let request = r.request, id = r.id, key = ObjectIdentifier(d), limits = limiter
+        archiveReadSerial += 1
+        d.archiveReadToken = archiveReadSerial
+        let request = r.request, id = r.id, key = archiveReadSerial, limits = limiter
         // A refresh: an archive still at the version the pack was planned from costs one request.
         let previous = r.refreshing ? r.files.loadPlan() : nil
         let first = Planner.archiveSources(request: request, style: style).first.map { RateLimiter.host(of: $0.url) } ?? ""
@@ -77,7 +80,7 @@ extension Daemon {
             let result = Result { () throws(RegionError) in
                 try PMTilesRemote.readAll(request: request, style: style, http: client, headers: request.headerList, previous: previous, pace: pace)
             }
-            mailbox.post(ArchiveReadResult(id: id, download: key, result: result,
+            mailbox.post(ArchiveReadResult(id: id, token: key, result: result,
                                            lastStarts: Dictionary(uniqueKeysWithValues: last.map { (String($0.key), $0.value) })))
             writer.wake()
         }
@@ -92,7 +95,7 @@ extension Daemon {
         for read in archiveMailbox.take() {
             archiveReadsRunning.remove(read.id)
             guard let r = regions[read.id], let d = r.download, r.state == .downloading else { continue }
-            guard ObjectIdentifier(d) == read.download else {
+            guard d.archiveReadToken == read.token else {
                 // For a download stopped since; the one now waiting reads anew (a refresh or a
                 // resume may plan from another version).
                 if d.archivesReading && d.archiveSets == nil { startArchiveReads(r, d, style: d.style) }

@@ -115,6 +115,8 @@ public final class Daemon {
     /// Regions whose directory read is under way: at most one each, whatever pauses and resumes
     /// happen meanwhile (attack round 9: each resume started another on a hanging server).
     var archiveReadsRunning: Set<String> = []
+    /// The last directory read's token (`Download.archiveReadToken`).
+    var archiveReadSerial = 0
     var exportGeneration = 0
     /// Metrics, hooks and background scans (Operations.swift).
     let ops = Operations()

@@ -130,6 +130,8 @@ final class Download {
     /// are read (`collectArchiveReads`); nil before. `archivesReading`: a read is under way.
     var archiveSets: [String: TileSet]?
     var archivesReading = false
+    /// The token of the directory read started for this download (`Daemon.archiveReadSerial`).
+    var archiveReadToken: Int?
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0
