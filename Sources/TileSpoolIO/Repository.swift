@@ -97,14 +97,21 @@ public final class Repository: @unchecked Sendable {
     /// The loose object of earlier versions.
     public static func looseName(_ sha: String) -> String { "objects/\(sha.prefix(2))/\(sha)" }
 
-    /// The pack a backend name `packs/<sha256>.pack` names, or nil for any other name (the
-    /// inverse of `packName`: lower-case hex, nothing after `.pack`, no folder between).
-    static func packDigest(ofName name: String) -> Digest? { digest(ofName: name, folder: "packs/", suffix: ".pack") }
+    /// The pack a backend name `packs/<sha256>.pack` names (also in a folder below `packs/`, as
+    /// packs were always read), or nil for any other name: the inverse of `packName`.
+    static func packDigest(ofName name: String) -> Digest? {
+        guard name.hasPrefix("packs/") else { return nil }
+        return digest(ofName: String(name.split(separator: "/").last ?? ""), suffix: ".pack")
+    }
     /// The index file a backend name `index/<sha256>.idx` names, or nil (the inverse of `indexName`).
-    static func indexDigest(ofName name: String) -> Digest? { digest(ofName: name, folder: "index/", suffix: ".idx") }
-    private static func digest(ofName name: String, folder: String, suffix: String) -> Digest? {
-        guard name.hasPrefix(folder), name.hasSuffix(suffix) else { return nil }
-        let hex = name.dropFirst(folder.count).dropLast(suffix.count)
+    static func indexDigest(ofName name: String) -> Digest? {
+        guard name.hasPrefix("index/") else { return nil }
+        return digest(ofName: String(name.dropFirst("index/".count)), suffix: ".idx")
+    }
+    /// `<sha256><suffix>` (lower-case hex) as a digest, else nil.
+    private static func digest(ofName name: String, suffix: String) -> Digest? {
+        guard name.hasSuffix(suffix) else { return nil }
+        let hex = name.dropLast(suffix.count)
         guard hex.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) else { return nil }
         return Digest(hex: String(hex))
     }
