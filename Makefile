@@ -3,8 +3,8 @@
 #   make deps-build  only the Debian packages the daemon builds and runs with (what make run installs)
 #   make build     debug build            make release   release build
 #   make run       deps + build, then the daemon on ./spool
-#   make test      deps, then the XCTest suite (the last output line is XCTest's summary, or after
-#                  a failure a summary of what failed)
+#   make test      deps, then the XCTest suite, 4 test classes at once (the last output line is the
+#                  summary, or after a failure a summary of what failed)
 #   make bench     deps, a release build in .build-bench, then bench/run.sh (docs/benchmarks.md)
 #   make install   release build, then the binary, systemd units and docs under $(DESTDIR)$(PREFIX)
 #                  (TILESPOOL_BIN=path installs that binary instead of building)
@@ -66,12 +66,17 @@ release:
 run: deps-build build
 	"$$($(SWIFT) build -c debug $(SWIFT_FLAGS) --show-bin-path)/tilespool" run --spool ./spool
 
-# XCTest only: with Swift Testing enabled too, swift test prints a second summary last.
-# Its output is kept in .build/test.log; after a failure the last lines summarise it (the failed
-# tests, or the test running when a crash ended the process, with the crash's first frames).
+# The XCTest suite, several test classes at once (scripts/test-parallel.sh: one process per class,
+# TILESPOOL_TEST_WORKERS at once, default 4), since most of the suite waits on daemons and servers.
+# Its output is kept in .build/test.log (each class's piece whole) and .build/test.log.d/; after a
+# failure the last lines summarise it (the failed tests, a class whose process died with the test
+# it was running and the crash's first frames). One class alone:
+#   swift build --build-tests && .build/debug/TileSpoolPackageTests.xctest TileSpoolTests.StoreTests
 test: deps
-	@mkdir -p .build; set -o pipefail; echo "$(SWIFT) test --disable-swift-testing $(SWIFT_FLAGS)"; \
-	$(SWIFT) test --disable-swift-testing $(SWIFT_FLAGS) 2>&1 | tee .build/test.log || \
+	@mkdir -p .build; echo "$(SWIFT) build --build-tests $(SWIFT_FLAGS)"; \
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS) || exit $$?; \
+	bundle="$$($(SWIFT) build --show-bin-path $(SWIFT_FLAGS))/TileSpoolPackageTests.xctest"; \
+	bash scripts/test-parallel.sh "$$bundle" .build/test.log || \
 	{ rc=$$?; bash scripts/test-failure-summary.sh .build/test.log; exit $$rc; }
 
 # The bench builds release in its own scratch path, so it never contends with .build.
