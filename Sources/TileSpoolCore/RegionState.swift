@@ -42,27 +42,36 @@ public enum Transition: Sendable, Equatable {
     case delete
     /// The action does not apply in this state; nothing changes. The string says why.
     case ignored(String)
+    /// A refresh of the completed pack starts (`refresh` on a completed region): the region is
+    /// `queued` with a refresh under way, its pack untouched until the refresh completes.
+    case beginRefresh
+    /// The refresh under way has every resource: its manifest replaces the pack's in one rename
+    /// and the region is `completed` (docs/refresh.md, "The swap").
+    case swapRefresh
+    /// The refresh under way ends without a swap (a failure, a cancel, the network lost): its
+    /// files are dropped and the region is `completed` with the pack as it was.
+    case abandonRefresh
 }
 
 /// The region state machine: pure functions from (state, action or event) to a transition.
 /// The table is documented in docs/contract.md ("States and actions").
 ///
-/// `refreshing` is true while a completed region is being refreshed (it is then `queued`,
-/// `downloading` or `pausedUser` with its previous pack intact). A refresh never loses that pack:
-/// whatever would fail, cancel or pause a download for the network instead ends the refresh, and
-/// the region is `completed` again (the daemon reports the error and discards the refresh's files).
+/// A refresh is a phase of its own (`refreshing`): a completed region goes `queued`,
+/// `downloading` and maybe `pausedUser` again with its previous pack intact, and leaves the
+/// phase by `swapRefresh` or `abandonRefresh`, never losing that pack: whatever would fail, cancel
+/// or pause a download for the network instead abandons the refresh.
 public enum RegionStateMachine {
-    /// The transition a user action causes.
+    /// The transition a user action causes; `refreshing`: a refresh of the region is under way.
     public static func apply(_ action: RegionAction, to state: RegionState, refreshing: Bool = false) -> Transition {
         if refreshing {
             switch (action, state) {
-            case (.cancel, .queued), (.cancel, .downloading), (.cancel, .pausedUser): return .to(.completed)
+            case (.cancel, .queued), (.cancel, .downloading), (.cancel, .pausedUser): return .abandonRefresh
             case (.refresh, _): return .ignored("a refresh of this region is already under way")
             default: break
             }
         }
         switch (action, state) {
-        case (.refresh, .completed): return .to(.queued)
+        case (.refresh, .completed): return .beginRefresh
         case (.refresh, _): return .ignored("refresh applies to completed regions, not \(state.rawValue)")
         case (.delete, _): return .delete
         case (.pause, .queued), (.pause, .downloading): return .to(.pausedUser)
@@ -75,12 +84,14 @@ public enum RegionStateMachine {
         }
     }
 
-    /// The transition an event from the downloader causes.
+    /// The transition an event from the downloader causes; `refreshing`: a refresh of the region
+    /// is under way.
     public static func apply(_ event: RegionEvent, to state: RegionState, refreshing: Bool = false) -> Transition {
         if refreshing {
             switch (event, state) {
             case (.networkLost, .downloading), (.storageFailed, .downloading), (.fail, .downloading), (.fail, .queued):
-                return .to(.completed)
+                return .abandonRefresh
+            case (.finish, .downloading): return .swapRefresh
             default: break
             }
         }

@@ -279,7 +279,7 @@ public final class Daemon {
                 r.progress.resourcesChecked = reported.resourcesChecked
                 r.progress.resourcesChanged = reported.resourcesChanged
                 r.progress.resourcesUnchanged = reported.resourcesUnchanged
-                r.refreshing = false
+                r.refresh = nil
                 setState(r, .completed, note: "daemon restarted",
                          extra: ["refresh": "finished", "resourcesChecked": reported.resourcesChecked,
                                  "resourcesChanged": reported.resourcesChanged, "resourcesUnchanged": reported.resourcesUnchanged])
@@ -292,9 +292,9 @@ public final class Daemon {
         guard r.files.refreshUnderWay() != nil else { return }
         switch r.state {
         case .queued, .downloading, .pausedUser:
-            r.refreshing = true
+            r.refresh = RefreshRun(progressBefore: nil)
         case .completed:
-            r.refreshing = true
+            r.refresh = RefreshRun(progressBefore: nil)
             setState(r, .queued, note: "daemon restarted", extra: ["refresh": "started"])
         default:
             r.files.abandonRefresh()
@@ -416,10 +416,16 @@ public final class Daemon {
     }
 
     func fail(_ r: Region, _ e: RegionError) {
-        guard case .to(let next) = RegionStateMachine.apply(.fail, to: r.state, refreshing: r.refreshing) else { return }
-        stopDownload(r)
-        r.error = shown(e, r)
-        if r.refreshing && next == .completed { abandonRefresh(r, "failed"); return }
-        setState(r, next)
+        switch RegionStateMachine.apply(.fail, to: r.state, refreshing: r.refreshing) {
+        case .to(let next):
+            stopDownload(r)
+            r.error = shown(e, r)
+            setState(r, next)
+        case .abandonRefresh:
+            stopDownload(r)
+            r.error = shown(e, r)
+            abandonRefresh(r, "failed")
+        default: break
+        }
     }
 }

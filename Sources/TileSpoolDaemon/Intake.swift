@@ -298,11 +298,13 @@ extension Daemon {
             Log.info("deleted", region: r.id, state: "deleted")
             runHook(id: r.id, state: "deleted", previous: r.state.rawValue)
             ops.uniqueWanted = true
-        case .to where action == .refresh:
+        case .beginRefresh:
             beginRefresh(r, scope: maxAge.map { .olderThan($0) } ?? .all, note: action.rawValue)
-        case .to(let next) where r.refreshing && next == .completed:
+        case .abandonRefresh:
             r.error = nil
             abandonRefresh(r, "cancelled")
+        case .swapRefresh:
+            break // only an event (`finish`) swaps a refresh in
         case .to(let next):
             stopDownload(r)
             // Space was freed, or so the user says: the quota's count of the store is taken again.

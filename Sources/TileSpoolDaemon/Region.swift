@@ -74,13 +74,14 @@ final class Region {
     var exports: [[String: Any]]?
     /// Which run of `Daemon.startExports` the entries of `exports` belong to.
     var exportGeneration = 0
-    /// A refresh is under way (its files are in `files.refreshDir`); the pack in use is untouched.
-    var refreshing = false
+    /// The refresh under way, nil when none is (its files are in `files.refreshDir`; the pack in
+    /// use is untouched until `swapRefresh`). The one value holding a refresh's data.
+    var refresh: RefreshRun?
+    /// A refresh is under way: the state machine's refresh phase (`RegionStateMachine`).
+    var refreshing: Bool { refresh != nil }
     /// When a refresh was last started (monotonic seconds), so that a scheduled refresh that failed
     /// is not started again before its interval has passed once more.
     var lastRefreshStart: Double?
-    /// The progress of the pack when its refresh started, put back if the refresh does not complete.
-    var progressBeforeRefresh: RegionProgress?
     /// Progress samples of the current download (rates and ETA in the status).
     var rates = RateWindow()
     /// See `RegionStatus.startedAt`, `completedAt`, `stateChangedAt`, `uniqueBytes`.
@@ -197,4 +198,12 @@ final class Download {
     var styleURL = ""
     var tileJSONs: [String: TileJSON] = [:]
     var needed: [WorkItem] = []
+}
+
+/// A refresh under way of a completed region (docs/refresh.md), held by `Region.refresh`.
+struct RefreshRun {
+    /// The pack's progress when the refresh started (the last refresh's tallies included), put
+    /// back when the refresh is abandoned; nil for a refresh taken up again after a restart, when
+    /// the pack's progress is read back from its plan and manifest instead.
+    var progressBefore: RegionProgress?
 }

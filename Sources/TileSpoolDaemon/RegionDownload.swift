@@ -502,8 +502,12 @@ extension Daemon {
     func networkLost(_ r: Region, url: String, why: String, commitPending: Bool = true) {
         stopDownload(r, commitPending: commitPending)
         r.error = RegionError(code: .networkError, message: "\(why) (\(shown(url, r)))", url: shown(url, r))
-        guard case .to(let next) = RegionStateMachine.apply(.networkLost, to: r.state, refreshing: r.refreshing) else { return }
-        if r.refreshing && next == .completed { abandonRefresh(r, "failed"); return }
+        let next: RegionState
+        switch RegionStateMachine.apply(.networkLost, to: r.state, refreshing: r.refreshing) {
+        case .to(let s): next = s
+        case .abandonRefresh: abandonRefresh(r, "failed"); return
+        default: return
+        }
         r.probeURL = url
         r.probeGap = max(0.5, min(options.retryDelay, options.maxProbeInterval))
         r.nextProbe = Daemon.now() + r.probeGap
@@ -544,7 +548,7 @@ extension Daemon {
             r.error = RegionError(code: .storageError, message: "store quota reached: the next object would take the store past --max-store-bytes \(q) (the store holds \(store.usage?.bytes ?? 0) bytes); free space (delete regions, then gc) or raise the quota, then resume")
         }
         switch RegionStateMachine.apply(sys?.isStorageFailure == true ? .storageFailed : .fail, to: r.state, refreshing: r.refreshing) {
-        case .to(let next) where r.refreshing && next == .completed: abandonRefresh(r, "failed")
+        case .abandonRefresh: abandonRefresh(r, "failed")
         case .to(let next): setState(r, next)
         default: break
         }
@@ -582,8 +586,12 @@ extension Daemon {
         }
         r.download = nil
         d.files.closeManifest()
-        guard case .to(let next) = RegionStateMachine.apply(.finish, to: r.state, refreshing: r.refreshing) else { return }
-        if r.refreshing { finishRefresh(r, d); return }
+        let next: RegionState
+        switch RegionStateMachine.apply(.finish, to: r.state, refreshing: r.refreshing) {
+        case .to(let s): next = s
+        case .swapRefresh: finishRefresh(r, d); return
+        default: return
+        }
         writeFailedList(r, d)
         setState(r, next)
         if next == .completed { compactionsWanted.append((r.id, r.files)) }
@@ -593,8 +601,9 @@ extension Daemon {
 
     // MARK: - Refresh
 
-    /// Starts a refresh of a completed region: `refresh/` is made, and the region is queued with
-    /// `refreshing` set; `start` then downloads into `refresh/` with conditional requests.
+    /// Starts a refresh of a completed region (the state machine's `beginRefresh`): `refresh/` is
+    /// made, and the region is queued with `r.refresh` set; `start` then downloads into `refresh/`
+    /// with conditional requests.
     /// - Parameter scope: which resources are asked about again.
     func beginRefresh(_ r: Region, scope: RefreshScope, note: String) {
         do { try r.files.beginRefresh(scope: scope) } catch {
@@ -603,10 +612,9 @@ extension Daemon {
             setState(r, .completed, note: note, extra: ["refresh": "failed"])
             return
         }
-        r.refreshing = true
+        r.refresh = RefreshRun(progressBefore: r.progress)
         r.error = nil
         r.lastRefreshStart = Daemon.now()
-        r.progressBeforeRefresh = r.progress
         var extra: [String: Any] = ["refresh": "started"]
         if let maxAge = scope.maxAge { extra["maxAge"] = maxAge }
         if scope == .failedTiles { extra["failedTiles"] = true }
@@ -623,8 +631,7 @@ extension Daemon {
             abandonRefresh(r, "failed")
             return
         }
-        r.refreshing = false
-        r.progressBeforeRefresh = nil
+        r.refresh = nil
         writeFailedList(r, files: r.files, reasons: d.failureReasons)
         let p = r.progress
         // Resources that left the plan change the pack too.
@@ -645,10 +652,9 @@ extension Daemon {
     func abandonRefresh(_ r: Region, _ why: String) {
         stopDownload(r, commitPending: false)
         r.files.abandonRefresh()
-        r.refreshing = false
         // The counts as they were (the last refresh's tallies included); after a restart, read back.
-        r.progress = r.progressBeforeRefresh ?? packProgress(r)
-        r.progressBeforeRefresh = nil
+        r.progress = r.refresh?.progressBefore ?? packProgress(r)
+        r.refresh = nil
         setState(r, .completed, note: "refresh \(why)", extra: ["refresh": why])
         reconcileExports(r) // a re-drop that added an export gets it even when its refresh fails
     }

@@ -205,7 +205,7 @@ final class StateMachineTests: XCTestCase {
             .failedStorage: [.resume: .to(.queued), .cancel: .to(.cancelled)],
             .failed: [.resume: .to(.queued)],
             .cancelled: [.resume: .to(.queued)],
-            .completed: [.refresh: .to(.queued)],
+            .completed: [.refresh: .beginRefresh],
         ]
         for state in RegionState.allCases {
             for action in RegionAction.allCases {
@@ -221,22 +221,44 @@ final class StateMachineTests: XCTestCase {
     }
 
     /// While a refresh is under way, nothing loses the pack: failures, a cancel and a network loss
-    /// all lead back to completed; pause and resume work as for a download.
+    /// all abandon the refresh (the region completed with its pack as it was), the finish swaps
+    /// it in; pause and resume work as for a download.
     func testRefreshingRegion() {
         let m = RegionStateMachine.self
-        XCTAssertEqual(m.apply(.cancel, to: .downloading, refreshing: true), .to(.completed))
-        XCTAssertEqual(m.apply(.cancel, to: .queued, refreshing: true), .to(.completed))
-        XCTAssertEqual(m.apply(.cancel, to: .pausedUser, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.cancel, to: .downloading, refreshing: true), .abandonRefresh)
+        XCTAssertEqual(m.apply(.cancel, to: .queued, refreshing: true), .abandonRefresh)
+        XCTAssertEqual(m.apply(.cancel, to: .pausedUser, refreshing: true), .abandonRefresh)
         XCTAssertEqual(m.apply(.pause, to: .downloading, refreshing: true), .to(.pausedUser))
         XCTAssertEqual(m.apply(.resume, to: .pausedUser, refreshing: true), .to(.queued))
         XCTAssertEqual(m.apply(.delete, to: .downloading, refreshing: true), .delete)
         if case .ignored = m.apply(.refresh, to: .downloading, refreshing: true) {} else { XCTFail("a second refresh must be ignored") }
-        XCTAssertEqual(m.apply(.fail, to: .downloading, refreshing: true), .to(.completed))
-        XCTAssertEqual(m.apply(.fail, to: .queued, refreshing: true), .to(.completed))
-        XCTAssertEqual(m.apply(.storageFailed, to: .downloading, refreshing: true), .to(.completed))
-        XCTAssertEqual(m.apply(.networkLost, to: .downloading, refreshing: true), .to(.completed))
-        XCTAssertEqual(m.apply(.finish, to: .downloading, refreshing: true), .to(.completed))
+        XCTAssertEqual(m.apply(.fail, to: .downloading, refreshing: true), .abandonRefresh)
+        XCTAssertEqual(m.apply(.fail, to: .queued, refreshing: true), .abandonRefresh)
+        XCTAssertEqual(m.apply(.storageFailed, to: .downloading, refreshing: true), .abandonRefresh)
+        XCTAssertEqual(m.apply(.networkLost, to: .downloading, refreshing: true), .abandonRefresh)
+        XCTAssertEqual(m.apply(.finish, to: .downloading, refreshing: true), .swapRefresh)
         XCTAssertEqual(m.apply(.start, to: .queued, refreshing: true), .to(.downloading))
+    }
+
+    /// The refresh phase is left only by `swapRefresh`, `abandonRefresh` or `delete`: no action
+    /// or event in any state of a refresh (queued, downloading, pausedUser) leads to a state in
+    /// which the pack would be lost or unusable (failed, cancelled, failedStorage, pausedNetwork),
+    /// and only the refresh phase swaps or abandons.
+    func testNoTransitionOfARefreshLosesThePack() {
+        let events: [RegionEvent] = [.start, .finish, .networkLost, .networkBack, .storageFailed, .fail]
+        let losing: Set<RegionState> = [.failed, .cancelled, .failedStorage, .pausedNetwork]
+        for state in [RegionState.queued, .downloading, .pausedUser] {
+            let got = RegionAction.allCases.map { RegionStateMachine.apply($0, to: state, refreshing: true) }
+                + events.map { RegionStateMachine.apply($0, to: state, refreshing: true) }
+            for t in got {
+                if case .to(let next) = t { XCTAssertFalse(losing.contains(next), "refreshing \(state) -> \(next)") }
+            }
+        }
+        for state in RegionState.allCases {
+            let got = RegionAction.allCases.map { RegionStateMachine.apply($0, to: state) }
+                + events.map { RegionStateMachine.apply($0, to: state) }
+            XCTAssertFalse(got.contains(.swapRefresh) || got.contains(.abandonRefresh), "\(state) outside a refresh")
+        }
     }
 
     func testEvents() {
