@@ -53,12 +53,20 @@ struct Arguments {
     ///   integer of milliseconds: a larger one would not convert); nil: any finite number.
     /// - Throws: `UsageError` (exit status 2) for anything but a finite number from 0 to `maximum`.
     func seconds(_ name: String, default d: Double, maximum: Double? = nil) throws -> Double {
-        guard let s = options[name] else { return d }
-        // A decimal number only (`Double` also reads hexadecimal, `0x10`: attack round 9).
-        let decimal = !s.isEmpty && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x65 || $0 == 0x45 || $0 == 0x2B || $0 == 0x2D }
-        guard decimal, let v = Double(s), v >= 0, v.isFinite, v <= (maximum ?? .greatestFiniteMagnitude) else {
+        guard options[name] != nil else { return d }
+        guard let v = try? number(name), v <= (maximum ?? .greatestFiniteMagnitude) else {
             throw UsageError(maximum.map { "\(name) must be a number of seconds from 0 to \(String(format: "%g", $0))" } ?? "\(name) must be a number of seconds")
         }
+        return v
+    }
+
+    /// The value of option `name` as a finite decimal number of at least 0 (`1`, `0.5`, `2e3`).
+    /// - Throws: `UsageError` when it is not given or is anything else (`Double` alone would also
+    ///   read hexadecimal, `0x10`, and `inf`: attack round 9).
+    func number(_ name: String) throws -> Double {
+        guard let s = options[name] else { throw UsageError("\(name) needs a value") }
+        let decimal = !s.isEmpty && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x65 || $0 == 0x45 || $0 == 0x2B || $0 == 0x2D }
+        guard decimal, let v = Double(s), v >= 0, v.isFinite else { throw UsageError("\(name) must be a number") }
         return v
     }
 }
@@ -166,6 +174,7 @@ options every command takes:
 Options may come before or after arguments. Documentation: docs/ in the source tree.
 """
 
+/// `tilespool run --help`: the options' lines come from `RunOption.all`.
 let runHelp = """
 usage: tilespool run [--spool DIR] [--store DIR] [options]
 
@@ -174,54 +183,7 @@ cleanly after writing every status (downloads in progress become `queued` and re
 Only one daemon may run on a spool (the lock file <spool>/daemon.lock).
 
 options:
-  --spool DIR                     spool folder (default ./spool)
-  --store DIR                     store folder (default <spool>/store), or s3://BUCKET[/PREFIX]
-  --s3-endpoint URL               the S3 endpoint (else AWS_ENDPOINT_URL; docs/s3.md)
-  --s3-addressing path|virtual    S3 path-style URLs (default) or virtual-hosted ones
-  --max-active-regions N          regions downloading at once (default 2)
-  --max-requests-per-region N     requests in flight per region (default 8)
-  --max-connections N             connections open at once, all hosts (default 16)
-  --max-connections-per-host N    connections to one host (default 8)
-  --max-tiles N                   largest plan accepted, in tiles (default 1000000)
-  --max-object-size BYTES         largest body accepted, after decoding (default 33554432, 32 MiB);
-                                  also what a gzip-file body may inflate to in request exports
-  --max-retries N                 retries of a transient failure (default 5)
-  --retry-delay SECONDS           first retry delay, doubling up to 30 s (default 1)
-  --max-probe-interval SECONDS    longest gap between probes while pausedNetwork (default 60)
-  --connect-timeout SECONDS       time allowed to connect (default 10; at most 86400;
-                                  0: libcurl's own, 300)
-  --low-speed-time SECONDS        abort a transfer below 1 byte/s for this long (default 30;
-                                  at most 86400; 0: no low-speed limit)
-  --transfer-timeout SECONDS      abort a transfer (redirects included) not finished after this
-                                  long, retried like a network timeout (default 300; at most
-                                  86400; 0: none)
-  --sync-interval SECONDS         how often downloaded objects are synced and recorded (default 1)
-  --rescan-interval SECONDS       how often requests/ and control/ are rescanned for what no
-                                  inotify event announced (default 5; 0.1 to 3600)
-  --settle-time SECONDS           how long a file a rescan finds must go unmodified when no read
-                                  lease can tell that a writer has closed it (default 3; at most 3600)
-  --refresh-interval SECONDS      refresh every completed region this long after its last
-                                  download or refresh, checking resources at least that old
-                                  (default: never; a request's refreshAfter wins)
-  --log-format logfmt|json        log entries as key=value pairs (default) or JSON objects, one per line
-  --metrics-file PATH             write Prometheus metrics to PATH (atomically) for node_exporter's
-                                  textfile collector
-  --metrics-interval SECONDS      how often the metrics file is written (default 5)
-  --on-state-change PATH          run the executable PATH (no shell) on every state change with
-                                  arguments ID STATE STATUS-PATH and TILESPOOL_* variables
-  --hook-timeout SECONDS          kill a hook still running after this long (default 30)
-  --max-store-bytes BYTES         store quota: a download that would pass it goes failedStorage
-  --events-max-bytes BYTES        rotate events.jsonl before it passes this size (default 67108864,
-                                  64 MiB; 0 never rotates)
-  --events-keep N                 rotated files kept, events.jsonl.1 ... events.jsonl.N (default 5)
-  --user-agent TEXT               the User-Agent sent (default "TileSpool/VERSION (+PROJECT URL)")
-  --max-requests-per-second-per-host N
-                                  requests started per second to one host, all regions together
-                                  (default 10 for remote hosts, none for loopback; given, it
-                                  applies to every host; 0: no limit)
-  --max-bytes-per-second BYTES    bodies received per second, all hosts together (default: no limit)
-  --allow-host HOST               accept HOST although its tile usage policy forbids bulk
-                                  downloading (you run or license it); repeatable
+\(RunOption.all.map(\.helpText).joined(separator: "\n"))
 
 See docs/operations.md for metrics, hooks, systemd units and retention.
 """
@@ -262,14 +224,7 @@ func runCLI(_ argv: [String]) -> Int32 {
 }
 
 func commandRun(_ argv: [String]) throws -> Int32 {
-    let valued: Set<String> = commonValued.union(["--max-active-regions", "--max-requests-per-region", "--max-connections",
-                                                 "--max-connections-per-host", "--max-tiles", "--max-object-size", "--max-retries",
-                                                 "--retry-delay", "--max-probe-interval", "--connect-timeout", "--low-speed-time", "--transfer-timeout",
-                                                 "--sync-interval", "--rescan-interval", "--settle-time", "--refresh-interval", "--log-format", "--metrics-file", "--metrics-interval",
-                                                 "--on-state-change", "--hook-timeout", "--max-store-bytes", "--events-max-bytes",
-                                                 "--events-keep", "--user-agent", "--allow-host",
-                                                 "--max-requests-per-second-per-host", "--max-bytes-per-second"])
-    let a = try Arguments(argv, flags: commonFlags, valued: valued)
+    let a = try Arguments(argv, flags: commonFlags, valued: commonValued.union(RunOption.all.map(\.name)))
     if a.flags.contains("--help") { out(runHelp); return 0 }
     if !a.positionals.isEmpty { throw UsageError("run takes no arguments") }
     let loc = try Locations(a)
@@ -277,70 +232,7 @@ func commandRun(_ argv: [String]) throws -> Int32 {
     o.s3Endpoint = loc.s3Endpoint
     o.s3PathStyle = loc.s3PathStyle
     if loc.isS3 { _ = try loc.openStore() } // a malformed URL or missing credentials: said now, exit 1
-    o.maxActiveRegions = try a.int("--max-active-regions", default: o.maxActiveRegions, range: 1...1000)
-    o.maxRequestsPerRegion = try a.int("--max-requests-per-region", default: o.maxRequestsPerRegion, range: 1...1000)
-    o.http.maxConnections = try a.int("--max-connections", default: o.http.maxConnections, range: 1...10000)
-    o.http.maxConnectionsPerHost = try a.int("--max-connections-per-host", default: o.http.maxConnectionsPerHost, range: 1...10000)
-    o.maxTiles = try a.int("--max-tiles", default: o.maxTiles, range: 0...Int.max)
-    o.http.maxObjectSize = try a.int("--max-object-size", default: o.http.maxObjectSize, range: 1...(1 << 34))
-    o.maxRetries = try a.int("--max-retries", default: o.maxRetries, range: 0...100)
-    o.retryDelay = try a.seconds("--retry-delay", default: o.retryDelay)
-    o.maxProbeInterval = try a.seconds("--max-probe-interval", default: o.maxProbeInterval)
-    // libcurl takes these as integers (milliseconds or seconds): a day at most, so none can
-    // fail to convert (9.3e18 once crashed the daemon at its first transfer).
-    o.http.connectTimeout = try a.seconds("--connect-timeout", default: o.http.connectTimeout, maximum: HTTPOptions.maximumTimeout)
-    o.http.lowSpeedTime = Int(try a.seconds("--low-speed-time", default: Double(o.http.lowSpeedTime), maximum: HTTPOptions.maximumTimeout).rounded(.up))
-    o.http.transferTimeout = try a.seconds("--transfer-timeout", default: o.http.transferTimeout, maximum: HTTPOptions.maximumTimeout)
-    o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
-    // One message for every value out of range (below 0.1: a rescan every turn of the loop).
-    guard let rescan = try? a.seconds("--rescan-interval", default: o.rescanInterval, maximum: 3600), rescan >= 0.1 else {
-        throw UsageError("--rescan-interval must be a number of seconds from 0.1 to 3600")
-    }
-    o.rescanInterval = rescan
-    o.settleTime = try a.seconds("--settle-time", default: o.settleTime, maximum: 3600)
-    if let ua = a.options["--user-agent"] {
-        guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-            throw UsageError("--user-agent must be 1 to 512 printable characters")
-        }
-        o.http.userAgent = ua
-    }
-    for h in a.allValues["--allow-host"] ?? [] {
-        let host = h.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
-        guard !host.isEmpty, !host.contains(where: { $0 == "/" || $0 == ":" || $0 == " " }) else {
-            throw UsageError("--allow-host takes a host name such as tile.openstreetmap.org, not '\(h)'")
-        }
-        o.allowedHosts.insert(host)
-    }
-    if let v = a.options["--max-requests-per-second-per-host"] {
-        // Given: it applies to every host, loopback included; 0 lifts the default limit.
-        guard let n = Double(v), n.isFinite, n >= 0 else { throw UsageError("--max-requests-per-second-per-host must be a number of requests per second (0: no limit)") }
-        o.rateLimits.perHost = n > 0 ? n : nil
-        o.rateLimits.perHostAppliesToLoopback = true
-    }
-    if a.options["--max-bytes-per-second"] != nil {
-        o.rateLimits.bytesPerSecond = Double(try a.int("--max-bytes-per-second", default: 0, range: 1024...Int.max))
-    }
-    if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0) }
-    if let f = a.options["--log-format"] {
-        guard let format = Log.Format(rawValue: f) else { throw UsageError("--log-format must be logfmt or json") }
-        Log.format = format
-    }
-    if let m = a.options["--metrics-file"] {
-        guard !m.isEmpty, Files.entryType((m as NSString).deletingLastPathComponent.isEmpty ? "." : (m as NSString).deletingLastPathComponent) == .directory else {
-            throw UsageError("--metrics-file: the folder of \(m) does not exist")
-        }
-        o.metricsFile = m
-    }
-    o.metricsInterval = max(0.1, try a.seconds("--metrics-interval", default: o.metricsInterval))
-    if let h = a.options["--on-state-change"] {
-        guard h.hasPrefix("/") || h.contains("/") else { throw UsageError("--on-state-change needs a path to an executable (no PATH search, no shell)") }
-        guard access(h, X_OK) == 0, Files.entryType(h) != .directory else { throw UsageError("--on-state-change: \(h) is not an executable file") }
-        o.onStateChange = h
-    }
-    o.hookTimeout = try a.seconds("--hook-timeout", default: o.hookTimeout)
-    if a.options["--max-store-bytes"] != nil { o.maxStoreBytes = try a.int("--max-store-bytes", default: 0, range: 1...Int.max) }
-    o.eventsMaxBytes = try a.int("--events-max-bytes", default: o.eventsMaxBytes)
-    o.eventsKeep = try a.int("--events-keep", default: o.eventsKeep, range: 0...1000)
+    try RunOption.apply(RunOption.all, a, to: &o)
     let daemon: Daemon
     do { daemon = try Daemon(options: o) } catch let e as SystemError where e.operation == "flock" {
         err("tilespool: another daemon is already running on this spool or store (lock \(e.path) is held)")

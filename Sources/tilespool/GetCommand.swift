@@ -76,11 +76,14 @@ func getFormat(_ given: String?, output: String) throws -> ExportFormat {
     throw UsageError("cannot tell the format from \(output): give --format (mbtiles, pmtiles, maplibre or site), or a name ending in .mbtiles, .pmtiles, .db or /")
 }
 
+/// The options of `tilespool run` that `get` takes too, parsed as `run` parses them.
+let getRunOptions = RunOption.named(["--max-tiles", "--allow-host", "--max-requests-per-second-per-host",
+                                     "--max-retries", "--retry-delay", "--user-agent"])
+
 func commandGet(_ argv: [String]) throws -> Int32 {
     let a = try Arguments(argv, flags: commonFlags.union(["--force", "--verbose"]),
-                          valued: commonValued.union(["--output", "--format", "--source", "--base-url", "--max-tiles", "--allow-host",
-                                                      "--max-requests-per-second-per-host", "--max-retries", "--retry-delay", "--user-agent"])
-                            .union(RegionFileOptions.valued))
+                          valued: commonValued.union(["--output", "--format", "--source", "--base-url"])
+                            .union(getRunOptions.map(\.name)).union(RegionFileOptions.valued))
     if a.flags.contains("--help") { out(getHelp); return 0 }
     guard a.positionals.count == 1, let path = a.positionals.first else { throw UsageError("get takes one request file (or - for standard input)") }
     guard var output = a.options["--output"], !output.isEmpty else { throw UsageError("--output PATH is required") }
@@ -99,21 +102,7 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     var o = DaemonOptions(spool: loc.spool, store: loc.store)
     o.s3Endpoint = loc.s3Endpoint
     o.s3PathStyle = loc.s3PathStyle
-    o.maxTiles = try a.int("--max-tiles", default: o.maxTiles)
-    o.maxRetries = try a.int("--max-retries", default: o.maxRetries, range: 0...100)
-    o.retryDelay = try a.seconds("--retry-delay", default: o.retryDelay)
-    for h in a.allValues["--allow-host"] ?? [] { o.allowedHosts.insert(h.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))) }
-    if let v = a.options["--max-requests-per-second-per-host"] {
-        guard let n = Double(v), n.isFinite, n >= 0 else { throw UsageError("--max-requests-per-second-per-host must be a number of requests per second (0: no limit)") }
-        o.rateLimits.perHost = n > 0 ? n : nil
-        o.rateLimits.perHostAppliesToLoopback = true
-    }
-    if let ua = a.options["--user-agent"] {
-        guard !ua.isEmpty, ua.utf8.count <= 512, !ua.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-            throw UsageError("--user-agent must be 1 to 512 printable characters")
-        }
-        o.http.userAgent = ua
-    }
+    try RunOption.apply(getRunOptions, a, to: &o)
 
     // The request, checked as plan checks it.
     let (raw, fileName) = try readRequestArgument(path)

@@ -157,6 +157,29 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         XCTAssertTrue(help.contains("--connect-timeout SECONDS") && help.contains("at most 86400"), help)
     }
 
+    /// The download options `get` shares with `run` are one declaration (`RunOption`), so both
+    /// refuse the same values with the same message before anything runs: `get` used to take any
+    /// `--allow-host` (a URL or a path too) and read `0x10` as 16 requests a second, which `run` did
+    /// not. `get` exits 2 before it reads its request file (which does not exist here).
+    func testGetAndRunRefuseTheSameBadValues() throws {
+        for (option, value, says) in [("--allow-host", "http://tiles.example.com/", "--allow-host takes a host name such as tile.openstreetmap.org"),
+                                      ("--max-requests-per-second-per-host", "0x10", "--max-requests-per-second-per-host must be a number of requests per second"),
+                                      ("--max-requests-per-second-per-host", "inf", "--max-requests-per-second-per-host must be a number of requests per second"),
+                                      ("--max-retries", "101", "--max-retries must be an integer in 0...100"),
+                                      ("--retry-delay", "0x1p3", "--retry-delay must be a number of seconds"),
+                                      ("--max-tiles", "-1", "--max-tiles must be an integer in 0..."),
+                                      ("--user-agent", "", "--user-agent must be 1 to 512 printable characters")] {
+            let run = try runWithOption(option, value)
+            XCTAssertTrue(run.exited, "run \(option) \(value) was accepted: the daemon runs")
+            XCTAssertEqual(run.status, 2, "run \(option) \(value): \(run.text)")
+            XCTAssertTrue(run.text.contains("tilespool: \(says)"), "run \(option) \(value): \(run.text)")
+            let (status, text) = try fx.cli(["get", fx.spool + "/no-such-request.json", "--output", fx.spool + "/out.mbtiles",
+                                             "--spool", fx.spool + "/get", option, value])
+            XCTAssertEqual(status, 2, "get \(option) \(value): \(text)")
+            XCTAssertTrue(text.contains("tilespool: \(says)"), "get \(option) \(value): \(text)")
+        }
+    }
+
     // MARK: Finding 13: only entity-tags are validators
 
     /// `ETag: *` (and an unquoted ETag) was kept and sent back as `If-None-Match: *`, which any
