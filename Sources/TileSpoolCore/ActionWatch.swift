@@ -42,13 +42,11 @@ public struct ActionWatch: Sendable {
     /// A watch for `action` on region `id`, made before its control file is dropped.
     public init(id: String, action: RegionAction) { self.id = id; self.action = action }
 
-    /// The outcome `event` (one parsed line of events.jsonl) gives, or nil when it does not
-    /// answer the action.
-    public mutating func answer(_ event: [String: Any]) -> ActionOutcome? {
-        guard event["id"] as? String == id, let state = event["state"] as? String else { return nil }
-        let note = event["note"] as? String
-        let refresh = event["refresh"] as? String
-        if event["action"] as? String == action.rawValue, let why = event["ignored"] as? String {
+    /// The outcome `event` (one line of events.jsonl) gives, or nil when it does not answer the action.
+    public mutating func answer(_ event: StatusEvent) -> ActionOutcome? {
+        guard event.id == id else { return nil }
+        let state = event.state, note = event.note, refresh = event.refresh
+        if event.action == action.rawValue, let why = event.ignored {
             return .ignored(why: why, state: state)
         }
         if state == "deleted" { return action == .delete ? .applied("deleted") : .failed("the region was deleted") }
@@ -72,8 +70,7 @@ public struct ActionWatch: Sendable {
             }
             switch refresh {
             case "finished"?:
-                let n = { (k: String) in (event[k] as? NSNumber)?.intValue ?? 0 }
-                return .applied("refresh finished: \(n("resourcesChecked")) checked, \(n("resourcesChanged")) changed, \(n("resourcesUnchanged")) unchanged")
+                return .applied("refresh finished: \(event.resourcesChecked ?? 0) checked, \(event.resourcesChanged ?? 0) changed, \(event.resourcesUnchanged ?? 0) unchanged")
             case "failed"?: return .failed("refresh failed: \(Self.error(event))")
             case "cancelled"?: return .failed("refresh cancelled")
             default: return nil
@@ -82,8 +79,8 @@ public struct ActionWatch: Sendable {
     }
 
     /// `CODE: message` of an event's `error` object, or `unknown error`.
-    static func error(_ event: [String: Any]) -> String {
-        guard let e = RegionError(jsonObject: event["error"]) else { return "unknown error" }
+    static func error(_ event: StatusEvent) -> String {
+        guard let e = event.error else { return "unknown error" }
         return "\(e.code.rawValue): \(e.message)"
     }
 }

@@ -179,35 +179,28 @@ public struct RegionProgress: Sendable, Equatable, Codable {
         }
     }
 
-    /// The JSON object written as `progress`.
-    public var jsonObject: [String: Any] {
-        var o = jsonFields
-        if let tileBytesExpected { o["tileBytesExpected"] = tileBytesExpected }
-        return o
+    /// The keys of `progress` in the status, as the fields are named (docs/contract.md).
+    private enum CodingKeys: String, CodingKey {
+        case resourcesCompleted, resourcesExpected, resourcesExpectedIsPrecise, bytesCompleted, tilesCompleted, tilesExpected,
+             tileBytesCompleted, tileBytesExpected, resourcesMissing, resourcesChecked, resourcesChanged, resourcesUnchanged,
+             tilesFailed, tilesEmpty
     }
 
-    private var jsonFields: [String: Any] {
-        ["resourcesCompleted": resourcesCompleted, "resourcesExpected": resourcesExpected,
-         "resourcesExpectedIsPrecise": resourcesExpectedIsPrecise, "bytesCompleted": bytesCompleted,
-         "tilesCompleted": tilesCompleted, "tilesExpected": tilesExpected,
-         "tileBytesCompleted": tileBytesCompleted, "resourcesMissing": resourcesMissing,
-         "resourcesChecked": resourcesChecked, "resourcesChanged": resourcesChanged,
-         "resourcesUnchanged": resourcesUnchanged, "tilesFailed": tilesFailed, "tilesEmpty": tilesEmpty]
-    }
-
-    /// Reads back a `progress` object (missing fields are 0).
-    public init(jsonObject o: Any?) {
-        let o = o as? [String: Any] ?? [:]
-        func i(_ k: String) -> Int { o[k].flatMap(JSONKind.integer) ?? 0 }
-        resourcesCompleted = i("resourcesCompleted"); resourcesExpected = i("resourcesExpected")
-        resourcesExpectedIsPrecise = (o["resourcesExpectedIsPrecise"] as? Bool) ?? false
-        bytesCompleted = i("bytesCompleted"); tilesCompleted = i("tilesCompleted")
-        tilesExpected = i("tilesExpected"); tileBytesCompleted = i("tileBytesCompleted")
-        resourcesMissing = i("resourcesMissing")
-        resourcesChecked = i("resourcesChecked"); resourcesChanged = i("resourcesChanged")
-        resourcesUnchanged = i("resourcesUnchanged")
-        tilesFailed = i("tilesFailed")
-        tilesEmpty = i("tilesEmpty")
-        tileBytesExpected = o["tileBytesExpected"].flatMap(JSONKind.integer)
+    /// Reads back a `progress` object: missing fields (a status written before they existed) are
+    /// 0, `false`, or nil for `tileBytesExpected`. Written with every field, `tileBytesExpected`
+    /// only when known (the synthesized `encode(to:)`).
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        func i(_ k: CodingKeys) -> Int { ((try? c.decodeIfPresent(Int.self, forKey: k)) ?? nil) ?? 0 }
+        resourcesCompleted = i(.resourcesCompleted); resourcesExpected = i(.resourcesExpected)
+        resourcesExpectedIsPrecise = ((try? c.decodeIfPresent(Bool.self, forKey: .resourcesExpectedIsPrecise)) ?? nil) ?? false
+        bytesCompleted = i(.bytesCompleted); tilesCompleted = i(.tilesCompleted)
+        tilesExpected = i(.tilesExpected); tileBytesCompleted = i(.tileBytesCompleted)
+        resourcesMissing = i(.resourcesMissing)
+        resourcesChecked = i(.resourcesChecked); resourcesChanged = i(.resourcesChanged)
+        resourcesUnchanged = i(.resourcesUnchanged)
+        tilesFailed = i(.tilesFailed)
+        tilesEmpty = i(.tilesEmpty)
+        tileBytesExpected = (try? c.decodeIfPresent(Int.self, forKey: .tileBytesExpected)) ?? nil
     }
 }

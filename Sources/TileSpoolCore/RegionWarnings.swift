@@ -9,13 +9,7 @@ public struct RegionWarning: Sendable, Equatable {
     public var message: String
     public init(code: String, message: String) { self.code = code; self.message = message }
 
-    /// `{"code", "message"}`.
-    public var jsonObject: [String: Any] { ["code": code, "message": message] }
-    /// Reads back `jsonObject`; nil when it is not one.
-    public init?(jsonObject o: Any) {
-        guard let o = o as? [String: Any], let c = o["code"] as? String else { return nil }
-        code = c; message = o["message"] as? String ?? ""
-    }
+    // Written and read as `{"code", "message"}` (`Codable`, StatusModel.swift).
 
     /// `bounds` with `west > east`: a box across the antimeridian, as MapLibre reads it, but more
     /// often a west and east given the wrong way round.

@@ -57,23 +57,6 @@ public struct RegionError: Error, Sendable, Equatable {
         self.code = code; self.message = message
         self.url = url.map(Redaction.redact); self.httpStatus = httpStatus
     }
-
-    /// The JSON object written as `error` in `<id>.json` and `events.jsonl`.
-    public var jsonObject: [String: Any] {
-        var o: [String: Any] = ["code": code.rawValue, "message": message]
-        if let url { o["url"] = url }
-        if let httpStatus { o["httpStatus"] = httpStatus }
-        return o
-    }
-
-    /// Reads back an error written by `jsonObject`.
-    public init?(jsonObject o: Any?) {
-        guard let o = o as? [String: Any], let c = o["code"] as? String, let code = ErrorCode(rawValue: c) else { return nil }
-        self.code = code
-        self.message = o["message"] as? String ?? ""
-        self.url = o["url"] as? String
-        self.httpStatus = o["httpStatus"].flatMap(JSONKind.integer)
-    }
 }
 
 extension RegionError: CustomStringConvertible {

@@ -242,7 +242,7 @@ public final class Daemon {
             let r = Region(id: id, request: request, state: state, files: files, arrival: 0)
             r.progress = st?.progress ?? RegionProgress()
             r.error = st?.error
-            r.exports = st?.exports
+            r.exports = st?.exports?.compactMap { $0.any as? [String: Any] }
             r.startedAt = st?.startedAt
             r.completedAt = st?.completedAt
             r.stateChangedAt = st?.stateChangedAt
@@ -280,9 +280,7 @@ public final class Daemon {
                 r.progress.resourcesChanged = reported.resourcesChanged
                 r.progress.resourcesUnchanged = reported.resourcesUnchanged
                 r.refresh = nil
-                setState(r, .completed, note: "daemon restarted",
-                         extra: ["refresh": "finished", "resourcesChecked": reported.resourcesChecked,
-                                 "resourcesChanged": reported.resourcesChanged, "resourcesUnchanged": reported.resourcesUnchanged])
+                setState(r, .completed, note: "daemon restarted", event: .refreshFinished(reported))
                 return
             }
         } catch {
@@ -295,7 +293,7 @@ public final class Daemon {
             r.refresh = RefreshRun(progressBefore: nil)
         case .completed:
             r.refresh = RefreshRun(progressBefore: nil)
-            setState(r, .queued, note: "daemon restarted", extra: ["refresh": "started"])
+            setState(r, .queued, note: "daemon restarted", event: StatusEvent(refresh: "started"))
         default:
             r.files.abandonRefresh()
         }
@@ -370,7 +368,9 @@ public final class Daemon {
     }
 
     /// Changes a region's state, writes its status at once, and appends to events.jsonl.
-    func setState(_ r: Region, _ next: RegionState, note: String? = nil, extra: [String: Any] = [:]) {
+    /// Moves `r` to `next`: the event (`event`'s own fields, with the id, state, error and `note`
+    /// filled in) is appended first, then the status files are written, the log line and the hook.
+    func setState(_ r: Region, _ next: RegionState, note: String? = nil, event: StatusEvent = StatusEvent()) {
         let previous = r.state
         r.state = next
         r.stateChangedAt = Date()
@@ -380,9 +380,12 @@ public final class Daemon {
         }
         if next == .completed { r.completedAt = r.stateChangedAt }
         // The event first: whoever sees the new state in the status file finds its event too.
-        var fields = extra
-        if let note { fields["note"] = note }
-        status.event(id: r.id, state: next.rawValue, error: r.error, extra: fields)
+        var e = event
+        e.id = r.id
+        e.state = next.rawValue
+        e.error = r.error
+        if let note { e.note = note }
+        status.event(e)
         writeStatus(r)
         Log.info("state change", region: r.id, state: next.rawValue,
                  (note.map { [("note", $0)] } ?? []) + (r.error.map { [("code", $0.code.rawValue), ("error", $0.message)] } ?? []))
@@ -390,26 +393,32 @@ public final class Daemon {
         r.isNew = false
     }
 
-    func writeStatus(_ r: Region) {
+    /// The region's status as the status file says it (`RegionStatus`, the one model of it): what
+    /// `writeStatus` writes and the metrics file counts. Rates are those of the samples so far.
+    func statusValue(_ r: Region) -> RegionStatus {
         var st = RegionStatus(id: r.id, state: r.state, progress: r.progress, error: r.error,
-                              request: r.request.redactedJSONObject, context: r.request.context)
-        st.exports = r.exports
+                              request: JSONValue(r.request.redactedJSONObject), context: JSONValue(r.request.context))
+        st.exports = r.exports?.map(JSONValue.init)
         st.refreshing = r.refreshing
         st.startedAt = r.startedAt
         st.completedAt = r.completedAt
         st.stateChangedAt = r.stateChangedAt
         st.uniqueBytes = r.uniqueBytes
         st.warnings = r.warnings
-        st.area = RegionArea.jsonObject(r.request)
+        st.area = JSONValue(RegionArea.jsonObject(r.request))
         if r.state == .downloading {
-            r.rates.add(time: Daemon.now(), progress: r.progress)
             let rates = r.rates.rates
             st.tilesPerSecond = rates?.tilesPerSecond
             st.bytesPerSecond = rates?.bytesPerSecond
             st.etaSeconds = RateWindow.eta(r.progress, rates)
         }
         if let d = r.download, d.holdUntil > Daemon.now() { st.throttledUntil = Date(timeIntervalSinceNow: d.holdUntil - Daemon.now()) }
-        do { try status.write(st) } catch { Log.error("cannot write status: \(error)", region: r.id) }
+        return st
+    }
+
+    func writeStatus(_ r: Region) {
+        if r.state == .downloading { r.rates.add(time: Daemon.now(), progress: r.progress) }
+        do { try status.write(statusValue(r)) } catch { Log.error("cannot write status: \(error)", region: r.id) }
         r.statusDirty = false
         r.lastStatusWrite = Daemon.now()
         updateLive(r)

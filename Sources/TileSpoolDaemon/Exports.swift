@@ -118,7 +118,7 @@ extension Daemon {
             r.exports = list
             let failed = entry["state"] as? String == "failed"
             let what = "\(entry["format"] ?? "?") export \(failed ? "failed" : "written")"
-            status.event(id: id, state: r.state.rawValue, error: nil, extra: ["export": entry])
+            status.event(StatusEvent(id: id, state: r.state.rawValue, export: JSONValue(entry)))
             writeStatus(r)
             if failed {
                 Log.error("\(what): \((entry["error"] as? [String: Any])?["message"] ?? "")", region: id, state: r.state.rawValue)

@@ -115,7 +115,7 @@ extension Daemon {
                 reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
                 return
             }
-            status.record(RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: NSNull()))
+            status.record(RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: .null))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         } catch {
@@ -170,13 +170,13 @@ extension Daemon {
         r.warnings = RegionWarning.of(request)
         // A completed pack replaced by another download of the same id: said loudly (a status
         // warning, the event, a log warning), as it is gone once the new download starts.
-        var replaced: [String: Any] = [:]
+        var replaced: PackReplaced?
         if let old, old.state == .completed || old.refreshing, !keepingManifest {
             let when = old.completedAt.map { " (completed \(Timestamp.iso8601($0)))" } ?? ""
             r.warnings.append(RegionWarning(code: RegionWarning.packReplaced,
                                             message: "this request replaced the completed pack of region '\(request.id)'\(when) with another download; to keep a pack, give the new request another id"))
-            replaced = ["replaced": ["state": old.state.rawValue, "completedAt": old.completedAt.map(Timestamp.iso8601) ?? NSNull(),
-                                     "resources": old.progress.resourcesCompleted, "bytes": old.progress.bytesCompleted]]
+            replaced = PackReplaced(state: old.state, completedAt: old.completedAt,
+                                    resources: old.progress.resourcesCompleted, bytes: old.progress.bytesCompleted)
             Log.warning("\(name) replaces the completed pack of region \(request.id)", region: request.id, state: old.state.rawValue, [("file", name)])
         }
         do {
@@ -204,7 +204,7 @@ extension Daemon {
             if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
             files.remove()
             status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
-                                       request: request.redactedJSONObject, context: request.context))
+                                       request: JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         }
@@ -216,7 +216,7 @@ extension Daemon {
         }
         Log.info("accepted \(name)", region: r.id, [("file", name)])
         for w in r.warnings where w.code != RegionWarning.packReplaced { Log.warning(w.message, region: r.id, [("code", w.code)]) }
-        setState(r, .queued, extra: replaced.merging(r.warnings.isEmpty ? [:] : ["warnings": r.warnings.map(\.jsonObject)]) { a, _ in a })
+        setState(r, .queued, event: StatusEvent(replaced: replaced, warnings: r.warnings.isEmpty ? nil : r.warnings))
         // Only once the status says `queued`: a kill -9 before leaves the file to be read again.
         Files.remove(path)
     }
@@ -241,7 +241,7 @@ extension Daemon {
                 Files.remove(path)
                 store.region(id).remove()
                 status.remove(id: id)
-                status.event(id: id, state: "deleted", error: nil, extra: ["action": "delete"])
+                status.event(StatusEvent(id: id, state: "deleted", action: "delete"))
                 Log.info("deleted (status only)", region: id, state: "deleted")
                 runHook(id: id, state: "deleted", previous: nil)
                 ops.uniqueWanted = true
@@ -287,14 +287,14 @@ extension Daemon {
         switch RegionStateMachine.apply(action, to: r.state, refreshing: r.refreshing) {
         case .ignored(let why):
             Log.info("\(action.rawValue) ignored: \(why)", region: r.id, state: r.state.rawValue, [("action", action.rawValue)])
-            status.event(id: r.id, state: r.state.rawValue, error: r.error, extra: ["action": action.rawValue, "ignored": why])
+            status.event(StatusEvent(id: r.id, state: r.state.rawValue, error: r.error, action: action.rawValue, ignored: why))
         case .delete:
             stopDownload(r, commitPending: false)
             regions.removeValue(forKey: r.id)
             live.removeValue(forKey: r.id)
             r.files.remove()
             status.remove(id: r.id)
-            status.event(id: r.id, state: "deleted", error: nil, extra: ["action": "delete"])
+            status.event(StatusEvent(id: r.id, state: "deleted", action: "delete"))
             Log.info("deleted", region: r.id, state: "deleted")
             runHook(id: r.id, state: "deleted", previous: r.state.rawValue)
             ops.uniqueWanted = true

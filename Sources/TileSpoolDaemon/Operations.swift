@@ -206,7 +206,8 @@ extension Daemon {
     /// The metrics in the Prometheus text format (docs/operations.md lists them).
     func metricsText() -> String {
         var m = PrometheusText()
-        let sorted = regions.values.sorted { $0.id < $1.id }
+        // Per region, from the same value the status file is written from.
+        let sorted = regions.values.sorted { $0.id < $1.id }.map(statusValue)
         m.family("tilespool_build_info", .gauge, "TileSpool version (always 1).", [([("version", TileSpoolVersion.string)], 1)])
         m.family("tilespool_daemon_start_time_seconds", .gauge, "When the daemon started, in seconds since the Unix epoch.",
                  ops.startTime.timeIntervalSince1970.rounded())
@@ -214,7 +215,7 @@ extension Daemon {
         for r in sorted { byState[r.state, default: 0] += 1 }
         m.family("tilespool_regions", .gauge, "Regions known to the daemon, by state.",
                  RegionState.allCases.map { ([("state", $0.rawValue)], Double(byState[$0] ?? 0)) })
-        func perRegion(_ f: (Region) -> Int?) -> [([(String, String)], Double)] {
+        func perRegion(_ f: (RegionStatus) -> Int?) -> [([(String, String)], Double)] {
             sorted.compactMap { r in f(r).map { ([("region", r.id)], Double($0)) } }
         }
         m.family("tilespool_region_resources_completed", .gauge, "Resources of a region in its manifest.", perRegion { $0.progress.resourcesCompleted })

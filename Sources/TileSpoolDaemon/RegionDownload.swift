@@ -609,16 +609,13 @@ extension Daemon {
         do { try r.files.beginRefresh(scope: scope) } catch {
             Log.error("cannot start a refresh: \(error)", region: r.id)
             r.error = RegionError(code: .storageError, message: "cannot start a refresh: \(error)")
-            setState(r, .completed, note: note, extra: ["refresh": "failed"])
+            setState(r, .completed, note: note, event: StatusEvent(refresh: "failed"))
             return
         }
         r.refresh = RefreshRun(progressBefore: r.progress)
         r.error = nil
         r.lastRefreshStart = Daemon.now()
-        var extra: [String: Any] = ["refresh": "started"]
-        if let maxAge = scope.maxAge { extra["maxAge"] = maxAge }
-        if scope == .failedTiles { extra["failedTiles"] = true }
-        setState(r, .queued, note: note, extra: extra)
+        setState(r, .queued, note: note, event: StatusEvent(refresh: "started", maxAge: scope.maxAge, failedTiles: scope == .failedTiles ? true : nil))
     }
 
     /// The refresh's manifest is complete: it replaces the pack's in one rename, the region is
@@ -636,9 +633,7 @@ extension Daemon {
         let p = r.progress
         // Resources that left the plan change the pack too.
         let changed = p.resourcesChanged > 0 || p.resourcesCompleted != (d.previous?.count ?? 0)
-        setState(r, .completed, note: "refresh finished",
-                 extra: ["refresh": "finished", "resourcesChecked": p.resourcesChecked,
-                         "resourcesChanged": p.resourcesChanged, "resourcesUnchanged": p.resourcesUnchanged])
+        setState(r, .completed, note: "refresh finished", event: .refreshFinished(p))
         // Exports follow the pack: rewritten when it changed; when it did not, the ones written
         // from it stay (their entries take the new version); missing ones (an export the re-drop
         // added) are written either way.
@@ -655,7 +650,7 @@ extension Daemon {
         // The counts as they were (the last refresh's tallies included); after a restart, read back.
         r.progress = r.refresh?.progressBefore ?? packProgress(r)
         r.refresh = nil
-        setState(r, .completed, note: "refresh \(why)", extra: ["refresh": why])
+        setState(r, .completed, note: "refresh \(why)", event: StatusEvent(refresh: why))
         reconcileExports(r) // a re-drop that added an export gets it even when its refresh fails
     }
 

@@ -37,7 +37,16 @@ public final class EventsFollower {
     /// The event lines appended since the last call (objects; a line that is not a JSON object is
     /// skipped). The corresponding C functions are `pread`, `fstat` and `stat`.
     public func poll() -> [[String: Any]] {
-        var lines: [[String: Any]] = []
+        pollLines().compactMap { (try? JSONKind.parse($0)) as? [String: Any] }
+    }
+
+    /// The events appended since the last call (`StatusCoding.event`; a line that is not an
+    /// event is skipped).
+    public func pollEvents() -> [StatusEvent] { pollLines().compactMap(StatusCoding.event) }
+
+    /// The whole lines appended since the last call, without their newlines.
+    func pollLines() -> [Data] {
+        var lines: [Data] = []
         while true {
             if fd < 0 {
                 guard let opened = try? Files.open(path, O_RDONLY) else { return lines }
@@ -85,7 +94,7 @@ public final class EventsFollower {
         }
     }
 
-    private func readToEnd(into lines: inout [[String: Any]]) {
+    private func readToEnd(into lines: inout [Data]) {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
@@ -94,7 +103,7 @@ public final class EventsFollower {
             offset += off_t(n)
             for b in buffer[0..<n] {
                 if b != 0x0A { partial.append(b); continue }
-                if let o = (try? JSONKind.parse(Data(partial))) as? [String: Any] { lines.append(o) }
+                lines.append(Data(partial))
                 partial.removeAll(keepingCapacity: true)
             }
         }

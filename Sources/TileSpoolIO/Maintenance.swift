@@ -230,7 +230,7 @@ public enum StoreMaintenance {
                     st.error = RegionError(code: .storeDamaged, message: why)
                     st.progress = st.progress.recounted(own.kept)
                     st.updatedAt = Date()
-                    status.record(st, extra: ["note": "verify --repair"])
+                    status.record(st, note: "verify --repair")
                 }
                 // A rewrite that fails stops verify with its error (exit 1): the manifest still
                 // names what was dropped, and a second repair retries.

@@ -48,114 +48,6 @@ public struct SpoolLayout: Sendable {
     public func statusState(_ id: String) -> String { "\(status)/\(id).state" }
 }
 
-/// A region's status as written to `status/<id>.json`.
-public struct RegionStatus: @unchecked Sendable {
-    public var id: String
-    public var state: RegionState
-    public var progress: RegionProgress
-    public var error: RegionError?
-    /// The request with defaults filled in (credentials redacted), or nil for an unreadable request.
-    public var request: [String: Any]?
-    /// The request's `context`, verbatim (NSNull when absent).
-    public var context: Any
-    /// When the status was written.
-    public var updatedAt: Date
-    /// The request's `exports` once the region completed: one object per export, `{"format",
-    /// "source"?, "state": "writing"|"written"|"failed", "path", "bytes", "tiles", "sha256",
-    /// "error"?}`; nil when the request names none.
-    public var exports: [[String: Any]]?
-    /// True while a refresh of the region is under way (docs/refresh.md): the region is `queued`,
-    /// `downloading` or `pausedUser`, and its previous pack stays usable until the refresh completes.
-    public var refreshing = false
-    /// While `downloading`: tiles and bytes per second over the last seconds (`RateWindow`), and
-    /// the seconds left at that rate; nil (JSON null) otherwise, and `etaSeconds` stays null until
-    /// it is meaningful (exact plan, a few seconds of samples, something moving).
-    public var tilesPerSecond: Double?
-    public var bytesPerSecond: Double?
-    public var etaSeconds: Double?
-    /// When the region first went `downloading` (kept across pauses and restarts), when it went
-    /// `completed`, and when it entered its current state (what `tilespool prune` ages by).
-    public var startedAt: Date?
-    public var completedAt: Date?
-    public var stateChangedAt: Date?
-    /// Bytes of the objects that only this region's manifest references (what deleting it and
-    /// running gc would free); nil until the daemon first worked it out.
-    public var uniqueBytes: Int?
-    /// While a downloading region waits on a server's `Retry-After`: when it will ask again
-    /// (written as `throttledUntil`, RFC 3339 UTC); nil otherwise (the field is then absent).
-    public var throttledUntil: Date?
-    /// What a person should look at although the region goes on (`RegionWarning`); empty: none.
-    public var warnings: [RegionWarning] = []
-    /// The ground the request covers (`RegionArea.jsonObject`); nil for a request not read.
-    public var area: [String: Any]?
-
-    public init(id: String, state: RegionState, progress: RegionProgress, error: RegionError?, request: [String: Any]?, context: Any, updatedAt: Date = Date()) {
-        self.id = id; self.state = state; self.progress = progress; self.error = error
-        self.request = request; self.context = context; self.updatedAt = updatedAt
-    }
-
-    /// The JSON object of `<id>.json`.
-    public var jsonObject: [String: Any] {
-        var o: [String: Any] = ["id": id, "state": state.rawValue, "progress": progress.jsonObject,
-                                "error": error?.jsonObject ?? NSNull(), "request": request ?? NSNull(), "context": context,
-                                "updatedAt": Timestamp.iso8601(updatedAt), "refreshing": refreshing]
-        let null = NSNull()
-        o["tilesPerSecond"] = tilesPerSecond.map { ($0 * 100).rounded() / 100 } ?? null
-        o["bytesPerSecond"] = bytesPerSecond.map { $0.rounded() } ?? null
-        o["etaSeconds"] = etaSeconds ?? null
-        o["startedAt"] = startedAt.map(Timestamp.iso8601) ?? null
-        o["completedAt"] = completedAt.map(Timestamp.iso8601) ?? null
-        o["stateChangedAt"] = stateChangedAt.map(Timestamp.iso8601) ?? null
-        o["uniqueBytes"] = uniqueBytes ?? null
-        if let exports { o["exports"] = exports }
-        if let throttledUntil { o["throttledUntil"] = Timestamp.iso8601(throttledUntil) }
-        o["warnings"] = warnings.map(\.jsonObject)
-        o["area"] = area ?? null
-        return o
-    }
-
-    /// Reads a status written by `jsonObject`; nil when it is not one.
-    public init?(jsonObject o: Any) {
-        guard let o = o as? [String: Any], let id = o["id"] as? String, let s = o["state"] as? String,
-              let state = RegionState(rawValue: s) else { return nil }
-        self.init(id: id, state: state, progress: RegionProgress(jsonObject: o["progress"]), error: RegionError(jsonObject: o["error"]),
-                  request: o["request"] as? [String: Any], context: o["context"] ?? NSNull(),
-                  updatedAt: (o["updatedAt"] as? String).flatMap(Timestamp.parse) ?? Date(timeIntervalSince1970: 0))
-        exports = o["exports"] as? [[String: Any]]
-        refreshing = o["refreshing"] as? Bool ?? false
-        tilesPerSecond = (o["tilesPerSecond"] as? NSNumber)?.doubleValue
-        bytesPerSecond = (o["bytesPerSecond"] as? NSNumber)?.doubleValue
-        etaSeconds = (o["etaSeconds"] as? NSNumber)?.doubleValue
-        startedAt = (o["startedAt"] as? String).flatMap(Timestamp.parse)
-        completedAt = (o["completedAt"] as? String).flatMap(Timestamp.parse)
-        stateChangedAt = (o["stateChangedAt"] as? String).flatMap(Timestamp.parse)
-        uniqueBytes = o["uniqueBytes"].flatMap(JSONKind.integer)
-        throttledUntil = (o["throttledUntil"] as? String).flatMap(Timestamp.parse)
-        warnings = (o["warnings"] as? [Any] ?? []).compactMap(RegionWarning.init(jsonObject:))
-        area = o["area"] as? [String: Any]
-    }
-}
-
-/// RFC 3339 timestamps in UTC with second precision, as in `updatedAt` and `events.jsonl`.
-public enum Timestamp {
-    public static func iso8601(_ d: Date) -> String {
-        var t = time_t(d.timeIntervalSince1970)
-        var tmv = tm()
-        gmtime_r(&t, &tmv)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", tmv.tm_year + 1900, tmv.tm_mon + 1, tmv.tm_mday,
-                      tmv.tm_hour, tmv.tm_min, tmv.tm_sec)
-    }
-    public static func parse(_ s: String) -> Date? {
-        let u = Array(s.utf8)
-        guard u.count == 20, u[4] == 0x2D, u[7] == 0x2D, u[10] == 0x54, u[13] == 0x3A, u[16] == 0x3A, u[19] == 0x5A else { return nil }
-        func num(_ a: Int, _ b: Int) -> Int32? { Int32(String(decoding: u[a..<b], as: UTF8.self)) }
-        guard let y = num(0, 4), let mo = num(5, 7), let d = num(8, 10), let h = num(11, 13), let mi = num(14, 16), let sec = num(17, 19) else { return nil }
-        var tmv = tm()
-        tmv.tm_year = y - 1900; tmv.tm_mon = mo - 1; tmv.tm_mday = d; tmv.tm_hour = h; tmv.tm_min = mi; tmv.tm_sec = sec
-        return Date(timeIntervalSince1970: TimeInterval(timegm(&tmv)))
-    }
-}
-
 /// The one writer of status files and events. `<id>.json` and `<id>.state` are each replaced
 /// atomically (temp file in `status/`, then rename); events are appended with one `write` each.
 public final class StatusWriter: @unchecked Sendable {
@@ -171,8 +63,7 @@ public final class StatusWriter: @unchecked Sendable {
     /// Writes `<id>.json`, then `<id>.state`.
     /// - Throws: `SystemError` when the status folder cannot be written.
     public func write(_ status: RegionStatus) throws(SystemError) {
-        var data = JSONKind.serialize(status.jsonObject, pretty: true)
-        data.append(0x0A)
+        let data = StatusCoding.statusFile(status)
         // status/ opened anew, never through a symlink: one swapped in while the daemon runs
         // makes the write fail instead of landing outside the spool.
         let dir = try Directory(path: layout.status, followFinal: false)
@@ -183,19 +74,16 @@ public final class StatusWriter: @unchecked Sendable {
     /// Records a state that no live region carries (a refused request, a region whose files are
     /// damaged, a repair): its event is appended first, then `<id>.json` and `<id>.state` are written, so
     /// whoever reads the new state in the status files finds its event too.
-    public func record(_ status: RegionStatus, extra: [String: Any] = [:]) {
-        event(id: status.id, state: status.state.rawValue, error: status.error, extra: extra)
+    public func record(_ status: RegionStatus, note: String? = nil) {
+        event(StatusEvent(id: status.id, state: status.state.rawValue, error: status.error, note: note))
         do { try write(status) } catch { Log.error("cannot write status: \(error)", region: status.id) }
     }
 
-    /// Appends one line to `events.jsonl`: `{"time","id","state","error"}` plus `extra` fields
-    /// (e.g. `action` and `ignored` for an action that did not apply).
-    public func event(id: String, state: String, error: RegionError?, extra: [String: Any] = [:]) {
-        var o: [String: Any] = ["time": Timestamp.iso8601(Date()), "id": id, "state": state,
-                                "error": error?.jsonObject ?? NSNull()]
-        for (k, v) in extra { o[k] = v }
-        var line = JSONKind.serialize(o)
-        line.append(0x0A)
+    /// Appends one line to `events.jsonl` (`StatusCoding.eventLine`), rotating the file first
+    /// when the line would take it past `eventsMaxBytes`. A failed append is logged, not thrown:
+    /// the status files still say the state.
+    public func event(_ e: StatusEvent) {
+        let line = StatusCoding.eventLine(e)
         if eventsMaxBytes > 0, let size = Files.size(layout.events), size > 0, size + line.count > eventsMaxBytes { rotateEvents() }
         do { try Files.append(line, to: layout.events) } catch { Log.error("cannot append to \(layout.events): \(error)") }
     }
@@ -224,7 +112,7 @@ public final class StatusWriter: @unchecked Sendable {
     public func read(id: String) -> RegionStatus? {
         guard RequestValidator.isValidID(id),
               let data = try? Files.readRegularFile(layout.statusJSON(id), limit: 4 << 20),
-              let o = try? JSONKind.parse(data), let status = RegionStatus(jsonObject: o), status.id == id else { return nil }
+              let status = StatusCoding.status(data), status.id == id else { return nil }
         return status
     }
 

@@ -51,9 +51,9 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
     }
     guard let list = load() else { err("tilespool: no region '\(a.positionals[0])'"); return 1 }
     if a.flags.contains("--json") {
-        let objects = list.map(\.jsonObject)
-        let doc: Any = a.positionals.isEmpty ? objects : objects[0]
-        out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
+        // One status as an object, all of them as an array.
+        let doc = a.positionals.isEmpty ? StatusCoding.statusList(list) : StatusCoding.statusFile(list[0]).dropLast()
+        out(String(decoding: doc, as: UTF8.self))
         return 0
     }
     out(statusText(list))

@@ -119,7 +119,7 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
     var watch = ActionWatch(id: id, action: act)
     let deadline = timeout > 0 ? Date().addingTimeInterval(timeout) : Date.distantFuture
     while true {
-        for event in events.poll() {
+        for event in events.pollEvents() {
             switch watch.answer(event) {
             case nil: continue
             case .started?:

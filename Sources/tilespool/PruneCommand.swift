@@ -81,7 +81,7 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
         for id in selected {
             store?.region(id).remove()
             writer.remove(id: id)
-            writer.event(id: id, state: "deleted", error: nil, extra: ["action": "delete", "note": "prune"])
+            writer.event(StatusEvent(id: id, state: "deleted", note: "prune", action: "delete"))
             out("deleted \(id)")
         }
     }

@@ -185,21 +185,20 @@ final class RegionFollower {
     /// The end, if the region has ended since the last call; prints state changes (a plain line
     /// each, off a terminal) or redraws the progress line (on a terminal, at most 5 times a second).
     func check() -> RegionEnd? {
-        for e in events.poll() where e["id"] as? String == id {
-            guard let state = e["state"] as? String else { continue }
-            if e["ignored"] != nil { continue }
-            let error = (e["error"] as? [String: Any]).map { "\($0["code"] as? String ?? "?"): \($0["message"] as? String ?? "")" } ?? ""
-            if let refresh = e["refresh"] as? String {
+        for e in events.pollEvents() where e.id == id {
+            let state = e.state
+            if e.ignored != nil { continue }
+            let error = e.error.map { "\($0.code.rawValue): \($0.message)" } ?? ""
+            if let refresh = e.refresh {
                 if refresh == "failed" { return .failed("the refresh failed: \(error)") }
                 if refresh == "cancelled" { return .cancelled }
             }
             if state != lastState { lastState = state; if !terminal { err("\(id): \(state)") } }
             switch state {
             case "queued": accepted = true
-            case "completed": if e["refresh"] as? String != "started" { return .completed }
+            case "completed": if e.refresh != "started" { return .completed }
             case "failed":
-                let code = (e["error"] as? [String: Any])?["code"] as? String
-                if !accepted, ["invalidRequest", "tileLimitExceeded", "policyRefused"].contains(code ?? "") { return .refused(error) }
+                if !accepted, let code = e.error?.code, [.invalidRequest, .tileLimitExceeded, .policyRefused].contains(code) { return .refused(error) }
                 return .failed(error)
             case "failedStorage": return .failedStorage(error)
             case "cancelled": return .cancelled

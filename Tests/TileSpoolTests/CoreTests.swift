@@ -744,10 +744,11 @@ final class ImportAndLimitTests: XCTestCase {
 
 /// Issue 29: which line of events.jsonl answers an action (`tilespool ACTION ID --wait`).
 final class ActionWatchTests: XCTestCase {
-    func ev(_ id: String, _ state: String, _ extra: [String: Any] = [:]) -> [String: Any] {
+    /// The event of a line of events.jsonl with these fields, read as the CLI reads it.
+    func ev(_ id: String, _ state: String, _ extra: [String: Any] = [:]) -> StatusEvent {
         var o: [String: Any] = ["id": id, "state": state, "error": NSNull(), "time": "2026-12-05T00:00:00Z"]
         for (k, v) in extra { o[k] = v }
-        return o
+        return StatusCoding.event(JSONKind.serialize(o))!
     }
 
     func testPauseResumeCancelAreAnsweredByTheirStateChangeOrAnIgnoredEvent() {

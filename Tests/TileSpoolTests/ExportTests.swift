@@ -458,7 +458,7 @@ final class ExportTests: XCTestCase {
             }
             try files.appendToManifest(batch)
             try Files.writeAtomically(Data("completed\n".utf8), to: fx.spool + "/status/\(id).state")
-            let st = RegionStatus(id: id, state: .completed, progress: RegionProgress(), error: nil, request: nil, context: NSNull())
+            let st = RegionStatus(id: id, state: .completed, progress: RegionProgress(), error: nil, request: nil, context: .null)
             try StatusWriter(layout: SpoolLayout(root: fx.spool)).write(st)
             return n
         }

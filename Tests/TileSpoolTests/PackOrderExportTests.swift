@@ -100,7 +100,7 @@ final class PackOrderExportTests: XCTestCase {
                 ManifestLine(kind: .tile, sha256: body.map { SHA256.hex($0) }, bytes: body?.count ?? 0, key: key, url: "-")
             })
             try Files.writeAtomically(Data("completed\n".utf8), to: fx.spool + "/status/\(r.id).state")
-            let st = RegionStatus(id: r.id, state: .completed, progress: RegionProgress(), error: nil, request: nil, context: NSNull())
+            let st = RegionStatus(id: r.id, state: .completed, progress: RegionProgress(), error: nil, request: nil, context: .null)
             try StatusWriter(layout: SpoolLayout(root: fx.spool)).write(st)
         }
 

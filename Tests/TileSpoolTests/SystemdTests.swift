@@ -58,7 +58,7 @@ final class SystemdTests: XCTestCase {
                 let request = RegionRequest(id: id, source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]),
                                             bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 0)
                 try RegionFiles(dir: fx.store + "/regions/" + id).create(request: request)
-                var st = RegionStatus(id: id, state: .completed, progress: RegionProgress(), error: nil, request: request.jsonObject, context: NSNull())
+                var st = RegionStatus(id: id, state: .completed, progress: RegionProgress(), error: nil, request: JSONValue(request.jsonObject), context: .null)
                 st.stateChangedAt = Date(timeIntervalSinceNow: -days * 86400)
                 try status.write(st)
             }

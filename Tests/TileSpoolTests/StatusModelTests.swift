@@ -1,0 +1,165 @@
+import Foundation
+import XCTest
+import TileSpoolCore
+
+/// Issue 33: the status file and the event lines come from one typed model (`RegionStatus`,
+/// `StatusEvent`, `StatusCoding`); these tests pin what a script reading them sees, and keep the
+/// model and docs/contract.md's tables in step.
+final class StatusModelTests: XCTestCase {
+    /// A status with every field set.
+    func fullStatus() -> RegionStatus {
+        var p = RegionProgress()
+        p.resourcesCompleted = 419; p.resourcesExpected = 419; p.resourcesExpectedIsPrecise = true
+        p.bytesCompleted = 9_028_742; p.tilesCompleted = 23; p.tilesExpected = 23; p.tileBytesCompleted = 215_929
+        p.tileBytesExpected = 215_929; p.tilesEmpty = 2
+        let request = try! JSONKind.parse(Data(#"{"id":"europe","bounds":[-10,35,30.5,60],"maxZoom":4,"minZoom":0,"includeIdeographs":false,"maxTiles":null,"context":{"by":"ops"}}"#.utf8))
+        var st = RegionStatus(id: "europe", state: .downloading, progress: p,
+                              error: RegionError(code: .networkError, message: "down", url: "http://h/x", httpStatus: 503),
+                              request: JSONValue(request), context: JSONValue(["by": "ops"]),
+                              updatedAt: Date(timeIntervalSince1970: 1_796_000_000))
+        st.exports = [JSONValue(["format": "mbtiles", "state": "written", "bytes": 10])]
+        st.refreshing = true
+        st.tilesPerSecond = 12.3456; st.bytesPerSecond = 1000.4; st.etaSeconds = 7
+        st.startedAt = Date(timeIntervalSince1970: 1_796_000_000); st.completedAt = st.startedAt; st.stateChangedAt = st.startedAt
+        st.uniqueBytes = 42
+        st.throttledUntil = Date(timeIntervalSince1970: 1_796_000_060)
+        st.warnings = [RegionWarning(code: RegionWarning.packReplaced, message: "replaced")]
+        st.area = JSONValue(["km2": 1.5, "of": "bounds"])
+        return st
+    }
+
+    func object(_ data: Data) throws -> [String: Any] { try XCTUnwrap(try JSONSerialization.jsonObject(with: data) as? [String: Any]) }
+
+    /// Written and read back, a status is the same value; the file is pretty-printed with sorted
+    /// keys, numbers keep their kind (4 stays 4, 30.5 stays 30.5), rates are rounded.
+    func testAStatusReadsBackAsWritten() throws {
+        let st = fullStatus()
+        let data = StatusCoding.statusFile(st)
+        XCTAssertEqual(data.last, 0x0A)
+        var expected = st
+        expected.tilesPerSecond = 12.35; expected.bytesPerSecond = 1000
+        XCTAssertEqual(StatusCoding.status(data), expected)
+        let text = String(decoding: data, as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("{\n  \"area\" : {"), text)
+        XCTAssertTrue(text.contains("\"maxZoom\" : 4,"), text)
+        XCTAssertTrue(text.contains("30.5"), text)
+        XCTAssertTrue(text.contains("\"tilesPerSecond\" : 12.35"), text)
+        XCTAssertTrue(text.contains("\"updatedAt\" : \"\(Timestamp.iso8601(st.updatedAt))\""), text)
+        let o = try object(data)
+        XCTAssertEqual((o["error"] as? [String: Any])?["httpStatus"] as? Int, 503)
+        XCTAssertEqual(o["throttledUntil"] as? String, Timestamp.iso8601(st.throttledUntil!))
+    }
+
+    /// The optional fields are `null` when unknown, except `exports` and `throttledUntil`, which
+    /// are absent; a refused request's status has `request` null and every count 0.
+    func testUnknownFieldsAreNullAndTwoAreAbsent() throws {
+        let st = RegionStatus(id: "bad", state: .failed, progress: RegionProgress(),
+                              error: RegionError(code: .invalidRequest, message: "x"), request: nil, context: .null,
+                              updatedAt: Date(timeIntervalSince1970: 1_796_000_000)) // whole seconds: the file keeps no fraction
+        let o = try object(StatusCoding.statusFile(st))
+        for key in ["request", "context", "tilesPerSecond", "bytesPerSecond", "etaSeconds", "startedAt", "completedAt",
+                    "stateChangedAt", "uniqueBytes", "area"] {
+            XCTAssertTrue(o[key] is NSNull, "\(key): \(String(describing: o[key]))")
+        }
+        XCTAssertNil(o["exports"]); XCTAssertNil(o["throttledUntil"])
+        XCTAssertEqual(o["refreshing"] as? Bool, false)
+        XCTAssertEqual((o["warnings"] as? [Any])?.count, 0)
+        let p = try XCTUnwrap(o["progress"] as? [String: Any])
+        XCTAssertEqual(p["resourcesCompleted"] as? Int, 0)
+        XCTAssertNil(p["tileBytesExpected"], "absent unless every tile source is a PMTiles archive")
+        XCTAssertEqual(StatusCoding.status(StatusCoding.statusFile(st)), st)
+    }
+
+    /// A rate that is not a number (JSON has no NaN or infinity) is written as null: the rest of
+    /// the status is still written (before, the whole file would have been `null`).
+    func testANonFiniteRateIsNullNotAnUnwritableStatus() throws {
+        var st = fullStatus()
+        st.tilesPerSecond = .infinity; st.etaSeconds = .nan
+        let o = try object(StatusCoding.statusFile(st))
+        XCTAssertTrue(o["tilesPerSecond"] is NSNull); XCTAssertTrue(o["etaSeconds"] is NSNull)
+        XCTAssertEqual(o["id"] as? String, "europe")
+    }
+
+    /// A status written before some fields existed (no `tilesEmpty`, `warnings`, `area`, ...)
+    /// reads with those at their defaults; one without an `id` or with an unknown state is not a
+    /// status; an unknown error code leaves `error` nil, not the whole status unread.
+    func testOlderAndDamagedStatusFiles() throws {
+        let old = Data(#"{"id":"a","state":"completed","progress":{"resourcesCompleted":3,"resourcesExpected":3},"error":null,"request":null,"context":null,"updatedAt":"2026-01-02T03:04:05Z"}"#.utf8)
+        let st = try XCTUnwrap(StatusCoding.status(old))
+        XCTAssertEqual(st.progress.resourcesCompleted, 3)
+        XCTAssertEqual(st.progress.tilesEmpty, 0)
+        XCTAssertEqual(st.warnings, [])
+        XCTAssertNil(st.area); XCTAssertNil(st.request)
+        XCTAssertEqual(st.updatedAt, Timestamp.parse("2026-01-02T03:04:05Z"))
+        XCTAssertNil(StatusCoding.status(Data(#"{"state":"completed"}"#.utf8)))
+        XCTAssertNil(StatusCoding.status(Data(#"{"id":"a","state":"finished"}"#.utf8)))
+        XCTAssertNil(StatusCoding.status(Data(#"[1,2]"#.utf8)))
+        XCTAssertNil(StatusCoding.status(Data(#"{"id":"a","state":"completed",}"#.utf8)), "a trailing comma is not JSON")
+        let odd = try XCTUnwrap(StatusCoding.status(Data(#"{"id":"a","state":"failed","error":{"code":"noSuchCode","message":"m"}}"#.utf8)))
+        XCTAssertNil(odd.error)
+    }
+
+    /// An event line is compact JSON with sorted keys: `time`, `id`, `state` and `error` always,
+    /// other fields only when given; it reads back as written.
+    func testAnEventLineHasOnlyItsFields() throws {
+        let e = StatusEvent(id: "europe", state: "pausedUser", note: "pause", time: Date(timeIntervalSince1970: 1_796_000_000))
+        let line = StatusCoding.eventLine(e)
+        XCTAssertEqual(String(decoding: line, as: UTF8.self),
+                       #"{"error":null,"id":"europe","note":"pause","state":"pausedUser","time":"\#(Timestamp.iso8601(e.time))"}"# + "\n")
+        XCTAssertEqual(StatusCoding.event(line.dropLast()), e)
+        var p = RegionProgress(); p.resourcesChecked = 5; p.resourcesChanged = 1; p.resourcesUnchanged = 4
+        var f = StatusEvent.refreshFinished(p, note: "refresh finished")
+        f.id = "europe"; f.state = "completed"; f.time = e.time
+        let o = try object(StatusCoding.eventLine(f))
+        XCTAssertEqual(Set(o.keys), ["time", "id", "state", "error", "note", "refresh", "resourcesChecked", "resourcesChanged", "resourcesUnchanged"])
+        XCTAssertEqual(o["resourcesUnchanged"] as? Int, 4)
+        XCTAssertEqual(StatusCoding.event(StatusCoding.eventLine(f)), f)
+    }
+
+    // MARK: in step with docs/contract.md
+
+    /// The backticked names in the first column of the table that follows `heading` in contract.md
+    /// (`allColumns`: in every column).
+    func contractNames(after heading: String, allColumns: Bool = false) throws -> Set<String> {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/contract.md")
+        let text = try String(contentsOf: url, encoding: .utf8)
+        let start = try XCTUnwrap(text.range(of: heading))
+        var names = Set<String>(), inTable = false, rows = 0
+        for line in text[start.upperBound...].split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("|") { inTable = true } else if inTable { break } else { continue }
+            rows += 1
+            if rows <= 2 { continue } // the header and its rule
+            let cells = line.split(separator: "|", omittingEmptySubsequences: false)
+            let cell = allColumns ? line[...] : (cells.count > 1 ? cells[1] : "")
+            let parts = cell.split(separator: "`", omittingEmptySubsequences: false)
+            for (i, part) in parts.enumerated() where i % 2 == 1 && part.allSatisfy({ $0.isLetter || $0.isNumber }) { names.insert(String(part)) }
+        }
+        return names
+    }
+
+    /// Every field the status file holds is in contract.md's status table, and every field there is written.
+    func testStatusFieldsAreTheContractsFields() throws {
+        let documented = try contractNames(after: "`<id>.json` (pretty-printed, keys sorted):")
+        let written = Set(try object(StatusCoding.statusFile(fullStatus())).keys)
+        XCTAssertEqual(written.subtracting(documented).sorted(), [], "written, not in contract.md")
+        XCTAssertEqual(documented.subtracting(written).sorted(), [], "in contract.md, not written")
+        let progress = try contractNames(after: "MapLibre's `OfflineRegionStatus`:")
+        let progressWritten = Set(try XCTUnwrap(try object(StatusCoding.statusFile(fullStatus()))["progress"] as? [String: Any]).keys)
+        XCTAssertEqual(progressWritten.subtracting(progress).sorted(), [], "progress fields written, not in contract.md")
+        XCTAssertEqual(progress.subtracting(progressWritten).sorted(), [], "progress fields in contract.md, not written")
+    }
+
+    /// Every key an event line can hold is named in contract.md's events.jsonl table.
+    func testEventKeysAreInTheContract() throws {
+        let documented = try contractNames(after: #"{"action":"delete","error":null,"id":"europe","state":"deleted""#, allColumns: true)
+        let all = StatusEvent(id: "a", state: "queued", error: RegionError(code: .networkError, message: "m"), note: "n", action: "pause",
+                              ignored: "i", refresh: "started", maxAge: 60, failedTiles: true, resourcesChecked: 1, resourcesChanged: 1,
+                              resourcesUnchanged: 0, export: JSONValue(["format": "mbtiles"]),
+                              replaced: PackReplaced(state: .completed, completedAt: nil, resources: 1, bytes: 2),
+                              warnings: [RegionWarning(code: "c", message: "m")])
+        let keys = Set(try object(StatusCoding.eventLine(all)).keys)
+        XCTAssertEqual(keys.count, 16)
+        XCTAssertEqual(keys.subtracting(documented).sorted(), [], "event keys not in contract.md")
+    }
+}
