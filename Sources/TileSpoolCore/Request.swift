@@ -246,7 +246,9 @@ public enum RequestValidator {
     /// The largest zoom level a request may name.
     public static let maxZoomLevel = 24
 
-    static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "corridor", "parts", "minZoom", "maxZoom",
+    /// Every field a request file may hold (docs/contract.md's request table, checked by
+    /// `StatusModelTests.testRequestFieldsAreTheContractsFields`); any other is refused by name.
+    public static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "corridor", "parts", "minZoom", "maxZoom",
                                            "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
                                            "emptyStatuses", "headers", "maxFailedTiles", "subdomains", "maxRequestsPerSecond",
                                            "allowEmpty"]

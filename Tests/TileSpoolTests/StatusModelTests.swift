@@ -162,4 +162,11 @@ final class StatusModelTests: XCTestCase {
         XCTAssertEqual(keys.count, 16)
         XCTAssertEqual(keys.subtracting(documented).sorted(), [], "event keys not in contract.md")
     }
+
+    /// The request fields the validator knows are exactly the rows of contract.md's request table.
+    func testRequestFieldsAreTheContractsFields() throws {
+        let documented = try contractNames(after: "## The request file")
+        XCTAssertEqual(RequestValidator.knownFields.subtracting(documented).sorted(), [], "accepted, not in contract.md")
+        XCTAssertEqual(documented.subtracting(RequestValidator.knownFields).sorted(), [], "in contract.md, not accepted")
+    }
 }
