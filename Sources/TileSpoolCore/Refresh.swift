@@ -50,10 +50,12 @@ public enum Refresh {
     /// True when `line` must be checked with the server: always without `maxAge`; with it, when the
     /// resource was fetched `maxAge` seconds ago or longer, when its own expiry (`Cache-Control:
     /// max-age`, `Expires`) has passed, or when its fetch time is unknown (a five-column line).
-    /// - Parameters: `maxAge` in seconds; `now` in seconds since 1970.
+    /// - Parameters: `maxAge` in seconds; `now` in seconds since 1970, with its fraction (a
+    ///   whole-second `now` made a resource fetched late in a second look up to 1 s younger than
+    ///   it is, and a refresh due at exactly `maxAge` left it unasked).
     /// A failed tile (`ManifestLine.failed`) is always due; in scope `failedTiles`, only failed
     /// tiles are.
-    public static func isDue(_ line: ManifestLine, scope: RefreshScope, now: Int64) -> Bool {
+    public static func isDue(_ line: ManifestLine, scope: RefreshScope, now: Double) -> Bool {
         let maxAge: Double
         switch scope {
         case .all: return true
@@ -62,12 +64,12 @@ public enum Refresh {
         }
         if line.failed { return true }
         guard let fetched = line.freshness.fetched else { return true }
-        if let expires = line.freshness.expires, expires <= now { return true }
-        return Double(now) - fetched >= maxAge
+        if let expires = line.freshness.expires, Double(expires) <= now { return true }
+        return now - fetched >= maxAge
     }
 
     /// `isDue` with `maxAge` in seconds (nil: every resource).
-    public static func isDue(_ line: ManifestLine, maxAge: Double?, now: Int64) -> Bool {
+    public static func isDue(_ line: ManifestLine, maxAge: Double?, now: Double) -> Bool {
         isDue(line, scope: maxAge.map { .olderThan($0) } ?? .all, now: now)
     }
 

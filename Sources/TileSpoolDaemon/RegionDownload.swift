@@ -211,7 +211,7 @@ extension Daemon {
     func keepIfFresh(_ r: Region, _ d: Download, _ item: WorkItem) -> Bool {
         guard d.keepsSomeLines, let scope = d.scope else { return false }
         let (url, kind, key) = describe(item, d)
-        guard let prev = d.previousLine(kind, key), !Refresh.isDue(prev, scope: scope, now: Int64(Date().timeIntervalSince1970)) else { return false }
+        guard let prev = d.previousLine(kind, key), !Refresh.isDue(prev, scope: scope, now: Date().timeIntervalSince1970) else { return false }
         if case .index = item {
             addPending(d, item, prev)
         } else {

@@ -69,7 +69,10 @@ extension Daemon {
         let now = Date().timeIntervalSince1970
         for r in regions.values where r.state == .completed && !r.refreshing {
             guard let interval = r.request.refreshAfter.map(Double.init) ?? options.refreshInterval else { continue }
-            guard let modified = r.files.manifestModified(), now - modified >= interval else { continue }
+            // A file's mtime comes from the kernel's coarse clock, up to a tick (1-10 ms) behind
+            // the clock that stamped each line's fetch time: waiting 20 ms more makes every line
+            // at least `interval` old when the refresh asks (`Refresh.isDue`).
+            guard let modified = r.files.manifestModified(), now - modified >= interval + 0.02 else { continue }
             if let last = r.lastRefreshStart, Daemon.now() - last < interval { continue }
             Log.info("refresh due (every \(Int(interval)) s)", region: r.id, state: r.state.rawValue)
             apply(.refresh, to: r, maxAge: interval)

@@ -476,12 +476,21 @@ final class RefreshRuleTests: XCTestCase {
 
     func testIsDue() {
         let now: Int64 = 10_000
-        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 10), maxAge: nil, now: now), "without max-age everything is checked")
-        XCTAssertFalse(Refresh.isDue(line(sha: sha, fetched: now - 10), maxAge: 60, now: now))
-        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 60), maxAge: 60, now: now))
-        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 10, expires: now - 1), maxAge: 60, now: now), "expired by its own headers")
-        XCTAssertFalse(Refresh.isDue(line(sha: sha, fetched: now - 10, expires: now + 5), maxAge: 60, now: now))
-        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: nil), maxAge: 60, now: now), "unknown fetch time")
+        let nowSeconds = Double(now)
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 10), maxAge: nil, now: nowSeconds), "without max-age everything is checked")
+        XCTAssertFalse(Refresh.isDue(line(sha: sha, fetched: now - 10), maxAge: 60, now: nowSeconds))
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 60), maxAge: 60, now: nowSeconds))
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: now - 10, expires: now - 1), maxAge: 60, now: nowSeconds), "expired by its own headers")
+        XCTAssertFalse(Refresh.isDue(line(sha: sha, fetched: now - 10, expires: now + 5), maxAge: 60, now: nowSeconds))
+        XCTAssertTrue(Refresh.isDue(line(sha: sha, fetched: nil), maxAge: 60, now: nowSeconds), "unknown fetch time")
+        // `now` keeps its fraction: fetched at 9,998.5, a resource is 2 s old at 10,000.5 (due
+        // with max-age 2), and 1.75 s old if fetched at 9,998.75 (not yet). With whole seconds
+        // the first looked 1.5 s old, and a refresh due at exactly 2 s left it unasked.
+        func fetchedAt(_ t: Double) -> ManifestLine {
+            ManifestLine(kind: .tile, sha256: sha, bytes: 1, key: "s/1/0/0", url: "http://h/1/0/0", freshness: Freshness(etag: "\"e\"", fetched: t))
+        }
+        XCTAssertTrue(Refresh.isDue(fetchedAt(9_998.5), maxAge: 2, now: 10_000.5))
+        XCTAssertFalse(Refresh.isDue(fetchedAt(9_998.75), maxAge: 2, now: 10_000.5))
     }
 
     func testRevalidatedKeepsTheObjectAndTakesTheNewHeaders() {

@@ -325,9 +325,10 @@ final class RefreshTests: XCTestCase {
     /// `--refresh-interval`: a completed region is refreshed by itself once its manifest is that
     /// old, with conditional requests.
     func testRefreshIntervalRefreshesByItself() throws {
-        // The default rescan interval (refreshes fall due at rescans): with 0.5 s the refresh
-        // started right at 2 s, when 2 of the 419 resources were not yet 2 s old (CI, once).
-        try fx.start(["--refresh-interval", "2"])
+        // Refreshes fall due at rescans: every 0.5 s here, so the refresh starts right at 2 s,
+        // when the last resources are just 2 s old (a `now` cut to whole seconds once left 2 of
+        // the 419 unasked: `Refresh.isDue`).
+        try fx.start(["--refresh-interval", "2", "--rescan-interval", "0.5"])
         try completeMonaco()
         let before = nginx.conditionalLog().count
         try waitForRefresh("finished", timeout: 30)
