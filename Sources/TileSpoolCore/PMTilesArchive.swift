@@ -266,8 +266,31 @@ extension PMTiles {
         public var leavesRead: [Entry]
     }
 
+    /// Refuses a region whose tiles at an archive's zooms and within its bounds (`rects`, and
+    /// `shape` when given) outnumber the tile limit (`RequestValidator.tileLimitError`'s: the
+    /// request's `maxTiles`, the daemon's `--max-tiles`) or `RegionShape.maxPlanIndexSpace`:
+    /// `tileIDs` lists them, 8 bytes each, before the directories say which the archive holds. A
+    /// world archive to z15 asked for the world (1.4 billion tiles, 11 GB) crashed `plan` and
+    /// the daemon. Returns `tileLimitExceeded` naming the source, or nil.
+    public static func regionLimitError(rects: [TileRect], shape: RegionShape?, maxTiles: Int?, daemonMaxTiles: Int,
+                                        source: String) -> RegionError? {
+        let limit = min(maxTiles ?? Int.max, daemonMaxTiles, RegionShape.maxPlanIndexSpace)
+        var spanned = 0
+        for r in rects { spanned = SaturatingCount.add(spanned, r.count) }
+        var count = spanned
+        if let shape, spanned <= RegionShape.maxPlanIndexSpace {
+            count = 0
+            for r in rects { count = SaturatingCount.add(count, shape.count(in: r)) }
+        }
+        guard count > limit else { return nil }
+        let which = limit == maxTiles ? "the request's maxTiles (\(limit))"
+            : limit == daemonMaxTiles ? "the daemon's --max-tiles (\(limit))" : "\(limit), the most TileSpool lists"
+        let zooms = rects.isEmpty ? "" : " (zooms \(rects.map(\.z).min()!) to \(rects.map(\.z).max()!))"
+        return RegionError(code: .tileLimitExceeded, message: "source '\(source)': the region holds \(count == Int.max ? "more than \(Int.max - 1)" : String(count)) tiles at the PMTiles archive's zooms within its bounds\(zooms), more than \(which); its tiles are listed before the directories say which the archive holds: narrow the bounds or the zooms, or split the region")
+    }
+
     /// The TileIds of the tiles in `rects` (and within `shape`, when given), sorted. 8 bytes per
-    /// tile: the caller has checked the count against the tile limits first.
+    /// tile: the caller has checked the count first (`regionLimitError`).
     public static func tileIDs(rects: [TileRect], shape: RegionShape?) -> [UInt64] {
         var ids: [UInt64] = []
         for r in rects {

@@ -64,7 +64,7 @@ extension Daemon {
         let first = Planner.archiveSources(request: request, style: style).first.map { RateLimiter.host(of: $0.url) } ?? ""
         let firstWait = max(0, limiter.admit(host: first, region: id, regionLimit: request.maxRequestsPerSecond, now: Daemon.now()))
         if firstWait > 0 { limiter.charge(host: first, region: id, regionLimit: request.maxRequestsPerSecond, now: Daemon.now()) }
-        let mailbox = archiveMailbox, writer = self.writer, clientOptions = httpOptions
+        let mailbox = archiveMailbox, writer = self.writer, clientOptions = httpOptions, maxTiles = options.maxTiles
         archiveQueue.async {
             let client = HTTPClient(options: clientOptions)
             var last: [Substring: Double] = [:]
@@ -78,7 +78,8 @@ extension Daemon {
                 last[host] = Daemon.now()
             }
             let result = Result { () throws(RegionError) in
-                try PMTilesRemote.readAll(request: request, style: style, http: client, headers: request.headerList, previous: previous, pace: pace)
+                try PMTilesRemote.readAll(request: request, style: style, http: client, headers: request.headerList, maxTiles: maxTiles,
+                                          previous: previous, pace: pace)
             }
             mailbox.post(ArchiveReadResult(id: id, token: key, result: result,
                                            lastStarts: Dictionary(uniqueKeysWithValues: last.map { (String($0.key), $0.value) })))

@@ -49,7 +49,7 @@ public enum PMTilesRemote {
     ///   - pace: called before each request with the archive's URL, and returns once the request
     ///     may start (the daemon's rate limits); after it, `received` with the body's bytes.
     public static func read(url: String, source: String, request: RegionRequest, styleSource: StyleSource?,
-                            http: HTTPClient, headers: [(String, String)], previous: TileSet? = nil,
+                            http: HTTPClient, headers: [(String, String)], maxTiles: Int, previous: TileSet? = nil,
                             pace: (String) -> Void = { _ in }, received: (Int) -> Void = { _ in }) throws(RegionError) -> Reading {
         if request.areaParts != nil { throw Planner.archiveOverAreas(source) }
         let secrets = request.secrets.adding(url: url)
@@ -137,6 +137,9 @@ public enum PMTilesRemote {
             || (old.etag == nil && pinned.etag == nil && old.lastModified != nil && old.lastModified == pinned.lastModified) {
             return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true)
         }
+        if let e = PMTiles.regionLimitError(rects: rects, shape: request.shape, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) {
+            throw e
+        }
         let root = try directory(rootBytes, header)
         let wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)
         let plan: PMTiles.ArchivePlan
@@ -187,12 +190,13 @@ public enum PMTilesRemote {
     ///   - previous: the plan of the pack in use, for a refresh (`read`'s `previous`).
     ///   - pace, received: the rate limits' hooks (`read`'s).
     public static func readAll(request: RegionRequest, style: StyleDocument?, http: HTTPClient,
-                               headers: [(String, String)], previous: ResourcePlan? = nil,
+                               headers: [(String, String)], maxTiles: Int, previous: ResourcePlan? = nil,
                                pace: (String) -> Void = { _ in }, received: (Int) -> Void = { _ in }) throws(RegionError) -> [String: Reading] {
         var out: [String: Reading] = [:]
         for a in Planner.archiveSources(request: request, style: style) {
             let old = previous?.tileSets.first { $0.source == ManifestLine.sanitizeKey(a.source) && $0.archive != nil }
-            out[a.source] = try read(url: a.url, source: a.source, request: request, styleSource: a.styleSource, http: http, headers: headers, previous: old, pace: pace, received: received)
+            out[a.source] = try read(url: a.url, source: a.source, request: request, styleSource: a.styleSource, http: http, headers: headers,
+                                     maxTiles: maxTiles, previous: old, pace: pace, received: received)
         }
         return out
     }

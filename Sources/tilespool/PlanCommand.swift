@@ -148,7 +148,7 @@ struct CheckedRequest {
         switch request.source {
         case .tiles(let templates):
             // PMTiles archives (issue 31): header, root and the leaves that meet the region.
-            let archives = try PMTilesRemote.readAll(request: request, style: nil, http: http, headers: request.headerList)
+            let archives = try PMTilesRemote.readAll(request: request, style: nil, http: http, headers: request.headerList, maxTiles: maxTiles)
             plan = try Planner.plan(request: request, templates: templates, archives: archives.mapValues(\.set))
         case .style(let styleURL):
             // What a server sent (libcurl's text, a Location, a parse error quoting the body) is
@@ -175,7 +175,7 @@ struct CheckedRequest {
                 let data = try body(r, u.url)
                 tileJSONs[u.source] = try parsed(u.url) { try TileJSON(data: data, baseURL: u.url) }
             }
-            let archives = try PMTilesRemote.readAll(request: request, style: style, http: http, headers: request.headerList)
+            let archives = try PMTilesRemote.readAll(request: request, style: style, http: http, headers: request.headerList, maxTiles: maxTiles)
             plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives.mapValues(\.set))
         }
         // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.

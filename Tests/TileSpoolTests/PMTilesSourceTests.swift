@@ -241,6 +241,26 @@ final class PMTilesSourceTests: XCTestCase {
         }
     }
 
+    /// The tiles a region spans at an archive's zooms are counted before they are listed: over
+    /// the request's maxTiles, the daemon's --max-tiles or the most TileSpool lists, the region is
+    /// refused naming the limit; within them, not. A shape counts only the tiles it meets.
+    func testARegionSpanningMoreTilesThanTheLimitIsRefusedBeforeItsTilesAreListed() throws {
+        let world = Planner.rects(GeoBounds(west: -180, south: -85, east: 180, north: 85), 0, 20)
+        let e = try XCTUnwrap(PMTiles.regionLimitError(rects: world, shape: nil, maxTiles: nil, daemonMaxTiles: 1_000_000, source: "tiles0"))
+        XCTAssertEqual(e.code, .tileLimitExceeded)
+        XCTAssertTrue(e.message.contains("more than the daemon's --max-tiles (1000000)"), e.message)
+        let huge = try XCTUnwrap(PMTiles.regionLimitError(rects: world, shape: nil, maxTiles: nil, daemonMaxTiles: Int.max, source: "tiles0"))
+        XCTAssertTrue(huge.message.contains("more than 200000000, the most TileSpool lists"), huge.message)
+        let small = Planner.rects(GeoBounds(west: 7, south: 43, east: 8, north: 44), 0, 14)
+        let n = small.reduce(0) { $0 + $1.count }
+        XCTAssertNil(PMTiles.regionLimitError(rects: small, shape: nil, maxTiles: n, daemonMaxTiles: 1_000_000, source: "tiles0"))
+        let own = try XCTUnwrap(PMTiles.regionLimitError(rects: small, shape: nil, maxTiles: n - 1, daemonMaxTiles: 1_000_000, source: "s"))
+        XCTAssertTrue(own.message.contains("more than the request's maxTiles (\(n - 1))"), own.message)
+        // A thin triangle inside the box meets fewer tiles than the box holds: within a limit the box would pass.
+        let triangle = RegionShape(polygons: [[[[7.0, 43.0], [8.0, 43.0], [7.0, 43.1], [7.0, 43.0]]]])
+        XCTAssertNil(PMTiles.regionLimitError(rects: small, shape: triangle, maxTiles: n / 2, daemonMaxTiles: 1_000_000, source: "s"))
+    }
+
     /// The header's bounds and zooms clip the region as a TileJSON's do.
     func testCoverIsClippedByTheHeadersBoundsAndZooms() {
         var h = PMTiles.Header()
@@ -727,6 +747,36 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertTrue(message.contains("more than --max-object-size (20000 bytes)"), message)
         XCTAssertEqual(archiveRequests("/gen/big.pmtiles").count, 1, "the header and root only: no range asked")
         XCTAssertEqual(fx.manifest("big").filter { $0.kind == "tile" }.count, 0)
+    }
+
+    /// An archive whose header says the world at zooms 0 to 20, asked for the world: the region
+    /// spans 1.46 trillion tiles, which were listed (8 bytes each) before the directories were
+    /// read, and the daemon died allocating 8.8 GB. Now the region fails with `tileLimitExceeded`
+    /// naming the source and the limit, after one request, and the daemon goes on with the next.
+    func testAWorldArchiveOverTheTileLimitFailsTheRegionNotTheDaemon() throws {
+        let small = generated.appendingPathComponent("small.pmtiles").path
+        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", small, "2", "7"])
+        XCTAssertEqual(rc, 0, out)
+        // The same archive with a header that claims zooms up to 20 over the whole world (the
+        // header's max zoom is byte 101, its bounds bytes 102-117: PMTiles v3 spec, section 3).
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: small)))
+        bytes[101] = 20
+        for (i, v) in [Int32(-1_800_000_000), -850_000_000, 1_800_000_000, 850_000_000].enumerated() {
+            withUnsafeBytes(of: v.littleEndian) { for (j, b) in $0.enumerated() { bytes[102 + 4 * i + j] = b } }
+        }
+        try Data(bytes).write(to: generated.appendingPathComponent("world.pmtiles"))
+        try fx.drop("world.json", ["id": "world", "tiles": ["pmtiles://" + nginx.url("/gen/world.pmtiles")],
+                                   "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 20])
+        try fx.waitForState("world", "failed")
+        XCTAssertEqual(fx.errorCode("world"), "tileLimitExceeded")
+        let message = fx.errorMessage("world") ?? ""
+        XCTAssertTrue(message.contains("source 'tiles0'") && message.contains("more than the daemon's --max-tiles (1000000)"), message)
+        XCTAssertEqual(archiveRequests("/gen/world.pmtiles").count, 1, "the header and root only")
+        // The daemon is still there: the next region completes (the archive's own z0-2: 21 tiles).
+        try fx.drop("next.json", ["id": "next", "tiles": ["pmtiles://" + nginx.url("/gen/small.pmtiles")],
+                                  "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2])
+        try fx.waitForState("next", "completed")
+        XCTAssertEqual(fx.manifest("next").filter { $0.kind == "tile" }.count, 21)
     }
 
     /// Refresh: an archive still at the version the pack was planned from costs one request
