@@ -274,7 +274,6 @@ extension PMTiles {
     /// the daemon. Returns `tileLimitExceeded` naming the source, or nil.
     public static func regionLimitError(rects: [TileRect], shape: RegionShape?, maxTiles: Int?, daemonMaxTiles: Int,
                                         source: String) -> RegionError? {
-        let limit = min(maxTiles ?? Int.max, daemonMaxTiles, RegionShape.maxPlanIndexSpace)
         var spanned = 0
         for r in rects { spanned = SaturatingCount.add(spanned, r.count) }
         var count = spanned
@@ -282,11 +281,43 @@ extension PMTiles {
             count = 0
             for r in rects { count = SaturatingCount.add(count, shape.count(in: r)) }
         }
+        return limitError(count: count, rects: rects, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
+    }
+
+    static func limitError(count: Int, rects: [TileRect], maxTiles: Int?, daemonMaxTiles: Int, source: String) -> RegionError? {
+        let limit = min(maxTiles ?? Int.max, daemonMaxTiles, RegionShape.maxPlanIndexSpace)
         guard count > limit else { return nil }
         let which = limit == maxTiles ? "the request's maxTiles (\(limit))"
             : limit == daemonMaxTiles ? "the daemon's --max-tiles (\(limit))" : "\(limit), the most TileSpool lists"
         let zooms = rects.isEmpty ? "" : " (zooms \(rects.map(\.z).min()!) to \(rects.map(\.z).max()!))"
         return RegionError(code: .tileLimitExceeded, message: "source '\(source)': the region holds \(count == Int.max ? "more than \(Int.max - 1)" : String(count)) tiles at the PMTiles archive's zooms within its bounds\(zooms), more than \(which); its tiles are listed before the directories say which the archive holds: narrow the bounds or the zooms, or split the region")
+    }
+
+    /// `regionLimitError` over a corridor or parts: the tiles the set's areas plan (`TileSet.count`
+    /// of a set made with `TileSet(source:template:rects:areas:rectAreas:)`), after the
+    /// rectangles' index space is checked against `RegionShape.maxPlanIndexSpace`.
+    public static func regionLimitError(areaSet set: TileSet, maxTiles: Int?, daemonMaxTiles: Int, source: String) -> RegionError? {
+        if set.indexCount > RegionShape.maxPlanIndexSpace {
+            return regionLimitError(rects: set.rects, shape: nil, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
+        }
+        return limitError(count: set.count, rects: set.rects, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
+    }
+
+    /// The TileIds of the tiles a corridor or parts set plans (each once), sorted; the caller has
+    /// checked the count first (`regionLimitError(areaSet:)`).
+    public static func tileIDs(areaSet set: TileSet) -> [UInt64] {
+        let cover = TileSetCover(set)
+        var ids: [UInt64] = []
+        for (k, r) in set.rects.enumerated() {
+            for y in r.minY...r.maxY {
+                for c in cover.planned(rect: k, y: y) { for x in c { ids.append(tileID(TileID(z: r.z, x: x, y: y))) } }
+            }
+        }
+        ids.sort()
+        var out: [UInt64] = []
+        out.reserveCapacity(ids.count)
+        for id in ids where out.last != id { out.append(id) }
+        return out
     }
 
     /// The TileIds of the tiles in `rects` (and within `shape`, when given), sorted. 8 bytes per
@@ -526,10 +557,57 @@ extension TileSet {
     public init(source: String, archive: ArchiveSource, rects: [TileRect], shape: RegionShape?) {
         self.init(source: source, template: TileURLTemplate(PMTiles.sourceScheme + archive.url), rects: rects, shape: shape)
         self.archive = archive
+        countArchiveTiles()
+    }
+
+    /// An archive's tile set over a corridor or parts (`Planner.archiveAreas`): rectangle k
+    /// holds the archive's tiles that it plans (`TileSetCover.owner`).
+    public init(source: String, archive: ArchiveSource, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea]) {
+        self.source = ManifestLine.sanitizeKey(source)
+        self.template = TileURLTemplate(PMTiles.sourceScheme + archive.url)
+        self.rects = rects; self.areas = areas; self.rectAreas = rectAreas
+        self.rectCounts = []
+        self.archive = archive
+        countArchiveTiles()
+    }
+
+    /// `rectCounts`: per rectangle, the archive's tiles it holds (`rectPosition`).
+    private mutating func countArchiveTiles() {
+        guard let archive else { return }
         var counts = [Int](repeating: 0, count: rects.count)
-        for t in archive.tiles {
-            if let i = rects.firstIndex(where: { $0.z == t.tile.z && $0.index(of: t.tile) != nil }) { counts[i] += 1 }
-        }
+        let owners = ArchiveTileIndex(self)
+        for t in archive.tiles { if let k = owners.rect(of: t.tile) { counts[k] += 1 } }
         rectCounts = counts
+    }
+}
+
+/// Where an archive's tile lies in its tile set's plan indices: the rectangle that plans it (the
+/// first of its zoom holding it, or over a corridor or parts the first whose area meets it:
+/// `TileSetCover.owner`) and its row-major position there. Not thread-safe; one per user.
+public final class ArchiveTileIndex {
+    let set: TileSet
+    let cover: TileSetCover?
+    /// Per rectangle, the plan index offset of its first tile within the set.
+    let offsets: [Int]
+
+    public init(_ set: TileSet) {
+        self.set = set
+        cover = set.areas != nil ? TileSetCover(set) : nil
+        var o: [Int] = [], n = 0
+        for r in set.rects { o.append(n); n = SaturatingCount.add(n, r.count) }
+        offsets = o
+    }
+
+    /// The rectangle that plans `t`, or nil when none does.
+    public func rect(of t: TileID) -> Int? {
+        if let cover { return cover.owner(of: t) }
+        return set.rects.firstIndex { $0.z == t.z && $0.index(of: t) != nil }
+    }
+
+    /// `t`'s index within the set (add the set's base for the plan index), or nil when no
+    /// rectangle plans it.
+    public func index(of t: TileID) -> Int? {
+        guard let k = rect(of: t), let i = set.rects[k].index(of: t) else { return nil }
+        return offsets[k] + i
     }
 }

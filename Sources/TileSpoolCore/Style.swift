@@ -302,11 +302,15 @@ public enum Planner {
         }
         var planned: [(source: String, template: TileURLTemplate, rects: [TileRect], archive: TileSet?)] = []
         var areaPlanned: [(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])] = []
+        var archiveSets: [TileSet] = [] // over parts: in style order among the other sets below
         let ratio = ratioToken(request.pixelRatio)
         for src in style.sources where src.isTiled {
             if src.archiveURL != nil {
-                if request.areaParts != nil { throw archiveOverAreas(src.name) }
-                if let set = archives[src.name] { planned.append((src.name, set.template, set.rects, set)) }
+                // An archive's set is made from its directories (`PMTilesRemote`), over the
+                // request's bounds or its parts alike.
+                if let set = archives[src.name] {
+                    if request.areaParts != nil { archiveSets.append(set) } else { planned.append((src.name, set.template, set.rects, set)) }
+                }
                 continue
             }
             var template: String?, minZ = src.minZoom, maxZ = src.maxZoom, tms = src.tms
@@ -338,7 +342,13 @@ public enum Planner {
         var sets = planned.map { $0.archive ?? TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
         if request.areaParts != nil {
             try checkAreaBudget(areaPlanned.map(\.rects), sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
-            sets = areaPlanned.map { TileSet(source: $0.source, template: $0.template, rects: $0.rects, areas: $0.areas, rectAreas: $0.rectAreas) }
+            var bySource: [String: TileSet] = [:]
+            for a in areaPlanned {
+                let set = TileSet(source: a.source, template: a.template, rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
+                bySource[set.source] = set
+            }
+            for set in archiveSets { bySource[set.source] = set }
+            sets = style.sources.filter(\.isTiled).compactMap { bySource[ManifestLine.sanitizeKey($0.name)] }
         }
         // One resource per manifest key: fontstacks "A,B" and ["A", "B"], or two sprites of one id,
         // name the same file.
@@ -356,20 +366,28 @@ public enum Planner {
     ///   `archives` (its directories were not read).
     public static func plan(request: RegionRequest, templates: [String], archives: [String: TileSet] = [:]) throws(RegionError) -> ResourcePlan {
         let ratio = ratioToken(request.pixelRatio)
-        if request.areaParts != nil, let i = templates.firstIndex(where: { PMTiles.archiveURL($0) != nil }) {
-            throw archiveOverAreas("tiles\(i)")
-        }
         if let parts = request.areaParts {
+            let plain = templates.filter { PMTiles.archiveURL($0) == nil }
             let a = areaRects(parts, zooms: { $0.minZoom...$0.maxZoom }, sourceBounds: nil)
-            try checkAreaBudget(Array(repeating: a.rects, count: templates.count), sources: "the \(templates.count) templates")
-            // Every template plans the same tiles: count once, copy the counts.
-            let first = TileSet(source: "tiles0", template: TileURLTemplate(templates[0], ratio: ratio, subdomains: request.subdomains),
-                                rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
-            let sets = templates.enumerated().map { i, t in
-                var set = first
+            try checkAreaBudget(Array(repeating: a.rects, count: plain.count), sources: "the \(plain.count) templates")
+            // Every template plans the same tiles: count once, copy the counts. An archive's set
+            // is made from its directories (`PMTilesRemote`).
+            var first: TileSet?
+            var sets: [TileSet] = []
+            for (i, t) in templates.enumerated() {
+                if PMTiles.archiveURL(t) != nil {
+                    guard let set = archives["tiles\(i)"] else {
+                        throw RegionError(code: .invalidRequest, message: "tiles[\(i)]: the PMTiles archive '\(Redaction.redact(t))' must be read before the plan is made")
+                    }
+                    sets.append(set)
+                    continue
+                }
+                var set = first ?? TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
+                                           rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
+                first = first ?? set
                 set.source = "tiles\(i)"
                 set.template = TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains)
-                return set
+                sets.append(set)
             }
             return ResourcePlan(resources: [], tileSets: sets)
         }
@@ -388,12 +406,6 @@ public enum Planner {
                                 rects: covered, shape: request.shape))
         }
         return ResourcePlan(resources: [], tileSets: sets)
-    }
-
-    /// The error for a PMTiles archive source in a corridor or parts request, which archives do
-    /// not support yet (their cover is planned from `bounds`): `invalidRequest` naming the source.
-    public static func archiveOverAreas(_ source: String) -> RegionError {
-        RegionError(code: .invalidRequest, message: "source '\(source)': a PMTiles archive cannot be downloaded over a corridor or parts yet; use bounds or geometry")
     }
 
     /// The PMTiles archives a plan needs read first (issue 31): source name, the archive's http(s)
@@ -419,6 +431,25 @@ public enum Planner {
         }
         guard lo <= hi else { return [] }
         return PMTiles.cover(request.bounds, minZoom: lo, maxZoom: hi, header: header)
+    }
+
+    /// The rectangles and areas of an archive over a corridor or parts request (`areaRects`):
+    /// each part at its zooms (a style source: its covering zooms and its own), clipped by the
+    /// header's zooms and bounds as `archiveRects` clips a box; nil for a request of one area.
+    public static func archiveAreas(request: RegionRequest, source: StyleSource?, header: PMTiles.Header)
+        -> (rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])? {
+        guard let parts = request.areaParts else { return nil }
+        let hb = GeoBounds(west: header.minLon, south: header.minLat, east: header.maxLon, north: header.maxLat)
+        return areaRects(parts, zooms: { part in
+            var lo = part.minZoom, hi = part.maxZoom
+            if let src = source {
+                let rounds = src.type == .raster
+                lo = max(WebMercator.coveringZoom(part.minZoom, tileSize: src.tileSize, rounds: rounds), src.minZoom, 0)
+                hi = min(WebMercator.coveringZoom(part.maxZoom, tileSize: src.tileSize, rounds: rounds), src.maxZoom)
+            }
+            lo = max(lo, Int(header.minZoom)); hi = min(hi, Int(header.maxZoom))
+            return lo <= hi ? lo...hi : nil
+        }, sourceBounds: hb.west < hb.east && hb.south < hb.north ? hb : nil)
     }
 
     /// Refuses a plan with a shape whose rectangles (one list per tile source) span more than

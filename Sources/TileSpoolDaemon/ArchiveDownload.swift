@@ -172,14 +172,11 @@ extension Daemon {
             guard let archive = set.archive else { continue }
             d.archiveSpans.append(bases[s]..<(bases[s] + set.indexCount))
             var missing: [(index: Int, tile: PMTiles.ArchiveTile)] = []
+            let where_ = ArchiveTileIndex(set)
             for t in archive.tiles {
-                var base = bases[s]
-                var index: Int?
-                for rect in set.rects {
-                    if rect.z == t.tile.z, let i = rect.index(of: t.tile) { index = base + i; break }
-                    base += rect.count
-                }
-                guard let i = index, !d.done[i] else { continue }
+                guard let j = where_.index(of: t.tile) else { continue }
+                let i = bases[s] + j
+                guard !d.done[i] else { continue }
                 // A refresh of an unchanged archive: the pack's line is kept, nothing is asked.
                 if d.unchangedArchives.contains(set.source), let prev = d.previousLine(.tile, ManifestLine.tileKey(source: set.source, t.tile)), !prev.failed {
                     addPending(d, .index(i), prev)

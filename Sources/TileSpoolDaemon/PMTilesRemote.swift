@@ -51,7 +51,6 @@ public enum PMTilesRemote {
     public static func read(url: String, source: String, request: RegionRequest, styleSource: StyleSource?,
                             http: HTTPClient, headers: [(String, String)], maxTiles: Int, previous: TileSet? = nil,
                             pace: (String) -> Void = { _ in }, received: (Int) -> Void = { _ in }) throws(RegionError) -> Reading {
-        if request.areaParts != nil { throw Planner.archiveOverAreas(source) }
         let secrets = request.secrets.adding(url: url)
         func shown(_ text: String) -> String { Redaction.redactEmbedded(text, secrets: secrets) }
         var requests = 0, directoryBytes = 0
@@ -131,17 +130,33 @@ public enum PMTilesRemote {
             rootBytes = try range(header.rootOffset, rootEnd)
             directoryBytes += rootBytes.count
         }
-        let rects = Planner.archiveRects(request: request, source: styleSource, header: header)
+        // A box or a geometry: rectangles (and the shape); a corridor or parts: rectangles and areas.
+        let areas = Planner.archiveAreas(request: request, source: styleSource, header: header)
+        let rects = areas?.rects ?? Planner.archiveRects(request: request, source: styleSource, header: header)
         if let previous, let old = previous.archive, old.url == url, previous.rects == rects,
+           previous.areas == areas?.areas, previous.rectAreas == areas?.rectAreas,
            (old.etag != nil && old.etag == pinned.etag)
             || (old.etag == nil && pinned.etag == nil && old.lastModified != nil && old.lastModified == pinned.lastModified) {
             return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true)
         }
-        if let e = PMTiles.regionLimitError(rects: rects, shape: request.shape, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) {
-            throw e
+        let wanted: [UInt64]
+        if let areas {
+            // The rectangles' index space first: a set over areas counts its tiles row by row.
+            if rects.reduce(0, { SaturatingCount.add($0, $1.count) }) > RegionShape.maxPlanIndexSpace,
+               let e = PMTiles.regionLimitError(rects: rects, shape: nil, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) {
+                throw e
+            }
+            let areaSet = TileSet(source: source, template: TileURLTemplate(PMTiles.sourceScheme + url), rects: rects,
+                                  areas: areas.areas, rectAreas: areas.rectAreas)
+            if let e = PMTiles.regionLimitError(areaSet: areaSet, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) { throw e }
+            wanted = PMTiles.tileIDs(areaSet: areaSet)
+        } else {
+            if let e = PMTiles.regionLimitError(rects: rects, shape: request.shape, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) {
+                throw e
+            }
+            wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)
         }
         let root = try directory(rootBytes, header)
-        let wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)
         let plan: PMTiles.ArchivePlan
         do {
             plan = try PMTiles.plan(header: header, root: root, wanted: wanted) { (e) throws(RegionError) in
@@ -164,7 +179,8 @@ public enum PMTilesRemote {
             throw RegionError(code: .badResponse, message: "source '\(source)': tile \(big.tile.z)/\(big.tile.x)/\(big.tile.y) is \(big.length) bytes in the archive, more than --max-object-size (\(http.maxObjectSize) bytes); raise it to download this region", url: url)
         }
         let archive = ArchiveSource(url: url, etag: pinned.etag, lastModified: pinned.lastModified, header: header, plan: plan)
-        let set = TileSet(source: source, archive: archive, rects: rects, shape: request.shape)
+        let set = areas.map { TileSet(source: source, archive: archive, rects: rects, areas: $0.areas, rectAreas: $0.rectAreas) }
+            ?? TileSet(source: source, archive: archive, rects: rects, shape: request.shape)
         return Reading(set: set, header: header, requests: requests, directoryBytes: directoryBytes)
     }
 

@@ -232,12 +232,13 @@ final class PMTilesSourceTests: XCTestCase {
         XCTAssertEqual(Redaction.redact("pmtiles://https://u:secret@h.example/x.pmtiles?token=abc"),
                        "pmtiles://https://REDACTED@h.example/x.pmtiles?token=REDACTED")
         XCTAssertEqual(TileUsagePolicy.host(of: "pmtiles://https://tile.openstreetmap.org/x.pmtiles"), "tile.openstreetmap.org")
+        // Over parts too, an archive entry is planned from its directories: without them, refused.
         let parts: [String: Any] = ["id": "p", "tiles": ["pmtiles://https://h.example/x.pmtiles"],
                                     "parts": [["bounds": [7.4, 43.7, 7.5, 43.8], "minZoom": 0, "maxZoom": 3]]]
         let request = try RequestValidator.validate(try JSONSerialization.data(withJSONObject: parts), fileName: "p.json")
         XCTAssertThrowsError(try Planner.plan(request: request, templates: ["pmtiles://https://h.example/x.pmtiles"])) { e in
             XCTAssertEqual((e as? RegionError)?.code, .invalidRequest)
-            XCTAssertTrue((e as? RegionError)?.message.contains("source 'tiles0': a PMTiles archive cannot be downloaded over a corridor or parts") == true, "\(e)")
+            XCTAssertTrue((e as? RegionError)?.message.contains("must be read before the plan is made") == true, "\(e)")
         }
     }
 
@@ -553,6 +554,55 @@ final class PMTilesDownloadTests: XCTestCase {
         print("MEASURED: stamen z0-3: 85 tiles, 720035 tile bytes, \(asked.count) requests, \(wire) bytes over the wire")
     }
 
+    /// A corridor over an archive (issue 31's gap): the stamen archive and the same tiles as XYZ
+    /// files (mapdata/raster/stamen_toner) as two `tiles` entries of one corridor request. The
+    /// archive's tiles are exactly the template's (the corridor cover, checked against brute force
+    /// in `CorridorTests`), byte for byte, fetched in range requests; the plan's exact bytes known.
+    func testACorridorOverAnArchiveTakesTheTilesOfTheSameCorridorOverTemplates() throws {
+        let line: [String: Any] = ["type": "LineString", "coordinates": [[-10.0, 40.0], [30.0, 55.0], [100.0, 20.0]]]
+        try fx.drop("route.json", ["id": "route", "tiles": ["pmtiles://" + nginx.url(PMTilesPlanTests.stamen),
+                                                            nginx.url("/raster/stamen_toner/{z}/{x}/{y}.png")],
+                                   "corridor": ["line": line, "bufferMeters": 100_000], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("route", "completed")
+        fx.assertStoreMatchesManifest("route")
+        let tiles = fx.manifest("route").filter { $0.kind == "tile" }
+        func keys(_ source: String) -> [String: String] {
+            Dictionary(uniqueKeysWithValues: tiles.filter { $0.key.hasPrefix(source + "/") }.map { (String($0.key.dropFirst(source.count + 1)), $0.sha) })
+        }
+        let archive = keys("tiles0"), template = keys("tiles1")
+        XCTAssertGreaterThan(template.count, 10)
+        XCTAssertLessThan(template.count, 85, "a corridor, not the world")
+        XCTAssertEqual(archive, template, "the same tiles with the same bytes")
+        let asked = archiveRequests("/pmtiles/stamen_toner%28raster%29CC-BY%2BODbL_z3.pmtiles")
+        // Neighbours in the archive share a range (the header and root, then the ranges).
+        XCTAssertLessThan(asked.count, 1 + archive.count, "range requests, not one per tile")
+        XCTAssertEqual(asked.filter { $0.status != 206 }.count, 0)
+        print("MEASURED: corridor over stamen z0-3: \(archive.count) tiles in \(asked.count) requests")
+        XCTAssertNotNil(fx.progress("route")["tileBytesCompleted"])
+    }
+
+    /// Parts over an archive: two boxes at their own zooms take exactly the tiles the `pmtiles`
+    /// reader finds in each box at its zooms (the union, each once), byte for byte.
+    func testPartsOverAnArchiveTakeWhatTheReaderFindsInEachPart() throws {
+        let archivePath = mapdata.appendingPathComponent("pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles").path
+        let parts: [(box: [Double], minZoom: Int, maxZoom: Int)] = [([-10, 35, 30, 60], 0, 3), ([100, -40, 155, -10], 2, 3)]
+        var expected: [String: String] = [:]
+        for part in parts {
+            let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archivePath]
+                                        + part.box.map { String($0) } + [String(part.minZoom), String(part.maxZoom)])
+            XCTAssertEqual(rc, 0, out)
+            let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+            for (k, v) in try XCTUnwrap(doc["sha256"] as? [String: String]) { expected[k] = v }
+        }
+        try fx.drop("two.json", ["id": "two", "tiles": ["pmtiles://" + nginx.url(PMTilesPlanTests.stamen)],
+                                 "parts": parts.map { ["bounds": $0.box, "minZoom": $0.minZoom, "maxZoom": $0.maxZoom] as [String: Any] }])
+        try fx.waitForState("two", "completed")
+        fx.assertStoreMatchesManifest("two")
+        let got = Dictionary(uniqueKeysWithValues: fx.manifest("two").filter { $0.kind == "tile" }.map { (String($0.key.dropFirst("tiles0/".count)), $0.sha) })
+        XCTAssertEqual(got, expected)
+        XCTAssertEqual(fx.progress("two")["tilesExpected"], expected.count)
+    }
+
     /// The directory request counts for the rate limits as a range request does: with the
     /// request's `maxRequestsPerSecond: 4`, nginx sees the header-and-root request and the tiles'
     /// range request start at least 1/4 s apart (before, the directories were read unpaced and
@@ -840,6 +890,32 @@ final class PMTilesDownloadTests: XCTestCase {
             XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/usgs_whitney/\(zxy).webp")), t.key)
         }
         XCTAssertEqual(fx.progress("whitney")["tileBytesExpected"], fx.progress("whitney")["tileBytesCompleted"])
+    }
+}
+
+extension PMTilesDownloadTests {
+    /// A style request over parts whose raster source is a PMTiles archive (the Whitney archive),
+    /// beside a source of the same raster as XYZ files: each part at its own zooms, the archive's
+    /// tiles are exactly the template's tiles with content, byte for byte.
+    func testPartsOfAStyleWithAnArchiveSourceTakeTheTemplatesTiles() throws {
+        let style: [String: Any] = ["version": 8, "sources": [
+            "whitney": ["type": "raster", "tileSize": 512, "url": "pmtiles://" + nginx.url(PMTilesPlanTests.whitney)],
+            "files": ["type": "raster", "tileSize": 512, "minzoom": 8, "maxzoom": 15,
+                      "tiles": [nginx.url("/raster/usgs_whitney/{z}/{x}/{y}.webp")]]],
+                                    "layers": [["id": "w", "type": "raster", "source": "whitney"], ["id": "f", "type": "raster", "source": "files"]]]
+        try JSONSerialization.data(withJSONObject: style).write(to: generated.appendingPathComponent("style.json"))
+        try fx.drop("p.json", ["id": "p", "style": nginx.url("/gen/style.json"),
+                               "parts": [["bounds": [-118.31, 36.565, -118.29, 36.58], "minZoom": 8, "maxZoom": 13],
+                                         ["bounds": [-118.30, 36.57, -118.27, 36.59], "minZoom": 13, "maxZoom": 16]]])
+        try fx.waitForState("p", "completed")
+        fx.assertStoreMatchesManifest("p")
+        let tiles = fx.manifest("p").filter { $0.kind == "tile" && $0.sha.count == 64 } // with content: an empty tile has no sha256
+        func keys(_ source: String) -> [String: String] {
+            Dictionary(uniqueKeysWithValues: tiles.filter { $0.key.hasPrefix(source + "/") }.map { (String($0.key.dropFirst(source.count + 1)), $0.sha) })
+        }
+        XCTAssertGreaterThan(keys("whitney").count, 5)
+        XCTAssertEqual(keys("whitney"), keys("files"))
+        XCTAssertEqual(Set(keys("whitney").keys.map { $0.split(separator: "/")[0] }).count, 8, "zooms 8 to 15 (covering zooms of 512 px tiles)")
     }
 }
 
