@@ -81,6 +81,24 @@ public enum TerminalText {
         return out
     }
 
+    /// JSON text `json` with every character `safe` would escape written as a JSON escape
+    /// (`\u2028`, `\u001b`: RFC 8259 section 7), so that the document is still valid JSON with
+    /// the same value and shows on a terminal as what it is. Such characters only occur inside
+    /// strings, where an escape stands for them. For JSON printed by the command line.
+    public static func safeJSON(_ json: String) -> String {
+        guard json.unicodeScalars.contains(where: isControl) else { return json }
+        var out = ""
+        for u in json.unicodeScalars {
+            if isControl(u) {
+                let hex = String(u.value, radix: 16, uppercase: false)
+                out += "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+            } else {
+                out.unicodeScalars.append(u)
+            }
+        }
+        return out
+    }
+
     static func isControl(_ u: Unicode.Scalar) -> Bool {
         (u.value < 0x20 && u != "\n" && u != "\t") || u.value == 0x7F || isInvisibleControl(u)
     }

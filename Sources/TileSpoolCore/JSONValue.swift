@@ -21,6 +21,22 @@ public enum JSONKind {
         return Int(d)
     }
 
+    /// A JSON number that is a whole number of at least 0, for a count or a limit: `Int.max`
+    /// (no limit) for one beyond 9e15, where a Double no longer holds every integer (2^53 was
+    /// refused as "not a non-negative integer": attack round 10); nil for anything else.
+    public static func count(_ v: Any) -> Int? {
+        if let n = v as? NSNumber, !isBool(v), !(v is NSDecimalNumber) {
+            // An integer as JSONSerialization read it: exact, whatever its size.
+            switch String(cString: n.objCType) {
+            case "q", "l", "i", "s", "c": return n.int64Value >= 0 ? Int(n.int64Value) : nil
+            case "Q", "L", "I", "S", "C": return n.uint64Value > UInt64(Int.max) ? Int.max : Int(n.uint64Value)
+            default: break
+            }
+        }
+        guard let d = number(v), d.isFinite, d >= 0, d.rounded() == d else { return nil }
+        return d < 9.0e15 ? Int(d) : Int.max
+    }
+
     /// The JSON type name of `v` for error messages ("string", "number", "boolean", ...).
     public static func name(_ v: Any) -> String {
         if isBool(v) { return "boolean" }

@@ -486,7 +486,7 @@ public enum RequestValidator {
         }
         var maxTiles: Int?
         if let v = o["maxTiles"], !(v is NSNull) {
-            guard let n = JSONKind.integer(v), n >= 0 else { throw bad("maxTiles: must be a non-negative integer") }
+            guard let n = JSONKind.count(v) else { throw bad("maxTiles: must be a non-negative integer") }
             maxTiles = n
         }
         var contextJSON: Data?
@@ -540,7 +540,7 @@ public enum RequestValidator {
         }
         var maxFailedTiles = 0
         if let v = o["maxFailedTiles"], !(v is NSNull) {
-            guard let n = JSONKind.integer(v), n >= 0 else { throw bad("maxFailedTiles: must be a non-negative integer") }
+            guard let n = JSONKind.count(v) else { throw bad("maxFailedTiles: must be a non-negative integer") }
             maxFailedTiles = n
         }
         var subdomains = TileURLTemplate.defaultSubdomains

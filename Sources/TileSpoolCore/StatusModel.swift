@@ -7,12 +7,15 @@ import Foundation
 
 /// A JSON value of any shape, for the parts of a status that carry a document verbatim: the
 /// request as read (`request`, `context`), an export's entry, the area. Numbers keep whether they
-/// were integers (`int`) or not (`double`), so `14` stays `14` and `7.5` stays `7.5`.
+/// were integers (`int`) or not (`double`), so `14` stays `14` and `7.5` stays `7.5`; one that
+/// neither holds exactly (an integer beyond 64 bits, 18446744073709551615) is a `decimal`, kept
+/// digit for digit as `JSONSerialization` read it.
 public enum JSONValue: Sendable, Equatable, Codable {
     case null
     case bool(Bool)
     case int(Int)
     case double(Double)
+    case decimal(Decimal)
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
@@ -25,6 +28,8 @@ public enum JSONValue: Sendable, Equatable, Codable {
         case is NSNull: self = .null
         case let v as JSONValue: self = v
         case let s as String: self = .string(s)
+        // Numbers JSONSerialization holds exactly only as decimals (beyond 64 bits).
+        case let d as NSDecimalNumber: self = Int(d.stringValue).map { .int($0) } ?? .decimal(d.decimalValue)
         case let a as [Any]: self = .array(a.map(JSONValue.init))
         case let o as [String: Any]: self = .object(o.mapValues(JSONValue.init))
         default:
@@ -34,7 +39,10 @@ public enum JSONValue: Sendable, Equatable, Codable {
             if let n = any as? NSNumber {
                 if JSONKind.isBool(n) { self = .bool(n.boolValue); return }
                 let t = String(cString: n.objCType)
-                if t == "d" || t == "f" { self = .double(n.doubleValue) } else { self = .int(n.intValue) }
+                if t == "d" || t == "f" { self = .double(n.doubleValue); return }
+                // An unsigned 64-bit integer above Int.max would wrap as an Int.
+                if t == "Q", n.uint64Value > UInt64(Int.max), let d = Decimal(string: n.stringValue) { self = .decimal(d); return }
+                self = .int(n.intValue)
                 return
             }
             if let i = any as? Int { self = .int(i); return }
@@ -51,6 +59,7 @@ public enum JSONValue: Sendable, Equatable, Codable {
         case .bool(let b): return b
         case .int(let i): return i
         case .double(let d): return d
+        case .decimal(let d): return NSDecimalNumber(decimal: d)
         case .string(let s): return s
         case .array(let a): return a.map(\.any)
         case .object(let o): return o.mapValues(\.any)
@@ -67,7 +76,10 @@ public enum JSONValue: Sendable, Equatable, Codable {
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
         else if let i = try? c.decode(Int.self) { self = .int(i) }
-        else if let d = try? c.decode(Double.self) { self = .double(d) }
+        else if let d = try? c.decode(Double.self) {
+            // A number a Double does not hold exactly (more digits than it keeps) stays a decimal.
+            if let dec = try? c.decode(Decimal.self), Decimal(string: "\(d)") != dec { self = .decimal(dec) } else { self = .double(d) }
+        }
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
         else { self = .object(try c.decode([String: JSONValue].self)) }
@@ -80,6 +92,7 @@ public enum JSONValue: Sendable, Equatable, Codable {
         case .bool(let b): try c.encode(b)
         case .int(let i): try c.encode(i)
         case .double(let d): try c.encode(d)
+        case .decimal(let d): try c.encode(d)
         case .string(let s): try c.encode(s)
         case .array(let a): try c.encode(a)
         case .object(let o): try c.encode(o)
@@ -255,16 +268,20 @@ public struct RegionStatus: Sendable, Equatable, Codable {
         try c.encodeOrNull(area, "area")
     }
 
-    /// Reads a status: `id` and a known `state` are required (else it is not a status and this
-    /// throws `DecodingError`); every other field is read when present and well-formed.
+    /// Reads a status: `id`, a known `state` and an RFC 3339 `updatedAt` are required (every
+    /// status TileSpool writes has them; else it is not a status and this throws
+    /// `DecodingError`: `prune` never ages a region by a time it cannot read); every other
+    /// field is read when present and well-formed.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: FieldKey.self)
         let id = try c.decode(String.self, forKey: FieldKey("id"))
         let state = try c.decode(RegionState.self, forKey: FieldKey("state"))
+        guard let updatedAt = c.time("updatedAt") else {
+            throw DecodingError.dataCorruptedError(forKey: FieldKey("updatedAt"), in: c, debugDescription: "no RFC 3339 updatedAt")
+        }
         self.init(id: id, state: state, progress: c.lenient(RegionProgress.self, "progress") ?? RegionProgress(),
                   error: c.lenient(RegionError.self, "error"), request: c.lenient(JSONValue.self, "request").flatMap { $0 == .null ? nil : $0 },
-                  context: c.lenient(JSONValue.self, "context") ?? .null,
-                  updatedAt: c.time("updatedAt") ?? Date(timeIntervalSince1970: 0))
+                  context: c.lenient(JSONValue.self, "context") ?? .null, updatedAt: updatedAt)
         exports = c.lenient([JSONValue].self, "exports")
         refreshing = c.lenient(Bool.self, "refreshing") ?? false
         tilesPerSecond = c.lenient(Double.self, "tilesPerSecond")
@@ -357,16 +374,28 @@ public struct StatusEvent: Sendable, Equatable, Codable {
                     resourcesChanged: p.resourcesChanged, resourcesUnchanged: p.resourcesUnchanged)
     }
 
+    /// Reads an event strictly, as the command line acts on it (`--wait`): `time` (RFC 3339),
+    /// `id`, `state` and `error` (null or an error of a known code) must be there, and every other
+    /// field present must have its type; else this throws `DecodingError` and the line is not an
+    /// event (a line planted or damaged by hand never ends a wait: attack round 10).
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: FieldKey.self)
-        self.init(id: try c.decode(String.self, forKey: FieldKey("id")), state: try c.decode(String.self, forKey: FieldKey("state")),
-                  error: c.lenient(RegionError.self, "error"), note: c.lenient(String.self, "note"),
-                  action: c.lenient(String.self, "action"), ignored: c.lenient(String.self, "ignored"),
-                  refresh: c.lenient(String.self, "refresh"), maxAge: c.lenient(Double.self, "maxAge"),
-                  failedTiles: c.lenient(Bool.self, "failedTiles"), resourcesChecked: c.lenient(Int.self, "resourcesChecked"),
-                  resourcesChanged: c.lenient(Int.self, "resourcesChanged"), resourcesUnchanged: c.lenient(Int.self, "resourcesUnchanged"),
-                  export: c.lenient(JSONValue.self, "export"), replaced: c.lenient(PackReplaced.self, "replaced"),
-                  warnings: c.lenient([RegionWarning].self, "warnings"), time: c.time("time") ?? Date(timeIntervalSince1970: 0))
+        func k(_ s: String) -> FieldKey { FieldKey(s) }
+        guard let time = Timestamp.parse(try c.decode(String.self, forKey: k("time"))) else {
+            throw DecodingError.dataCorruptedError(forKey: k("time"), in: c, debugDescription: "not an RFC 3339 time")
+        }
+        let error = try c.decodeNil(forKey: k("error")) ? nil : try c.decode(RegionError.self, forKey: k("error"))
+        self.init(id: try c.decode(String.self, forKey: k("id")), state: try c.decode(String.self, forKey: k("state")),
+                  error: error, note: try c.decodeIfPresent(String.self, forKey: k("note")),
+                  action: try c.decodeIfPresent(String.self, forKey: k("action")), ignored: try c.decodeIfPresent(String.self, forKey: k("ignored")),
+                  refresh: try c.decodeIfPresent(String.self, forKey: k("refresh")), maxAge: try c.decodeIfPresent(Double.self, forKey: k("maxAge")),
+                  failedTiles: try c.decodeIfPresent(Bool.self, forKey: k("failedTiles")),
+                  resourcesChecked: try c.decodeIfPresent(Int.self, forKey: k("resourcesChecked")),
+                  resourcesChanged: try c.decodeIfPresent(Int.self, forKey: k("resourcesChanged")),
+                  resourcesUnchanged: try c.decodeIfPresent(Int.self, forKey: k("resourcesUnchanged")),
+                  export: try c.decodeIfPresent(JSONValue.self, forKey: k("export")),
+                  replaced: try c.decodeIfPresent(PackReplaced.self, forKey: k("replaced")),
+                  warnings: try c.decodeIfPresent([RegionWarning].self, forKey: k("warnings")), time: time)
     }
 
     public func encode(to encoder: Encoder) throws {

@@ -142,9 +142,17 @@ public enum Files {
     }
 
     /// Appends `data` to `path` (creating it) with O_APPEND, whole or not at all (`appendWhole`).
-    public static func append(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
-        let fd = try openRegular(path, O_WRONLY | O_CREAT | O_APPEND, mode: 0o666)
+    /// With `onNewLine`, a file whose last byte is not a newline (a line cut short, or written by
+    /// hand without its end) gets one first, so `data` starts a line of its own.
+    public static func append(_ data: Data, to path: String, sync: Bool = false, onNewLine: Bool = false) throws(SystemError) {
+        let fd = try openRegular(path, O_RDWR | O_CREAT | O_APPEND, mode: 0o666)
         defer { Glibc.close(fd) }
+        var data = data
+        if onNewLine {
+            var st = stat()
+            var last: UInt8 = 0x0A
+            if fstat(fd, &st) == 0, st.st_size > 0, pread(fd, &last, 1, st.st_size - 1) == 1, last != 0x0A { data.insert(0x0A, at: 0) }
+        }
         try appendWhole(fd, data, path: path)
         if sync { try fsync(fd, path: path) }
     }

@@ -74,7 +74,10 @@ public final class StatusWriter: @unchecked Sendable {
     /// Records a state that no live region carries (a refused request, a region whose files are
     /// damaged, a repair): its event is appended first, then `<id>.json` and `<id>.state` are written, so
     /// whoever reads the new state in the status files finds its event too.
+    /// Its state changed now: `stateChangedAt` is set (it was null in a refused request's status).
     public func record(_ status: RegionStatus, note: String? = nil) {
+        var status = status
+        status.stateChangedAt = Date()
         event(StatusEvent(id: status.id, state: status.state.rawValue, error: status.error, note: note))
         do { try write(status) } catch { Log.error("cannot write status: \(error)", region: status.id) }
     }
@@ -85,7 +88,7 @@ public final class StatusWriter: @unchecked Sendable {
     public func event(_ e: StatusEvent) {
         let line = StatusCoding.eventLine(e)
         if eventsMaxBytes > 0, let size = Files.size(layout.events), size > 0, size + line.count > eventsMaxBytes { rotateEvents() }
-        do { try Files.append(line, to: layout.events) } catch { Log.error("cannot append to \(layout.events): \(error)") }
+        do { try Files.append(line, to: layout.events, onNewLine: true) } catch { Log.error("cannot append to \(layout.events): \(error)") }
     }
 
     /// `events.jsonl` -> `events.jsonl.1` -> ... -> `events.jsonl.<eventsKeep>` (renames; the
@@ -114,6 +117,14 @@ public final class StatusWriter: @unchecked Sendable {
               let data = try? Files.readRegularFile(layout.statusJSON(id), limit: 4 << 20),
               let status = StatusCoding.status(data), status.id == id else { return nil }
         return status
+    }
+
+    /// The ids of `status/<id>.json` files that are there but not statuses `read` takes (damaged,
+    /// cut short, written by hand or by a newer version), sorted: `tilespool status` names them
+    /// rather than leave them out without a word.
+    public func unreadable() -> [String] {
+        Files.list(layout.status).filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.sorted()
+            .map { String($0.dropLast(5)) }.filter { RequestValidator.isValidID($0) && read(id: $0) == nil }
     }
 
     /// Every status in `status/`, sorted by id.

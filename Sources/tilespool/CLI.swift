@@ -52,10 +52,10 @@ struct Arguments {
     /// - Parameter maximum: the largest value accepted (for a time handed to libcurl as an
     ///   integer of milliseconds: a larger one would not convert); nil: any finite number.
     /// - Throws: `UsageError` (exit status 2) for anything but a finite number from 0 to `maximum`.
-    func seconds(_ name: String, default d: Double, maximum: Double? = nil) throws -> Double {
+    func seconds(_ name: String, default d: Double, minimum: Double = 0, maximum: Double? = nil) throws -> Double {
         guard options[name] != nil else { return d }
-        guard let v = try? number(name), v <= (maximum ?? .greatestFiniteMagnitude) else {
-            throw UsageError(maximum.map { "\(name) must be a number of seconds from 0 to \(String(format: "%g", $0))" } ?? "\(name) must be a number of seconds")
+        guard let v = try? number(name), v >= minimum, v <= (maximum ?? .greatestFiniteMagnitude) else {
+            throw UsageError(maximum.map { "\(name) must be a number of seconds from \(String(format: "%g", minimum)) to \(String(format: "%g", $0))" } ?? "\(name) must be a number of seconds")
         }
         return v
     }
@@ -128,6 +128,9 @@ let commonFlags: Set<String> = ["--help"]
 /// answer can drive the terminal.
 func out(_ s: String) { FileHandle.standardOutput.write(Data((TerminalText.safe(s) + "\n").utf8)) }
 func err(_ s: String) { FileHandle.standardError.write(Data((TerminalText.safe(s) + "\n").utf8)) }
+/// Prints a JSON document on standard output: valid JSON, with what a terminal would act on
+/// written as JSON escapes (`TerminalText.safeJSON`), not as `out`'s Swift-style escapes.
+func outJSON(_ json: Data) { FileHandle.standardOutput.write(Data((TerminalText.safeJSON(String(decoding: json, as: UTF8.self)) + "\n").utf8)) }
 
 let mainHelp = """
 usage: tilespool <command> [options] [arguments]

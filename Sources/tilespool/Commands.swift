@@ -34,29 +34,39 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
         }
         return writer.readAll()
     }
+    /// Why `status ID` found nothing: no such region, or a status file it cannot read.
+    func missing(_ id: String) -> String {
+        RequestValidator.isValidID(id) && writer.unreadable().contains(id)
+            ? "region '\(id)': status/\(id).json is not a status tilespool can read (damaged, cut short or edited by hand)"
+            : "no region '\(id)'"
+    }
+    /// A line for each status file that cannot be read, after the list.
+    func unreadableLines() -> String {
+        a.positionals.isEmpty ? writer.unreadable().map { "\n\($0)  status file not readable (status/\($0).json: damaged, cut short or edited by hand)" }.joined() : ""
+    }
     if a.flags.contains("--watch") {
         // On a terminal each frame replaces the last; into a pipe or a file, frames follow one
         // another, an empty line between two, with no escape sequence.
         let terminal = isatty(1) == 1
         var first = true
         while true {
-            guard let list = load() else { err("tilespool: no region '\(a.positionals[0])'"); return 1 }
+            guard let list = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
             // Home, clear to the end of the screen, then the display.
             let lead = terminal ? "\u{1B}[H\u{1B}[J" : first ? "" : "\n"
             first = false
-            FileHandle.standardOutput.write(Data((lead + TerminalText.safe(statusText(list)) + "\n").utf8))
+            FileHandle.standardOutput.write(Data((lead + TerminalText.safe(statusText(list) + unreadableLines()) + "\n").utf8))
             if !list.contains(where: { movingStates.contains($0.state) }) { return 0 }
             usleep(useconds_t(interval * 1_000_000))
         }
     }
-    guard let list = load() else { err("tilespool: no region '\(a.positionals[0])'"); return 1 }
+    guard let list = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
     if a.flags.contains("--json") {
         // One status as an object, all of them as an array.
         let doc = a.positionals.isEmpty ? StatusCoding.statusList(list) : StatusCoding.statusFile(list[0]).dropLast()
-        out(String(decoding: doc, as: UTF8.self))
+        outJSON(doc)
         return 0
     }
-    out(statusText(list))
+    out(statusText(list) + unreadableLines())
     return 0
 }
 

@@ -123,7 +123,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
                                      subset: subset, progress: progress)
     if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
     if a.flags.contains("--json") {
-        out(String(decoding: JSONKind.serialize(result.jsonObject, pretty: true), as: UTF8.self))
+        outJSON(JSONKind.serialize(result.jsonObject, pretty: true))
     } else {
         let secs = Date().timeIntervalSince(started)
         out("\(result.path): \(format.rawValue)\(result.source.map { " (source \($0))" } ?? ""), \(result.tiles) tiles, \(formatBytes(result.bytes)), \(String(format: "%.1f", secs)) s")

@@ -81,7 +81,7 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
             doc["estimate"] = estimate.jsonObject
             doc["alreadyStored"] = ["resources": holdings?.resources ?? 0, "bytes": holdings?.bytes ?? 0]
         }
-        out(String(decoding: JSONKind.serialize(doc, pretty: true), as: UTF8.self))
+        outJSON(JSONKind.serialize(doc, pretty: true))
         if let e = estimate, !e.unsampled.isEmpty { return noEstimate(e) }
         return overLimit.map(refuse) ?? 0
     }

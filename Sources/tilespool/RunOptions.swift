@@ -84,11 +84,12 @@ struct RunOption {
         RunOption("--max-retries", "N", ["retries of a transient failure (default 5)"]) { a, o in
             o.maxRetries = try a.int("--max-retries", default: o.maxRetries, range: 0...100)
         },
-        RunOption("--retry-delay", "SECONDS", ["first retry delay, doubling up to 30 s (default 1)"]) { a, o in
-            o.retryDelay = try a.seconds("--retry-delay", default: o.retryDelay)
+        RunOption("--retry-delay", "SECONDS", ["first retry delay, doubling up to 30 s (default 1; at most 3600)"]) { a, o in
+            o.retryDelay = try a.seconds("--retry-delay", default: o.retryDelay, maximum: 3600)
         },
-        RunOption("--max-probe-interval", "SECONDS", ["longest gap between probes while pausedNetwork (default 60)"]) { a, o in
-            o.maxProbeInterval = try a.seconds("--max-probe-interval", default: o.maxProbeInterval)
+        RunOption("--max-probe-interval", "SECONDS", ["longest gap between probes while pausedNetwork (default 60;",
+                                                        "0.5 to 86400)"]) { a, o in
+            o.maxProbeInterval = try a.seconds("--max-probe-interval", default: o.maxProbeInterval, minimum: 0.5, maximum: 86400)
         },
         // libcurl takes the three timeouts as integers (milliseconds or seconds): a day at most,
         // so none can fail to convert (9.3e18 once crashed the daemon at its first transfer).
@@ -105,8 +106,9 @@ struct RunOption {
                                                     "86400; 0: none)"]) { a, o in
             o.http.transferTimeout = try a.seconds("--transfer-timeout", default: o.http.transferTimeout, maximum: HTTPOptions.maximumTimeout)
         },
-        RunOption("--sync-interval", "SECONDS", ["how often downloaded objects are synced and recorded (default 1)"]) { a, o in
-            o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval)
+        RunOption("--sync-interval", "SECONDS", ["how often downloaded objects are synced and recorded (default 1;",
+                                                   "0.01 to 3600)"]) { a, o in
+            o.syncInterval = try a.seconds("--sync-interval", default: o.syncInterval, minimum: 0.01, maximum: 3600)
         },
         RunOption("--rescan-interval", "SECONDS", ["how often requests/ and control/ are rescanned for what no",
                                                    "inotify event announced (default 5; 0.1 to 3600)"]) { a, o in
@@ -122,8 +124,9 @@ struct RunOption {
         },
         RunOption("--refresh-interval", "SECONDS", ["refresh every completed region this long after its last",
                                                     "download or refresh, checking resources at least that old",
-                                                    "(default: never; a request's refreshAfter wins)"]) { a, o in
-            if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0) }
+                                                    "(default: never; 1 to 315360000; a request's refreshAfter wins)"]) { a, o in
+            // At least a second: 0 refreshed every completed region at every rescan (attack round 10).
+            if a.options["--refresh-interval"] != nil { o.refreshInterval = try a.seconds("--refresh-interval", default: 0, minimum: 1, maximum: 315_360_000) }
         },
         RunOption("--log-format", "logfmt|json", ["log entries as key=value pairs (default) or JSON objects, one per line"]) { a, _ in
             if let f = a.options["--log-format"] {
@@ -140,8 +143,8 @@ struct RunOption {
             }
             o.metricsFile = m
         },
-        RunOption("--metrics-interval", "SECONDS", ["how often the metrics file is written (default 5)"]) { a, o in
-            o.metricsInterval = max(0.1, try a.seconds("--metrics-interval", default: o.metricsInterval))
+        RunOption("--metrics-interval", "SECONDS", ["how often the metrics file is written (default 5; 0.1 to 86400)"]) { a, o in
+            o.metricsInterval = try a.seconds("--metrics-interval", default: o.metricsInterval, minimum: 0.1, maximum: 86400)
         },
         RunOption("--on-state-change", "PATH", ["run the executable PATH (no shell) on every state change with",
                                                 "arguments ID STATE STATUS-PATH and TILESPOOL_* variables"]) { a, o in
@@ -150,8 +153,8 @@ struct RunOption {
             guard access(h, X_OK) == 0, Files.entryType(h) != .directory else { throw UsageError("--on-state-change: \(h) is not an executable file") }
             o.onStateChange = h
         },
-        RunOption("--hook-timeout", "SECONDS", ["kill a hook still running after this long (default 30)"]) { a, o in
-            o.hookTimeout = try a.seconds("--hook-timeout", default: o.hookTimeout)
+        RunOption("--hook-timeout", "SECONDS", ["kill a hook still running after this long (default 30; 0.1 to 86400)"]) { a, o in
+            o.hookTimeout = try a.seconds("--hook-timeout", default: o.hookTimeout, minimum: 0.1, maximum: 86400)
         },
         RunOption("--max-store-bytes", "BYTES", ["store quota: a download that would pass it goes failedStorage"]) { a, o in
             if a.options["--max-store-bytes"] != nil { o.maxStoreBytes = try a.int("--max-store-bytes", default: 0, range: 1...Int.max) }
@@ -172,11 +175,11 @@ struct RunOption {
         },
         RunOption("--max-requests-per-second-per-host", "N", ["requests started per second to one host, all regions together",
                                                               "(default 10 for remote hosts, none for loopback; given, it",
-                                                              "applies to every host; 0: no limit)"]) { a, o in
+                                                              "applies to every host; 0.01 to 100000, 0: no limit)"]) { a, o in
             guard a.options["--max-requests-per-second-per-host"] != nil else { return }
             // Given: it applies to every host, loopback included; 0 lifts the default limit.
-            guard let n = try? a.number("--max-requests-per-second-per-host") else {
-                throw UsageError("--max-requests-per-second-per-host must be a number of requests per second (0: no limit)")
+            guard let n = try? a.number("--max-requests-per-second-per-host"), n == 0 || (0.01...100_000).contains(n) else {
+                throw UsageError("--max-requests-per-second-per-host must be a number of requests per second from 0.01 to 100000 (0: no limit)")
             }
             o.rateLimits.perHost = n > 0 ? n : nil
             o.rateLimits.perHostAppliesToLoopback = true
@@ -190,7 +193,9 @@ struct RunOption {
                                            "downloading (you run or license it); repeatable"]) { a, o in
             for h in a.allValues["--allow-host"] ?? [] {
                 let host = h.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
-                guard !host.isEmpty, !host.contains(where: { $0 == "/" || $0 == ":" || $0 == " " }) else {
+                // A DNS name (RFC 1123): letters, digits, '-' and '.', at most 253 characters.
+                guard !host.isEmpty, host.utf8.count <= 253,
+                      host.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x2E }) else {
                     throw UsageError("--allow-host takes a host name such as tile.openstreetmap.org, not '\(h)'")
                 }
                 o.allowedHosts.insert(host)

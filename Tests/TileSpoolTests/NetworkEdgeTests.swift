@@ -129,7 +129,16 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
                                       ("--settle-time", "-1", "--settle-time must be a number of seconds from 0 to 3600"),
                                       ("--settle-time", "1e9", "--settle-time must be a number of seconds from 0 to 3600"),
                                       ("--settle-time", "0x1p3", "--settle-time must be a number of seconds from 0 to 3600"),
-                                      ("--rescan-interval", "0x10", "--rescan-interval must be a number of seconds from 0.1 to 3600")] {
+                                      ("--rescan-interval", "0x10", "--rescan-interval must be a number of seconds from 0.1 to 3600"),
+                                      // Attack round 10: a refresh storm, and nonsense values that started the daemon.
+                                      ("--refresh-interval", "0", "--refresh-interval must be a number of seconds from 1 to 3.1536e+08"),
+                                      ("--refresh-interval", "1e23", "--refresh-interval must be a number of seconds from 1 to 3.1536e+08"),
+                                      ("--max-probe-interval", "0", "--max-probe-interval must be a number of seconds from 0.5 to 86400"),
+                                      ("--sync-interval", "0", "--sync-interval must be a number of seconds from 0.01 to 3600"),
+                                      ("--hook-timeout", "0", "--hook-timeout must be a number of seconds from 0.1 to 86400"),
+                                      ("--metrics-interval", "0", "--metrics-interval must be a number of seconds from 0.1 to 86400"),
+                                      ("--retry-delay", "9223372036854775807", "--retry-delay must be a number of seconds from 0 to 3600"),
+                                      ("--max-requests-per-second-per-host", "0.0001", "--max-requests-per-second-per-host must be a number of requests per second from 0.01 to 100000")] {
             let run = try runWithOption(option, value)
             XCTAssertTrue(run.exited, "\(option) \(value) was accepted: the daemon runs")
             XCTAssertEqual(run.status, 2, "\(option) \(value): \(run.text)")

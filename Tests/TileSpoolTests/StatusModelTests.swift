@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import TileSpoolCore
+import TileSpoolIO
 
 /// Issue 33: the status file and the event lines come from one typed model (`RegionStatus`,
 /// `StatusEvent`, `StatusCoding`); these tests pin what a script reading them sees, and keep the
@@ -95,7 +96,10 @@ final class StatusModelTests: XCTestCase {
         XCTAssertNil(StatusCoding.status(Data(#"{"id":"a","state":"finished"}"#.utf8)))
         XCTAssertNil(StatusCoding.status(Data(#"[1,2]"#.utf8)))
         XCTAssertNil(StatusCoding.status(Data(#"{"id":"a","state":"completed",}"#.utf8)), "a trailing comma is not JSON")
-        let odd = try XCTUnwrap(StatusCoding.status(Data(#"{"id":"a","state":"failed","error":{"code":"noSuchCode","message":"m"}}"#.utf8)))
+        // No readable `updatedAt`: not a status TileSpool wrote (prune must not age it from 1970).
+        XCTAssertNil(StatusCoding.status(Data(#"{"id":"a","state":"completed","updatedAt":"not a date"}"#.utf8)))
+        XCTAssertNil(StatusCoding.status(Data(#"{"id":"a","state":"completed"}"#.utf8)))
+        let odd = try XCTUnwrap(StatusCoding.status(Data(#"{"id":"a","state":"failed","updatedAt":"2026-01-02T03:04:05Z","error":{"code":"noSuchCode","message":"m"}}"#.utf8)))
         XCTAssertNil(odd.error)
     }
 
@@ -168,5 +172,111 @@ final class StatusModelTests: XCTestCase {
         let documented = try contractNames(after: "## The request file")
         XCTAssertEqual(RequestValidator.knownFields.subtracting(documented).sorted(), [], "accepted, not in contract.md")
         XCTAssertEqual(documented.subtracting(RequestValidator.knownFields).sorted(), [], "in contract.md, not accepted")
+    }
+
+    // MARK: attack round 10
+
+    /// `context` is kept verbatim: integers beyond 64 bits, 2^63 and -2^63, 2^64 and 23 digits
+    /// keep every digit (they wrapped to -1 or became 1.8e19), small ones and decimals stay as
+    /// they were; and the value reads back as written.
+    func testContextNumbersKeepEveryDigit() throws {
+        let text = "[18446744073709551615,9223372036854775808,-9223372036854775808,18446744073709551616,12345678901234567890123,9007199254740993,0.1,1e+300,2.5,-7]"
+        let context = JSONValue(try JSONKind.parse(Data(text.utf8)))
+        var st = fullStatus()
+        st.context = context
+        let file = StatusCoding.statusFile(st)
+        let written = String(decoding: file, as: UTF8.self)
+        let start = try XCTUnwrap(written.range(of: "\"context\" : ["))
+        let array = written[start.upperBound...].prefix { $0 != "]" }.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        XCTAssertEqual(array, text.dropFirst().dropLast().split(separator: ",").map(String.init))
+        XCTAssertEqual(StatusCoding.status(file)?.context, context)
+    }
+
+    /// An events line without `time` or `error`, with an error of no known code, or with a field
+    /// of the wrong type is not an event: `--wait` never acts on one (they ended waits with exit
+    /// 4, or 0 for a refresh still under way). Real lines still read.
+    func testEventLinesMissingFieldsOrOfWrongTypesAreNotEvents() {
+        for bad in [#"{"id":"r7","state":"failed"}"#,
+                    #"{"id":"r7","state":"failed","error":null}"#,
+                    #"{"id":"r7","state":"failed","error":null,"time":"x"}"#,
+                    #"{"id":"r6","state":"failed","error":{"code":"bogusCode","message":5},"time":"2026-12-06T00:00:00Z"}"#,
+                    #"{"id":"r2","refresh":"finished","state":"completed","error":null,"time":"2026-12-06T00:00:00Z","resourcesChecked":"lots"}"#,
+                    #"{"id":"r2","state":"completed","error":null,"time":"2026-12-06T00:00:00Z","note":5}"#] {
+            XCTAssertNil(StatusCoding.event(Data(bad.utf8)), bad)
+        }
+        for good in [#"{"id":"r2","refresh":"finished","state":"completed","error":null,"time":"2026-12-06T00:00:00Z","resourcesChecked":3,"future":"kept out"}"#,
+                     #"{"id":"r6","state":"failed","error":{"code":"httpError","message":"m","httpStatus":404},"time":"2026-12-06T00:00:00Z"}"#] {
+            XCTAssertNotNil(StatusCoding.event(Data(good.utf8)), good)
+        }
+    }
+
+    /// An event appended after a line someone left without its newline starts a line of its own
+    /// (it was glued onto the partial line, and readers lost it).
+    func testAnEventAfterAPartialLineStartsALineOfItsOwn() throws {
+        let root = try TestScratch.folder("events-partial")
+        let layout = SpoolLayout(root: root.path)
+        try layout.create()
+        try Data(#"{"id":"zz","sta"#.utf8).write(to: URL(fileURLWithPath: layout.events))
+        let writer = StatusWriter(layout: layout)
+        writer.event(StatusEvent(id: "t1", state: "queued"))
+        writer.event(StatusEvent(id: "t1", state: "downloading"))
+        let lines = try String(contentsOfFile: layout.events, encoding: .utf8).split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.count, 3, lines.joined(separator: "\n"))
+        XCTAssertEqual(lines.dropFirst().compactMap { StatusCoding.event(Data($0.utf8))?.state }, ["queued", "downloading"])
+    }
+
+    /// JSON for a terminal: U+2028, a bidi override, ESC and C1 controls become JSON escapes, so
+    /// `status --json` stays valid JSON with the same value (it printed `\u{2028}`, not JSON).
+    func testJSONForATerminalIsStillJSONWithTheSameValue() throws {
+        let value = ["u": "a\u{2028}b\u{202E}c\u{1B}[31m\u{9B}d/é"]
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]), as: UTF8.self)
+        let safe = TerminalText.safeJSON(json)
+        XCTAssertFalse(safe.unicodeScalars.contains { TerminalText.isInvisibleControl($0) || $0.value == 0x1B }, safe)
+        XCTAssertEqual(try JSONSerialization.jsonObject(with: Data(safe.utf8)) as? [String: String], value)
+        XCTAssertTrue(safe.contains("\\u2028") && safe.contains("\\u202e"), safe)
+    }
+
+    /// Counts and limits in a request (`maxTiles`, `maxFailedTiles`) take any whole number of at
+    /// least 0: 2^53 and beyond were refused as "not a non-negative integer".
+    func testLargeCountsAreCountsNotErrors() throws {
+        func count(_ text: String) throws -> Int? { JSONKind.count(try JSONKind.parse(Data(text.utf8))) }
+        XCTAssertEqual(try count("9007199254740992"), 9_007_199_254_740_992)
+        XCTAssertEqual(try count("4611686018427387904"), 4_611_686_018_427_387_904)
+        XCTAssertEqual(try count("18446744073709551615"), Int.max)
+        XCTAssertEqual(try count("1e20"), Int.max)
+        XCTAssertEqual(try count("0"), 0)
+        XCTAssertNil(try count("-1")); XCTAssertNil(try count("1.5")); XCTAssertNil(try count("true")); XCTAssertNil(try count("\"5\""))
+        let r = try RequestValidator.validate(Data(#"{"id":"a","tiles":["http://h.example/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1,"maxTiles":9007199254740992,"maxFailedTiles":9223372036854775806}"#.utf8), fileName: "a.json")
+        XCTAssertEqual(r.maxTiles, 9_007_199_254_740_992)
+        XCTAssertEqual(r.maxFailedTiles, 9_223_372_036_854_775_806)
+    }
+
+    /// `tilespool status --json` of a status whose context holds U+2028 and a bidi override is
+    /// valid JSON; a status file that cannot be read is named by `status` and `status ID`, not
+    /// left out or denied; `prune` never selects a region whose status has no readable time.
+    func testTheCommandLineOnOddStatusFiles() throws {
+        let root = try TestScratch.folder("status-odd")
+        let layout = SpoolLayout(root: root.path)
+        try layout.create()
+        let writer = StatusWriter(layout: layout)
+        var st = RegionStatus(id: "ctx", state: .completed, progress: RegionProgress(), error: nil, request: nil,
+                              context: .object(["u": .string("a\u{2028}b\u{202E}")]), updatedAt: Date(timeIntervalSinceNow: -86400 * 30))
+        st.stateChangedAt = st.updatedAt
+        try writer.write(st)
+        try Data(#"{"id":"odd","state":"completed","updatedAt":"not a date","progress":{}}"#.utf8).write(to: URL(fileURLWithPath: layout.statusJSON("odd")))
+        var (rc, out) = try runTool(SpoolFixture.binary, ["status", "--spool", root.path, "--json"])
+        XCTAssertEqual(rc, 0, out)
+        let list = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]], out)
+        XCTAssertEqual((list.first?["context"] as? [String: String])?["u"], "a\u{2028}b\u{202E}")
+        (rc, out) = try runTool(SpoolFixture.binary, ["status", "--spool", root.path])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("odd  status file not readable"), out)
+        (rc, out) = try runTool(SpoolFixture.binary, ["status", "odd", "--spool", root.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("status/odd.json is not a status tilespool can read"), out)
+        (rc, out) = try runTool(SpoolFixture.binary, ["prune", "--older-than", "1d", "--dry-run", "--spool", root.path])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("would delete ctx"), out)
+        XCTAssertFalse(out.contains("odd"), out)
     }
 }
