@@ -416,11 +416,13 @@ extension GeoBounds {
             merged[0].1 = max(merged[0].1, last.1 - 360)
             merged.removeLast()
         }
+        // Of two gaps as wide, the one across the antimeridian (the last: the box then does not
+        // cross it), so that boxes that do not cross never give one that does (attack round 11).
         var best = -1.0, bestEnd = 0.0
         for (i, a) in merged.enumerated() {
             let next = i + 1 < merged.count ? merged[i + 1].0 : merged[0].0 + 360
             let gap = next - a.1
-            if gap > best { best = gap; bestEnd = next }
+            if gap > best || (gap == best && i == merged.count - 1) { best = gap; bestEnd = next }
         }
         if best <= 0 { return GeoBounds(west: -180, south: s, east: 180, north: n) }
         let startOfArc = bestEnd, width = 360 - best

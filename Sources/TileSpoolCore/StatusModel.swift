@@ -110,7 +110,8 @@ public enum Timestamp {
         return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", tmv.tm_year + 1900, tmv.tm_mon + 1, tmv.tm_mday,
                       tmv.tm_hour, tmv.tm_min, tmv.tm_sec)
     }
-    /// Reads what `iso8601` writes; nil for anything else.
+    /// Reads what `iso8601` writes; nil for anything else, a date that does not exist included
+    /// (February 30, hour 25: `timegm` would roll them over; attack round 11).
     public static func parse(_ s: String) -> Date? {
         let u = Array(s.utf8)
         guard u.count == 20, u[4] == 0x2D, u[7] == 0x2D, u[10] == 0x54, u[13] == 0x3A, u[16] == 0x3A, u[19] == 0x5A else { return nil }
@@ -118,7 +119,8 @@ public enum Timestamp {
         guard let y = num(0, 4), let mo = num(5, 7), let d = num(8, 10), let h = num(11, 13), let mi = num(14, 16), let sec = num(17, 19) else { return nil }
         var tmv = tm()
         tmv.tm_year = y - 1900; tmv.tm_mon = mo - 1; tmv.tm_mday = d; tmv.tm_hour = h; tmv.tm_min = mi; tmv.tm_sec = sec
-        return Date(timeIntervalSince1970: TimeInterval(timegm(&tmv)))
+        let date = Date(timeIntervalSince1970: TimeInterval(timegm(&tmv)))
+        return iso8601(date) == s ? date : nil
     }
 }
 

@@ -112,7 +112,7 @@ enum MBTilesExport {
         var rows: [(String, String)] = [
             ("name", meta["name"] as? String ?? "\(ids) \(source)"),
             ("format", format.rawValue),
-            ("bounds", [b.west, b.south, b.east, b.north].map(MBTilesExport.decimal).joined(separator: ",")),
+            ("bounds", { let s = stated(b); return [s.west, s.south, s.east, s.north].map(MBTilesExport.decimal).joined(separator: ",") }()),
             ("center", "\(decimal(cx)),\(decimal(cy)),\(zooms.lowerBound + (zooms.upperBound - zooms.lowerBound) / 2)"),
             ("minzoom", String(zooms.lowerBound)),
             ("maxzoom", String(zooms.upperBound)),
@@ -126,6 +126,14 @@ enum MBTilesExport {
             rows.append(("json", String(decoding: JSONKind.serialize(["vector_layers": layers]), as: UTF8.self)))
         }
         return rows
+    }
+
+    /// The box the formats' metadata state (MBTiles `bounds`, the PMTiles header): `b`, or for a
+    /// box across the antimeridian (west > east) the whole world's longitudes, -180...180, as a
+    /// subset's (`ExportSubset.clipped`): readers such as MapLibre GL JS take west > east as an
+    /// empty box (attack round 11: whole exports stated it, subset exports did not).
+    static func stated(_ b: GeoBounds) -> GeoBounds {
+        b.west <= b.east ? b : GeoBounds(west: -180, south: b.south, east: 180, north: b.north)
     }
 
     /// The centre of bounds (crossing the antimeridian when west > east), in degrees.

@@ -304,7 +304,8 @@ enum PMTilesExport {
         let zooms = z ?? 0...0
         h.minZoom = UInt8(minZ == Int.max ? zooms.lowerBound : minZ)
         h.maxZoom = UInt8(minZ == Int.max ? zooms.upperBound : maxZ)
-        h.minLon = b.west; h.minLat = b.south; h.maxLon = b.east; h.maxLat = b.north
+        let s = MBTilesExport.stated(b)
+        h.minLon = s.west; h.minLat = s.south; h.maxLon = s.east; h.maxLat = s.north
         let (cx, cy) = MBTilesExport.center(b)
         h.centerLon = cx; h.centerLat = cy
         h.centerZoom = UInt8((Int(h.minZoom) + Int(h.maxZoom)) / 2)

@@ -262,6 +262,22 @@ final class PMTilesSourceTests: XCTestCase {
         XCTAssertNil(PMTiles.regionLimitError(rects: small, shape: triangle, maxTiles: n / 2, daemonMaxTiles: 1_000_000, source: "s"))
     }
 
+    /// Attack round 11: boxes that do not cross the antimeridian never make a union that does
+    /// (two gaps as wide: the one across the antimeridian is left out), and the box a whole
+    /// MBTiles or PMTiles export states has west < east, as a subset's does.
+    func testUnionsAndStatedExportBoxesDoNotCrossTheAntimeridianNeedlessly() {
+        let parts = [GeoBounds(west: -30, south: -30, east: 40, north: 40), GeoBounds(west: 10, south: 10, east: 120, north: 70),
+                     GeoBounds(west: -170, south: -80, east: -100, north: -50), GeoBounds(west: 5, south: 5, east: 30, north: 30)]
+        XCTAssertEqual(GeoBounds.union(parts), GeoBounds(west: -170, south: -80, east: 120, north: 70))
+        // A real crossing still crosses (the narrower reading).
+        XCTAssertEqual(GeoBounds.union([GeoBounds(west: 170, south: 0, east: 175, north: 1), GeoBounds(west: -175, south: 0, east: -170, north: 1)]),
+                       GeoBounds(west: 170, south: 0, east: -170, north: 1))
+        XCTAssertEqual(MBTilesExport.stated(GeoBounds(west: 170, south: 10, east: -170, north: 20)), GeoBounds(west: -180, south: 10, east: 180, north: 20))
+        XCTAssertEqual(MBTilesExport.stated(GeoBounds(west: 1, south: 2, east: 3, north: 4)), GeoBounds(west: 1, south: 2, east: 3, north: 4))
+        let (lon, _) = MBTilesExport.center(GeoBounds(west: 170, south: 10, east: -170, north: 20))
+        XCTAssertEqual(lon, 180, accuracy: 1e-9, "the centre is still the crossing box's")
+    }
+
     /// The header's bounds and zooms clip the region as a TileJSON's do.
     func testCoverIsClippedByTheHeadersBoundsAndZooms() {
         var h = PMTiles.Header()

@@ -279,4 +279,15 @@ final class StatusModelTests: XCTestCase {
         XCTAssertTrue(out.contains("would delete ctx"), out)
         XCTAssertFalse(out.contains("odd"), out)
     }
+
+    /// A time that does not exist (February 30, hour 25, month 13) is not a time: `timegm` rolled
+    /// it over, and such a line ended `--wait`, such a status was listed and pruned (round 11).
+    func testImpossibleTimesAreNotTimes() {
+        for bad in ["2026-02-30T12:00:00Z", "2026-12-06T25:00:00Z", "2026-13-45T00:00:00Z", "2026-12-06T23:60:00Z", "2026-12-06T99:99:99Z"] {
+            XCTAssertNil(Timestamp.parse(bad), bad)
+            XCTAssertNil(StatusCoding.event(Data(#"{"error":null,"id":"s2","state":"completed","time":"\#(bad)"}"#.utf8)), bad)
+            XCTAssertNil(StatusCoding.status(Data(#"{"id":"s2","state":"completed","updatedAt":"\#(bad)"}"#.utf8)), bad)
+        }
+        XCTAssertEqual(Timestamp.parse("2024-02-29T23:59:59Z").map(Timestamp.iso8601), "2024-02-29T23:59:59Z")
+    }
 }
