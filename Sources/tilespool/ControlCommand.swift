@@ -118,6 +118,7 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
 
     var watch = ActionWatch(id: id, action: act)
     let deadline = timeout > 0 ? Date().addingTimeInterval(timeout) : Date.distantFuture
+    var lastLockCheck = Date(), daemonGone = false
     while true {
         for event in events.pollEvents() {
             switch watch.answer(event) {
@@ -142,6 +143,16 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
         if Date() >= deadline {
             err("tilespool: no answer from the daemon within \(String(format: "%g", timeout)) s (control/\(name) \(Files.entryType(final) == .missing ? "was taken" : "is still waiting")); it may still act on it")
             return ControlExit.timedOut
+        }
+        // A daemon that stopped answers nothing more: said once its last lines are read (the
+        // events were polled above after the lock was seen free), not after the whole --timeout.
+        if daemonGone {
+            err("tilespool: the daemon stopped before answering (control/\(name) \(Files.entryType(final) == .missing ? "was taken" : "waits for its next start")); no answer")
+            return ControlExit.timedOut
+        }
+        if Date().timeIntervalSince(lastLockCheck) >= 1 {
+            lastLockCheck = Date()
+            if (try? SpoolLock.isHeld(path: layout.lock)) != true { daemonGone = true; continue }
         }
         usleep(100_000)
     }

@@ -129,6 +129,30 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertNil(fx.state("w"))
     }
 
+    /// A daemon that stops while an action waits for its answer: `--wait` says so and exits 5
+    /// within about a second, not after its whole `--timeout` (600 s by default; attack round 10).
+    func testWaitEndsWhenTheDaemonStops() throws {
+        try fx.start()
+        try fx.drop("w.json", server.tilesRequest(["/slow/30/w/{z}/{x}/{y}.png"], id: "w", maxZoom: 4))
+        try fx.waitForState("w", "downloading")
+        let daemon = try XCTUnwrap(fx.daemon)
+        XCTAssertEqual(kill(daemon.processIdentifier, SIGSTOP), 0) // holds its lock, answers nothing
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = ["pause", "w", "--wait", "--timeout", "60", "--spool", fx.spool]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        try waitUntil("the pause is dropped", timeout: 10) { FileManager.default.fileExists(atPath: fx.spool + "/control/w.pause") }
+        XCTAssertEqual(kill(daemon.processIdentifier, SIGKILL), 0)
+        // Well before its --timeout of 60 s (which the old code waited out).
+        try waitUntil("pause --wait returns", timeout: 20) { !p.isRunning }
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertEqual(p.terminationStatus, 5, out)
+        XCTAssertTrue(out.contains("tilespool: the daemon stopped before answering (control/w.pause waits for its next start)"), out)
+    }
+
     /// Issue 29: docs/refresh.md's shell loop that waits for a refresh returns (the recipe it
     /// replaces, `tail -F | jq | head -n1 &` then `wait $!`, never did), run as written from the
     /// page on a spool named `spool` with a region `monaco`.
