@@ -156,7 +156,7 @@ public struct RegionRequest: Sendable, Equatable {
     }
 
     /// Fields that change what is reported, done afterwards or how fast, not what is fetched.
-    static let notFetchedFields = ["context", "exports", "refreshAfter", "maxRequestsPerSecond", "allowEmpty"]
+    public static let notFetchedFields = RequestField.all.filter { !$0.changesWhatIsFetched }.map(\.name)
 
     /// True when `other` downloads exactly what this request downloads: every field equal except
     /// `context`, `exports`, `refreshAfter` and `maxRequestsPerSecond`. A re-dropped request for
@@ -194,25 +194,12 @@ public struct RegionRequest: Sendable, Equatable {
     /// to the `request` field of `<id>.json`. URLs keep their query strings here; use
     /// `redactedJSONObject` for anything a user may read.
     public var jsonObject: [String: Any] {
-        var o: [String: Any] = [
-            "id": id,
-            "minZoom": minZoom, "maxZoom": maxZoom,
-            "pixelRatio": pixelRatio, "includeIdeographs": includeIdeographs,
-            "maxTiles": maxTiles.map { $0 as Any } ?? NSNull(),
-            "context": context,
-        ]
+        var o: [String: Any] = ["id": id, "minZoom": minZoom, "maxZoom": maxZoom]
         switch source {
         case .style(let url): o["style"] = url
         case .tiles(let templates): o["tiles"] = templates
         }
-        if !exports.isEmpty { o["exports"] = exports.map(\.jsonObject) }
-        if let refreshAfter { o["refreshAfter"] = refreshAfter }
-        if emptyStatuses != RegionRequest.defaultEmptyStatuses { o["emptyStatuses"] = emptyStatuses }
-        if !headers.isEmpty { o["headers"] = headers }
-        if maxFailedTiles != 0 { o["maxFailedTiles"] = maxFailedTiles }
-        if subdomains != TileURLTemplate.defaultSubdomains { o["subdomains"] = subdomains }
-        if let maxRequestsPerSecond { o["maxRequestsPerSecond"] = maxRequestsPerSecond }
-        if allowEmpty { o["allowEmpty"] = true }
+        for field in RequestField.all { field.write(self, &o) }
         if let parts {
             o["parts"] = parts.map(\.jsonObject)
             o.removeValue(forKey: "minZoom"); o.removeValue(forKey: "maxZoom")
@@ -248,10 +235,8 @@ public enum RequestValidator {
 
     /// Every field a request file may hold (docs/contract.md's request table, checked by
     /// `StatusModelTests.testRequestFieldsAreTheContractsFields`); any other is refused by name.
-    public static let knownFields: Set<String> = ["id", "style", "tiles", "bounds", "geometry", "corridor", "parts", "minZoom", "maxZoom",
-                                           "pixelRatio", "includeIdeographs", "maxTiles", "context", "exports", "refreshAfter",
-                                           "emptyStatuses", "headers", "maxFailedTiles", "subdomains", "maxRequestsPerSecond",
-                                           "allowEmpty"]
+    public static let knownFields: Set<String> = Set(["id", "style", "tiles", "bounds", "geometry", "corridor", "parts", "minZoom", "maxZoom"]
+                                                        + RequestField.all.map(\.name))
 
     /// Header names a request's `headers` may not set: libcurl and the daemon set them
     /// (framing, conditional requests, content decoding). Lower-case.
@@ -472,114 +457,14 @@ public enum RequestValidator {
             if let corridor { try RegionPart.checkBoundingTiles(.corridor(corridor), zooms, name: "corridor") }
         }
 
-        var pixelRatio = 1.0
-        if let v = o["pixelRatio"] {
-            guard let d = JSONKind.number(v), d.isFinite, d > 0, d <= 4 else {
-                throw bad("pixelRatio: must be a number in (0, 4]")
-            }
-            pixelRatio = d
-        }
-        var includeIdeographs = false
-        if let v = o["includeIdeographs"] {
-            guard JSONKind.isBool(v), let flag = v as? Bool else { throw bad("includeIdeographs: must be true or false, not a \(JSONKind.name(v))") }
-            includeIdeographs = flag
-        }
-        var maxTiles: Int?
-        if let v = o["maxTiles"], !(v is NSNull) {
-            guard let n = JSONKind.count(v) else { throw bad("maxTiles: must be a non-negative integer") }
-            maxTiles = n
-        }
-        var contextJSON: Data?
-        if let v = o["context"], !(v is NSNull) {
-            contextJSON = JSONKind.serialize(v)
-        }
-        var exports: [ExportSpec] = []
-        if let v = o["exports"], !(v is NSNull) {
-            switch ExportSpec.parseList(v) {
-            case .success(let list): exports = list
-            case .failure(let e): throw bad(e.message)
-            }
-            if case .tiles = source, exports.contains(where: { $0.format == .maplibre }) {
-                throw bad("exports: the maplibre format needs a style request (a MapLibre region names a style URL)")
-            }
-        }
-        var refreshAfter: Int?
-        if let v = o["refreshAfter"], !(v is NSNull) {
-            guard let n = JSONKind.integer(v), n >= 60 else { throw bad("refreshAfter: must be an integer number of seconds, at least 60") }
-            refreshAfter = n
-        }
-        var emptyStatuses = RegionRequest.defaultEmptyStatuses
-        if let v = o["emptyStatuses"], !(v is NSNull) {
-            guard let arr = v as? [Any], arr.count <= 32 else { throw bad("emptyStatuses: must be an array of at most 32 HTTP statuses, e.g. [204, 404]") }
-            var list: [Int] = []
-            for (i, e) in arr.enumerated() {
-                guard let n = JSONKind.integer(e), n == 204 || ((400...499).contains(n) && n != 429) else {
-                    throw bad("emptyStatuses[\(i)]: must be 204 or a 4xx status other than 429 (which is retried)")
-                }
-                if !list.contains(n) { list.append(n) }
-            }
-            emptyStatuses = list.sorted()
-        }
-        var headers: [String: String] = [:]
-        if let v = o["headers"], !(v is NSNull) {
-            guard let obj = v as? [String: Any] else { throw bad("headers: must be an object of header names to string values, not a \(JSONKind.name(v))") }
-            guard obj.count <= 32 else { throw bad("headers: at most 32 headers") }
-            let token = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
-            for (name, value) in obj {
-                guard !name.isEmpty, name.utf8.count <= 64, name.utf8.allSatisfy(token.contains) else {
-                    throw bad("headers: '\(name.prefix(64))' is not a valid header name (RFC 9110 token)")
-                }
-                guard !reservedHeaders.contains(name.lowercased()) else { throw bad("headers: \(name) is set by the daemon and cannot be given") }
-                // The value is a credential: messages name the header, never the value.
-                guard let s = value as? String else { throw bad("headers: \(name): the value must be a string, not a \(JSONKind.name(value))") }
-                guard s.utf8.count <= 8192, !s.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
-                    throw bad("headers: \(name): the value must be at most 8192 bytes without CR, LF or NUL")
-                }
-                headers[name] = s
-            }
-        }
-        var maxFailedTiles = 0
-        if let v = o["maxFailedTiles"], !(v is NSNull) {
-            guard let n = JSONKind.count(v) else { throw bad("maxFailedTiles: must be a non-negative integer") }
-            maxFailedTiles = n
-        }
-        var subdomains = TileURLTemplate.defaultSubdomains
-        if let v = o["subdomains"], !(v is NSNull) {
-            guard let arr = v as? [Any], (1...26).contains(arr.count) else { throw bad("subdomains: must be an array of 1 to 26 strings, e.g. [\"a\", \"b\", \"c\"]") }
-            subdomains = []
-            let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.".utf8)
-            for (i, e) in arr.enumerated() {
-                guard let s = e as? String, (1...63).contains(s.utf8.count), s.utf8.allSatisfy(allowed.contains) else {
-                    throw bad("subdomains[\(i)]: must be 1 to 63 letters, digits, '-' or '.'")
-                }
-                subdomains.append(s)
-            }
-        }
-        var maxRequestsPerSecond: Double?
-        if let v = o["maxRequestsPerSecond"], !(v is NSNull) {
-            guard let d = JSONKind.number(v), d.isFinite, d >= 0.01, d <= 10_000 else {
-                throw bad("maxRequestsPerSecond: must be a number of requests per second in 0.01...10000")
-            }
-            maxRequestsPerSecond = d
-        }
-        var allowEmpty = false
-        if let v = o["allowEmpty"], !(v is NSNull) {
-            guard JSONKind.isBool(v), let flag = v as? Bool else { throw bad("allowEmpty: must be true or false, not a \(JSONKind.name(v))") }
-            allowEmpty = flag
-        }
-        var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom,
-                                    pixelRatio: pixelRatio, includeIdeographs: includeIdeographs,
-                                    maxTiles: maxTiles, contextJSON: contextJSON, shape: shape)
+        var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom, shape: shape)
         request.corridor = corridor
         request.parts = parts
-        request.exports = exports
-        request.refreshAfter = refreshAfter
-        request.emptyStatuses = emptyStatuses
-        request.headers = headers
-        request.maxFailedTiles = maxFailedTiles
-        request.subdomains = subdomains
-        request.maxRequestsPerSecond = maxRequestsPerSecond
-        request.allowEmpty = allowEmpty
+        // The other fields, each as its `RequestField` reads it, in the table's order.
+        for field in RequestField.all {
+            guard let v = o[field.name], field.readsNull || !(v is NSNull) else { continue }
+            try field.read(v, &request)
+        }
         return request
     }
 

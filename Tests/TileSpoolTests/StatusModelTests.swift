@@ -290,4 +290,30 @@ final class StatusModelTests: XCTestCase {
         }
         XCTAssertEqual(Timestamp.parse("2024-02-29T23:59:59Z").map(Timestamp.iso8601), "2024-02-29T23:59:59Z")
     }
+
+    /// Each request field is declared once (`RequestField.all`): a request giving every one of
+    /// them at a value other than its default is written (`jsonObject`) with each of them, and
+    /// reads back as the same request; the fields that do not change what is fetched are the five
+    /// contract.md names (a re-drop differing only there refreshes).
+    func testEveryRequestFieldIsReadAndWrittenFromItsOneDeclaration() throws {
+        let text = #"{"id":"all","style":"http://h.example/style.json","bounds":[7.4,43.7,7.5,43.8],"minZoom":2,"maxZoom":9,"pixelRatio":2,"includeIdeographs":true,"maxTiles":5000,"context":{"by":"ops","n":[1,2.5]},"exports":[{"format":"mbtiles"}],"refreshAfter":3600,"emptyStatuses":[404,400],"headers":{"Referer":"https://maps.example.org/"},"maxFailedTiles":3,"subdomains":["x","y"],"maxRequestsPerSecond":2.5,"allowEmpty":true}"#
+        let r = try RequestValidator.validate(Data(text.utf8), fileName: "all.json")
+        let o = r.jsonObject
+        for f in RequestField.all { XCTAssertNotNil(o[f.name], "\(f.name) is written") }
+        XCTAssertEqual(Set(o.keys).subtracting(RequestValidator.knownFields), [])
+        XCTAssertEqual(try RequestValidator.validate(JSONKind.serialize(o), fileName: "all.json"), r)
+        XCTAssertEqual(r.emptyStatuses, [400, 404])
+        XCTAssertEqual(Set(RegionRequest.notFetchedFields), ["context", "exports", "refreshAfter", "maxRequestsPerSecond", "allowEmpty"])
+        // A null is the default for every field but two, which refuse it.
+        for f in RequestField.all {
+            let doc = #"{"id":"n","tiles":["http://h.example/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1,"\#(f.name)":null}"#
+            let result = Result { () throws(RegionError) in try RequestValidator.validate(Data(doc.utf8), fileName: "n.json") }
+            if f.readsNull {
+                XCTAssertEqual((try? result.get()) == nil, true, "\(f.name): null refused")
+            } else {
+                XCTAssertNotNil(try? result.get(), "\(f.name): null is the default")
+            }
+        }
+        XCTAssertEqual(RequestField.all.filter(\.readsNull).map(\.name), ["pixelRatio", "includeIdeographs"])
+    }
 }
