@@ -375,13 +375,7 @@ public enum Planner {
             var first: TileSet?
             var sets: [TileSet] = []
             for (i, t) in templates.enumerated() {
-                if PMTiles.archiveURL(t) != nil {
-                    guard let set = archives["tiles\(i)"] else {
-                        throw RegionError(code: .invalidRequest, message: "tiles[\(i)]: the PMTiles archive '\(Redaction.redact(t))' must be read before the plan is made")
-                    }
-                    sets.append(set)
-                    continue
-                }
+                if PMTiles.archiveURL(t) != nil { sets.append(try archiveSet(archives, i, t)); continue }
                 var set = first ?? TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
                                            rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
                 first = first ?? set
@@ -395,13 +389,7 @@ public enum Planner {
         try checkShapeBudget(request, Array(repeating: covered, count: templates.count), sources: "the \(templates.count) templates")
         var sets: [TileSet] = []
         for (i, t) in templates.enumerated() {
-            if PMTiles.archiveURL(t) != nil {
-                guard let set = archives["tiles\(i)"] else {
-                    throw RegionError(code: .invalidRequest, message: "tiles[\(i)]: the PMTiles archive '\(Redaction.redact(t))' must be read before the plan is made")
-                }
-                sets.append(set)
-                continue
-            }
+            if PMTiles.archiveURL(t) != nil { sets.append(try archiveSet(archives, i, t)); continue }
             sets.append(TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
                                 rects: covered, shape: request.shape))
         }
@@ -431,6 +419,15 @@ public enum Planner {
         }
         guard lo <= hi else { return [] }
         return PMTiles.cover(request.bounds, minZoom: lo, maxZoom: hi, header: header)
+    }
+
+    /// The tile set of `tiles[i]`, the PMTiles archive `template`, made from its directories.
+    /// - Throws: `RegionError` `invalidRequest` when its directories were not read (`archives`).
+    static func archiveSet(_ archives: [String: TileSet], _ i: Int, _ template: String) throws(RegionError) -> TileSet {
+        guard let set = archives["tiles\(i)"] else {
+            throw RegionError(code: .invalidRequest, message: "tiles[\(i)]: the PMTiles archive '\(Redaction.redact(template))' must be read before the plan is made")
+        }
+        return set
     }
 
     /// The rectangles and areas of an archive over a corridor or parts request (`areaRects`):
