@@ -462,7 +462,7 @@ public enum RequestValidator {
         request.parts = parts
         // The other fields, each as its `RequestField` reads it, in the table's order.
         for field in RequestField.all {
-            guard let v = o[field.name], field.readsNull || !(v is NSNull) else { continue }
+            guard let v = o[field.name], !(v is NSNull) else { continue } // null: the default
             try field.read(v, &request)
         }
         return request
@@ -493,7 +493,8 @@ public enum RequestValidator {
         if bounds.south >= bounds.north {
             throw bad("bounds: south (\(bounds.south)) must be less than north (\(bounds.north))")
         }
-        if bounds.west == bounds.east {
+        // 180 and -180 are one meridian: [180, s, -180, n] is as empty as [10, s, 10, n].
+        if bounds.west == bounds.east || (bounds.west == 180 && bounds.east == -180) {
             throw bad("bounds: west and east are equal (\(bounds.west)); the box has no area")
         }
         if bounds.north <= -WebMercator.maxLatitude || bounds.south >= WebMercator.maxLatitude {

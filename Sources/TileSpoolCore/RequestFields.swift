@@ -13,19 +13,18 @@ public struct RequestField: Sendable {
     /// False when a request that differs only here downloads the same (a re-drop refreshes):
     /// `context`, `exports`, `refreshAfter`, `maxRequestsPerSecond`, `allowEmpty`.
     public let changesWhatIsFetched: Bool
-    /// True when JSON `null` is read (and refused) rather than taken as the default.
-    public let readsNull: Bool
-    /// Checks the value and sets it on the request (whose id, source, region and zooms are set).
+    /// Checks the value (never JSON `null`, which is the default: the field is left as it is) and
+    /// sets it on the request (whose id, source, region and zooms are set).
     /// - Throws: `RegionError` `invalidRequest` naming the field.
     public let read: @Sendable (Any, inout RegionRequest) throws(RegionError) -> Void
     /// Writes the field into the request's JSON object (`jsonObject`), or nothing when it is at
     /// a default the object leaves out.
     public let write: @Sendable (RegionRequest, inout [String: Any]) -> Void
 
-    init(_ name: String, fetched: Bool = true, readsNull: Bool = false,
+    init(_ name: String, fetched: Bool = true,
          read: @escaping @Sendable (Any, inout RegionRequest) throws(RegionError) -> Void,
          write: @escaping @Sendable (RegionRequest, inout [String: Any]) -> Void) {
-        self.name = name; self.changesWhatIsFetched = fetched; self.readsNull = readsNull; self.read = read; self.write = write
+        self.name = name; self.changesWhatIsFetched = fetched; self.read = read; self.write = write
     }
 
     static func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
@@ -33,11 +32,11 @@ public struct RequestField: Sendable {
     /// Every field beside `id`, `style`/`tiles`, `bounds`/`geometry`/`corridor`/`parts` and
     /// `minZoom`/`maxZoom`, in the order they are checked (the first bad one is reported).
     public static let all: [RequestField] = [
-        RequestField("pixelRatio", readsNull: true, read: { v, r throws(RegionError) in
+        RequestField("pixelRatio", read: { v, r throws(RegionError) in
             guard let d = JSONKind.number(v), d.isFinite, d > 0, d <= 4 else { throw bad("pixelRatio: must be a number in (0, 4]") }
             r.pixelRatio = d
         }, write: { r, o in o["pixelRatio"] = r.pixelRatio }),
-        RequestField("includeIdeographs", readsNull: true, read: { v, r throws(RegionError) in
+        RequestField("includeIdeographs", read: { v, r throws(RegionError) in
             guard JSONKind.isBool(v), let flag = v as? Bool else { throw bad("includeIdeographs: must be true or false, not a \(JSONKind.name(v))") }
             r.includeIdeographs = flag
         }, write: { r, o in o["includeIdeographs"] = r.includeIdeographs }),
@@ -58,7 +57,7 @@ public struct RequestField: Sendable {
             }
         }, write: { r, o in if !r.exports.isEmpty { o["exports"] = r.exports.map(\.jsonObject) } }),
         RequestField("refreshAfter", fetched: false, read: { v, r throws(RegionError) in
-            guard let n = JSONKind.integer(v), n >= 60 else { throw bad("refreshAfter: must be an integer number of seconds, at least 60") }
+            guard let n = JSONKind.count(v), n >= 60 else { throw bad("refreshAfter: must be an integer number of seconds, at least 60") }
             r.refreshAfter = n
         }, write: { r, o in if let s = r.refreshAfter { o["refreshAfter"] = s } }),
         RequestField("emptyStatuses", read: { v, r throws(RegionError) in

@@ -304,16 +304,29 @@ final class StatusModelTests: XCTestCase {
         XCTAssertEqual(try RequestValidator.validate(JSONKind.serialize(o), fileName: "all.json"), r)
         XCTAssertEqual(r.emptyStatuses, [400, 404])
         XCTAssertEqual(Set(RegionRequest.notFetchedFields), ["context", "exports", "refreshAfter", "maxRequestsPerSecond", "allowEmpty"])
-        // A null is the default for every field but two, which refuse it.
+        // A null is the default for every field (contract.md: as if absent); pixelRatio and
+        // includeIdeographs refused it until attack round 12, unlike allowEmpty of the same type.
         for f in RequestField.all {
             let doc = #"{"id":"n","tiles":["http://h.example/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1,"\#(f.name)":null}"#
-            let result = Result { () throws(RegionError) in try RequestValidator.validate(Data(doc.utf8), fileName: "n.json") }
-            if f.readsNull {
-                XCTAssertEqual((try? result.get()) == nil, true, "\(f.name): null refused")
-            } else {
-                XCTAssertNotNil(try? result.get(), "\(f.name): null is the default")
+            let r = try? RequestValidator.validate(Data(doc.utf8), fileName: "n.json")
+            XCTAssertNotNil(r, "\(f.name): null is the default")
+            XCTAssertEqual(r.map { $0.jsonObject as NSDictionary }, (try? RequestValidator.validate(Data(doc.replacingOccurrences(of: ",\"\(f.name)\":null", with: "").utf8), fileName: "n.json")).map { $0.jsonObject as NSDictionary }, f.name)
+        }
+        // refreshAfter of any size (it was refused from 9e15 with a message about its minimum).
+        let late = #"{"id":"n","tiles":["http://h.example/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":1,"refreshAfter":9000000000000000}"#
+        XCTAssertEqual(try RequestValidator.validate(Data(late.utf8), fileName: "n.json").refreshAfter, 9_000_000_000_000_000)
+    }
+
+    /// `bounds` [180, s, -180, n] is a box of no width (180 and -180 are one meridian), refused
+    /// as [10, s, 10, n] is; it planned the columns on both sides of the line (attack round 12).
+    func testAZeroWidthBoxOnTheAntimeridianIsRefused() {
+        for box in ["[180,0,-180,10]", "[10,0,10,10]"] {
+            let doc = #"{"id":"z","tiles":["http://h.example/{z}/{x}/{y}.png"],"bounds":\#(box),"minZoom":0,"maxZoom":3}"#
+            XCTAssertThrowsError(try RequestValidator.validate(Data(doc.utf8), fileName: "z.json"), box) { e in
+                XCTAssertTrue((e as? RegionError)?.message.contains("the box has no area") == true, "\(e)")
             }
         }
-        XCTAssertEqual(RequestField.all.filter(\.readsNull).map(\.name), ["pixelRatio", "includeIdeographs"])
+        let wide = #"{"id":"z","tiles":["http://h.example/{z}/{x}/{y}.png"],"bounds":[179,0,-179,10],"minZoom":0,"maxZoom":3}"#
+        XCTAssertNoThrow(try RequestValidator.validate(Data(wide.utf8), fileName: "z.json"))
     }
 }
