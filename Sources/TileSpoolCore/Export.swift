@@ -444,14 +444,33 @@ public struct ExportSubset: Sendable, Equatable {
         return (GeoBounds(west: w, south: max(s, -m), east: e, north: min(n, m)), nil)
     }
 
-    /// The box the metadata of a subset export states: `bounds` clipped to the region's box
-    /// `region`. When either crosses the antimeridian (west > east) the longitudes are the whole
-    /// world's, -180...180, and the latitudes are clipped: the formats' metadata (MBTiles
-    /// `bounds`, the PMTiles header) state one box with west < east.
+    /// Where the longitude arcs of `a` and `b` (either may cross the antimeridian) meet, when in
+    /// one piece: its west and east in -180...180 (west > east when it crosses); nil when they
+    /// meet in two pieces or not at all.
+    static func meet(_ a: GeoBounds, _ b: GeoBounds) -> (Double, Double)? {
+        func arc(_ g: GeoBounds) -> (Double, Double) { (g.west, g.west <= g.east ? g.east : g.east + 360) }
+        let x = arc(a), y = arc(b)
+        var pieces: [(Double, Double)] = []
+        for shift in [-360.0, 0, 360] {
+            let lo = max(x.0, y.0 + shift), hi = min(x.1, y.1 + shift)
+            if lo < hi { pieces.append((lo, hi)) }
+        }
+        guard pieces.count == 1, let p = pieces.first else { return nil }
+        func wrap(_ v: Double) -> Double { v > 180 ? v - 360 : (v < -180 ? v + 360 : v) }
+        return (wrap(p.0), wrap(p.1))
+    }
+
+    /// The box of a subset export: `bounds` clipped to the region's box `region`. When either
+    /// crosses the antimeridian (west > east) the longitudes are where the two arcs meet (a box
+    /// that may cross too: its centre is the export's `center`), or when they meet in two pieces
+    /// the whole world's, -180...180; the latitudes are clipped. The MBTiles `bounds` and the
+    /// PMTiles header state a crossing box as -180...180 (`MBTilesExport.stated`).
     public func clipped(to region: GeoBounds) -> GeoBounds {
         guard bounds.west <= bounds.east, region.west <= region.east else {
             let s = max(bounds.south, region.south), n = min(bounds.north, region.north)
-            return GeoBounds(west: -180, south: s < n ? s : bounds.south, east: 180, north: s < n ? n : bounds.north)
+            let (south, north) = s < n ? (s, n) : (bounds.south, bounds.north)
+            guard let (w, e) = ExportSubset.meet(bounds, region) else { return GeoBounds(west: -180, south: south, east: 180, north: north) }
+            return GeoBounds(west: w, south: south, east: e, north: north)
         }
         let w = max(bounds.west, region.west), e = min(bounds.east, region.east)
         let s = max(bounds.south, region.south), n = min(bounds.north, region.north)

@@ -5,7 +5,7 @@
 // slippy-map formulas, not with TileSpool's own cover.
 import Foundation
 import TileSpoolCore
-import TileSpoolExport
+@testable import TileSpoolExport
 import XCTest
 
 /// The z/x/y tiles (XYZ rows) whose square shares interior with box `[w, s, e, n]` (degrees,
@@ -329,8 +329,19 @@ final class ExportSubsetUnitTests: XCTestCase {
         XCTAssertEqual(ExportSubset.parseBounds("0,-89.9,10,-86").problem, "the box lies beyond Web Mercator's latitudes (-\(m)...\(m)): it holds no tile")
         XCTAssertNotNil(ExportSubset.parseBounds("0,85.06,10,89").problem)
         XCTAssertEqual(ExportSubset.parseBounds("0,80,10,89").0, GeoBounds(west: 0, south: 80, east: 10, north: m))
+        // Across the antimeridian: where the arcs meet, a crossing box (its centre is the
+        // export's; MBTiles and PMTiles state it as -180...180: attack round 12).
         let across = ExportSubset(bounds: GeoBounds(west: 170, south: -10, east: -170, north: 10), zooms: 0...1)
-        XCTAssertEqual(across.clipped(to: GeoBounds(west: 160, south: -5, east: -160, north: 20)), GeoBounds(west: -180, south: -5, east: 180, north: 10))
+        XCTAssertEqual(across.clipped(to: GeoBounds(west: 160, south: -5, east: -160, north: 20)), GeoBounds(west: 170, south: -5, east: -170, north: 10))
+        XCTAssertEqual(MBTilesExport.stated(across.clipped(to: GeoBounds(west: 160, south: -5, east: -160, north: 20))), GeoBounds(west: -180, south: -5, east: 180, north: 10))
+        XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: 175, south: -10, east: -175, north: 5), zooms: 0...1)
+                        .clipped(to: GeoBounds(west: 170, south: -20, east: 175.5, north: 20)), GeoBounds(west: 175, south: -10, east: 175.5, north: 5))
+        // A subset that does not cross, of a region that does: the subset's own longitudes.
+        XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: 0, south: 40, east: 20, north: 50), zooms: 0...1)
+                        .clipped(to: GeoBounds(west: -30, south: -80, east: -100, north: 70)), GeoBounds(west: 0, south: 40, east: 20, north: 50))
+        // Arcs meeting in two pieces: the world's longitudes.
+        XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: 100, south: 0, east: -100, north: 10), zooms: 0...1)
+                        .clipped(to: GeoBounds(west: -170, south: 0, east: 170, north: 10)), GeoBounds(west: -180, south: 0, east: 180, north: 10))
     }
 
     func testSameSourceIsTheSameResolvedTemplate() {
