@@ -4,7 +4,7 @@ import TileSpoolIO
 import TileSpoolDaemon
 
 let planHelp = """
-usage: tilespool plan REQUEST.json [--geometry FILE | --corridor FILE --buffer-meters N] [--json]
+usage: tilespool plan REQUEST.json|- [--geometry FILE | --corridor FILE --buffer-meters N] [--json]
                       [--estimate [--estimate-per-zoom N] [--estimate-max-requests N]]
                       [--max-tiles N] [--allow-host HOST]... [--spool DIR] [--store DIR]
 
@@ -48,8 +48,9 @@ func commandPlan(_ argv: [String]) throws -> Int32 {
     }
     let perZoom = try a.int("--estimate-per-zoom", default: SizeEstimate.defaultPerZoom, range: 2...10_000)
     let maxRequests = try a.int("--estimate-max-requests", default: SizeEstimate.defaultMaxRequests, range: 2...100_000)
-    let data = try RegionFileOptions.embed(try Files.readRegularFile(path, limit: RequestValidator.maxFileSize), a)
-    let checked = try CheckedRequest(data, fileName: (path as NSString).lastPathComponent, a)
+    let (raw, fileName) = try readRequestArgument(path) // a file, as submit and get read it
+    let data = try RegionFileOptions.embed(raw, a)
+    let checked = try CheckedRequest(data, fileName: fileName, a)
     let (request, plan) = (checked.request, checked.plan)
     func refuse(_ e: RegionError) -> Int32 { err("tilespool: \(e.code.rawValue): \(e.message)"); return 1 }
     let overLimit = checked.overLimit

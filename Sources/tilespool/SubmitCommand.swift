@@ -87,7 +87,15 @@ func readRequestArgument(_ path: String) throws -> (data: Data, fileName: String
         }
         return (data, "-")
     }
-    return (try Files.readRegularFile(path, limit: RequestValidator.maxFileSize), (path as NSString).lastPathComponent)
+    let data: Data
+    do {
+        data = try Files.readRegularFile(path, limit: RequestValidator.maxFileSize)
+    } catch {
+        // The daemon's words for the same file (it was `read FILE: EFBIG (File too large)`).
+        if error.errno == EFBIG { throw RegionError(code: .invalidRequest, message: "the request file is larger than \(RequestValidator.maxFileSize) bytes") }
+        throw error
+    }
+    return (data, (path as NSString).lastPathComponent)
 }
 
 /// Writes `data` as `<requests>/<id>.json` the way the contract asks of anyone who drops a

@@ -129,6 +129,22 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertNil(fx.state("w"))
     }
 
+    /// `plan` reads a request as `submit` does: `-` is standard input, and a file over 1 MiB is
+    /// refused in the daemon's words (`invalidRequest`), not as `read FILE: EFBIG` (attack round 12).
+    func testPlanReadsStandardInputAndRefusesABigFileAsTheDaemonDoes() throws {
+        let dir = try TestScratch.folder("plan-read")
+        let big = dir.appendingPathComponent("big.json")
+        try Data(repeating: 0x20, count: 1_048_577).write(to: big) // 1 MiB and a byte
+        var (rc, out) = try runTool(SpoolFixture.binary, ["plan", big.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertEqual(out, "tilespool: invalidRequest: the request file is larger than 1048576 bytes\n")
+        let request = dir.appendingPathComponent("in.json")
+        try Data(#"{"id":"s","tiles":["http://127.0.0.1:9/{z}/{x}/{y}.png"],"bounds":[0,0,1,1],"minZoom":0,"maxZoom":2}"#.utf8).write(to: request)
+        (rc, out) = try runTool("/bin/sh", ["-c", "exec \"$0\" plan - < \"$1\"", SpoolFixture.binary, request.path])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasPrefix("plan for s: 3 resources, 3 tiles"), out)
+    }
+
     /// A daemon that stops while an action waits for its answer: `--wait` says so and exits 5
     /// within about a second, not after its whole `--timeout` (600 s by default; attack round 10).
     func testWaitEndsWhenTheDaemonStops() throws {
