@@ -67,6 +67,13 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// `tileLimitExceeded` before counting.
     public static let maxPlanIndexSpace = 200_000_000
 
+    /// The smallest box holding every polygon (`GeoBounds.union` of their boxes): across the
+    /// antimeridian (west > east) for a shape split at ±180, where `bounds` is the whole width.
+    /// What exports state as the region's box (its centre is the shape's: attack round 12).
+    public var outline: GeoBounds {
+        GeoBounds.union(polygons.map { RegionShape(polygons: [$0]).bounds })
+    }
+
     /// The bounding box of every position.
     public var bounds: GeoBounds {
         var w = 180.0, s = 90.0, e = -180.0, n = -90.0

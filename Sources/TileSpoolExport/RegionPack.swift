@@ -85,9 +85,13 @@ public final class RegionPack: @unchecked Sendable {
     /// plan); the metadata writers state `exportBounds` and `exportZooms`.
     public var subset: ExportSubset?
 
-    /// The box an export's metadata states: the request's, or the subset's clipped to it
-    /// (`ExportSubset.clipped`).
-    public var exportBounds: GeoBounds { subset.map { $0.clipped(to: request.bounds) } ?? request.bounds }
+    /// The box an export's metadata states: the region's (a geometry's `outline`, which crosses
+    /// the antimeridian when the shape does, else the request's `bounds`), or the subset's
+    /// clipped to it (`ExportSubset.clipped`).
+    public var exportBounds: GeoBounds {
+        let region = request.parts == nil && request.corridor == nil ? request.shape?.outline ?? request.bounds : request.bounds
+        return subset.map { $0.clipped(to: region) } ?? region
+    }
 
     /// The tile zooms an export of `set` states: the zooms the set plans, intersected with the
     /// subset's; nil when they do not meet.

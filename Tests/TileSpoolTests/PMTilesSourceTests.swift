@@ -276,6 +276,13 @@ final class PMTilesSourceTests: XCTestCase {
         XCTAssertEqual(MBTilesExport.stated(GeoBounds(west: 1, south: 2, east: 3, north: 4)), GeoBounds(west: 1, south: 2, east: 3, north: 4))
         let (lon, _) = MBTilesExport.center(GeoBounds(west: 170, south: 10, east: -170, north: 20))
         XCTAssertEqual(lon, 180, accuracy: 1e-9, "the centre is still the crossing box's")
+        // A geometry across the antimeridian (170...190, split at 180): its bounds are the whole
+        // width (the tile limit's box), its outline the crossing box exports state (round 12).
+        let polygon: [String: Any] = ["type": "Polygon", "coordinates": [[[170, -10], [190, -10], [190, 10], [170, 10], [170, -10]]]]
+        guard case .success(let shape) = RegionShape.parse(polygon) else { return XCTFail("the polygon parses") }
+        XCTAssertEqual(shape.bounds.west, -180); XCTAssertEqual(shape.bounds.east, 180)
+        XCTAssertEqual(shape.outline, GeoBounds(west: 170, south: -10, east: -170, north: 10))
+        XCTAssertEqual(MBTilesExport.center(shape.outline).0, 180, accuracy: 1e-9)
     }
 
     /// The header's bounds and zooms clip the region as a TileJSON's do.
