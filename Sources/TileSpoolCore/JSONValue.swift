@@ -123,12 +123,15 @@ public enum JSONKind {
         return detail.replacingCharacters(in: whole, with: "at line \(line), column \(column)")
     }
 
+    /// The deepest nesting a JSON document we read may have.
+    public static let maxDepth = 64
+
     /// Parses `data` as a JSON document with `JSONSerialization`, refusing nesting deeper than
     /// `maxDepth` and a trailing comma (RFC 8259 allows none; `JSONSerialization` on Linux
     /// accepts one). Throws `JSONDocumentError` with a message fit for a status file, naming the
     /// line and column of the fault (e.g. `not valid JSON: Invalid value at line 3, column 12`,
     /// `not valid JSON: trailing comma at line 4, column 9 (before ']')`).
-    public static func parse(_ data: Data, maxDepth: Int = 64) throws(JSONDocumentError) -> Any {
+    public static func parse(_ data: Data, maxDepth: Int = JSONKind.maxDepth) throws(JSONDocumentError) -> Any {
         if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
             throw JSONDocumentError(message: "empty")  // read as "the request is empty", "the style is empty"
         }
@@ -164,4 +167,99 @@ public enum JSONKind {
 /// A JSON document that could not be read: empty, malformed, or too deeply nested.
 public struct JSONDocumentError: Error, Sendable {
     public var message: String
+}
+
+/// A JSON value of any shape, for the parts of a status that carry a document verbatim: the
+/// request as read (`request`, `context`), an export's entry, the area. Numbers keep whether they
+/// were integers (`int`) or not (`double`), so `14` stays `14` and `7.5` stays `7.5`; one that
+/// neither holds exactly (an integer beyond 64 bits, 18446744073709551615) is a `decimal`, kept
+/// digit for digit as `JSONSerialization` read it.
+public enum JSONValue: Sendable, Equatable, Codable {
+    case null
+    case bool(Bool)
+    case int(Int)
+    case double(Double)
+    case decimal(Decimal)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    /// The value of a `JSONSerialization` result or of a dictionary built for it (`NSNull`,
+    /// `Bool`, `Int`, `Double`, `NSNumber`, `String`, arrays, `[String: Any]`). Anything else
+    /// (never produced by either) becomes its description as a string.
+    public init(_ any: Any) {
+        switch any {
+        case is NSNull: self = .null
+        case let v as JSONValue: self = v
+        case let s as String: self = .string(s)
+        // Numbers JSONSerialization holds exactly only as decimals (beyond 64 bits).
+        case let d as NSDecimalNumber: self = Int(d.stringValue).map { .int($0) } ?? .decimal(d.decimalValue)
+        case let a as [Any]: self = .array(a.map(JSONValue.init))
+        case let o as [String: Any]: self = .object(o.mapValues(JSONValue.init))
+        default:
+            if type(of: any) == Bool.self, let b = any as? Bool { self = .bool(b); return }
+            if type(of: any) == Int.self, let i = any as? Int { self = .int(i); return }
+            if type(of: any) == Double.self, let d = any as? Double { self = .double(d); return }
+            if let n = any as? NSNumber {
+                if JSONKind.isBool(n) { self = .bool(n.boolValue); return }
+                let t = String(cString: n.objCType)
+                if t == "d" || t == "f" { self = .double(n.doubleValue); return }
+                // An unsigned 64-bit integer above Int.max would wrap as an Int.
+                if t == "Q", n.uint64Value > UInt64(Int.max), let d = Decimal(string: n.stringValue) { self = .decimal(d); return }
+                self = .int(n.intValue)
+                return
+            }
+            if let i = any as? Int { self = .int(i); return }
+            if let d = any as? Double { self = .double(d); return }
+            self = .string(String(describing: any))
+        }
+    }
+
+    /// The value as `JSONSerialization` would give it (`NSNull`, `Bool`, `Int`, `Double`,
+    /// `String`, `[Any]`, `[String: Any]`), for code that still reads documents that way.
+    public var any: Any {
+        switch self {
+        case .null: return NSNull()
+        case .bool(let b): return b
+        case .int(let i): return i
+        case .double(let d): return d
+        case .decimal(let d): return NSDecimalNumber(decimal: d)
+        case .string(let s): return s
+        case .array(let a): return a.map(\.any)
+        case .object(let o): return o.mapValues(\.any)
+        }
+    }
+
+    /// The object's members; nil when the value is not an object.
+    public var object: [String: JSONValue]? { if case .object(let o) = self { return o } else { return nil } }
+    /// The string; nil when the value is not a string.
+    public var string: String? { if case .string(let s) = self { return s } else { return nil } }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let i = try? c.decode(Int.self) { self = .int(i) }
+        else if let d = try? c.decode(Double.self) {
+            // A number a Double does not hold exactly (more digits than it keeps) stays a decimal.
+            if let dec = try? c.decode(Decimal.self), Decimal(string: "\(d)") != dec { self = .decimal(dec) } else { self = .double(d) }
+        }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .null: try c.encodeNil()
+        case .bool(let b): try c.encode(b)
+        case .int(let i): try c.encode(i)
+        case .double(let d): try c.encode(d)
+        case .decimal(let d): try c.encode(d)
+        case .string(let s): try c.encode(s)
+        case .array(let a): try c.encode(a)
+        case .object(let o): try c.encode(o)
+        }
+    }
 }

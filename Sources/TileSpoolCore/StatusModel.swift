@@ -5,101 +5,6 @@
 // and JSONDecoder: sorted keys, `/` unescaped, the status pretty-printed).
 import Foundation
 
-/// A JSON value of any shape, for the parts of a status that carry a document verbatim: the
-/// request as read (`request`, `context`), an export's entry, the area. Numbers keep whether they
-/// were integers (`int`) or not (`double`), so `14` stays `14` and `7.5` stays `7.5`; one that
-/// neither holds exactly (an integer beyond 64 bits, 18446744073709551615) is a `decimal`, kept
-/// digit for digit as `JSONSerialization` read it.
-public enum JSONValue: Sendable, Equatable, Codable {
-    case null
-    case bool(Bool)
-    case int(Int)
-    case double(Double)
-    case decimal(Decimal)
-    case string(String)
-    case array([JSONValue])
-    case object([String: JSONValue])
-
-    /// The value of a `JSONSerialization` result or of a dictionary built for it (`NSNull`,
-    /// `Bool`, `Int`, `Double`, `NSNumber`, `String`, arrays, `[String: Any]`). Anything else
-    /// (never produced by either) becomes its description as a string.
-    public init(_ any: Any) {
-        switch any {
-        case is NSNull: self = .null
-        case let v as JSONValue: self = v
-        case let s as String: self = .string(s)
-        // Numbers JSONSerialization holds exactly only as decimals (beyond 64 bits).
-        case let d as NSDecimalNumber: self = Int(d.stringValue).map { .int($0) } ?? .decimal(d.decimalValue)
-        case let a as [Any]: self = .array(a.map(JSONValue.init))
-        case let o as [String: Any]: self = .object(o.mapValues(JSONValue.init))
-        default:
-            if type(of: any) == Bool.self, let b = any as? Bool { self = .bool(b); return }
-            if type(of: any) == Int.self, let i = any as? Int { self = .int(i); return }
-            if type(of: any) == Double.self, let d = any as? Double { self = .double(d); return }
-            if let n = any as? NSNumber {
-                if JSONKind.isBool(n) { self = .bool(n.boolValue); return }
-                let t = String(cString: n.objCType)
-                if t == "d" || t == "f" { self = .double(n.doubleValue); return }
-                // An unsigned 64-bit integer above Int.max would wrap as an Int.
-                if t == "Q", n.uint64Value > UInt64(Int.max), let d = Decimal(string: n.stringValue) { self = .decimal(d); return }
-                self = .int(n.intValue)
-                return
-            }
-            if let i = any as? Int { self = .int(i); return }
-            if let d = any as? Double { self = .double(d); return }
-            self = .string(String(describing: any))
-        }
-    }
-
-    /// The value as `JSONSerialization` would give it (`NSNull`, `Bool`, `Int`, `Double`,
-    /// `String`, `[Any]`, `[String: Any]`), for code that still reads documents that way.
-    public var any: Any {
-        switch self {
-        case .null: return NSNull()
-        case .bool(let b): return b
-        case .int(let i): return i
-        case .double(let d): return d
-        case .decimal(let d): return NSDecimalNumber(decimal: d)
-        case .string(let s): return s
-        case .array(let a): return a.map(\.any)
-        case .object(let o): return o.mapValues(\.any)
-        }
-    }
-
-    /// The object's members; nil when the value is not an object.
-    public var object: [String: JSONValue]? { if case .object(let o) = self { return o } else { return nil } }
-    /// The string; nil when the value is not a string.
-    public var string: String? { if case .string(let s) = self { return s } else { return nil } }
-
-    public init(from decoder: Decoder) throws {
-        let c = try decoder.singleValueContainer()
-        if c.decodeNil() { self = .null }
-        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
-        else if let i = try? c.decode(Int.self) { self = .int(i) }
-        else if let d = try? c.decode(Double.self) {
-            // A number a Double does not hold exactly (more digits than it keeps) stays a decimal.
-            if let dec = try? c.decode(Decimal.self), Decimal(string: "\(d)") != dec { self = .decimal(dec) } else { self = .double(d) }
-        }
-        else if let s = try? c.decode(String.self) { self = .string(s) }
-        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
-        else { self = .object(try c.decode([String: JSONValue].self)) }
-    }
-
-    public func encode(to encoder: Encoder) throws {
-        var c = encoder.singleValueContainer()
-        switch self {
-        case .null: try c.encodeNil()
-        case .bool(let b): try c.encode(b)
-        case .int(let i): try c.encode(i)
-        case .double(let d): try c.encode(d)
-        case .decimal(let d): try c.encode(d)
-        case .string(let s): try c.encode(s)
-        case .array(let a): try c.encode(a)
-        case .object(let o): try c.encode(o)
-        }
-    }
-}
-
 /// RFC 3339 timestamps in UTC with second precision, as in `updatedAt` and `events.jsonl`.
 public enum Timestamp {
     /// `2026-12-02T05:00:00Z` (the fraction of a second dropped).
@@ -149,6 +54,13 @@ extension KeyedEncodingContainer where K == FieldKey {
     mutating func encodeTime(_ date: Date?, _ key: String, nullWhenAbsent: Bool = true) throws {
         if let date { try encode(Timestamp.iso8601(date), forKey: FieldKey(key)) } else if nullWhenAbsent { try encodeNil(forKey: FieldKey(key)) }
     }
+}
+
+/// An element of a list read as far as it goes: `value` is nil for an element that does not
+/// decode (a damaged warning drops itself, not the whole list).
+struct Lossy<T: Decodable>: Decodable {
+    let value: T?
+    init(from decoder: Decoder) throws { value = try? T(from: decoder) }
 }
 
 extension KeyedDecodingContainer where K == FieldKey {
@@ -294,10 +206,7 @@ public struct RegionStatus: Sendable, Equatable, Codable {
         stateChangedAt = c.time("stateChangedAt")
         uniqueBytes = c.lenient(Int.self, "uniqueBytes")
         throttledUntil = c.time("throttledUntil")
-        warnings = (c.lenient([JSONValue].self, "warnings") ?? []).compactMap { w in
-            guard let o = w.object, let code = o["code"]?.string else { return nil }
-            return RegionWarning(code: code, message: o["message"]?.string ?? "")
-        }
+        warnings = (c.lenient([Lossy<RegionWarning>].self, "warnings") ?? []).compactMap(\.value)
         area = c.lenient(JSONValue.self, "area").flatMap { $0 == .null ? nil : $0 }
     }
 }
@@ -434,17 +343,18 @@ public enum StatusCoding {
     /// One line of `events.jsonl`, with its newline.
     public static func eventLine(_ e: StatusEvent) -> Data { encode(e, pretty: false) + Data([0x0A]) }
 
-    /// Reads a status file; nil when it is not JSON, not an object, or lacks an `id` or a known `state`.
-    /// The document is checked first as every JSON document we read is (`JSONKind.parse`: depth, trailing commas).
-    public static func status(_ data: Data) -> RegionStatus? {
-        guard (try? JSONKind.parse(data)) is [String: Any] else { return nil }
-        return try? JSONDecoder().decode(RegionStatus.self, from: data)
-    }
+    /// Reads a status file; nil when it is not JSON, not an object, or lacks an `id`, a known
+    /// `state` or a readable `updatedAt`.
+    public static func status(_ data: Data) -> RegionStatus? { decode(RegionStatus.self, data) }
 
     /// Reads one line of `events.jsonl`; nil when it is not an event.
-    public static func event(_ data: Data) -> StatusEvent? {
-        guard (try? JSONKind.parse(data)) is [String: Any] else { return nil }
-        return try? JSONDecoder().decode(StatusEvent.self, from: data)
+    public static func event(_ data: Data) -> StatusEvent? { decode(StatusEvent.self, data) }
+
+    /// `JSONDecoder` on `data`, after the checks every JSON document we read gets
+    /// (`JSONKind.parse`'s, without its parse): at most `JSONKind.maxDepth` levels deep, no trailing comma.
+    static func decode<T: Decodable>(_ type: T.Type, _ data: Data) -> T? {
+        guard JSONKind.nestingDepth(data) <= JSONKind.maxDepth, JSONKind.trailingComma(data) == nil else { return nil }
+        return try? JSONDecoder().decode(T.self, from: data)
     }
 
     static func encode<T: Encodable>(_ value: T, pretty: Bool) -> Data {

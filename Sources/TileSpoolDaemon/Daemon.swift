@@ -396,8 +396,8 @@ public final class Daemon {
     /// The region's status as the status file says it (`RegionStatus`, the one model of it): what
     /// `writeStatus` writes and the metrics file counts. Rates are those of the samples so far.
     func statusValue(_ r: Region) -> RegionStatus {
-        var st = RegionStatus(id: r.id, state: r.state, progress: r.progress, error: r.error,
-                              request: JSONValue(r.request.redactedJSONObject), context: JSONValue(r.request.context))
+        let (request, context, area) = r.statusRequest
+        var st = RegionStatus(id: r.id, state: r.state, progress: r.progress, error: r.error, request: request, context: context)
         st.exports = r.exports?.map(JSONValue.init)
         st.refreshing = r.refreshing
         st.startedAt = r.startedAt
@@ -405,7 +405,7 @@ public final class Daemon {
         st.stateChangedAt = r.stateChangedAt
         st.uniqueBytes = r.uniqueBytes
         st.warnings = r.warnings
-        st.area = JSONValue(RegionArea.jsonObject(r.request))
+        st.area = area
         if r.state == .downloading {
             let rates = r.rates.rates
             st.tilesPerSecond = rates?.tilesPerSecond

@@ -44,7 +44,17 @@ struct Fetch {
 /// A region the daemon knows: its request, state, progress and, while downloading, its executor.
 final class Region {
     let id: String
-    var request: RegionRequest { didSet { cachedSecrets = nil } }
+    var request: RegionRequest { didSet { cachedSecrets = nil; cachedStatusRequest = nil } }
+    /// The status's `request`, `context` and `area` (`Daemon.statusValue`), worked out once per
+    /// request: the status is written every second while downloading and for each region at
+    /// each metrics write, and the request seldom changes.
+    private var cachedStatusRequest: (request: JSONValue, context: JSONValue, area: JSONValue)?
+    var statusRequest: (request: JSONValue, context: JSONValue, area: JSONValue) {
+        if let c = cachedStatusRequest { return c }
+        let c = (JSONValue(request.redactedJSONObject), JSONValue(request.context), JSONValue(RegionArea.jsonObject(request)))
+        cachedStatusRequest = c
+        return c
+    }
     /// `request.secrets`, once worked out (forgotten when `request` changes).
     private var cachedSecrets: Redaction.Secrets?
     /// The request's secrets (`RegionRequest.secrets`), worked out once per request: consulted

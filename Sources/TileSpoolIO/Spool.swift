@@ -119,19 +119,21 @@ public final class StatusWriter: @unchecked Sendable {
         return status
     }
 
-    /// The ids of `status/<id>.json` files that are there but not statuses `read` takes (damaged,
-    /// cut short, written by hand or by a newer version), sorted: `tilespool status` names them
-    /// rather than leave them out without a word.
-    public func unreadable() -> [String] {
-        Files.list(layout.status).filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.sorted()
-            .map { String($0.dropLast(5)) }.filter { RequestValidator.isValidID($0) && read(id: $0) == nil }
+    /// Every status in `status/`, sorted by id, and the ids of `status/<id>.json` files that are
+    /// there but not statuses `read` takes (damaged, cut short, written by hand or by a newer
+    /// version), which `tilespool status` names rather than leave out without a word. Each file
+    /// is read once.
+    public func scan() -> (statuses: [RegionStatus], unreadable: [String]) {
+        var statuses: [RegionStatus] = [], unreadable: [String] = []
+        for name in Files.list(layout.status).filter({ $0.hasSuffix(".json") && !$0.hasPrefix(".") }).sorted() {
+            let id = String(name.dropLast(5))
+            if let st = read(id: id) { statuses.append(st) } else if RequestValidator.isValidID(id) { unreadable.append(id) }
+        }
+        return (statuses, unreadable)
     }
 
-    /// Every status in `status/`, sorted by id.
-    public func readAll() -> [RegionStatus] {
-        Files.list(layout.status).filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.sorted()
-            .compactMap { read(id: String($0.dropLast(5))) }
-    }
+    /// Every status in `status/`, sorted by id (`scan`'s statuses).
+    public func readAll() -> [RegionStatus] { scan().statuses }
 }
 
 /// Log entries on standard error, one line each, for journald and log shippers (docs/operations.md):

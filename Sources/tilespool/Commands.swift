@@ -27,22 +27,21 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
     let interval = max(0.1, try a.seconds("--interval", default: 1))
     try (try Locations(a)).requireSpool()
     let writer = StatusWriter(layout: (try Locations(a)).layout)
-    func load() -> [RegionStatus]? {
+    /// The statuses to show (nil: `status ID` found none), and the lines naming status files
+    /// that cannot be read (only when listing every region).
+    func load() -> (list: [RegionStatus], unreadable: String)? {
         if let id = a.positionals.first {
             guard RequestValidator.isValidID(id), let st = writer.read(id: id) else { return nil }
-            return [st]
+            return ([st], "")
         }
-        return writer.readAll()
+        let all = writer.scan()
+        return (all.statuses, all.unreadable.map { "\n\($0)  status file not readable (status/\($0).json: damaged, cut short or edited by hand)" }.joined())
     }
     /// Why `status ID` found nothing: no such region, or a status file it cannot read.
     func missing(_ id: String) -> String {
-        RequestValidator.isValidID(id) && writer.unreadable().contains(id)
+        RequestValidator.isValidID(id) && Files.entryType(writer.layout.statusJSON(id)) == .regular
             ? "region '\(id)': status/\(id).json is not a status tilespool can read (damaged, cut short or edited by hand)"
             : "no region '\(id)'"
-    }
-    /// A line for each status file that cannot be read, after the list.
-    func unreadableLines() -> String {
-        a.positionals.isEmpty ? writer.unreadable().map { "\n\($0)  status file not readable (status/\($0).json: damaged, cut short or edited by hand)" }.joined() : ""
     }
     if a.flags.contains("--watch") {
         // On a terminal each frame replaces the last; into a pipe or a file, frames follow one
@@ -50,23 +49,23 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
         let terminal = isatty(1) == 1
         var first = true
         while true {
-            guard let list = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
+            guard let (list, unreadable) = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
             // Home, clear to the end of the screen, then the display.
             let lead = terminal ? "\u{1B}[H\u{1B}[J" : first ? "" : "\n"
             first = false
-            FileHandle.standardOutput.write(Data((lead + TerminalText.safe(statusText(list) + unreadableLines()) + "\n").utf8))
+            FileHandle.standardOutput.write(Data((lead + TerminalText.safe(statusText(list) + unreadable) + "\n").utf8))
             if !list.contains(where: { movingStates.contains($0.state) }) { return 0 }
             usleep(useconds_t(interval * 1_000_000))
         }
     }
-    guard let list = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
+    guard let (list, unreadable) = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
     if a.flags.contains("--json") {
         // One status as an object, all of them as an array.
         let doc = a.positionals.isEmpty ? StatusCoding.statusList(list) : StatusCoding.statusFile(list[0]).dropLast()
         outJSON(doc)
         return 0
     }
-    out(statusText(list) + unreadableLines())
+    out(statusText(list) + unreadable)
     return 0
 }
 

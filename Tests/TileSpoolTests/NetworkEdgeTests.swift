@@ -120,6 +120,15 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
         return (exited, p.terminationStatus, String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
     }
 
+    /// `tilespool run OPTION VALUE` is a usage error (exit status 2, the daemon never starts)
+    /// whose message says `says`.
+    func assertRunRefuses(_ option: String, _ value: String, says: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let run = try runWithOption(option, value)
+        XCTAssertTrue(run.exited, "run \(option) \(value) was accepted: the daemon runs", file: file, line: line)
+        XCTAssertEqual(run.status, 2, "run \(option) \(value): \(run.text)", file: file, line: line)
+        XCTAssertTrue(run.text.contains("tilespool: \(says)"), "run \(option) \(value): \(run.text)", file: file, line: line)
+    }
+
     /// `--rescan-interval` below 0.1 s (a rescan every loop turn) or above an hour, and
     /// `--settle-time` outside 0 to 3600, are usage errors (exit status 2): the daemon never starts.
     func testRescanIntervalAndSettleTimeOutOfRangeAreUsageErrors() throws {
@@ -139,10 +148,7 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
                                       ("--metrics-interval", "0", "--metrics-interval must be a number of seconds from 0.1 to 86400"),
                                       ("--retry-delay", "9223372036854775807", "--retry-delay must be a number of seconds from 0 to 3600"),
                                       ("--max-requests-per-second-per-host", "0.0001", "--max-requests-per-second-per-host must be a number of requests per second from 0.01 to 100000")] {
-            let run = try runWithOption(option, value)
-            XCTAssertTrue(run.exited, "\(option) \(value) was accepted: the daemon runs")
-            XCTAssertEqual(run.status, 2, "\(option) \(value): \(run.text)")
-            XCTAssertTrue(run.text.contains("tilespool: \(says)"), run.text)
+            try assertRunRefuses(option, value, says: says)
         }
     }
 
@@ -152,10 +158,7 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
     func testHugeTimeoutsAreUsageErrors() throws {
         for option in ["--connect-timeout", "--low-speed-time", "--transfer-timeout"] {
             for value in ["9.3e18", "86401", "1e400", "-1"] {
-                let run = try runWithOption(option, value)
-                XCTAssertTrue(run.exited, "\(option) \(value) was accepted: the daemon runs")
-                XCTAssertEqual(run.status, 2, "\(option) \(value): \(run.text)")
-                XCTAssertTrue(run.text.contains("tilespool: \(option) must be a number of seconds from 0 to 86400"), run.text)
+                try assertRunRefuses(option, value, says: "\(option) must be a number of seconds from 0 to 86400")
             }
         }
         // The largest value is fine: the daemon starts and downloads with it.
@@ -172,16 +175,14 @@ final class NetworkEdgeTests: FaultServerSpoolTestCase {
     /// not. `get` exits 2 before it reads its request file (which does not exist here).
     func testGetAndRunRefuseTheSameBadValues() throws {
         for (option, value, says) in [("--allow-host", "http://tiles.example.com/", "--allow-host takes a host name such as tile.openstreetmap.org"),
+                                      ("--allow-host", "tiles\u{1B}[31m.example.com", "--allow-host takes a host name such as tile.openstreetmap.org"),
                                       ("--max-requests-per-second-per-host", "0x10", "--max-requests-per-second-per-host must be a number of requests per second"),
                                       ("--max-requests-per-second-per-host", "inf", "--max-requests-per-second-per-host must be a number of requests per second"),
                                       ("--max-retries", "101", "--max-retries must be an integer in 0...100"),
                                       ("--retry-delay", "0x1p3", "--retry-delay must be a number of seconds"),
                                       ("--max-tiles", "-1", "--max-tiles must be an integer in 0..."),
                                       ("--user-agent", "", "--user-agent must be 1 to 512 printable characters")] {
-            let run = try runWithOption(option, value)
-            XCTAssertTrue(run.exited, "run \(option) \(value) was accepted: the daemon runs")
-            XCTAssertEqual(run.status, 2, "run \(option) \(value): \(run.text)")
-            XCTAssertTrue(run.text.contains("tilespool: \(says)"), "run \(option) \(value): \(run.text)")
+            try assertRunRefuses(option, value, says: says)
             let (status, text) = try fx.cli(["get", fx.spool + "/no-such-request.json", "--output", fx.spool + "/out.mbtiles",
                                              "--spool", fx.spool + "/get", option, value])
             XCTAssertEqual(status, 2, "get \(option) \(value): \(text)")

@@ -210,6 +210,23 @@ final class StatusModelTests: XCTestCase {
         }
     }
 
+    /// A state recorded for no live region (a refused request, `verify --repair`) changed now:
+    /// its status has `stateChangedAt` (it was null, and `prune --older-than` could not age it),
+    /// and its event is appended first.
+    func testARecordedStateHasItsTimeOfChange() throws {
+        let root = try TestScratch.folder("record")
+        let layout = SpoolLayout(root: root.path)
+        try layout.create()
+        let writer = StatusWriter(layout: layout)
+        let before = Date(timeIntervalSinceNow: -1)
+        writer.record(RegionStatus(id: "bad", state: .failed, progress: RegionProgress(), error: RegionError(code: .invalidRequest, message: "x"),
+                                   request: nil, context: .null), note: "refused")
+        let st = try XCTUnwrap(writer.read(id: "bad"))
+        XCTAssertGreaterThanOrEqual(try XCTUnwrap(st.stateChangedAt), before)
+        let line = try String(contentsOfFile: layout.events, encoding: .utf8).split(separator: "\n").map(String.init)
+        XCTAssertEqual(line.compactMap { StatusCoding.event(Data($0.utf8)) }.map(\.note), ["refused"])
+    }
+
     /// An event appended after a line someone left without its newline starts a line of its own
     /// (it was glued onto the partial line, and readers lost it).
     func testAnEventAfterAPartialLineStartsALineOfItsOwn() throws {
