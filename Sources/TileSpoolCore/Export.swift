@@ -436,7 +436,8 @@ public struct ExportSubset: Sendable, Equatable {
         guard (-180...180).contains(w), (-180...180).contains(e) else { return (nil, "longitudes must be within -180...180") }
         guard (-90...90).contains(s), (-90...90).contains(n) else { return (nil, "latitudes must be within -90...90") }
         guard s < n else { return (nil, "south (\(s)) must be less than north (\(n))") }
-        guard w != e else { return (nil, "west and east are equal: the box has no width") }
+        // 180 and -180 are one meridian: [180, s, -180, n] has no width either.
+        guard w != e, !(w == 180 && e == -180) else { return (nil, "west and east are equal: the box has no width") }
         // Web Mercator ends at ±85.0511°: a box beyond it holds no tile; one reaching past it is
         // cut there (so the metadata states a box of the tiles' world).
         let m = WebMercator.maxLatitude
@@ -454,6 +455,11 @@ public struct ExportSubset: Sendable, Equatable {
         for shift in [-360.0, 0, 360] {
             let lo = max(x.0, y.0 + shift), hi = min(x.1, y.1 + shift)
             if lo < hi { pieces.append((lo, hi)) }
+        }
+        // Two pieces that touch across ±180 are one arc (a whole-world box meets a crossing one so).
+        if pieces.count == 2 {
+            let (p, q) = pieces[0].0 <= pieces[1].0 ? (pieces[0], pieces[1]) : (pieces[1], pieces[0])
+            if q.1 == p.0 + 360 { pieces = [(q.0, p.1 + 360)] }
         }
         guard pieces.count == 1, let p = pieces.first else { return nil }
         func wrap(_ v: Double) -> Double { v > 180 ? v - 360 : (v < -180 ? v + 360 : v) }

@@ -230,6 +230,11 @@ public struct RegionRequest: Sendable, Equatable {
 public enum RequestValidator {
     /// The largest request file read, in bytes (1 MiB). Larger files are refused unread.
     public static let maxFileSize = 1 << 20
+    /// The largest stored copy of a request read back (`<store>/regions/<id>/request.json`, the
+    /// request with its defaults, pretty-printed): 64 MiB. A request of 1 MiB grows there (a
+    /// geometry of 100,000 positions to about 5 MB), and the region was lost at the next start
+    /// (attack round 13). The same bound holds for the status files, which repeat the request.
+    public static let maxStoredSize = 64 << 20
     /// The largest zoom level a request may name.
     public static let maxZoomLevel = 24
 
@@ -368,9 +373,11 @@ public enum RequestValidator {
     ///   - fileName: the name in `requests/`, which gives the default id.
     /// - Returns: the request with defaults filled in.
     /// - Throws: `RegionError` with code `invalidRequest` and a message naming the field.
-    public static func validate(_ data: Data, fileName: String) throws(RegionError) -> RegionRequest {
+    ///   - maxSize: the largest `data` taken: `maxFileSize` for a request file, `maxStoredSize`
+    ///     for the stored copy the daemon wrote.
+    public static func validate(_ data: Data, fileName: String, maxSize: Int = maxFileSize) throws(RegionError) -> RegionRequest {
         func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
-        if data.count > maxFileSize { throw bad("the request file is larger than \(maxFileSize) bytes") }
+        if data.count > maxSize { throw bad("the request file is larger than \(maxSize) bytes") }
         let parsed: Any
         do { parsed = try JSONKind.parse(data) } catch { throw bad("the request is \(error.message)") }
         guard var o = parsed as? [String: Any] else {

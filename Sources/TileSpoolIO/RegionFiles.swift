@@ -211,8 +211,8 @@ public final class RegionFiles: @unchecked Sendable {
     /// Reads the stored request back.
     /// - Throws: `SystemError` when unreadable, `RegionError` when the file is not a valid request.
     public func loadRequest() throws -> RegionRequest {
-        let data = try Files.readRegularFile(requestPath, limit: RequestValidator.maxFileSize)
-        return try RequestValidator.validate(data, fileName: (dir as NSString).lastPathComponent + ".json")
+        let data = try Files.readRegularFile(requestPath, limit: RequestValidator.maxStoredSize)
+        return try RequestValidator.validate(data, fileName: (dir as NSString).lastPathComponent + ".json", maxSize: RequestValidator.maxStoredSize)
     }
 
     /// Writes the plan (fsynced, atomically).

@@ -144,7 +144,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     }
 
     public func loadRequest() throws -> RegionRequest {
-        try RequestValidator.validate(try requestData(), fileName: id + ".json")
+        try RequestValidator.validate(try requestData(), fileName: id + ".json", maxSize: RequestValidator.maxStoredSize)
     }
 
     public func savePlan(_ plan: ResourcePlan) throws {

@@ -114,7 +114,7 @@ public final class StatusWriter: @unchecked Sendable {
     /// `<store>/regions/<id>`), so it must be the file's own, valid name (`RequestValidator.isValidID`).
     public func read(id: String) -> RegionStatus? {
         guard RequestValidator.isValidID(id),
-              let data = try? Files.readRegularFile(layout.statusJSON(id), limit: 4 << 20),
+              let data = try? Files.readRegularFile(layout.statusJSON(id), limit: RequestValidator.maxStoredSize),
               let status = StatusCoding.status(data), status.id == id else { return nil }
         return status
     }

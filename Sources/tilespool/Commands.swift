@@ -39,7 +39,7 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
     }
     /// Why `status ID` found nothing: no such region, or a status file it cannot read.
     func missing(_ id: String) -> String {
-        RequestValidator.isValidID(id) && Files.entryType(writer.layout.statusJSON(id)) == .regular
+        RequestValidator.isValidID(id) && Files.entryType(writer.layout.statusJSON(id)) != .missing
             ? "region '\(id)': status/\(id).json is not a status tilespool can read (damaged, cut short or edited by hand)"
             : "no region '\(id)'"
     }
@@ -60,7 +60,8 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
     }
     guard let (list, unreadable) = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
     if a.flags.contains("--json") {
-        // One status as an object, all of them as an array.
+        // One status as an object, all of them as an array; unreadable files said on standard error.
+        for line in unreadable.split(separator: "\n") { err("tilespool: " + line) }
         let doc = a.positionals.isEmpty ? StatusCoding.statusList(list) : StatusCoding.statusFile(list[0]).dropLast()
         outJSON(doc)
         return 0

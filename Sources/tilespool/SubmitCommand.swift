@@ -83,7 +83,7 @@ func readRequestArgument(_ path: String) throws -> (data: Data, fileName: String
         var data = Data()
         while let chunk = try FileHandle.standardInput.read(upToCount: 65536), !chunk.isEmpty {
             data.append(chunk)
-            if data.count > RequestValidator.maxFileSize { throw CommandFailure("the request on standard input is larger than \(RequestValidator.maxFileSize) bytes") }
+            if data.count > RequestValidator.maxFileSize { throw RegionError(code: .invalidRequest, message: "the request on standard input is larger than \(RequestValidator.maxFileSize) bytes") }
         }
         return (data, "-")
     }

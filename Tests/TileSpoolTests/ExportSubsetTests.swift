@@ -339,6 +339,11 @@ final class ExportSubsetUnitTests: XCTestCase {
         // A subset that does not cross, of a region that does: the subset's own longitudes.
         XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: 0, south: 40, east: 20, north: 50), zooms: 0...1)
                         .clipped(to: GeoBounds(west: -30, south: -80, east: -100, north: 70)), GeoBounds(west: 0, south: 40, east: 20, north: 50))
+        // The whole world meets a crossing region in the region's arc (two pieces touching at
+        // ±180 are one), so its centre is the region's (round 13); [180, s, -180, n] has no width.
+        XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85), zooms: 0...1)
+                        .clipped(to: GeoBounds(west: 170, south: -20, east: -170, north: 20)), GeoBounds(west: 170, south: -20, east: -170, north: 20))
+        XCTAssertNotNil(ExportSubset.parseBounds("180,-5,-180,5").problem)
         // Arcs meeting in two pieces: the world's longitudes.
         XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: 100, south: 0, east: -100, north: 10), zooms: 0...1)
                         .clipped(to: GeoBounds(west: -170, south: 0, east: 170, north: 10)), GeoBounds(west: -180, south: 0, east: 180, north: 10))

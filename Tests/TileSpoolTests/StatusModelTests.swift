@@ -281,9 +281,12 @@ final class StatusModelTests: XCTestCase {
         st.stateChangedAt = st.updatedAt
         try writer.write(st)
         try Data(#"{"id":"odd","state":"completed","updatedAt":"not a date","progress":{}}"#.utf8).write(to: URL(fileURLWithPath: layout.statusJSON("odd")))
-        var (rc, out) = try runTool(SpoolFixture.binary, ["status", "--spool", root.path, "--json"])
+        // Standard output alone is the JSON; standard error names the unreadable file.
+        var (rc, out) = try runTool("/bin/sh", ["-c", "exec \"$0\" status --spool \"$1\" --json 2>/dev/null", SpoolFixture.binary, root.path])
         XCTAssertEqual(rc, 0, out)
         let list = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]], out)
+        (rc, out) = try runTool("/bin/sh", ["-c", "exec \"$0\" status --spool \"$1\" --json 2>&1 >/dev/null", SpoolFixture.binary, root.path])
+        XCTAssertEqual(out, "tilespool: odd  status file not readable (status/odd.json: damaged, cut short or edited by hand)\n")
         XCTAssertEqual((list.first?["context"] as? [String: String])?["u"], "a\u{2028}b\u{202E}")
         (rc, out) = try runTool(SpoolFixture.binary, ["status", "--spool", root.path])
         XCTAssertEqual(rc, 0, out)
@@ -291,6 +294,11 @@ final class StatusModelTests: XCTestCase {
         (rc, out) = try runTool(SpoolFixture.binary, ["status", "odd", "--spool", root.path])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("status/odd.json is not a status tilespool can read"), out)
+        // A folder by a status's name is not a region either, and is said so (round 13).
+        try FileManager.default.createDirectory(atPath: layout.statusJSON("dirx"), withIntermediateDirectories: false)
+        (rc, out) = try runTool(SpoolFixture.binary, ["status", "dirx", "--spool", root.path])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("status/dirx.json is not a status tilespool can read"), out)
         (rc, out) = try runTool(SpoolFixture.binary, ["prune", "--older-than", "1d", "--dry-run", "--spool", root.path])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.contains("would delete ctx"), out)
@@ -345,5 +353,27 @@ final class StatusModelTests: XCTestCase {
         }
         let wide = #"{"id":"z","tiles":["http://h.example/{z}/{x}/{y}.png"],"bounds":[179,0,-179,10],"minZoom":0,"maxZoom":3}"#
         XCTAssertNoThrow(try RequestValidator.validate(Data(wide.utf8), fileName: "z.json"))
+    }
+
+    /// The daemon reads back what it wrote, however large the request made it: a request of
+    /// nearly 1 MiB is stored with its defaults, pretty-printed, past 1 MiB (a geometry of
+    /// 100,000 positions to about 5 MB), and the region was lost at the next start; its status
+    /// file, which repeats the request, was called unreadable past 4 MiB (attack round 13).
+    func testStoredRequestsAndStatusesLargerThanARequestFileReadBack() throws {
+        let root = try TestScratch.folder("big-stored")
+        var request = RegionRequest(id: "big", source: .tiles(["http://h.example/{z}/{x}/{y}.png"]),
+                                    bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 1)
+        request.contextJSON = JSONKind.serialize(String(repeating: "\u{2028}", count: 900_000)) // 2.7 MB of UTF-8
+        let files = RegionFiles(dir: root.path + "/regions/big")
+        try files.create(request: request)
+        XCTAssertGreaterThan(Files.size(root.path + "/regions/big/request.json") ?? 0, RequestValidator.maxFileSize)
+        XCTAssertEqual(try files.loadRequest(), request)
+        let layout = SpoolLayout(root: root.path + "/spool")
+        try layout.create()
+        let writer = StatusWriter(layout: layout)
+        try writer.write(RegionStatus(id: "big", state: .completed, progress: RegionProgress(), error: nil,
+                                      request: JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
+        XCTAssertGreaterThan(Files.size(layout.statusJSON("big")) ?? 0, 4 << 20)
+        XCTAssertEqual(writer.read(id: "big")?.context, JSONValue(request.context))
     }
 }
