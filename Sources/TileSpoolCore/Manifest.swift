@@ -205,11 +205,20 @@ public struct ManifestLine: Sendable, Equatable {
     public static func tileKey(source: String, _ t: TileID) -> String { "\(source)/\(t.z)/\(t.x)/\(t.y)" }
 
     /// Splits a tile key into source and tile; nil when malformed.
+    /// The source is everything before the third `/` from the end (it may hold `/` itself); z, x
+    /// and y are decimal integers (`Int(_:)`: an optional sign, no overflow). Found by one
+    /// backward scan, no array of parts (once per manifest line of every export and gc).
     public static func parseTileKey(_ key: String) -> (String, TileID)? {
-        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count >= 4, let z = Int(parts[parts.count - 3]), let x = Int(parts[parts.count - 2]),
-              let y = Int(parts[parts.count - 1]) else { return nil }
-        return (parts.dropLast(3).joined(separator: "/"), TileID(z: z, x: x, y: y))
+        let u = key.utf8
+        var cuts: [String.Index] = []
+        var i = u.endIndex
+        while cuts.count < 3 && i > u.startIndex {
+            u.formIndex(before: &i)
+            if u[i] == UInt8(ascii: "/") { cuts.append(i) }
+        }
+        guard cuts.count == 3, let z = Int(key[key.index(after: cuts[2])..<cuts[1]]),
+              let x = Int(key[key.index(after: cuts[1])..<cuts[0]]), let y = Int(key[key.index(after: cuts[0])...]) else { return nil }
+        return (String(key[..<cuts[2]]), TileID(z: z, x: x, y: y))
     }
 }
 

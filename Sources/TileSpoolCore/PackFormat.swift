@@ -10,27 +10,28 @@ public struct Digest: Hashable, Comparable, Sendable {
 
     /// The digest of 64 hex digits (either case); nil for anything else.
     public init?(hex: String) {
-        var words = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-        var n = 0
-        for u in hex.utf8 {
-            let v: UInt64
-            switch u {
-            case 0x30...0x39: v = UInt64(u - 0x30)
-            case 0x61...0x66: v = UInt64(u - 0x61 + 10)
-            case 0x41...0x46: v = UInt64(u - 0x41 + 10)
-            default: return nil
+        // A native string's UTF-8 is contiguous (`withUTF8`): four words of 16 digits each,
+        // read from the buffer without a switch per digit (exports parse a name per tile).
+        var text = hex
+        let parsed = text.withUTF8 { u -> (UInt64, UInt64, UInt64, UInt64)? in
+            guard u.count == 64 else { return nil }
+            var bad: UInt8 = 0
+            func word(_ at: Int) -> UInt64 {
+                var x: UInt64 = 0
+                for i in at..<(at + 16) {
+                    let c = u[i]
+                    let digit = c &- 0x30, letter = (c | 0x20) &- 0x61 // '0'...'9'; 'a'...'f' either case
+                    let v: UInt8 = digit < 10 ? digit : (letter < 6 ? letter &+ 10 : 0xFF)
+                    bad |= v & 0xF0
+                    x = x << 4 | UInt64(v & 0x0F)
+                }
+                return x
             }
-            switch n >> 4 {
-            case 0: words.0 = words.0 << 4 | v
-            case 1: words.1 = words.1 << 4 | v
-            case 2: words.2 = words.2 << 4 | v
-            case 3: words.3 = words.3 << 4 | v
-            default: return nil
-            }
-            n += 1
+            let w = (word(0), word(16), word(32), word(48))
+            return bad == 0 ? w : nil
         }
-        guard n == 64 else { return nil }
-        (a, b, c, d) = words
+        guard let parsed else { return nil }
+        (a, b, c, d) = parsed
     }
 
     /// The digest of 32 bytes, most significant first (fewer bytes: the missing ones are 0).

@@ -386,6 +386,12 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
             return resources.firstIndex { $0.kind == kind && $0.key == key }
         }
         guard let (source, tile) = ManifestLine.parseTileKey(key) else { return nil }
+        return index(source: source, tile: tile, cover: cover)
+    }
+
+    /// The index of `tile` of tile set `source` (`index(kind:key:cover:)` of its key, for a
+    /// caller that has parsed the key already); nil when the plan does not name it.
+    public func index(source: String, tile: TileID, cover: PlanCover? = nil) -> Int? {
         var base = resources.count
         for (s, set) in tileSets.enumerated() {
             if set.source == source {

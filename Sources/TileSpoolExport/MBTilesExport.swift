@@ -20,8 +20,10 @@ enum MBTilesExport {
     /// A tile body as MBTiles and PMTiles readers expect it: vector tiles gzip-compressed, images
     /// as they are. A body stored as a gzip file is kept as it is, once it is known to inflate
     /// within `pack.maxDecodedBytes` (`RegionPack.checkInflates`).
-    static func tileBytes(_ pack: RegionPack, _ sha: String, key: String, format: TileFormat) throws -> [UInt8] {
-        let stored = try pack.storedBody(sha, for: key)
+    /// - Parameter stored: the object's bytes as read (`RegionPack.prepareInPackOrder`).
+    /// - Throws: `ExportError` for a gzip file that does not inflate within the limit.
+    static func tileBytes(_ pack: RegionPack, _ stored: Data, _ sha: String, key: String, format: TileFormat) throws -> [UInt8] {
+        let stored = [UInt8](stored)
         try pack.checkInflates(stored, sha, for: key)
         guard format == .pbf, !isGzip(stored) else { return stored }
         do { return try Zlib.compress(stored, .gzip) } catch { throw ExportError("gzip: \(error)") }
@@ -52,25 +54,31 @@ enum MBTilesExport {
             var done = 0
             let total = parts.reduce(0) { SaturatingCount.add($0, $1.set.count) }
             for (pack, set) in parts {
-                try pack.forEachTileInPackOrder(of: set.source) { (t, line) in
+                // Each distinct body of a window read once and gzip-compressed on another thread
+                // while this one writes the rows of the ones before.
+                try pack.forEachBodyInPackOrder(of: set.source, prepare: { sha, key, data in
+                    try tileBytes(pack, data, sha, key: key, format: format)
+                }, empty: { (t, _) in
                     done += 1
                     if done % 4096 == 0 { try progress?(done, total) }
                     // Empty tiles (404/204) have no row: an MBTiles reader answers "no tile" for them
                     // (and an older region's row for the tile goes: the newer answer wins).
-                    guard let sha = line.sha256 else {
-                        if parts.count > 1 { unmap.bind(1, t.z); unmap.bind(2, t.x); unmap.bind(3, t.tmsY); try unmap.run() }
-                        return
-                    }
+                    if parts.count > 1 { unmap.bind(1, t.z); unmap.bind(2, t.x); unmap.bind(3, t.tmsY); try unmap.run() }
+                }) { sha, bytes, tiles in
                     has.bind(1, sha)
                     let present = try has.step()
                     has.reset()
                     if !present {
                         image.bind(1, sha)
-                        image.bind(2, blob: try tileBytes(pack, sha, key: line.key, format: format))
+                        image.bind(2, blob: bytes)
                         try image.run()
                     }
-                    map.bind(1, t.z); map.bind(2, t.x); map.bind(3, t.tmsY); map.bind(4, sha)
-                    try map.run()
+                    for (t, _) in tiles {
+                        done += 1
+                        if done % 4096 == 0 { try progress?(done, total) }
+                        map.bind(1, t.z); map.bind(2, t.x); map.bind(3, t.tmsY); map.bind(4, sha)
+                        try map.run()
+                    }
                 }
             }
             // Bodies only an older region's replaced tiles used.

@@ -75,7 +75,11 @@ enum MapLibreExport {
     /// are the smaller, they are inflated again (fewer than the compressed ones, already held).
     /// - Throws: `ExportError` when the object is unreadable, damaged or inflates past the limit.
     static func blob(_ pack: RegionPack, _ sha: String, _ key: String) throws -> ([UInt8], Int) {
-        let raw = try pack.storedBody(sha, for: key)
+        try blob(pack, stored: try pack.storedBody(sha, for: key), sha, key)
+    }
+
+    /// `blob` of object `sha` whose bytes, as read, are `raw` (`RegionPack.prepareInPackOrder`).
+    static func blob(_ pack: RegionPack, stored raw: [UInt8], _ sha: String, _ key: String) throws -> ([UInt8], Int) {
         guard isGzip(raw) else { return try blob(raw) }
         let z: Zlib.Deflater
         do { z = try Zlib.Deflater(.zlib) } catch { throw ExportError("zlib: \(error)") }
@@ -207,22 +211,26 @@ enum MapLibreExport {
                 let template = try archiveTemplate(pack, set) ?? set.template.template
                 let ratio = MapLibreOffline.tilePixelRatio(template: template, pixelRatio: pack.request.pixelRatio)
                 let tms = set.template.tms
-                try pack.forEachTileInPackOrder(of: set.source) { (t, line) in
-                    // An empty tile (404/204) is a row with NULL data: MapLibre then knows it has none.
-                    var data: [UInt8]?, compressed = 0
-                    if let sha = line.sha256 { (data, compressed) = try blob(pack, sha, line.key) }
+                // A tile row; `data` nil for an empty tile (404/204): MapLibre then knows it has none.
+                func row(_ t: TileID, _ line: ManifestLine, _ data: [UInt8]?, _ compressed: Int) throws {
                     tile.bind(1, template); tile.bind(2, ratio)
-                        tile.bind(3, t.z); tile.bind(4, t.x); tile.bind(5, MapLibreOffline.tileRowY(t, tms: tms))
-                        tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, MapLibreOffline.seconds(line.freshness.fetched) ?? modified)
-                        tile.bind(8, line.freshness.etag)
-                        tile.bind(9, blob: data); tile.bind(10, compressed); tile.bind(11, now)
-                        guard try tile.step() else { throw SQLiteError(message: "no id returned for tile \(t)") }
-                        let id = tile.int64(0)
-                        tile.reset()
-                        linkTile.bind(1, regionID); linkTile.bind(2, id)
-                        try linkTile.run()
+                    tile.bind(3, t.z); tile.bind(4, t.x); tile.bind(5, MapLibreOffline.tileRowY(t, tms: tms))
+                    tile.bind(6, MapLibreOffline.farFutureExpires); tile.bind(7, MapLibreOffline.seconds(line.freshness.fetched) ?? modified)
+                    tile.bind(8, line.freshness.etag)
+                    tile.bind(9, blob: data); tile.bind(10, compressed); tile.bind(11, now)
+                    guard try tile.step() else { throw SQLiteError(message: "no id returned for tile \(t)") }
+                    let id = tile.int64(0)
+                    tile.reset()
+                    linkTile.bind(1, regionID); linkTile.bind(2, id)
+                    try linkTile.run()
                     done += 1
                     if done % 4096 == 0 { try progress?(done, total) }
+                }
+                // Each distinct body of a window read and zlib-compressed once, on another thread.
+                try pack.forEachBodyInPackOrder(of: set.source, prepare: { sha, key, data in
+                    try blob(pack, stored: [UInt8](data), sha, key)
+                }, empty: { t, line in try row(t, line, nil, 0) }) { _, blob, tiles in
+                    for (t, line) in tiles { try row(t, line, blob.0, blob.1) }
                 }
             }
             try db.exec("COMMIT;")

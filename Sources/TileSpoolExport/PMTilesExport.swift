@@ -176,7 +176,7 @@ enum PMTilesExport {
         try sequence.flush()
 
         // 2b. The bodies, in windows of that order: each window read in pack order (sequential
-        //     reads, `RegionPack.readInPackOrder`), held in memory (about `dataWindowBytes`, or
+        //     reads, `RegionPack.prepareInPackOrder`, which gzips them on two threads), held in memory (about `dataWindowBytes`, or
         //     `RegionPack.packOrderWindow` bodies), then written in first-use order: the archive's
         //     bytes are those of reading in TileId order.
         // The bodies' locations, looked up together (`objectLocations`) for the next
@@ -208,9 +208,11 @@ enum PMTilesExport {
                 let ks = byPart[p]!, part = parts[p]
                 let shas = ks.map { bodies[window[$0]] }
                 let known = try ks.map { try located.location(at: w + $0) }
-                try part.pack.readInPackOrder(shas, at: known) { j in
-                    held[ks[j]] = try MBTilesExport.tileBytes(part.pack, shas[j], key: "\(part.set.source) body \(shas[j])", format: format)
-                }
+                // Read, hashed and gzip-compressed on two other threads (this one only waits).
+                let pack = part.pack, source = part.set.source
+                try pack.prepareInPackOrder(shas, at: known, workers: 2, prepare: { j, data in
+                    try MBTilesExport.tileBytes(pack, data, shas[j], key: "\(source) body \(shas[j])", format: format)
+                }) { j, bytes in held[ks[j]] = bytes }
             }
             for (k, body) in window.enumerated() {
                 let bytes = held[k]!

@@ -235,6 +235,7 @@ final class IndexFile: @unchecked Sendable {
     /// file once, sequentially, and a sparse one reads what `lookup` would (a merge join of two sorted lists; git's multi-pack-index look-ups and
     /// restic's index are read the same way).
     func lookup(sorted digests: [Digest], _ found: (Int, IndexFormat.Entry) -> Void) {
+        if digests.count >= count / IndexFile.denseRatio { merge(sorted: digests, found); return }
         var block: [UInt8] = []
         var blockRange = 0..<0
         var k = 0
@@ -264,6 +265,46 @@ final class IndexFile: @unchecked Sendable {
             }
             block.withUnsafeBytes { IndexFile.scan($0, first: blockRange.lowerBound, r, digests[k]) { found(k, $0) } }
             k += 1
+        }
+    }
+
+    /// `lookup(sorted:)` reads the whole file and merges when it is given at least one digest
+    /// per this many entries: each of its `sampleEvery`-entry stretches would be read anyway.
+    static let denseRatio = 64
+
+    /// `lookup(sorted:)` for a set dense in this file: the entries are read forwards in blocks
+    /// of `batchBlock` and merged with `digests` (for each entry, the first digest not below it
+    /// is found by galloping forwards from the last one: O(entries x log(digests / entries)),
+    /// with no search of the samples per digest, which an export's look-up of 65,536 digests in
+    /// every index file spent 16% of its time on). An entry that cannot be read ends the merge:
+    /// the digests not found are read one by one by the caller, as for any not located.
+    private func merge(sorted digests: [Digest], _ found: (Int, IndexFormat.Entry) -> Void) {
+        guard !digests.isEmpty else { return }
+        var block = [UInt8](repeating: 0, count: min(count, IndexFile.batchBlock) * IndexFormat.entrySize)
+        var start = 0, k = 0
+        while start < count && k < digests.count {
+            let n = min(IndexFile.batchBlock, count - start)
+            let want = n * IndexFormat.entrySize
+            guard pread(fd, &block, want, off_t(entriesOffset + start * IndexFormat.entrySize)) == want else { return }
+            block.withUnsafeBytes { raw in
+                var m = 0
+                while m < n && k < digests.count {
+                    let d = IndexFormat.digest(raw, m)
+                    if digests[k] < d {
+                        // Gallop: the first k with digests[k] >= d.
+                        var step = 1, hi = k + 1
+                        while hi < digests.count && digests[hi] < d { k = hi; step <<= 1; hi = k + step }
+                        hi = min(hi, digests.count)
+                        var lo = k + 1
+                        while lo < hi { let mid = (lo + hi) / 2; if digests[mid] < d { lo = mid + 1 } else { hi = mid } }
+                        k = lo
+                    }
+                    var j = k
+                    while j < digests.count && digests[j] == d { found(j, IndexFormat.entry(raw, m)); j += 1 }
+                    m += 1
+                }
+            }
+            start += n
         }
     }
 

@@ -325,6 +325,14 @@ final class ManifestAndRedactionTests: XCTestCase {
         XCTAssertEqual(MapLibreOffline.seconds(1_700_000_000.9), 1_700_000_000)
         XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.0, "a/b")
         XCTAssertEqual(ManifestLine.parseTileKey("a/b/14/8530/5975")?.1, TileID(z: 14, x: 8530, y: 5975))
+        // The last three columns are the numbers, whatever the source holds; anything else is nil.
+        XCTAssertEqual(ManifestLine.parseTileKey("/0/0/0")?.0, "")
+        XCTAssertEqual(ManifestLine.parseTileKey("é/1/+1/0")?.0, "é")
+        XCTAssertEqual(ManifestLine.parseTileKey("s//1/2/3")?.0, "s/")
+        XCTAssertEqual(ManifestLine.parseTileKey("s/-1/2/3")?.1, TileID(z: -1, x: 2, y: 3))
+        for bad in ["", "1/2/3", "s/1/2/", "s/1//3", "s/a/2/3", "s/1/2/3 ", "s/1/2/99999999999999999999", "s/1/2/0x3", "s/1/2/3/"] {
+            XCTAssertNil(ManifestLine.parseTileKey(bad), bad)
+        }
     }
 
     func testRedaction() {

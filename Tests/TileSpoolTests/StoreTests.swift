@@ -231,7 +231,8 @@ final class StoreTests: XCTestCase {
     /// forwards) are those found one at a time, for every name: objects in three index files,
     /// names given twice, absent names and a name that is not hex; and `IndexFile`'s batch
     /// look-up gives each digest the entries its single look-up gives, for a dense set (every
-    /// entry), a sparse one (every 300th) and digests it does not hold.
+    /// entry), a sparse one (every 300th), digests it does not hold and digests given twice
+    /// (the dense sets through the merge, `IndexFile.merge`).
     func testBatchLocationsAgreeWithOneAtATime() throws {
         let store = try open()
         var all: [Data] = []
@@ -268,13 +269,41 @@ final class StoreTests: XCTestCase {
             var held: [Digest] = []
             try file.forEach { held.append($0.digest) }
             let missing = absent.compactMap { Digest(hex: $0) }, heldSet = Set(held)
-            for set in [held, stride(from: 0, to: held.count, by: 300).map { held[$0] }, (held + missing).sorted(), missing.sorted()] {
+            let sets = [held, stride(from: 0, to: held.count, by: 300).map { held[$0] }, (held + missing).sorted(), missing.sorted(),
+                        (held + held.prefix(20) + missing).sorted(), (stride(from: 0, to: held.count, by: 17).map { held[$0] } + missing.prefix(3)).sorted()]
+            // Both ways of `lookup(sorted:)` are taken: the sparse one (a sample search per digest)
+            // by the every-300th set of the 3,000-entry file, the merge by the others.
+            if held.count == 3000 { XCTAssertLessThan(sets[1].count, held.count / IndexFile.denseRatio) }
+            for set in sets {
                 var got = [[IndexFormat.Entry]](repeating: [], count: set.count)
                 file.lookup(sorted: set) { k, e in got[k].append(e) }
                 XCTAssertEqual(got, set.map { file.lookup($0) }, "\(name): \(set.count) digests")
                 XCTAssertEqual(got.filter { !$0.isEmpty }.count, set.filter { heldSet.contains($0) }.count)
             }
         }
+    }
+
+    /// `Digest(hex:)` reads 64 hex digits of either case, and only those: each byte that is not
+    /// a hex digit (the neighbours of the digit and letter ranges, non-ASCII), at any place, and
+    /// any other length give nil; a digest's `hex` reads back as itself.
+    func testDigestReadsSixtyFourHexDigitsAndNothingElse() throws {
+        let name = SHA256.hex(Data("digest".utf8))
+        let d = try XCTUnwrap(Digest(hex: name))
+        XCTAssertEqual(d.hex, name)
+        XCTAssertEqual(Digest(hex: name.uppercased()), d)
+        XCTAssertEqual(Digest(bytes: Data("digest".utf8).withUnsafeBytes { SHA256.bytes($0) }), d)
+        XCTAssertEqual(Digest(hex: String(repeating: "f", count: 64))?.a, UInt64.max)
+        XCTAssertEqual(Digest(hex: "0123456789abcdefABCDEF" + String(repeating: "0", count: 42))?.a, 0x0123_4567_89ab_cdef)
+        for bad in ["/", ":", "@", "G", "`", "g", " ", "\0", "\u{7F}", "é"] {
+            for at in [0, 15, 16, 31, 40, 63] {
+                var chars = Array(name)
+                chars[at] = Character(bad)
+                XCTAssertNil(Digest(hex: String(chars)), "\(bad) at \(at)")
+            }
+        }
+        for text in ["", String(name.dropLast()), name + "0", String(name.dropLast(2)) + "é"] { XCTAssertNil(Digest(hex: text), text) }
+        // A string whose UTF-8 is not contiguous (bridged from NSString) reads the same.
+        XCTAssertEqual(Digest(hex: NSString(string: name) as String), d)
     }
 
     /// Attack round 7: a body that does not hash to its name (a byte flipped in its pack) is
