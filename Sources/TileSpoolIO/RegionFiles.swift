@@ -133,10 +133,13 @@ public final class RegionFiles: @unchecked Sendable {
     /// by the next start whatever happens (roll forward).
     private var refreshCommitPath: String { refreshFiles.base + "/commit" }
 
-    /// Starts a refresh: a fresh `refresh/` folder with `refresh.json` (fsynced).
+    /// Starts a refresh: a swap left unfinished is finished first (`RefreshSwap`), then a fresh
+    /// `refresh/` folder with `refresh.json` (fsynced).
     /// - Parameter scope: which resources the refresh asks about again.
-    /// - Throws: `SystemError` when the folder or file cannot be written.
-    public func beginRefresh(scope: RefreshScope) throws(SystemError) {
+    /// - Throws: `SystemError` when the folder or file cannot be written, or the unfinished swap
+    ///   cannot be finished.
+    public func beginRefresh(scope: RefreshScope) throws {
+        _ = try finishInterruptedRefreshCommit()
         refreshFiles.closeManifest()
         let folder = try openFolder()
         folder.removeTree("refresh")
@@ -157,41 +160,25 @@ public final class RegionFiles: @unchecked Sendable {
     }
 
     /// Replaces the region's manifest (and its plan, when the refresh planned differently) by the
-    /// refresh's, then removes `refresh/`. The manifest is swapped in one `rename`; a crash during
-    /// the swap is finished by `finishInterruptedRefreshCommit` at the next start.
-    /// - Throws: `SystemError` when a file cannot be synced or renamed (the old pack then stays).
-    public func commitRefresh() throws(SystemError) {
+    /// refresh's, then removes `refresh/` (`RefreshSwap.commit`: the manifest in one `rename`, the
+    /// commit point; a crash or a failure after it is finished at the next start).
+    /// - Throws: `SystemError` when the mark cannot be written or the manifest renamed (the old
+    ///   pack then stays).
+    public func commitRefresh() throws {
         refreshFiles.closeManifest()
         closeManifest()
-        try Files.writeAtomically(Data(), to: refreshCommitPath, sync: true)
-        try refreshFiles.openFolder().sync()
-        try finishCommit()
+        try RefreshSwap.commit(self)
     }
 
     /// True when a refresh's swap was cut short (its commit mark exists): the swap is finished.
     /// - Throws: `SystemError` when a rename fails.
-    public func finishInterruptedRefreshCommit() throws(SystemError) -> Bool {
-        guard Files.entryType(refreshCommitPath) == .regular else { return false }
-        try finishCommit()
-        return true
-    }
+    public func finishInterruptedRefreshCommit() throws -> Bool { try RefreshSwap.finishInterrupted(self) }
 
-    private func finishCommit() throws(SystemError) {
-        let newPlan = refreshFiles.planPath
-        if Files.entryType(newPlan) == .regular {
-            let same = (try? Files.readRegularFile(newPlan, limit: 64 << 20)) == (try? Files.readRegularFile(planPath, limit: 64 << 20))
-            if !same { try Files.rename(newPlan, planPath) }
-        }
-        if Files.entryType(refreshFiles.manifestPath) == .regular { try Files.rename(refreshFiles.manifestPath, manifestPath) }
-        let folder = try openFolder()
-        try folder.sync()
-        folder.removeTree("refresh")
-    }
-
-    /// Drops a refresh under way and its files; the region's own files are left as they were.
+    /// Drops a refresh under way and its files; the region's own files are left as they were
+    /// (a swap whose commit mark is written is finished instead, `RefreshSwap.abandon`).
     public func abandonRefresh() {
         refreshFiles.closeManifest()
-        (try? openFolder())?.removeTree("refresh")
+        RefreshSwap.abandon(self)
     }
 
     /// Creates the folder (by descriptor: a symlink at `<store>/regions/<id>` is refused, ELOOP,
@@ -519,5 +506,58 @@ extension RegionFiles: RegionStorage {
         let path = base + "/failed.tsv"
         guard let text else { Files.remove(path); return }
         try Files.writeAtomically(Data(text.utf8), to: path)
+    }
+}
+
+/// The swap's steps on disk (`RefreshSwap`): the mark is the empty file `refresh/commit`; the
+/// manifest and plan are renamed from `refresh/` over the region's (slot 0).
+extension RegionFiles: RefreshSwapSteps {
+    var regionID: String { name }
+
+    func writeCommitMark() throws -> Int {
+        try Files.writeAtomically(Data(), to: refreshCommitPath, sync: true)
+        try refreshFiles.openFolder().sync()
+        return 0
+    }
+
+    func commitMark() throws -> Int? { Files.entryType(refreshCommitPath) == .regular ? 0 : nil }
+
+    func removeCommitMark() throws {
+        let folder = try refreshFiles.openFolder()
+        guard folder.remove("commit") || folder.status("commit") == nil else { throw SystemError("unlink", refreshDir + "/commit") }
+        try folder.sync()
+    }
+
+    /// The refresh's manifest has been renamed away (or never was).
+    func refreshedManifestInstalled(slot: Int) throws -> Bool { Files.entryType(refreshFiles.manifestPath) != .regular }
+
+    func refreshHasManifest() throws -> Bool { Files.entryType(refreshFiles.manifestPath) == .regular }
+
+    func installRefreshedManifest(slot: Int) throws {
+        if Files.entryType(refreshFiles.manifestPath) == .regular { try Files.rename(refreshFiles.manifestPath, manifestPath) }
+        try openFolder().sync()
+    }
+
+    func installRefreshedPlan() throws {
+        let newPlan = refreshFiles.planPath
+        guard Files.entryType(newPlan) == .regular else { return }
+        let same = (try? Files.readRegularFile(newPlan, limit: 64 << 20)) == (try? Files.readRegularFile(planPath, limit: 64 << 20))
+        guard !same else { return }
+        try Files.rename(newPlan, planPath)
+        try openFolder().sync()
+    }
+
+    /// Everything in `refresh/` but the scope and the mark, then the scope, the mark and the
+    /// folder: a crash meanwhile never leaves a scope without its mark (a refresh that would
+    /// start again).
+    func removeRefreshFiles() throws {
+        refreshFiles.closeManifest()
+        let folder = try openFolder()
+        if let r = try? refreshFiles.openFolder() {
+            for entry in r.list() where entry != "refresh.json" && entry != "commit" { r.removeTree(entry) }
+            r.remove("refresh.json")
+            r.remove("commit")
+        }
+        guard folder.removeTree("refresh") else { throw SystemError("rmdir", refreshDir, errno: ENOTEMPTY) }
     }
 }

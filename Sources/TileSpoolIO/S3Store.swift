@@ -363,45 +363,19 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         return RefreshScope(jsonObject: o)
     }
 
-    /// Swaps the refreshed manifest (and plan, when it differs) in, then removes `refresh/`.
+    /// Swaps the refreshed manifest (and plan, when it differs) in, then removes `refresh/`
+    /// (`RefreshSwap.commit`: the manifest's PUT is the commit point).
     /// - Throws: `S3Error` when the swap did not happen: the commit mark could not be written, or
     ///   the new manifest's PUT failed (the mark is then taken back, and the pack is as it was).
     ///   Once the manifest is in, the rest (plan, clean-up) is not an error here: what fails is
     ///   finished by the next start or the next refresh (the mark stays).
-    public func commitRefresh() throws {
-        let through = try layout().next
-        try client { c in try c.put(refreshCommitKey, JSONKind.serialize(["manifestNumber": through])) }
-        do { try putRefreshedManifest(number: through) } catch {
-            // A PUT that landed but whose answer was lost is a swap that happened.
-            if (try? exists(compactedKey(through))) != true {
-                // Not swapped: the mark goes (if it cannot, the refresh's files stay with it and
-                // the next start or abandonRefresh finishes the swap from them).
-                try? client { c in try c.delete(refreshCommitKey) }
-                throw error
-            }
-        }
-        do { try finishRefreshCommit(number: through) } catch {
-            Log.error("the refreshed manifest is in; the rest of the swap is finished at the next start: \(error)", region: id)
-        }
-    }
+    public func commitRefresh() throws { try RefreshSwap.commit(self) }
 
     /// True when a refresh's swap was cut short (`refresh/commit.json` exists): it is finished.
     /// - Throws: `S3Error` from the requests of the swap.
     /// A mark whose swap cannot have happened (no new manifest, no refreshed segments left to make
     /// it from) is removed instead: false, the pack as it was.
-    public func finishInterruptedRefreshCommit() throws -> Bool {
-        guard let data = try client({ c in try c.get(refreshCommitKey) }) else { return false }
-        guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0 else {
-            throw S3Error(message: "\(store.location)/\(refreshCommitKey) is not a commit mark")
-        }
-        if try !exists(compactedKey(n)), try refreshFiles.layout().read.isEmpty {
-            Log.error("a refresh's commit mark without its manifest: removed, the pack stays as it was", region: id)
-            try client { c in try c.delete(refreshCommitKey) }
-            return false
-        }
-        try finishRefreshCommit(number: n)
-        return true
-    }
+    public func finishInterruptedRefreshCommit() throws -> Bool { try RefreshSwap.finishInterrupted(self) }
 
     private func compactedKey(_ number: Int) -> String { base + "manifest/" + String(format: "%010d.all.tsv", number) }
 
@@ -417,29 +391,13 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         try putCompacted(number: number, try joined(objects))
     }
 
-    /// The swap proper, repeatable: the manifest (`putRefreshedManifest`), the plan when the
-    /// refresh's differs, then every refresh key, the commit mark last.
-    private func finishRefreshCommit(number: Int) throws {
-        try putRefreshedManifest(number: number)
-        nextSegment = number + 1
-        if let plan = try client({ c in try c.get(refreshFiles.base + "plan.json") }),
-           try client({ c in try c.get(base + "plan.json") }) != plan {
-            try client { c in try c.put(base + "plan.json", plan) }
-        }
-        try deleteRefreshFiles()
-    }
-
     /// Drops a refresh under way and its files; the pack's files are left as they were. While a
     /// commit mark is there (`commitRefresh` could not take it back), the swap is finished instead,
     /// as the next start would; if that fails too, every refresh file stays for the next start
-    /// (never the mark without the segments it is finished from).
+    /// (never the mark without the segments it is finished from). `RefreshSwap.abandon`.
     public func abandonRefresh() {
         guard !isRefresh else { return }
-        switch Result(catching: { try client { c in try c.get(refreshCommitKey) } }) {
-        case .success(nil): try? deleteRefreshFiles()
-        case .success: _ = try? finishInterruptedRefreshCommit()
-        case .failure: break // the bucket does not answer: nothing is dropped, the next start looks again
-        }
+        RefreshSwap.abandon(self)
     }
 
     /// Deletes every key under `refresh/`, the scope and commit mark last.
@@ -468,4 +426,46 @@ final class S3ManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
             }
         }
     }
+}
+
+/// The swap's steps in a bucket (`RefreshSwap`): the mark is `refresh/commit.json` naming the
+/// slot M, the number above every key of `manifest/` when it was written; the manifest is
+/// installed as `manifest/<M>.all.tsv` (one PUT, `If-None-Match: *`), which readers take over
+/// every older segment (`ManifestSegments`).
+extension S3RegionFiles: RefreshSwapSteps {
+    var regionID: String { id }
+
+    func writeCommitMark() throws -> Int {
+        let through = try layout().next
+        try client { c in try c.put(refreshCommitKey, JSONKind.serialize(["manifestNumber": through])) }
+        return through
+    }
+
+    func commitMark() throws -> Int? {
+        guard let data = try client({ c in try c.get(refreshCommitKey) }) else { return nil }
+        guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0 else {
+            throw S3Error(message: "\(store.location)/\(refreshCommitKey) is not a commit mark")
+        }
+        return n
+    }
+
+    func removeCommitMark() throws { try client { c in try c.delete(refreshCommitKey) } }
+
+    func refreshedManifestInstalled(slot: Int) throws -> Bool { try exists(compactedKey(slot)) }
+
+    func refreshHasManifest() throws -> Bool { try !refreshFiles.layout().read.isEmpty }
+
+    func installRefreshedManifest(slot: Int) throws {
+        try putRefreshedManifest(number: slot)
+        nextSegment = slot + 1
+    }
+
+    func installRefreshedPlan() throws {
+        if let plan = try client({ c in try c.get(refreshFiles.base + "plan.json") }),
+           try client({ c in try c.get(base + "plan.json") }) != plan {
+            try client { c in try c.put(base + "plan.json", plan) }
+        }
+    }
+
+    func removeRefreshFiles() throws { try deleteRefreshFiles() }
 }

@@ -1,0 +1,96 @@
+import Foundation
+import TileSpoolCore
+
+/// The steps of a refresh's swap as one backend takes them (`RegionFiles` on disk,
+/// `S3RegionFiles` in a bucket); the order they are taken in, and what a failure or a crash
+/// between two of them leaves, is `RefreshSwap`'s alone (docs/refresh.md, docs/s3.md).
+///
+/// A `slot` names where the refreshed manifest goes: on S3 the number of the compacted object
+/// `manifest/<slot>.all.tsv` (above every key listed when the mark was written); on disk 0 (the
+/// manifest is renamed over `manifest.tsv`).
+protocol RefreshSwapSteps: AnyObject {
+    /// Writes the commit mark, durably, and returns its slot.
+    func writeCommitMark() throws -> Int
+    /// The slot of the commit mark, nil when there is none.
+    /// - Throws: when the mark cannot be read, or is not a mark.
+    func commitMark() throws -> Int?
+    /// Removes the commit mark.
+    func removeCommitMark() throws
+    /// Whether the refreshed manifest is the region's now (`installRefreshedManifest` done).
+    func refreshedManifestInstalled(slot: Int) throws -> Bool
+    /// Whether the refresh has a manifest to install.
+    func refreshHasManifest() throws -> Bool
+    /// Makes the refreshed manifest the region's in one step readers see whole (a rename, one
+    /// PUT); nothing when it is already. Repeatable.
+    func installRefreshedManifest(slot: Int) throws
+    /// Replaces the region's plan by the refresh's when the refresh has one that differs. Repeatable.
+    func installRefreshedPlan() throws
+    /// Removes the refresh's files, its scope and the commit mark last.
+    func removeRefreshFiles() throws
+    /// The region's id, for the log.
+    var regionID: String { get }
+}
+
+/// A refresh's swap, written once for both backends (issue 30), rolled forward from its commit
+/// mark:
+/// 1. the mark is written (durably);
+/// 2. the refreshed manifest is installed: the commit point. If it fails and did not happen, the
+///    mark is taken back and the error thrown: the pack is as it was;
+/// 3. the refreshed plan replaces the region's if it differs;
+/// 4. the refresh's files go, the mark last.
+/// A crash anywhere after 1, or a failure after 2, leaves the mark: the next start, the next
+/// refresh and any abandon finish steps 2-4 (`finishInterrupted`) instead of dropping the refresh,
+/// so a region never keeps a refreshed plan with its old manifest or the reverse.
+enum RefreshSwap {
+    /// Steps 1-4. Once the manifest is in, a failure of 3 or 4 is logged, not thrown: the refresh
+    /// has happened, and the mark left behind finishes it later.
+    /// - Throws: the error of step 1 or 2 when the manifest was not installed (the pack as it was).
+    static func commit(_ steps: some RefreshSwapSteps) throws {
+        let slot = try steps.writeCommitMark()
+        do { try steps.installRefreshedManifest(slot: slot) } catch {
+            // An install whose answer was lost (a PUT that landed) is a swap that happened.
+            if (try? steps.refreshedManifestInstalled(slot: slot)) != true {
+                // If the mark cannot go either, the refresh's files stay with it, and the next
+                // start (or abandon) finishes the swap from them.
+                try? steps.removeCommitMark()
+                throw error
+            }
+        }
+        do { try finish(steps, slot: slot, manifestInstalled: true) } catch {
+            Log.error("the refreshed manifest is in; the rest of the swap is finished at the next start: \(error)", region: steps.regionID)
+        }
+    }
+
+    /// Finishes a swap cut short (a commit mark is there): true when one was finished. A mark
+    /// whose swap cannot have happened (the manifest not installed and none to install) is
+    /// removed instead (logged): false, the pack as it was.
+    /// - Throws: the error of the step that failed (the mark stays for the next try).
+    static func finishInterrupted(_ steps: some RefreshSwapSteps) throws -> Bool {
+        guard let slot = try steps.commitMark() else { return false }
+        if try !steps.refreshedManifestInstalled(slot: slot), try !steps.refreshHasManifest() {
+            Log.error("a refresh's commit mark without its manifest: removed, the pack stays as it was", region: steps.regionID)
+            try steps.removeCommitMark()
+            return false
+        }
+        try finish(steps, slot: slot)
+        return true
+    }
+
+    /// Drops a refresh under way and its files, the pack as it was; while a commit mark is there
+    /// the swap is finished instead (the refresh happened). When the mark cannot be read, nothing
+    /// is dropped: the next start looks again.
+    static func abandon(_ steps: some RefreshSwapSteps) {
+        switch Result(catching: { try steps.commitMark() }) {
+        case .success(nil): try? steps.removeRefreshFiles()
+        case .success: _ = try? finishInterrupted(steps)
+        case .failure: break
+        }
+    }
+
+    /// Steps 2-4, each repeatable (2 skipped when it was just taken).
+    private static func finish(_ steps: some RefreshSwapSteps, slot: Int, manifestInstalled: Bool = false) throws {
+        if !manifestInstalled { try steps.installRefreshedManifest(slot: slot) }
+        try steps.installRefreshedPlan()
+        try steps.removeRefreshFiles()
+    }
+}
