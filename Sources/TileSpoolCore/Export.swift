@@ -98,13 +98,15 @@ public struct ExportSpec: Sendable, Equatable {
                 return .failure(ExportSpecError("exports[\(i)].format: must be one of \(names)"))
             }
             var spec = ExportSpec(format: format)
-            if let s = o["source"] {
+            // `null` is the default, as for every field of a request (source: the only one;
+            // baseURL: none).
+            if let s = o["source"], !(s is NSNull) {
                 guard let s = s as? String, ExportSpec.sourceProblem(s) == nil else {
                     return .failure(ExportSpecError("exports[\(i)].source: must be a source name (a non-empty string without '/' or control characters)"))
                 }
                 spec.source = s
             }
-            if let b = o["baseURL"] {
+            if let b = o["baseURL"], !(b is NSNull) {
                 guard let b = b as? String else { return .failure(ExportSpecError("exports[\(i)].baseURL: must be an absolute http or https URL")) }
                 if let p = ExportSpec.baseURLProblem(b) { return .failure(ExportSpecError("exports[\(i)].baseURL: \(p)")) }
                 spec.baseURL = b
@@ -445,9 +447,11 @@ public struct ExportSubset: Sendable, Equatable {
         return (GeoBounds(west: w, south: max(s, -m), east: e, north: min(n, m)), nil)
     }
 
-    /// Where the longitude arcs of `a` and `b` (either may cross the antimeridian) meet, when in
-    /// one piece: its west and east in -180...180 (west > east when it crosses); nil when they
-    /// meet in two pieces or not at all.
+    /// Where the longitude arcs of `a` and `b` (either may cross the antimeridian) meet: its west
+    /// and east in -180...180 (west > east when it crosses); when they meet in several pieces,
+    /// the smallest arc around all of them (the circle without its widest gap between two
+    /// pieces: pieces touching at ±180 are one arc; attack round 13 found the world's box, centre
+    /// 0, for a subset meeting a crossing region on both of its sides); nil when they do not meet.
     static func meet(_ a: GeoBounds, _ b: GeoBounds) -> (Double, Double)? {
         func arc(_ g: GeoBounds) -> (Double, Double) { (g.west, g.west <= g.east ? g.east : g.east + 360) }
         let x = arc(a), y = arc(b)
@@ -456,20 +460,28 @@ public struct ExportSubset: Sendable, Equatable {
             let lo = max(x.0, y.0 + shift), hi = min(x.1, y.1 + shift)
             if lo < hi { pieces.append((lo, hi)) }
         }
-        // Two pieces that touch across ±180 are one arc (a whole-world box meets a crossing one so).
-        if pieces.count == 2 {
-            let (p, q) = pieces[0].0 <= pieces[1].0 ? (pieces[0], pieces[1]) : (pieces[1], pieces[0])
-            if q.1 == p.0 + 360 { pieces = [(q.0, p.1 + 360)] }
+        guard !pieces.isEmpty else { return nil }
+        pieces.sort { $0.0 < $1.0 }
+        // The gap after piece k (the last one's wraps round to the first); the widest is left out.
+        var cover = (pieces[0].0, pieces[pieces.count - 1].1)
+        var widest = pieces[0].0 + 360 - pieces[pieces.count - 1].1
+        for k in 0..<(pieces.count - 1) where pieces[k + 1].0 - pieces[k].1 > widest {
+            widest = pieces[k + 1].0 - pieces[k].1
+            cover = (pieces[k + 1].0, pieces[k].1 + 360)
         }
-        guard pieces.count == 1, let p = pieces.first else { return nil }
-        func wrap(_ v: Double) -> Double { v > 180 ? v - 360 : (v < -180 ? v + 360 : v) }
-        return (wrap(p.0), wrap(p.1))
+        func wrap(_ v: Double) -> Double {
+            var v = v
+            while v > 180 { v -= 360 }
+            while v < -180 { v += 360 }
+            return v
+        }
+        return (wrap(cover.0), wrap(cover.1))
     }
 
     /// The box of a subset export: `bounds` clipped to the region's box `region`. When either
     /// crosses the antimeridian (west > east) the longitudes are where the two arcs meet (a box
-    /// that may cross too: its centre is the export's `center`), or when they meet in two pieces
-    /// the whole world's, -180...180; the latitudes are clipped. The MBTiles `bounds` and the
+    /// that may cross too: its centre is the export's `center`; `meet`), the whole world's,
+    /// -180...180, when they do not; the latitudes are clipped. The MBTiles `bounds` and the
     /// PMTiles header state a crossing box as -180...180 (`MBTilesExport.stated`).
     public func clipped(to region: GeoBounds) -> GeoBounds {
         guard bounds.west <= bounds.east, region.west <= region.east else {

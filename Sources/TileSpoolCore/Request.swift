@@ -398,7 +398,8 @@ public enum RequestValidator {
         } else if let fromName = self.id(fromFileName: fileName) {
             id = fromName
         } else {
-            throw bad("id: the file name does not give a valid id and the request has none")
+            throw bad(fileName == "-" ? "id: a request on standard input has no file name to take its id from: give it an \"id\""
+                                      : "id: the file name does not give a valid id and the request has none")
         }
 
         // style or tiles

@@ -93,6 +93,10 @@ func readRequestArgument(_ path: String) throws -> (data: Data, fileName: String
     } catch {
         // The daemon's words for the same file (it was `read FILE: EFBIG (File too large)`).
         if error.errno == EFBIG { throw RegionError(code: .invalidRequest, message: "the request file is larger than \(RequestValidator.maxFileSize) bytes") }
+        // The daemon's words for a request entry that is not a regular file (docs/contract.md).
+        if error.errno == ELOOP || error.errno == EINVAL {
+            throw RegionError(code: .invalidRequest, message: "\(path) is not a regular file (a symlink, a FIFO or a folder): give the request file itself (request files are read without following a link, as the daemon reads requests/)")
+        }
         throw error
     }
     return (data, (path as NSString).lastPathComponent)

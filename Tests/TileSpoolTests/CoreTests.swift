@@ -462,6 +462,10 @@ final class ExportEncodingTests: XCTestCase {
         }
         let ok = try RequestValidator.validate(Data(req(#"[{"format":"pmtiles","source":"v"},{"format":"site","baseURL":"https://m/x/"}]"#).utf8), fileName: "a.json")
         XCTAssertEqual(ok.exports, [ExportSpec(format: .pmtiles, source: "v"), ExportSpec(format: .site, baseURL: "https://m/x/")])
+        // `null` is the default, as for every field (attack round 13): the same specs as without.
+        let nulls = try RequestValidator.validate(Data(req(#"[{"format":"pmtiles","source":null},{"format":"site","baseURL":null,"source":null}]"#).utf8), fileName: "a.json")
+        XCTAssertEqual(nulls.exports, [ExportSpec(format: .pmtiles), ExportSpec(format: .site)])
+        XCTAssertEqual(JSONKind.serialize(nulls.jsonObject["exports"] as Any), JSONKind.serialize([["format": "pmtiles"], ["format": "site"]]))
         for (bad, words) in [(#"[{"format":"zip"}]"#, "exports[0].format"), (#"{"format":"site"}"#, "must be an array"),
                              (#"[{"format":"site","extra":1}]"#, "unknown field 'extra'"), (#"[{"format":"mbtiles","source":"../x"}]"#, "exports[0].source"),
                              (#"[{"format":"site"},{"format":"site"}]"#, "named twice")] {

@@ -344,9 +344,19 @@ final class ExportSubsetUnitTests: XCTestCase {
         XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85), zooms: 0...1)
                         .clipped(to: GeoBounds(west: 170, south: -20, east: -170, north: 20)), GeoBounds(west: 170, south: -20, east: -170, north: 20))
         XCTAssertNotNil(ExportSubset.parseBounds("180,-5,-180,5").problem)
-        // Arcs meeting in two pieces: the world's longitudes.
+        // Arcs meeting in two pieces (100...170 and -170...-100): the smallest box around both,
+        // across the antimeridian, centre 180 (round 13: the world's, centre 0); the other way
+        // round the same; of two gaps, the widest is left out.
         XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: 100, south: 0, east: -100, north: 10), zooms: 0...1)
-                        .clipped(to: GeoBounds(west: -170, south: 0, east: 170, north: 10)), GeoBounds(west: -180, south: 0, east: 180, north: 10))
+                        .clipped(to: GeoBounds(west: -170, south: 0, east: 170, north: 10)), GeoBounds(west: 100, south: 0, east: -100, north: 10))
+        XCTAssertEqual(MBTilesExport.center(GeoBounds(west: 100, south: 0, east: -100, north: 10)).0, 180)
+        XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: -170, south: 0, east: 170, north: 10), zooms: 0...1)
+                        .clipped(to: GeoBounds(west: 100, south: 0, east: -100, north: 10)), GeoBounds(west: 100, south: 0, east: -100, north: 10))
+        XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: -179, south: 0, east: 179, north: 10), zooms: 0...1)
+                        .clipped(to: GeoBounds(west: 0, south: 0, east: -1, north: 10)), GeoBounds(west: -179, south: 0, east: 179, north: 10),
+                       "pieces -179...-1 and 0...179: the widest gap (2 degrees at 180, not 1 at 0) is left out")
+        XCTAssertEqual(ExportSubset(bounds: GeoBounds(west: -10, south: 0, east: 10, north: 10), zooms: 0...1)
+                        .clipped(to: GeoBounds(west: 170, south: 0, east: -170, north: 10)), GeoBounds(west: -180, south: 0, east: 180, north: 10), "no meeting")
     }
 
     func testSameSourceIsTheSameResolvedTemplate() {

@@ -167,6 +167,21 @@ final class SubmitGetTests: XCTestCase {
         let (planRC, planOut) = try fx.cli(["plan", file])
         XCTAssertEqual(planRC, 1)
         XCTAssertEqual(planOut, out)
+        // A symlink, a folder or a FIFO for the request file: invalidRequest, in the daemon's words
+        // (attack round 13: a bare errno), never read through, nothing written; no wait on the FIFO.
+        let link = fx.root.appendingPathComponent("link.json").path, folder = fx.root.appendingPathComponent("folder.json").path
+        let fifo = fx.root.appendingPathComponent("fifo.json").path
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: file)
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        XCTAssertEqual(mkfifo(fifo, 0o644), 0)
+        for path in [link, folder, fifo] {
+            for command in ["plan", "submit"] {
+                let (rc, text) = try fx.cli([command, path, "--spool", fx.spool])
+                XCTAssertEqual(rc, 1, text)
+                XCTAssertEqual(text, "tilespool: invalidRequest: \(path) is not a regular file (a symlink, a FIFO or a folder): give the request file itself (request files are read without following a link, as the daemon reads requests/)\n")
+            }
+        }
+        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests")) ?? [], [])
         // A valid request to a spool that does not exist (a mistyped --spool): nothing made.
         try JSONSerialization.data(withJSONObject: ["tiles": ["http://127.0.0.1:9/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],
                                                     "minZoom": 0, "maxZoom": 1]).write(to: URL(fileURLWithPath: file))
@@ -191,7 +206,7 @@ final class SubmitGetTests: XCTestCase {
             let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             p.waitUntilExit()
             XCTAssertEqual(p.terminationStatus, expected, text)
-            XCTAssertEqual(text, expected == 0 ? "piped\n" : "tilespool: invalidRequest: id: the file name does not give a valid id and the request has none\n")
+            XCTAssertEqual(text, expected == 0 ? "piped\n" : "tilespool: invalidRequest: id: a request on standard input has no file name to take its id from: give it an \"id\"\n")
         }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests"), ["piped.json"])
     }
