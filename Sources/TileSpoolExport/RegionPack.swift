@@ -455,7 +455,9 @@ private struct HandoffStop: Error {}
 /// runs); `cancelAndWait` makes waiting workers give up and returns once all have finished.
 final class Handoff<T: Sendable>: @unchecked Sendable {
     private let condition = NSCondition()
-    private var queue: [(index: Int, value: Result<T, Error>, bytes: Int)] = []
+    /// Values waiting from `head` on; a slot is emptied as it is taken, so a taken value (a
+    /// body, perhaps megabytes) is not held until the array is compacted.
+    private var queue: [(index: Int, value: Result<T, Error>, bytes: Int)?] = []
     private var head = 0
     private var bytes = 0
     private var running: Int
@@ -485,11 +487,11 @@ final class Handoff<T: Sendable>: @unchecked Sendable {
     func pop() -> (Int, Result<T, Error>)? {
         condition.lock(); defer { condition.unlock() }
         while head == queue.count && running > 0 && failure == nil { condition.wait() }
-        guard head < queue.count, failure == nil else { return nil }
-        let item = queue[head]
+        guard head < queue.count, failure == nil, let item = queue[head] else { return nil }
+        queue[head] = nil
         head += 1
         bytes -= item.bytes
-        if head > 4096 && head * 2 > queue.count { queue.removeFirst(head); head = 0 }
+        if head >= 1024 && head * 2 > queue.count { queue.removeFirst(head); head = 0 }
         condition.broadcast()
         return (item.index, item.value)
     }

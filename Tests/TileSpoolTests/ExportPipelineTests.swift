@@ -67,6 +67,21 @@ final class ExportPipelineTests: XCTestCase {
         }
     }
 
+    /// A value taken by `body` is released once `body` is done with it: the queue does not keep
+    /// taken values (a body of megabytes each) until it is compacted.
+    func testTakenValuesAreNotHeldByTheQueue() throws {
+        let (store, _, names) = try filledStore(300)
+        final class Box: @unchecked Sendable { let bytes: Data; init(_ d: Data) { bytes = d } }
+        weak var previous: Box?
+        var checked = 0
+        try RegionPack.prepareInPackOrder(store, names, at: nil, workers: 1, prepare: { _, data in Box(data) }) { _, box in
+            if checked > 0 || previous != nil { XCTAssertNil(previous, "the value taken before is still held") }
+            previous = box
+            checked += 1
+        }
+        XCTAssertEqual(checked, names.count)
+    }
+
     /// What `prepare` throws reaches the caller at that object (the ones before were taken);
     /// what `body` throws stops the workers; a name the store does not hold ends the call with
     /// `StoreReadFailure` (ENOENT). After each, no worker is left.
