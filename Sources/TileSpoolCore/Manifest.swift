@@ -206,8 +206,9 @@ public struct ManifestLine: Sendable, Equatable {
 
     /// Splits a tile key into source and tile; nil when malformed.
     /// The source is everything before the third `/` from the end (it may hold `/` itself); z, x
-    /// and y are decimal integers (`Int(_:)`: an optional sign, no overflow). Found by one
-    /// backward scan, no array of parts (once per manifest line of every export and gc).
+    /// and y are written as `tileKey` writes them: decimal digits, no sign, no leading zero, at
+    /// most 10 (attack round 14: `+0`, `-0` and `00` were read as 0). Found by one backward scan,
+    /// no array of parts (once per manifest line of every export and gc).
     public static func parseTileKey(_ key: String) -> (String, TileID)? {
         let u = key.utf8
         var cuts: [String.Index] = []
@@ -216,8 +217,18 @@ public struct ManifestLine: Sendable, Equatable {
             u.formIndex(before: &i)
             if u[i] == UInt8(ascii: "/") { cuts.append(i) }
         }
-        guard cuts.count == 3, let z = Int(key[key.index(after: cuts[2])..<cuts[1]]),
-              let x = Int(key[key.index(after: cuts[1])..<cuts[0]]), let y = Int(key[key.index(after: cuts[0])...]) else { return nil }
+        guard cuts.count == 3 else { return nil }
+        func number(_ from: String.Index, _ to: String.Index) -> Int? {
+            let digits = u[u.index(after: from)..<to]
+            guard !digits.isEmpty, digits.count <= 10, digits.count == 1 || digits.first != UInt8(ascii: "0") else { return nil }
+            var v = 0
+            for d in digits {
+                guard d >= UInt8(ascii: "0"), d <= UInt8(ascii: "9") else { return nil }
+                v = v * 10 + Int(d - UInt8(ascii: "0"))
+            }
+            return v
+        }
+        guard let z = number(cuts[2], cuts[1]), let x = number(cuts[1], cuts[0]), let y = number(cuts[0], u.endIndex) else { return nil }
         return (String(key[..<cuts[2]]), TileID(z: z, x: x, y: y))
     }
 }

@@ -104,6 +104,7 @@ enum PMTilesExport {
             let rank = UInt64(parts.count - 1 - p) << bodyBits
             try pack.forEachTile(of: set.source) { (t, line) throws in
                 seen += 1
+                if seen % 65536 == 0 { try progress?(0, total) } // nothing written yet: a caller's stop check
                 // Empty tiles (404/204) are left out of the archive: a PMTiles reader answers "no
                 // tile" for them. They are sorted all the same, so a newer empty answer wins.
                 let b: Int
@@ -161,6 +162,7 @@ enum PMTilesExport {
         //     section).
         let sequence = try Records(path: "\(work)/sequence", write: true)
         var firstUse: [Int] = []
+        var firstTile: [UInt64] = [] // the TileId of each body's first use: the tile named in an error
         var used = [Bool](repeating: false, count: bodies.count)
         while let (id, b) = try nextPair() {
             if id == lastID { continue } // the same tile from an older part: the newest sorts first
@@ -170,7 +172,7 @@ enum PMTilesExport {
             if b & bodyMask == bodyMask { continue } // empty
             let body = Int(b & bodyMask)
             try sequence.put(id, UInt64(body))
-            if !used[body] { used[body] = true; firstUse.append(body) }
+            if !used[body] { used[body] = true; firstUse.append(body); firstTile.append(id) }
         }
         used = []
         try sequence.flush()
@@ -210,8 +212,10 @@ enum PMTilesExport {
                 let known = try ks.map { try located.location(at: w + $0) }
                 // Read, hashed and gzip-compressed on two other threads (this one only waits).
                 let pack = part.pack, source = part.set.source
+                // Errors name the body's first tile, as the other formats name theirs.
+                let keys = ks.map { k in PMTiles.tile(ofID: firstTile[w + k]).map { ManifestLine.tileKey(source: source, $0) } ?? "\(source) body \(bodies[window[k]])" }
                 try pack.prepareInPackOrder(shas, at: known, workers: 2, prepare: { j, data in
-                    try MBTilesExport.tileBytes(pack, data, shas[j], key: "\(source) body \(shas[j])", format: format)
+                    try MBTilesExport.tileBytes(pack, data, shas[j], key: keys[j], format: format)
                 }) { j, bytes in held[ks[j]] = bytes }
             }
             for (k, body) in window.enumerated() {
@@ -224,8 +228,10 @@ enum PMTilesExport {
                 contents += 1
             }
             w = end
+            try progress?(written, total) // the counts of 2a again: a caller's stop check between windows
         }
         firstUse = []
+        firstTile = []
 
         // 2c. The entries, from the sequence: run lengths for consecutive identical tiles.
         let replay = try Records(path: sequence.path, write: false)

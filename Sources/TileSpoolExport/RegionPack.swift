@@ -187,7 +187,10 @@ public final class RegionPack: @unchecked Sendable {
             throw ExportError("region '\(id)': cannot read its manifest in \(files.location): \(error)")
         }
         if let failure { throw failure }
-        if met != set.count {
+        // Tiles the plan does not name are as wrong as planned ones missing: the manifest is not
+        // this plan's (attack round 15: between a refresh's manifest and plan, a larger new
+        // manifest with the old plan exported the old plan's tiles only, exit 0).
+        if met != set.count || unplanned > 0 {
             throw ExportError("region '\(id)': its manifest holds \(met) of the \(set.count) tiles its plan names for source '\(source)'\(unplanned > 0 ? " (and \(unplanned) tiles the plan does not name)" : ""); the pack is incomplete or was replaced while it was read (check 'tilespool status \(id)' and 'tilespool verify'): nothing was exported")
         }
     }

@@ -270,7 +270,8 @@ public final class LocalBackend: Backend, @unchecked Sendable {
 
     /// Reads bytes `r` of the open file `fd` of `size` bytes.
     private static func pread(_ fd: Int32, size: Int, _ r: Range<Int>, display: String) throws(SystemError) -> Data {
-        guard r.lowerBound >= 0, r.upperBound <= size else { throw SystemError("read", display, errno: EINVAL) }
+        // A range past the file's end: the file is shorter than its index says (cut short).
+        guard r.lowerBound >= 0, r.upperBound <= size else { throw SystemError("read \(r.count) bytes at \(r.lowerBound) of \(size)", display, errno: EIO) }
         var data = Data(count: r.count)
         var done = 0
         while done < r.count {

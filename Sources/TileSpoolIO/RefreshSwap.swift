@@ -20,6 +20,10 @@ protocol RefreshSwapSteps: AnyObject {
     func refreshedManifestInstalled(slot: Int) throws -> Bool
     /// Whether the refresh has a manifest to install.
     func refreshHasManifest() throws -> Bool
+    /// Whether the refresh's manifest holds a line for every resource of the plan it goes with
+    /// (the refresh's plan, else the region's): `RefreshSwap.holdsEveryResource`.
+    /// - Throws: when the manifest or plan cannot be read.
+    func refreshedManifestIsWhole() throws -> Bool
     /// Makes the refreshed manifest the region's in one step readers see whole (a rename, one
     /// PUT); nothing when it is already. Repeatable.
     func installRefreshedManifest(slot: Int) throws
@@ -34,57 +38,93 @@ protocol RefreshSwapSteps: AnyObject {
 /// A refresh's swap, written once for both backends (issue 30), rolled forward from its commit
 /// mark:
 /// 1. the mark is written (durably);
-/// 2. the refreshed manifest is installed: the commit point. If it fails and did not happen, the
-///    mark is taken back and the error thrown: the pack is as it was;
+/// 2. the refreshed manifest is installed: the commit point. If 1 or 2 fails and 2 did not
+///    happen, the mark is taken back and the error thrown: the pack is as it was;
 /// 3. the refreshed plan replaces the region's if it differs;
 /// 4. the refresh's files go, the mark last.
 /// A crash anywhere after 1, or a failure after 2, leaves the mark: the next start, the next
 /// refresh and any abandon finish steps 2-4 (`finishInterrupted`) instead of dropping the refresh,
-/// so a region never keeps a refreshed plan with its old manifest or the reverse.
+/// so a region keeps a refreshed plan with its old manifest, or the reverse, only until then;
+/// a mark is finished from only when the refreshed manifest holds every resource of its plan.
 enum RefreshSwap {
     /// Steps 1-4. Once the manifest is in, a failure of 3 or 4 is logged, not thrown: the refresh
     /// has happened, and the mark left behind finishes it later.
-    /// - Throws: the error of step 1 or 2 when the manifest was not installed (the pack as it was).
+    /// - Throws: the error of step 1 or 2 when the manifest was not installed: the mark is taken
+    ///   back and the pack is as it was. When the mark cannot be taken back (attack round 15: the
+    ///   mark's sync failed after it was in place, and the next abandon swapped the pack while the
+    ///   refresh was reported failed), the swap is finished now instead and nothing is thrown; the
+    ///   error is thrown only if that fails too (the mark then finishes it at the next start).
     static func commit(_ steps: some RefreshSwapSteps) throws {
-        let slot = try steps.writeCommitMark()
-        do { try steps.installRefreshedManifest(slot: slot) } catch {
+        var slot: Int?
+        do {
+            slot = try steps.writeCommitMark()
+            try steps.installRefreshedManifest(slot: slot!)
+        } catch {
             // An install whose answer was lost (a PUT that landed) is a swap that happened.
-            if (try? steps.refreshedManifestInstalled(slot: slot)) != true {
-                // If the mark cannot go either, the refresh's files stay with it, and the next
-                // start (or abandon) finishes the swap from them.
-                try? steps.removeCommitMark()
-                throw error
+            if let slot, (try? steps.refreshedManifestInstalled(slot: slot)) == true {
+                finishLogged(steps, slot: slot)
+                return
             }
+            if (try? steps.removeCommitMark()) != nil { throw error }
+            if (try? finishInterrupted(steps)) == true { return }
+            throw error
         }
+        finishLogged(steps, slot: slot!)
+    }
+
+    /// Steps 3-4 after the manifest is in: a failure is logged (the mark stays for later).
+    private static func finishLogged(_ steps: some RefreshSwapSteps, slot: Int) {
         do { try finish(steps, slot: slot, manifestInstalled: true) } catch {
             Log.error("the refreshed manifest is in; the rest of the swap is finished at the next start: \(error)", region: steps.regionID)
         }
     }
 
     /// Finishes a swap cut short (a commit mark is there): true when one was finished. A mark
-    /// whose swap cannot have happened (the manifest not installed and none to install) is
-    /// removed instead (logged): false, the pack as it was.
+    /// whose swap cannot have happened and must not (the manifest not installed, and the refresh
+    /// has none, or one that misses resources of its plan: never made by the daemon, which syncs
+    /// the whole manifest before the mark; attack round 15 planted them and a complete pack was
+    /// replaced by a part) is removed instead (logged): false, the pack as it was, and the
+    /// refresh, still under way, goes on or is dropped.
     /// - Throws: the error of the step that failed (the mark stays for the next try).
     static func finishInterrupted(_ steps: some RefreshSwapSteps) throws -> Bool {
         guard let slot = try steps.commitMark() else { return false }
-        if try !steps.refreshedManifestInstalled(slot: slot), try !steps.refreshHasManifest() {
-            Log.error("a refresh's commit mark without its manifest: removed, the pack stays as it was", region: steps.regionID)
-            try steps.removeCommitMark()
-            return false
+        if try !steps.refreshedManifestInstalled(slot: slot) {
+            guard try steps.refreshHasManifest(), try steps.refreshedManifestIsWhole() else {
+                Log.error("a refresh's commit mark without a whole manifest to swap in: removed, the pack stays as it was", region: steps.regionID)
+                try steps.removeCommitMark()
+                return false
+            }
         }
         try finish(steps, slot: slot)
         return true
     }
 
     /// Drops a refresh under way and its files, the pack as it was; while a commit mark is there
-    /// the swap is finished instead (the refresh happened). When the mark cannot be read, nothing
-    /// is dropped: the next start looks again.
+    /// the swap is finished instead (the refresh happened), unless the mark cannot be finished
+    /// from (`finishInterrupted` false: then the files go too). When the mark cannot be read, or
+    /// finishing fails, nothing is dropped: the next start looks again.
     static func abandon(_ steps: some RefreshSwapSteps) {
         switch Result(catching: { try steps.commitMark() }) {
         case .success(nil): try? steps.removeRefreshFiles()
-        case .success: _ = try? finishInterrupted(steps)
+        case .success: if (try? finishInterrupted(steps)) == false { try? steps.removeRefreshFiles() }
         case .failure: break
         }
+    }
+
+    /// True when `lines` (given through `read`) hold a line, with a body or recorded as failed,
+    /// for every resource `plan` names (`ResourcePlan.index`): the test a manifest passes before
+    /// it replaces a pack's by a roll-forward.
+    static func holdsEveryResource(_ plan: ResourcePlan, _ read: ((ManifestLine) -> Void) throws -> Void) rethrows -> Bool {
+        guard plan.indexSpace < 1 << 31 else { return false }
+        var seen = [UInt64](repeating: 0, count: plan.indexSpace / 64 + 1)
+        var met = 0
+        let cover = PlanCover(plan)
+        try read { line in
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), i >= 0, i < plan.indexSpace else { return }
+            let bit = UInt64(1) << UInt64(i & 63)
+            if seen[i >> 6] & bit == 0 { seen[i >> 6] |= bit; met += 1 }
+        }
+        return met == plan.count
     }
 
     /// Steps 2-4, each repeatable (2 skipped when it was just taken).

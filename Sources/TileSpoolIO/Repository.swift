@@ -466,12 +466,15 @@ public final class Repository: @unchecked Sendable {
     /// does not (damage; an index entry naming the wrong bytes), or whose pack is gone, is
     /// passed over for the next copy the index lists (attack round 7: an entry naming a removed
     /// pack hid the real copy, and exports wrote damaged bytes).
+    /// A copy that cannot be read (over `limit`, its pack cut short or not a file, an I/O error)
+    /// is passed over too; its error is the one thrown when no copy is right.
     /// - Throws: `SystemError` ENOENT when the store does not hold it; EIO when every copy it
     ///   holds is damaged; EFBIG over `limit`; the backend's error.
     public func read(_ sha256: String, limit: Int) throws -> Data {
         guard let digest = Digest(hex: sha256) else { throw SystemError("read", sha256, errno: EINVAL) }
         try ensureLoaded()
         var damaged = false
+        var failure: Error?
         for attempt in 0..<2 {
             lock.lock()
             if let w = ([open].compactMap { $0 } + sealing).first(where: { $0.positions[digest] != nil }) {
@@ -482,8 +485,16 @@ public final class Repository: @unchecked Sendable {
             lock.unlock()
             var gone = false
             for (pack, e) in copies {
-                guard Int(e.length) <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
-                guard let d = try backend.load(Repository.packName(pack.digest), range: PackFormat.Entry(digest: e.digest, offset: e.offset, length: e.length).body) else {
+                // A copy that cannot be read (over the limit, its pack cut short or a symlink, an
+                // I/O error) is passed over for the next; its error is thrown only when no copy
+                // is right (attack round 14: a bad copy hid a good one).
+                guard Int(e.length) <= limit else { failure = failure ?? SystemError("read", sha256, errno: EFBIG); continue }
+                let loaded: Data?
+                do { loaded = try backend.load(Repository.packName(pack.digest), range: PackFormat.Entry(digest: e.digest, offset: e.offset, length: e.length).body) } catch {
+                    failure = failure ?? error
+                    continue
+                }
+                guard let d = loaded else {
                     gone = true
                     continue
                 }
@@ -498,6 +509,7 @@ public final class Repository: @unchecked Sendable {
             if Repository.hashes(d, to: digest) { return d }
             damaged = true
         }
+        if let failure { throw failure }
         if damaged { throw SystemError("read", "object \(sha256) (its bytes do not hash to its name)", errno: EIO) }
         throw SystemError("read", "object \(sha256)", errno: ENOENT)
     }
@@ -581,20 +593,32 @@ public final class Repository: @unchecked Sendable {
         while start < located.count {
             var end = start + 1
             while end < located.count && located[end].0.pack == located[start].0.pack { end += 1 }
-            let run = located[start..<end]
-            for (l, i) in run where l.length > limit { throw SystemError("read", sha256s[i], errno: EFBIG) }
-            var delivered = 0
-            let found = try backend.loadRanges("packs/\(run.first!.0.pack).pack", run.map(\.0.range)) { k, d in
-                let i = run[run.startIndex + k].1
-                delivered = k + 1
-                // A body that does not hash to its name is not handed on: `read` looks for
-                // another copy, or says the object is damaged.
-                guard let digest = Digest(hex: sha256s[i]), Repository.hashes(d, to: digest) else { rest.append(i); return }
-                try body(i, d)
-            }
-            // The pack went meanwhile (gc repacked it): the objects not read are looked for again.
-            if !found { rest.append(contentsOf: run.dropFirst(delivered).map(\.1)) }
+            // Entries over the limit are left to `read` (another copy may be right; if none is,
+            // it says EFBIG).
+            let run = located[start..<end].filter { $0.0.length <= limit }
+            rest += located[start..<end].filter { $0.0.length > limit }.map(\.1)
             start = end
+            guard !run.isEmpty else { continue }
+            var delivered = 0
+            var bodyFailure: Error?
+            do {
+                let found = try backend.loadRanges("packs/\(run.first!.0.pack).pack", run.map(\.0.range)) { k, d in
+                    let i = run[k].1
+                    delivered = k + 1
+                    // A body that does not hash to its name is not handed on: `read` looks for
+                    // another copy, or says the object is damaged.
+                    guard let digest = Digest(hex: sha256s[i]), Repository.hashes(d, to: digest) else { rest.append(i); return }
+                    do { try body(i, d) } catch { bodyFailure = error; throw error }
+                }
+                // The pack went meanwhile (gc repacked it): the objects not read are looked for again.
+                if !found { rest.append(contentsOf: run.dropFirst(delivered).map(\.1)) }
+            } catch {
+                if let bodyFailure { throw bodyFailure }
+                // The pack cannot be read here (cut short, a symlink, an entry past its end: attack
+                // round 14): the objects not read are looked for by `read`, which tries every copy
+                // and says what failed when none is right.
+                rest.append(contentsOf: run.dropFirst(delivered).map(\.1))
+            }
         }
         for i in rest.sorted() { try body(i, try read(sha256s[i], limit: limit)) }
     }
@@ -607,10 +631,10 @@ public final class Repository: @unchecked Sendable {
     @discardableResult
     public func copyObject(_ sha256: String, at known: ObjectLocation? = nil, to fd: Int32, path: String, limit: Int) throws -> Int {
         if let l = known ?? location(sha256), let digest = Digest(hex: sha256) {
-            guard l.length <= limit else { throw SystemError("read", sha256, errno: EFBIG) }
             // The bytes are checked against the name first (read from the page cache, then
-            // copied by the kernel); a copy that does not hash is left to `read`.
-            if let d = try backend.load("packs/\(l.pack).pack", range: l.range), Repository.hashes(d, to: digest),
+            // copied by the kernel); a copy that does not hash, or cannot be read, is left to
+            // `read` (every copy).
+            if l.length <= limit, let d = try? backend.load("packs/\(l.pack).pack", range: l.range), Repository.hashes(d, to: digest),
                try backend.copy("packs/\(l.pack).pack", range: l.range, to: fd, path: path) { return l.length }
         }
         let d = try read(sha256, limit: limit)

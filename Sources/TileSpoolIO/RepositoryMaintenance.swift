@@ -64,9 +64,13 @@ extension Repository {
         }
         seen = []
         var remove = Set<Digest>(), repack = Set<Digest>()
+        // Old when both its `created` (what a daemon's reuse rule trusts, `reuseAge`) and its
+        // file's modification time are older than `grace` (attack round 15: the older of the two
+        // was taken, so a pack with an old mtime, from a restore or a skewed clock, was collected
+        // while a download relied on it).
         let old = { (p: Digest) -> Bool in
             let created = Double(stats[p]?.created ?? 0), modified = packFiles[p]?.modified ?? now
-            return now - min(created, modified) >= grace
+            return now - max(created, modified) >= grace
         }
         let small = stats.filter { p, s in old(p) && packFiles[p] != nil && (packFiles[p]?.size ?? 0) < Repository.smallPackSize && s.live > 0 }
         for (p, s) in stats where packFiles[p] != nil {

@@ -47,7 +47,9 @@ options:
 Several IDs (mbtiles and pmtiles only, --output required): completed regions fetched from the
 same tile URL template go in one file, their union, each z/x/y once; where two regions hold a
 tile, the one whose pack was written last wins (docs/export.md). Different sources are refused.
-Exit status: 0 written, 1 not written (the region is not completed, a missing source, ...), 2 usage.
+SIGINT or SIGTERM stops it between tiles: the work folder is removed and PATH is as it was.
+Exit status: 0 written, 1 not written (the region is not completed, a missing source, ...), 2 usage,
+130 stopped by SIGINT or SIGTERM.
 """
 
 func commandExport(_ argv: [String]) throws -> Int32 {
@@ -110,18 +112,36 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     let packs = try ids.map { try RegionPack(store: store, id: $0) }
     let onTerminal = isatty(2) == 1
     var lastDraw = 0.0
-    let progress: Exporter.Progress? = onTerminal ? { done, total in
+    // SIGINT and SIGTERM stop the export between tiles: its work folder is removed and PATH is
+    // as it was (attack round 14: the work folder was left behind), exit status 130.
+    StopSignal.install()
+    let progress: Exporter.Progress = { done, total in
+        if StopSignal.received != 0 { throw ExportError("stopped by signal \(StopSignal.received)") }
+        guard onTerminal else { return }
         let now = Date().timeIntervalSince1970
         guard now - lastDraw >= 0.2 || done >= total else { return }
         lastDraw = now
         let pct = total > 0 ? 100 * Double(min(done, total)) / Double(total) : 100
         FileHandle.standardError.write(Data(String(format: "\rexport %@: %d/%d tiles (%.0f%%)", ids.joined(separator: "+"), done, total, pct).utf8))
-    } : nil
+    }
     let started = Date()
-    let result = try Exporter.export(packs, spec, to: output, force: a.flags.contains("--force"),
+    let result: ExportResult
+    do {
+        result = try Exporter.export(packs, spec, to: output, force: a.flags.contains("--force"),
                                      guard: .spool(loc.spool, store: loc.store), maxObjectSize: maxObjectSize,
                                      subset: subset, progress: progress)
+    } catch {
+        if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
+        guard StopSignal.received != 0 else { throw error }
+        err("tilespool: stopped before the export was written; \(output) is as it was")
+        return RegionExit.interrupted
+    }
     if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
+    if StopSignal.received != 0 {
+        // Written just as the signal came: the file is whole; say so, and still end as stopped.
+        err("tilespool: stopped; the export had just been written to \(result.path)")
+        return RegionExit.interrupted
+    }
     if a.flags.contains("--json") {
         outJSON(JSONKind.serialize(result.jsonObject, pretty: true))
     } else {

@@ -200,17 +200,12 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     // SIGINT and SIGTERM stop the export too: a handler notes the signal (one the daemon left
     // blocked and pending is delivered now), and the export, checking between tiles, ends with
     // its work folder removed and PATH as it was; exit status 130 either way.
-    getStopSignal = 0
-    signal(SIGINT, getStopHandler)
-    signal(SIGTERM, getStopHandler)
-    var set = sigset_t()
-    sigemptyset(&set); sigaddset(&set, SIGINT); sigaddset(&set, SIGTERM)
-    sigprocmask(SIG_UNBLOCK, &set, nil)
+    StopSignal.install()
     func stopped() -> Int32 {
         err("tilespool: stopped before the export was written; \(output) is as it was: run the same command again to write it")
         return RegionExit.interrupted
     }
-    if getStopSignal != 0 { return stopped() }
+    if StopSignal.received != 0 { return stopped() }
 
     let pack = try RegionPack(store: try loc.openStore(), id: id)
     let started = Date()
@@ -218,13 +213,13 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     do {
         result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
                                      guard: .spool(loc.spool, store: loc.store), progress: { _, _ in
-                                         if getStopSignal != 0 { throw ExportError("stopped by signal \(getStopSignal)") }
+                                         if StopSignal.received != 0 { throw ExportError("stopped by signal \(StopSignal.received)") }
                                      })
     } catch {
-        if getStopSignal != 0 { return stopped() }
+        if StopSignal.received != 0 { return stopped() }
         throw error
     }
-    if getStopSignal != 0 {
+    if StopSignal.received != 0 {
         // Written just as the signal came: the file is whole; say so, and still end as stopped.
         err("tilespool: stopped; the export had just been written to \(result.path)")
         return RegionExit.interrupted
@@ -234,9 +229,4 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     return RegionExit.done
 }
 
-/// The signal (SIGINT or SIGTERM) that asked `get` to stop during its export, 0 while none did.
-/// Set by `getStopHandler` only (a signal handler may store to a plain global), read between tiles.
-nonisolated(unsafe) private var getStopSignal: Int32 = 0
 
-/// `get`'s SIGINT/SIGTERM handler during the export: notes the signal, nothing else.
-private func getStopHandler(_ sig: Int32) { getStopSignal = sig }

@@ -114,4 +114,43 @@ final class ExportPipelineTests: XCTestCase {
             waitForThreads(atMost: before)
         }
     }
+
+    /// Attack round 14: SIGTERM or SIGINT during `tilespool export` stops it between tiles with
+    /// exit status 130: its work folder beside PATH is removed and PATH is not made (the folder
+    /// was left behind, gigabytes for a large export). The export is held with SIGSTOP as soon as
+    /// its work folder appears, sent the signal, then let go, so that it is mid-export for sure.
+    func testASignalStopsAnExportAndRemovesItsWorkFolder() throws {
+        let fx = try SpoolFixture()
+        defer { try? FileManager.default.removeItem(at: fx.root) }
+        let tiles = try fx.makeSyntheticRegion("world", maxZoom: 8, bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85))
+        XCTAssertEqual(tiles, 87_381)
+        let outDir = fx.root.appendingPathComponent("out").path
+        try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
+        for (format, sig) in [("mbtiles", SIGTERM), ("pmtiles", SIGINT)] {
+            let output = outDir + "/world.\(format)"
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+            p.arguments = ["export", "world", "--format", format, "--output", output, "--spool", fx.spool, "--store", fx.store]
+            let errPipe = Pipe()
+            p.standardError = errPipe
+            p.standardOutput = FileHandle.nullDevice
+            try p.run()
+            let deadline = Date().addingTimeInterval(60)
+            var work: String?
+            while work == nil && p.isRunning && Date() < deadline {
+                work = (try? FileManager.default.contentsOfDirectory(atPath: outDir))?.first { $0.hasPrefix(".world.\(format).tmp-") }
+                if work == nil { usleep(500) }
+            }
+            XCTAssertNotNil(work, "\(format): the work folder appeared while the export ran")
+            kill(p.processIdentifier, SIGSTOP)
+            kill(p.processIdentifier, sig)
+            kill(p.processIdentifier, SIGCONT)
+            let text = String(decoding: errPipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            XCTAssertEqual(p.terminationStatus, 130, "\(format): \(text)")
+            XCTAssertEqual(p.terminationReason, .exit, format)
+            XCTAssertTrue(text.contains("tilespool: stopped before the export was written; \(output) is as it was"), text)
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outDir), [], "\(format): no work folder, no output")
+        }
+    }
 }

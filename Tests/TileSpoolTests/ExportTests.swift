@@ -433,35 +433,6 @@ final class ExportTests: XCTestCase {
     /// that does not grow with the tile count; the reader finds the counts and the tiles.
     func testMillionTilePMTilesExportHasFlatMemory() throws {
         try ExportTools.require([ExportTools.python, "/usr/bin/time"])
-        func makeRegion(_ id: String, maxZoom: Int, bounds: GeoBounds) throws -> Int {
-            let store = try PackedStore(root: fx.store)
-            let bodies = try (0..<3).map { i in try store.put(Data("body \(i) ".utf8 + Data(repeating: UInt8(i), count: 2000))).sha256 }
-            try store.sync()
-            let request = RegionRequest(id: id, source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]), bounds: bounds, minZoom: 0, maxZoom: maxZoom)
-            let files = RegionFiles(dir: fx.store + "/regions/" + id)
-            try files.create(request: request)
-            let plan = try Planner.plan(request: request, templates: ["http://127.0.0.1:9/{z}/{x}/{y}.png"])
-            try files.savePlan(plan)
-            var batch: [ManifestLine] = []
-            var n = 0
-            for set in plan.tileSets {
-                for rect in set.rects {
-                    for i in 0..<rect.count {
-                        let t = rect.tile(at: i)
-                        let b = (t.x / 7 + t.y / 5) % 4 // runs of equal tiles, and some empty ones
-                        batch.append(ManifestLine(kind: .tile, sha256: b == 3 ? nil : bodies[b], bytes: b == 3 ? 0 : 2007,
-                                                  key: ManifestLine.tileKey(source: set.source, t), url: "-"))
-                        n += 1
-                        if batch.count == 65536 { try files.appendToManifest(batch); batch.removeAll() }
-                    }
-                }
-            }
-            try files.appendToManifest(batch)
-            try Files.writeAtomically(Data("completed\n".utf8), to: fx.spool + "/status/\(id).state")
-            let st = RegionStatus(id: id, state: .completed, progress: RegionProgress(), error: nil, request: nil, context: .null)
-            try StatusWriter(layout: SpoolLayout(root: fx.spool)).write(st)
-            return n
-        }
         func peakKiB(_ id: String) throws -> (Int, [String: Any]) {
             let out = fx.root.appendingPathComponent("\(id).pmtiles").path
             let (rc, text) = try runTool("/usr/bin/time", ["-f", "maxrss=%M", SpoolFixture.binary, "export", id, "--format", "pmtiles",
@@ -471,8 +442,8 @@ final class ExportTests: XCTestCase {
             let json = text.components(separatedBy: "maxrss=").first ?? ""
             return (rss, (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:])
         }
-        let small = try makeRegion("small", maxZoom: 7, bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85)) // 21,845
-        let big = try makeRegion("big", maxZoom: 15, bounds: GeoBounds(west: 4, south: 45, east: 15, north: 52))
+        let small = try fx.makeSyntheticRegion("small", maxZoom: 7, bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85)) // 21,845
+        let big = try fx.makeSyntheticRegion("big", maxZoom: 15, bounds: GeoBounds(west: 4, south: 45, east: 15, north: 52))
         XCTAssertGreaterThan(big, 1_000_000)
         let (smallRSS, _) = try peakKiB("small")
         let (bigRSS, bigResult) = try peakKiB("big")

@@ -16,6 +16,10 @@ final class RefreshSwapTests: XCTestCase {
         var mark: Int?
         var manifestInstalled = false, planInstalled = false, filesRemoved = false
         var hasManifest = true
+        /// The refresh's manifest holds every resource of its plan.
+        var whole = true
+        /// The mark is written but its write says it failed (its sync failed).
+        var markFailsAfterWrite = false
         var failing: Set<String> = []
         /// The manifest's install happens but its answer is lost (the step throws after it).
         var loseInstallAnswer = false
@@ -26,7 +30,11 @@ final class RefreshSwapTests: XCTestCase {
             calls.append(name)
             if failing.contains(name) { failing.remove(name); throw Injected(step: name) }
         }
-        func writeCommitMark() throws -> Int { try step("mark"); mark = 7; return 7 }
+        func writeCommitMark() throws -> Int {
+            if markFailsAfterWrite { calls.append("mark"); mark = 7; throw Injected(step: "markSync") }
+            try step("mark"); mark = 7; return 7
+        }
+        func refreshedManifestIsWhole() throws -> Bool { try step("whole?"); return whole }
         func commitMark() throws -> Int? { try step("readMark"); return mark }
         func removeCommitMark() throws { try step("removeMark"); mark = nil }
         func refreshedManifestInstalled(slot: Int) throws -> Bool { try step("installed?"); return manifestInstalled }
@@ -63,6 +71,44 @@ final class RefreshSwapTests: XCTestCase {
             XCTAssertTrue(f.filesRemoved, failing)
             XCTAssertFalse(f.manifestInstalled || f.planInstalled, failing)
         }
+    }
+
+    /// Attack round 15: a mark whose write failed after it was in place (its sync) is taken
+    /// back and the refresh fails with the pack as it was; an abandon then drops the refresh. When
+    /// the mark cannot be taken back, the swap is finished at once and the commit succeeds: never
+    /// a refresh reported failed whose pack was swapped by the next abandon.
+    func testAMarkWhoseWriteFailedIsTakenBackOrTheSwapFinished() throws {
+        let f = Fake()
+        f.markFailsAfterWrite = true
+        XCTAssertThrowsError(try RefreshSwap.commit(f)) { XCTAssertEqual($0 as? Injected, Injected(step: "markSync")) }
+        XCTAssertNil(f.mark)
+        XCTAssertFalse(f.manifestInstalled || f.planInstalled)
+        RefreshSwap.abandon(f)
+        XCTAssertTrue(f.filesRemoved)
+        XCTAssertFalse(f.manifestInstalled || f.planInstalled, "the pack as it was")
+
+        let stuck = Fake()
+        stuck.markFailsAfterWrite = true
+        stuck.failing = ["removeMark"]
+        try RefreshSwap.commit(stuck)
+        XCTAssertTrue(stuck.manifestInstalled && stuck.planInstalled && stuck.filesRemoved, "finished at once")
+        XCTAssertNil(stuck.mark)
+    }
+
+    /// Attack round 15: a mark found with a refreshed manifest that misses resources of its plan
+    /// (planted: the daemon syncs the whole manifest before the mark) is removed, not swapped in;
+    /// the refresh stays under way (a start resumes it), and an abandon drops it.
+    func testAMarkWithAPartialManifestIsRemovedNotSwappedIn() throws {
+        let f = Fake()
+        f.mark = 7; f.whole = false
+        XCTAssertFalse(try RefreshSwap.finishInterrupted(f))
+        XCTAssertNil(f.mark)
+        XCTAssertFalse(f.manifestInstalled || f.planInstalled || f.filesRemoved)
+        let g = Fake()
+        g.mark = 7; g.whole = false
+        RefreshSwap.abandon(g)
+        XCTAssertTrue(g.filesRemoved)
+        XCTAssertFalse(g.manifestInstalled || g.planInstalled)
     }
 
     /// An install that happened but whose answer was lost (a PUT that landed) is the swap: the
@@ -129,25 +175,54 @@ final class RefreshSwapTests: XCTestCase {
 
     func read(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
 
-    /// A region on disk with its manifest and plan, and a refresh whose manifest and plan differ.
-    func regionWithRefresh() throws -> RegionFiles {
+    /// The plan and manifest text of a one-source region over a box at zooms 0...`maxZoom`, every
+    /// tile's line naming object `sha` (the manifest holds only the first `lines` tiles if given).
+    func planAndManifest(maxZoom: Int, sha: String, lines: Int? = nil) throws -> (plan: Data, manifest: String) {
+        let template = "http://127.0.0.1:9/{z}/{x}/{y}.png"
+        let request = RegionRequest(id: "r", source: .tiles([template]), bounds: GeoBounds(west: -10, south: -10, east: 10, north: 10), minZoom: 0, maxZoom: maxZoom)
+        let plan = try Planner.plan(request: request, templates: [template])
+        XCTAssertEqual(plan.tileCount, maxZoom == 0 ? 1 : 5)
+        var text = ManifestLine.header
+        var n = 0
+        for set in plan.tileSets {
+            for rect in set.rects {
+                for i in 0..<rect.count where n < (lines ?? Int.max) {
+                    text += ManifestLine(kind: .tile, sha256: sha, bytes: 1, key: ManifestLine.tileKey(source: set.source, rect.tile(at: i)), url: "-").text
+                    n += 1
+                }
+            }
+        }
+        return (RegionFiles.planData(plan), text)
+    }
+
+    var oldPack: (plan: Data, manifest: String)!
+    var newPack: (plan: Data, manifest: String)!
+
+    /// A region on disk with its manifest and plan (zooms 0...0), and a refresh whose manifest
+    /// and plan differ (zooms 0...1, every tile another object; `refreshLines`: only that many).
+    func regionWithRefresh(refreshLines: Int? = nil) throws -> RegionFiles {
+        oldPack = try planAndManifest(maxZoom: 0, sha: String(repeating: "a", count: 64))
+        newPack = try planAndManifest(maxZoom: 1, sha: String(repeating: "b", count: 64), lines: refreshLines)
         let files = RegionFiles(dir: dir + "/regions/r")
         try files.create(request: RegionRequest(id: "r", source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]),
                                                 bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 0))
-        try Data("old manifest\n".utf8).write(to: URL(fileURLWithPath: dir + "/regions/r/manifest.tsv"))
-        try Data("old plan".utf8).write(to: URL(fileURLWithPath: dir + "/regions/r/plan.json"))
+        try Data(oldPack.manifest.utf8).write(to: URL(fileURLWithPath: dir + "/regions/r/manifest.tsv"))
+        try oldPack.plan.write(to: URL(fileURLWithPath: dir + "/regions/r/plan.json"))
         try files.beginRefresh(scope: .all)
-        try Data("new manifest\n".utf8).write(to: URL(fileURLWithPath: dir + "/regions/r/refresh/manifest.tsv"))
-        try Data("new plan".utf8).write(to: URL(fileURLWithPath: dir + "/regions/r/refresh/plan.json"))
+        try Data(newPack.manifest.utf8).write(to: URL(fileURLWithPath: dir + "/regions/r/refresh/manifest.tsv"))
+        try newPack.plan.write(to: URL(fileURLWithPath: dir + "/regions/r/refresh/plan.json"))
         return files
     }
+
+    func manifestNow() -> String? { read(dir + "/regions/r/manifest.tsv") }
+    func planNow() -> Data? { FileManager.default.contents(atPath: dir + "/regions/r/plan.json") }
 
     func testOnDiskTheSwapInstallsBothAndRemovesTheRefresh() throws {
         let files = try regionWithRefresh()
         XCTAssertNotNil(files.refreshUnderWay())
         try files.commitRefresh()
-        XCTAssertEqual(read(dir + "/regions/r/manifest.tsv"), "new manifest\n")
-        XCTAssertEqual(read(dir + "/regions/r/plan.json"), "new plan")
+        XCTAssertEqual(manifestNow(), newPack.manifest)
+        XCTAssertEqual(planNow(), newPack.plan)
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh"))
         XCTAssertNil(files.refreshUnderWay())
     }
@@ -165,15 +240,26 @@ final class RefreshSwapTests: XCTestCase {
             case "start": XCTAssertTrue(try files.finishInterruptedRefreshCommit())
             default: try files.beginRefresh(scope: .all)
             }
-            XCTAssertEqual(read(dir + "/regions/r/manifest.tsv"), "new manifest\n", next)
-            XCTAssertEqual(read(dir + "/regions/r/plan.json"), "new plan", next)
+            XCTAssertEqual(manifestNow(), newPack.manifest, next)
+            XCTAssertEqual(planNow(), newPack.plan, next)
             XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh/commit"), next)
         }
+        // A mark planted beside a manifest that misses resources of the plan: not swapped in
+        // at start; the refresh stays under way.
+        try? FileManager.default.removeItem(atPath: dir)
+        let partial = try regionWithRefresh(refreshLines: 3)
+        XCTAssertEqual(try partial.writeCommitMark(), 0)
+        XCTAssertFalse(try partial.finishInterruptedRefreshCommit())
+        XCTAssertEqual(manifestNow(), oldPack.manifest)
+        XCTAssertEqual(planNow(), oldPack.plan)
+        XCTAssertNotNil(partial.refreshUnderWay())
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh/commit"))
+
         try? FileManager.default.removeItem(atPath: dir)
         let files = try regionWithRefresh()
         files.abandonRefresh()
-        XCTAssertEqual(read(dir + "/regions/r/manifest.tsv"), "old manifest\n")
-        XCTAssertEqual(read(dir + "/regions/r/plan.json"), "old plan")
+        XCTAssertEqual(manifestNow(), oldPack.manifest)
+        XCTAssertEqual(planNow(), oldPack.plan)
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh"))
     }
 }

@@ -381,7 +381,15 @@ final class S3StoreTests: CephTestCase {
     /// second call finds nothing to do. Before the mark, an abandoned refresh leaves the pack.
     func testInterruptedRefreshSwapIsFinishedAtTheNextStart() throws {
         let (s3, store, files) = try regionWithTwoSegments(try server(), "r")
-        XCTAssertEqual(try s3.put("regions/r/plan.json", Data("old plan".utf8)), .created)
+        // Plans naming the two tiles (t/0/0/0, t/1/0/0): a mark is finished from only when the
+        // refreshed manifest holds every resource of its plan. The refresh's differs in its URL.
+        func plan(_ host: String) -> Data {
+            RegionFiles.planData(ResourcePlan(resources: [], tileSets: [TileSet(source: "t", template: TileURLTemplate("http://\(host)/{z}/{x}/{y}.png"),
+                                                                                rects: [TileRect(z: 0, minX: 0, minY: 0, maxX: 0, maxY: 0),
+                                                                                        TileRect(z: 1, minX: 0, minY: 0, maxX: 0, maxY: 0)])]))
+        }
+        let oldPlan = plan("old"), newPlan = plan("new")
+        XCTAssertEqual(try s3.put("regions/r/plan.json", oldPlan), .created)
 
         try files.beginRefresh(scope: .all)
         XCTAssertEqual(files.refreshUnderWay(), .all)
@@ -395,7 +403,7 @@ final class S3StoreTests: CephTestCase {
         try files.beginRefresh(scope: .olderThan(60))
         try files.refreshStorage.appendToManifest([line("t/0/0/0", "b")])
         try files.refreshStorage.appendToManifest([line("t/1/0/0", "c")])
-        XCTAssertEqual(try s3.put("regions/r/refresh/plan.json", Data("new plan".utf8)), .created)
+        XCTAssertEqual(try s3.put("regions/r/refresh/plan.json", newPlan), .created)
         // The swap stops right after its commit mark (the number above the two segments).
         XCTAssertEqual(try s3.put("regions/r/refresh/commit.json", Data(#"{"manifestNumber":2}"#.utf8)), .created)
         XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=a", "t/1/0/0=a"], "not swapped yet")
@@ -403,7 +411,7 @@ final class S3StoreTests: CephTestCase {
         let restarted = store.region("r")
         XCTAssertTrue(try restarted.finishInterruptedRefreshCommit())
         XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c"], "the refreshed lines")
-        XCTAssertEqual(try s3.get("regions/r/plan.json"), Data("new plan".utf8), "the refreshed plan")
+        XCTAssertEqual(try s3.get("regions/r/plan.json"), newPlan, "the refreshed plan")
         XCTAssertEqual(try s3.list(prefix: "regions/r/refresh/").map(\.key), [], "the refresh keys are gone")
         XCTAssertEqual(try s3.list(prefix: "regions/r/manifest/").map(\.key).filter { $0.hasSuffix(".all.tsv") }, ["regions/r/manifest/0000000002.all.tsv"])
         XCTAssertFalse(try store.region("r").finishInterruptedRefreshCommit(), "nothing left to finish")
@@ -414,17 +422,28 @@ final class S3StoreTests: CephTestCase {
         XCTAssertNil(try s3.get("regions/r/refresh/commit.json"))
         XCTAssertNil(try s3.get("regions/r/manifest/0000000003.all.tsv"))
         XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c"])
-        // abandonRefresh with a mark and its segments there finishes the swap instead of dropping it.
+        // A mark whose refreshed segments miss a tile of the plan (attack round 15: planted) is
+        // dropped too: the pack stays, the refresh is still under way.
+        let partial = store.region("r")
+        try partial.beginRefresh(scope: .all)
+        try partial.refreshStorage.appendToManifest([line("t/0/0/0", "f")])
+        XCTAssertEqual(try s3.put("regions/r/refresh/commit.json", Data(#"{"manifestNumber":3}"#.utf8)), .created)
+        XCTAssertFalse(try store.region("r").finishInterruptedRefreshCommit())
+        XCTAssertNil(try s3.get("regions/r/refresh/commit.json"))
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=b", "t/1/0/0=c"])
+        XCTAssertNotNil(store.region("r").refreshUnderWay())
+        // abandonRefresh with a mark and its (whole) segments there finishes the swap instead of
+        // dropping it.
         let again = store.region("r")
         try again.beginRefresh(scope: .all)
-        try again.refreshStorage.appendToManifest([line("t/0/0/0", "e")])
+        try again.refreshStorage.appendToManifest([line("t/0/0/0", "e"), line("t/1/0/0", "e")])
         XCTAssertEqual(try s3.put("regions/r/refresh/commit.json", Data(#"{"manifestNumber":3}"#.utf8)), .created)
         again.abandonRefresh()
-        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=e"])
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=e", "t/1/0/0=e"])
         XCTAssertEqual(try s3.list(prefix: "regions/r/refresh/").map(\.key), [])
         // The next segment follows the swapped manifest.
         try store.region("r").appendToManifest([line("t/2/0/0", "d")])
-        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=e", "t/2/0/0=d"])
+        XCTAssertEqual(keys(store.region("r")), ["t/0/0/0=e", "t/1/0/0=e", "t/2/0/0=d"])
     }
 
     /// Rewriting a manifest (a repair, new credentials for a style) is one PUT of a compacted

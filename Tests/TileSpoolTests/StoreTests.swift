@@ -144,6 +144,25 @@ final class StoreTests: XCTestCase {
         XCTAssertFalse(daemon.contains(sha256Hex(old[0])))
     }
 
+    /// Attack round 15: a pack is old for gc only when both its `created` (in the index: what a
+    /// daemon's reuse rule trusts) and its file's mtime are older than the grace period. A pack
+    /// with an old mtime (a restore, a skewed clock) but a fresh `created` stays; backdated as a
+    /// whole (created and mtime) its unreferenced objects go.
+    func testGCTakesAPackAsOldOnlyWhenCreatedAndModifiedBothAre() throws {
+        let store = try open()
+        let bs = bodies(20, "age")
+        for b in bs { try store.put(b) }
+        try store.sync()
+        let threeHoursAgo = Date().addingTimeInterval(-3 * 3600)
+        for name in try FileManager.default.contentsOfDirectory(atPath: dir + "/packs") {
+            try FileManager.default.setAttributes([.modificationDate: threeHoursAgo], ofItemAtPath: dir + "/packs/" + name)
+        }
+        XCTAssertEqual(try open().collectGarbage(grace: 3600) { [] }.objectsRemoved, 0, "created seconds ago: young")
+        XCTAssertEqual(Set(try readerList().keys), Set(bs.map(sha256Hex)))
+        XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "backdate", dir, "10800"]).0, 0)
+        XCTAssertEqual(try open().collectGarbage(grace: 3600) { [] }.objectsRemoved, bs.count)
+    }
+
     /// kill -9 with objects in the open pack (written to its file, never sealed): the next
     /// start reads them back, whole and intact, into a pack; a torn last record is left out.
     func testAnOpenPackLeftByAKillIsReadBack() throws {
@@ -357,6 +376,55 @@ final class StoreTests: XCTestCase {
         try again.readObjects(names, at: nil, limit: 1 << 20) { k, d in got[k] = d }
         XCTAssertEqual(got.count, bs.count)
         for (k, d) in got { XCTAssertEqual(d, bs[k]) }
+    }
+
+    /// Attack round 14: a newer copy whose pack cannot be read (cut short, a symlink, or an entry
+    /// whose length is over the limit) no longer hides the real copy: `read`, `readObjects` (what
+    /// exports read through) and `copyObject` (the site) give the right bytes, each object once;
+    /// with only the unreadable copy, the error is that copy's.
+    func testAnUnreadableNewerCopyDoesNotHideTheRealOne() throws {
+        for damage in ["cut", "symlink", "length"] {
+            try? FileManager.default.removeItem(atPath: dir)
+            let (store, bs, names) = try sealedStore(30, "u\(damage)")
+            let locations = store.objectLocations(names).map { $0! }
+            let real = dir + "/packs/\(locations[0].pack).pack"
+            // A second pack: a copy of the real one under another name, listed by a newer index file.
+            let other = try XCTUnwrap(Digest(hex: String(repeating: "d", count: 64)))
+            let otherPath = dir + "/packs/\(other.hex).pack"
+            let packBytes = try Data(contentsOf: URL(fileURLWithPath: real))
+            switch damage {
+            case "cut": try packBytes.prefix(packBytes.count / 3).write(to: URL(fileURLWithPath: otherPath))
+            case "symlink": try FileManager.default.createSymbolicLink(atPath: otherPath, withDestinationPath: real)
+            default: try packBytes.write(to: URL(fileURLWithPath: otherPath))
+            }
+            let entries = zip(names, locations).map { n, l in
+                IndexFormat.Entry(digest: Digest(hex: n)!, pack: 0, offset: UInt64(l.offset - PackFormat.headerSize),
+                                  length: damage == "length" ? UInt32.max : UInt32(l.length))
+            }.sorted { $0.digest < $1.digest }
+            _ = try store.repository.saveIndexFile(packs: [IndexFormat.Pack(digest: other, created: UInt64(Date().timeIntervalSince1970) + 1000)], entries: entries)
+            let again = try open()
+            XCTAssertEqual(again.objectLocation(names[29])?.pack, other.hex, "\(damage): the newer entry is the one looked up first")
+            for (n, b) in zip(names, bs) { XCTAssertEqual(try again.read(n, limit: 1 << 20), b, damage) }
+            var got: [Int: Data] = [:]
+            try again.readObjects(names, at: nil, limit: 1 << 20) { k, d in
+                XCTAssertNil(got[k], "\(damage): object \(k) handed on twice")
+                got[k] = d
+            }
+            XCTAssertEqual(got.count, bs.count, damage)
+            for (k, d) in got { XCTAssertEqual(d, bs[k], damage) }
+            let out = dir + "/copy.bin"
+            FileManager.default.createFile(atPath: out, contents: nil)
+            let fd = Glibc.open(out, O_WRONLY)
+            for n in names { try again.copyObject(n, at: nil, to: fd, path: out, limit: 1 << 20) }
+            Glibc.close(fd)
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: out)), bs.reduce(Data(), +), damage)
+            // Without the real pack, the unreadable copy's own error (not "not held").
+            try FileManager.default.removeItem(atPath: real)
+            if damage == "cut" {
+                let alone = try open()
+                XCTAssertThrowsError(try alone.read(names[29], limit: 1 << 20)) { XCTAssertEqual(($0 as? SystemError)?.errno, EIO, "\($0)") }
+            }
+        }
     }
 
     /// Attack round 7: `verify --repair` on a store whose pack is whole but whose index gives

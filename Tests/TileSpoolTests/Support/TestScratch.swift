@@ -1,5 +1,7 @@
 // Temp folders of tests, removed when the test that made them ends.
 import Foundation
+import TileSpoolCore
+import TileSpoolIO
 import XCTest
 
 /// The one place that makes and removes the tests' temp folders.
@@ -77,3 +79,40 @@ final class TestScratch: NSObject, XCTestObservation, @unchecked Sendable {
 /// A weak reference, for a cleanup registered with `TestScratch.folder` before the `init` of the
 /// object it stops has ended.
 final class WeakBox<T: AnyObject>: @unchecked Sendable { weak var value: T? }
+
+extension SpoolFixture {
+    /// A completed region `id` of a `tiles` request over `bounds`, zooms 0...`maxZoom`, written
+    /// straight into the store (no download): three bodies of about 2 KB in runs of equal tiles,
+    /// and every fourth run empty; its status says `completed`. For exports of many tiles.
+    /// - Returns: the number of tiles.
+    func makeSyntheticRegion(_ id: String, maxZoom: Int, bounds: GeoBounds) throws -> Int {
+        let store = try PackedStore(root: self.store)
+        let bodies = try (0..<3).map { i in try store.put(Data("body \(i) ".utf8 + Data(repeating: UInt8(i), count: 2000))).sha256 }
+        try store.sync()
+        let request = RegionRequest(id: id, source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]), bounds: bounds, minZoom: 0, maxZoom: maxZoom)
+        let files = RegionFiles(dir: self.store + "/regions/" + id)
+        try files.create(request: request)
+        let plan = try Planner.plan(request: request, templates: ["http://127.0.0.1:9/{z}/{x}/{y}.png"])
+        try files.savePlan(plan)
+        var batch: [ManifestLine] = []
+        var n = 0
+        for set in plan.tileSets {
+            for rect in set.rects {
+                for i in 0..<rect.count {
+                    let t = rect.tile(at: i)
+                    let b = (t.x / 7 + t.y / 5) % 4 // runs of equal tiles, and some empty ones
+                    batch.append(ManifestLine(kind: .tile, sha256: b == 3 ? nil : bodies[b], bytes: b == 3 ? 0 : 2007,
+                                              key: ManifestLine.tileKey(source: set.source, t), url: "-"))
+                    n += 1
+                    if batch.count == 65536 { try files.appendToManifest(batch); batch.removeAll() }
+                }
+            }
+        }
+        try files.appendToManifest(batch)
+        try Files.makeDirectories(spool + "/status")
+        try Files.writeAtomically(Data("completed\n".utf8), to: spool + "/status/\(id).state")
+        let st = RegionStatus(id: id, state: .completed, progress: RegionProgress(), error: nil, request: nil, context: .null)
+        try StatusWriter(layout: SpoolLayout(root: spool)).write(st)
+        return n
+    }
+}
