@@ -196,7 +196,7 @@ public final class Daemon {
     /// Loads every region under `store/regions/`, with the state its status file gives. Regions
     /// that were `queued` or `downloading` are queued again.
     func loadRegions() {
-        var loaded: [(Region, Date)] = []
+        var loaded: [(Region, Date, Bool)] = []
         let ids: [String]
         do { ids = try store.regionIDs() } catch {
             Log.error("cannot list the regions of the store \(store.location): \(error)")
@@ -248,13 +248,13 @@ public final class Daemon {
             r.stateChangedAt = st?.stateChangedAt
             r.uniqueBytes = st?.uniqueBytes
             r.warnings = st?.warnings ?? RegionWarning.of(request)
-            loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0)))
+            loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0), st?.refreshing == true))
         }
-        for (r, _) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
+        for (r, _, refreshingBefore) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
             arrivals += 1
             r.arrival = arrivals
             regions[r.id] = r
-            recoverRefresh(r)
+            recoverRefresh(r, refreshingBefore: refreshingBefore)
             // A compaction cut short (kill -9 right after completion) or failed is tried again.
             if r.state == .completed && !r.refreshing { compactionsWanted.append((r.id, r.files)) }
             if r.state.resumesOnRestart || r.state == .pausedNetwork {
@@ -269,7 +269,8 @@ public final class Daemon {
     /// At start: a refresh whose swap was cut short is finished (roll forward); one under way is
     /// resumed (`refreshing` again, queued if the status still said completed); refresh files of a
     /// region in any other state are dropped. The store's `refresh/` folder is the truth, not the status.
-    func recoverRefresh(_ r: Region) {
+    /// `refreshingBefore`: the status said a refresh was under way.
+    func recoverRefresh(_ r: Region, refreshingBefore: Bool = false) {
         do {
             if try r.files.finishInterruptedRefreshCommit() {
                 // The refresh's tallies as the status last reported them (the swap began after
@@ -287,7 +288,23 @@ public final class Daemon {
             Log.error("cannot finish the refresh's swap: \(error)", region: r.id)
             return
         }
-        guard r.files.refreshUnderWay() != nil else { return }
+        guard r.files.refreshUnderWay() != nil else {
+            // The status said a refresh was under way, but no refresh is left and no swap is
+            // pending: it ended while no daemon ran (`verify --repair` finishes a swap cut short;
+            // attack round 15: the refresh was then never closed in the events, and a script
+            // waiting for `refresh finished` or `failed` waited for ever). The pack in use is
+            // whole either way (the one refreshed, or the one swapped in): the refresh is closed
+            // as finished, with the counts the status last reported.
+            if refreshingBefore, [.queued, .downloading, .pausedUser].contains(r.state) {
+                let reported = r.progress
+                r.progress = packProgress(r)
+                r.progress.resourcesChecked = reported.resourcesChecked
+                r.progress.resourcesChanged = reported.resourcesChanged
+                r.progress.resourcesUnchanged = reported.resourcesUnchanged
+                setState(r, .completed, note: "daemon restarted", event: .refreshFinished(reported))
+            }
+            return
+        }
         switch r.state {
         case .queued, .downloading, .pausedUser:
             r.refresh = RefreshRun(progressBefore: nil)

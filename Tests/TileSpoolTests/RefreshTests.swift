@@ -290,6 +290,35 @@ final class RefreshTests: XCTestCase {
         XCTAssertEqual(verifyCode, 0, verifyOut)
     }
 
+    /// Attack round 15: a refresh that ended while no daemon ran (its `refresh/` gone with no
+    /// swap pending, as `verify --repair` leaves one whose swap it finished) is closed at the next
+    /// start: `completed`, a `refresh` `finished` event, so a script waiting for it ends. Before,
+    /// the region was downloaded again as a plain download and the refresh never closed.
+    func testARefreshThatEndedWhileNoDaemonRanIsClosedAtStart() throws {
+        try fx.start(["--retry-delay", "30"])
+        try completeMonaco()
+        XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
+        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+        let refreshManifest = fx.store + "/regions/monaco/refresh/manifest.tsv"
+        try waitUntil("the refresh recorded all but z14") {
+            let text = (try? String(contentsOfFile: refreshManifest, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.count == resources - 6
+        }
+        fx.kill9()
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, true)
+        try FileManager.default.removeItem(atPath: fx.store + "/regions/monaco/refresh")
+        try FileManager.default.removeItem(atPath: served.path + "/FAIL")
+        let before = nginx.conditionalLog().count
+        try fx.start(["--retry-delay", "0.1"])
+        try waitForRefresh("finished")
+        XCTAssertEqual(fx.state("monaco"), "completed")
+        XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, false)
+        XCTAssertEqual(fx.progress("monaco")["resourcesCompleted"], resources)
+        XCTAssertEqual(requests(after: before).count, 0, "nothing downloaded again")
+        let (verifyCode, verifyOut) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(verifyCode, 0, verifyOut)
+    }
+
     /// `--max-age`: only resources fetched longer ago than that are asked about (the tiles here,
     /// made two hours old in the manifest); the rest are kept as they are.
     func testMaxAgeChecksOnlyOlderResources() throws {
