@@ -281,6 +281,7 @@ public final class Daemon {
                 r.progress.resourcesChanged = reported.resourcesChanged
                 r.progress.resourcesUnchanged = reported.resourcesUnchanged
                 r.refresh = nil
+                r.error = nil // the refresh happened: an error a failed attempt left is not the region's now
                 setState(r, .completed, note: "daemon restarted", event: .refreshFinished(reported))
                 return
             }

@@ -189,6 +189,9 @@ public enum Exporter {
             throw ExportError("several regions go in one file only as mbtiles or pmtiles (one tile source); a \(spec.format.rawValue) export takes one region")
         }
         for p in packs { p.maxDecodedBytes = maxObjectSize; p.subset = subset }
+        // The counts the writer last gave, said again just before PATH changes (`place`).
+        var last = (done: 0, total: 0)
+        let progress: Progress? = progress.map { report in { done, total in last = (done, total); try report(done, total) } }
         let (parent, parentPath, name, path) = try checkOutput(output, format: spec.format, force: force, guard: protection)
         if case .tiles = pack.request.source, spec.format == .maplibre {
             throw ExportError("region '\(pack.id)' is a tiles request: the maplibre format needs a style (a MapLibre region names a style URL)")
@@ -241,6 +244,9 @@ public enum Exporter {
             }
             try syncTree(temp)
             if spec.format != .site { result.sha256 = SHA256.hex(file: temp) }
+            // The caller's last word before PATH changes (its stop check: a signal during the
+            // sync leaves PATH as it was; attack round 16 found it replaced).
+            try progress?(last.done, last.total)
             try place(work, "out", in: parent, name, path: path, format: spec.format, force: force)
         } catch {
             let message = (error as? ExportError)?.message ?? "\(spec.format.rawValue) export of '\(pack.id)': \(error)"

@@ -66,7 +66,15 @@ enum RefreshSwap {
                 return
             }
             if (try? steps.removeCommitMark()) != nil { throw error }
-            if (try? finishInterrupted(steps)) == true { return }
+            // The mark stays: finish the swap now. Once the manifest is in, the refresh has
+            // happened even if the rest fails (attack round 16: a clean-up that failed here made
+            // it "failed" with its pack swapped); the mark finishes the rest later.
+            do { if try finishInterrupted(steps) { return } } catch {
+                if let markSlot = (try? steps.commitMark()) ?? nil, (try? steps.refreshedManifestInstalled(slot: markSlot)) == true {
+                    Log.error("the refreshed manifest is in; the rest of the swap is finished at the next start: \(error)", region: steps.regionID)
+                    return
+                }
+            }
             throw error
         }
         finishLogged(steps, slot: slot!)
@@ -105,26 +113,35 @@ enum RefreshSwap {
     /// finishing fails, nothing is dropped: the next start looks again.
     static func abandon(_ steps: some RefreshSwapSteps) {
         switch Result(catching: { try steps.commitMark() }) {
-        case .success(nil): try? steps.removeRefreshFiles()
-        case .success: if (try? finishInterrupted(steps)) == false { try? steps.removeRefreshFiles() }
+        case .success(nil): removeLogged(steps)
+        case .success: if (try? finishInterrupted(steps)) == false { removeLogged(steps) }
         case .failure: break
         }
     }
 
+    /// `removeRefreshFiles`, a failure logged: the files left are a refresh under way for the
+    /// next start, which resumes it.
+    private static func removeLogged(_ steps: some RefreshSwapSteps) {
+        do { try steps.removeRefreshFiles() } catch {
+            Log.error("cannot remove the refresh's files (\(error)): the next start finds the refresh still under way and goes on with it", region: steps.regionID)
+        }
+    }
+
     /// True when `lines` (given through `read`) hold a line, with a body or recorded as failed,
-    /// for every resource `plan` names (`ResourcePlan.index`): the test a manifest passes before
-    /// it replaces a pack's by a roll-forward.
+    /// for every resource `plan` names (`ResourcePlan.index`), and none for anything else (attack
+    /// round 16: a tile the plan does not name was rolled forward, and every export failed): the
+    /// test a manifest passes before it replaces a pack's by a roll-forward.
     static func holdsEveryResource(_ plan: ResourcePlan, _ read: ((ManifestLine) -> Void) throws -> Void) rethrows -> Bool {
         guard plan.indexSpace < 1 << 31 else { return false }
         var seen = [UInt64](repeating: 0, count: plan.indexSpace / 64 + 1)
-        var met = 0
+        var met = 0, unplanned = 0
         let cover = PlanCover(plan)
         try read { line in
-            guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), i >= 0, i < plan.indexSpace else { return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), i >= 0, i < plan.indexSpace else { unplanned += 1; return }
             let bit = UInt64(1) << UInt64(i & 63)
             if seen[i >> 6] & bit == 0 { seen[i >> 6] |= bit; met += 1 }
         }
-        return met == plan.count
+        return met == plan.count && unplanned == 0
     }
 
     /// Steps 2-4, each repeatable (2 skipped when it was just taken).

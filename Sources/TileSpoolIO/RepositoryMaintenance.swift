@@ -64,6 +64,7 @@ extension Repository {
         }
         seen = []
         var remove = Set<Digest>(), repack = Set<Digest>()
+        var repackDead = 0 // dead objects of the packs to repack (kept after all when the disk is full)
         // Old when both its `created` (what a daemon's reuse rule trusts, `reuseAge`) and its
         // file's modification time are older than `grace` (attack round 15: the older of the two
         // was taken, so a pack with an old mtime, from a restore or a skewed clock, was collected
@@ -82,7 +83,7 @@ extension Repository {
             if s.live == 0 { remove.insert(p); report.objectsRemoved += s.dead; continue }
             let share = Double(s.deadBytes) / Double(max(1, s.liveBytes + s.deadBytes))
             if share >= Repository.repackDeadShare || (small.count >= 2 && small[p] != nil) {
-                repack.insert(p); report.objectsRemoved += s.dead
+                repack.insert(p); report.objectsRemoved += s.dead; repackDead += s.dead
             }
             report.objectsKept += repack.contains(p) ? 0 : s.dead
         }
@@ -94,36 +95,52 @@ extension Repository {
         let writer = GCPackWriter(repository: self)
         var written = Set<Digest>()
         let stays = { (d: Digest) in packFiles[d] != nil && !remove.contains(d) && !repack.contains(d) }
-        for p in repack.sorted(by: { $0.hex < $1.hex }) {
-            guard let f = packFiles[p], let data = try backend.load(f.name) else { continue }
-            try Repository.records(data) { digest, range in
-                guard refs.contains(digest.hex), written.insert(digest).inserted, !heldInPack(digest, where: stays) else { return }
-                let body = data.subdata(in: range)
-                guard Repository.hashes(body, to: digest) else { return } // verify's job
-                try writer.append(digest, body)
-            }
-        }
         var looseRemoved: [BackendFile] = []
-        for f in loose {
-            let sha = String(f.name.split(separator: "/").last ?? "")
-            guard let digest = Digest(hex: sha) else { continue }
-            if refs.contains(sha) {
-                guard !written.contains(digest), let body = try backend.load(f.name) else { looseRemoved.append(f); continue }
-                guard SHA256.hex(body) == sha else { continue } // a damaged loose object stays for verify to report
-                try writer.append(digest, body)
-                written.insert(digest)
-                looseRemoved.append(f)
-                if liveObjects.insert(digest).inserted { report.objectsKept += 1 }
-            } else if now - f.modified >= grace {
-                looseRemoved.append(f)
-                report.objectsRemoved += 1
-                report.bytesFreed += f.size
-            } else {
-                report.objectsKept += 1
-                report.youngUnreferenced += 1; report.youngUnreferencedBytes += f.size
+        var looseUnreferenced: [BackendFile] = [] // removed without writing anything
+        var newPacks = Set<Digest>()
+        do {
+            for p in repack.sorted(by: { $0.hex < $1.hex }) {
+                guard let f = packFiles[p], let data = try backend.load(f.name) else { continue }
+                try Repository.records(data) { digest, range in
+                    guard refs.contains(digest.hex), written.insert(digest).inserted, !heldInPack(digest, where: stays) else { return }
+                    let body = data.subdata(in: range)
+                    guard Repository.hashes(body, to: digest) else { return } // verify's job
+                    try writer.append(digest, body)
+                }
             }
+            for f in loose {
+                let sha = String(f.name.split(separator: "/").last ?? "")
+                guard let digest = Digest(hex: sha) else { continue }
+                if refs.contains(sha) {
+                    guard !written.contains(digest), let body = try backend.load(f.name) else { looseRemoved.append(f); continue }
+                    guard SHA256.hex(body) == sha else { continue } // a damaged loose object stays for verify to report
+                    try writer.append(digest, body)
+                    written.insert(digest)
+                    looseRemoved.append(f)
+                    if liveObjects.insert(digest).inserted { report.objectsKept += 1 }
+                } else if now - f.modified >= grace {
+                    looseRemoved.append(f)
+                    looseUnreferenced.append(f)
+                    report.objectsRemoved += 1
+                    report.bytesFreed += f.size
+                } else {
+                    report.objectsKept += 1
+                    report.youngUnreferenced += 1; report.youngUnreferencedBytes += f.size
+                }
+            }
+            newPacks = try writer.finish()
+        } catch let e as SystemError where e.errno == ENOSPC || e.errno == EDQUOT {
+            // A full disk (or quota): the repacked packs cannot be written (the writer removed its
+            // pack cut short). What needs no new bytes is still done: packs holding only dead
+            // objects are removed, under one index file over the packs that stay, so gc frees
+            // space on a full store (attack round 15: it freed nothing). Packs saved before the
+            // disk filled stay, listed by their own index files; the packs to repack stay too.
+            Log.warning("gc: the disk is full (\(e.errnoDescription)): live objects are not repacked this time; packs holding only unreferenced objects are removed")
+            report.objectsRemoved -= repackDead
+            report.objectsKept += repackDead
+            repack = []
+            looseRemoved = looseUnreferenced
         }
-        let newPacks = try writer.finish()
         // A new pack can be byte for byte one of the packs it replaces (the same live objects in the
         // same order: a gc killed after saving it, run again), and so have its name: that one stays.
         let doomed = remove.union(repack).subtracting(newPacks)

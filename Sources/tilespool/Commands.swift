@@ -250,7 +250,9 @@ func commandCat(_ argv: [String]) throws -> Int32 {
     let store = try loc.openStore()
     let data: Data
     do { data = try store.read(sha, limit: 1 << 34) } catch {
-        throw CommandFailure("the store \(store.location) does not hold object \(sha)")
+        // Absent is "does not hold"; any other error (every copy unreadable or damaged) says what.
+        if (error as? SystemError)?.errno == ENOENT { throw CommandFailure("the store \(store.location) does not hold object \(sha)") }
+        throw CommandFailure("object \(sha) cannot be read (\(error)): run 'tilespool verify'")
     }
     guard SHA256.hex(data) == sha else { throw CommandFailure("object \(sha) is damaged (its bytes do not hash to its name): run 'tilespool verify'") }
     FileHandle.standardOutput.write(data)

@@ -93,6 +93,17 @@ final class RefreshSwapTests: XCTestCase {
         try RefreshSwap.commit(stuck)
         XCTAssertTrue(stuck.manifestInstalled && stuck.planInstalled && stuck.filesRemoved, "finished at once")
         XCTAssertNil(stuck.mark)
+
+        // Attack round 16: the same, and the clean-up fails too: the manifest is in, so the
+        // commit succeeds (never "failed" with its pack swapped); the mark finishes the rest later.
+        let messy = Fake()
+        messy.markFailsAfterWrite = true
+        messy.failing = ["removeMark", "remove"]
+        try RefreshSwap.commit(messy)
+        XCTAssertTrue(messy.manifestInstalled && messy.planInstalled)
+        XCTAssertEqual(messy.mark, 7, "the mark stays for the clean-up")
+        XCTAssertTrue(try RefreshSwap.finishInterrupted(messy))
+        XCTAssertTrue(messy.filesRemoved)
     }
 
     /// Attack round 15: a mark found with a refreshed manifest that misses resources of its plan
@@ -254,6 +265,14 @@ final class RefreshSwapTests: XCTestCase {
         XCTAssertEqual(planNow(), oldPack.plan)
         XCTAssertNotNil(partial.refreshUnderWay())
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh/commit"))
+        // Every planned line and one the plan does not name (attack round 16): not swapped in.
+        try? FileManager.default.removeItem(atPath: dir)
+        let extra = try regionWithRefresh()
+        let stray = ManifestLine(kind: .tile, sha256: String(repeating: "c", count: 64), bytes: 1, key: "tiles0/9/9/9", url: "-").text
+        try Data((newPack.manifest + stray).utf8).write(to: URL(fileURLWithPath: dir + "/regions/r/refresh/manifest.tsv"))
+        XCTAssertEqual(try extra.writeCommitMark(), 0)
+        XCTAssertFalse(try extra.finishInterruptedRefreshCommit())
+        XCTAssertEqual(manifestNow(), oldPack.manifest)
 
         try? FileManager.default.removeItem(atPath: dir)
         let files = try regionWithRefresh()

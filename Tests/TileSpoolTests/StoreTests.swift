@@ -423,6 +423,10 @@ final class StoreTests: XCTestCase {
             if damage == "cut" {
                 let alone = try open()
                 XCTAssertThrowsError(try alone.read(names[29], limit: 1 << 20)) { XCTAssertEqual(($0 as? SystemError)?.errno, EIO, "\($0)") }
+                // `tilespool cat` says so too (attack round 16: it said the store does not hold it).
+                let (rc, text) = try runTool(SpoolFixture.binary, ["cat", names[29], "--store", dir])
+                XCTAssertEqual(rc, 1, text)
+                XCTAssertTrue(text.contains("object \(names[29]) cannot be read (") && text.contains("EIO"), text)
             }
         }
     }
