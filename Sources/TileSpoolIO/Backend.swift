@@ -402,6 +402,9 @@ public final class LocalBackend: Backend, @unchecked Sendable {
                 guard let st = d.status(name) else { continue }
                 switch st.st_mode & S_IFMT {
                 case S_IFREG: break
+                // A folder under a file's name (attack round 16: `packs/<sha256>.pack` made a
+                // folder, listed by an index, passed verify): reported, and not walked.
+                case S_IFDIR where name.hasSuffix(".pack") || name.hasSuffix(".idx"): out.append(rel + name + " (folder)")
                 case S_IFDIR where !name.hasPrefix("."):
                     if let sub = try? d.subdirectory(name) { walk(sub, rel + name + "/", depth: depth + 1) }
                 case S_IFDIR: out.append(rel + name + " (folder)")

@@ -489,12 +489,14 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(symlink(outside, dir + "/packs/" + String(repeating: "a", count: 64) + ".pack"), 0)
         XCTAssertEqual(mkfifo(dir + "/index/.tmp-fifo", 0o600), 0)
         try FileManager.default.createDirectory(atPath: dir + "/objects/.tmp-dir", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: dir + "/packs/" + String(repeating: "b", count: 64) + ".pack", withIntermediateDirectories: true)
         // Regular files under names TileSpool never gives (attack round 9: a pack renamed .bak).
         try FileManager.default.copyItem(atPath: dir + "/packs/" + pack, toPath: dir + "/packs/" + pack + ".bak")
         try Data("notes".utf8).write(to: URL(fileURLWithPath: dir + "/index/notes.txt"))
         let expected = ["index/.tmp-fifo (FIFO)", "index/notes.txt (a file whose name TileSpool never gives)", "objects/.tmp-dir (folder)",
                         "packs/" + pack + ".bak (a file whose name TileSpool never gives)",
-                        "packs/.tmp-evil (symlink)", "packs/" + String(repeating: "a", count: 64) + ".pack (symlink)"].sorted()
+                        "packs/.tmp-evil (symlink)", "packs/" + String(repeating: "a", count: 64) + ".pack (symlink)",
+                        "packs/" + String(repeating: "b", count: 64) + ".pack (folder)"].sorted()
         XCTAssertEqual(try store.repository.checkObjects(repair: false).foreignEntries, expected)
         XCTAssertEqual(try store.repository.checkObjects(repair: true).foreignEntries, expected, "the repair leaves them")
         _ = try store.repository.collectGarbage(grace: 0) { Set(names) }
