@@ -74,6 +74,10 @@ extension Backend {
     /// renaming it into place): `name` is the temp file's path relative to the backend. None by
     /// default: a bucket's PUT leaves nothing half made.
     public func leftovers(prefix: String) throws -> [BackendFile] { [] }
+    /// Whether the walks of the store's folders enter folder `name`: not a dot-folder (ours are
+    /// files; one is foreign) and not one named like a pack or index file (attack round 16).
+    static func isWalkable(_ name: String) -> Bool { !name.hasPrefix(".") && !name.hasSuffix(".pack") && !name.hasSuffix(".idx") }
+
     public func foreignEntries(prefix: String) throws -> [String] { [] }
 
     public func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool {
@@ -350,7 +354,7 @@ public final class LocalBackend: Backend, @unchecked Sendable {
                 case S_IFREG:
                     out.append(BackendFile(name: rel + name, size: Int(st.st_size),
                                            modified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9))
-                case S_IFDIR:
+                case S_IFDIR where LocalBackend.isWalkable(name):
                     if let sub = try? d.subdirectory(name) { walk(sub, rel + name + "/", depth: depth + 1) }
                 default:
                     break // a symlink or anything else: not a file of the backend
@@ -381,7 +385,7 @@ public final class LocalBackend: Backend, @unchecked Sendable {
                 case S_IFREG where name.hasPrefix(".tmp-"):
                     out.append(BackendFile(name: rel + name, size: Int(st.st_size),
                                            modified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9))
-                case S_IFDIR where !name.hasPrefix("."):
+                case S_IFDIR where LocalBackend.isWalkable(name):
                     if let sub = try? d.subdirectory(name) { walk(sub, rel + name + "/", depth: depth + 1) }
                 default:
                     break
@@ -391,6 +395,10 @@ public final class LocalBackend: Backend, @unchecked Sendable {
         walk(top, String(prefix.split(separator: "/").first!) + "/", depth: 1)
         return out
     }
+
+    /// Whether the walks of the store's folders enter folder `name`: not a dot-folder (ours are
+    /// files; one is foreign) and not one named like a pack or index file (attack round 16).
+    static func isWalkable(_ name: String) -> Bool { !name.hasPrefix(".") && !name.hasSuffix(".pack") && !name.hasSuffix(".idx") }
 
     public func foreignEntries(prefix: String) throws -> [String] {
         let topName = String(prefix.split(separator: "/").first ?? "")
@@ -404,8 +412,8 @@ public final class LocalBackend: Backend, @unchecked Sendable {
                 case S_IFREG: break
                 // A folder under a file's name (attack round 16: `packs/<sha256>.pack` made a
                 // folder, listed by an index, passed verify): reported, and not walked.
-                case S_IFDIR where name.hasSuffix(".pack") || name.hasSuffix(".idx"): out.append(rel + name + " (folder)")
-                case S_IFDIR where !name.hasPrefix("."):
+                case S_IFDIR where !name.hasPrefix(".") && !LocalBackend.isWalkable(name): out.append(rel + name + " (folder)")
+                case S_IFDIR where LocalBackend.isWalkable(name):
                     if let sub = try? d.subdirectory(name) { walk(sub, rel + name + "/", depth: depth + 1) }
                 case S_IFDIR: out.append(rel + name + " (folder)")
                 case S_IFLNK: out.append(rel + name + " (symlink)")
