@@ -273,6 +273,9 @@ public final class Daemon {
     func recoverRefresh(_ r: Region, refreshingBefore: Bool = false) {
         do {
             if try r.files.finishInterruptedRefreshCommit() {
+                // A swap whose refresh was already reported finished (only its clean-up was cut
+                // short) is not reported again (attack round 17: two `refresh finished` events).
+                if !refreshingBefore && r.state == .completed && r.error == nil { return }
                 // The refresh's tallies as the status last reported them (the swap began after
                 // the last resource was counted, so they are the final ones or just short of them).
                 let reported = r.progress

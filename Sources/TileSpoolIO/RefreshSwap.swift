@@ -31,6 +31,9 @@ protocol RefreshSwapSteps: AnyObject {
     func installRefreshedPlan() throws
     /// Removes the refresh's files, its scope and the commit mark last.
     func removeRefreshFiles() throws
+    /// Removes what the refresh recorded (its plan, manifest and journal), keeping its scope: the
+    /// refresh starts again from its first resource.
+    func discardRefreshedFiles()
     /// The region's id, for the log.
     var regionID: String { get }
 }
@@ -98,8 +101,11 @@ enum RefreshSwap {
         guard let slot = try steps.commitMark() else { return false }
         if try !steps.refreshedManifestInstalled(slot: slot) {
             guard try steps.refreshHasManifest(), try steps.refreshedManifestIsWhole() else {
-                Log.error("a refresh's commit mark without a whole manifest to swap in: removed, the pack stays as it was", region: steps.regionID)
+                Log.error("a refresh's commit mark without a whole manifest to swap in: removed, the pack stays as it was, and the refresh starts again", region: steps.regionID)
                 try steps.removeCommitMark()
+                // What it recorded is not to be trusted (attack round 17: resumed from it, the
+                // refresh swapped in the same stray lines): it starts again from scratch.
+                steps.discardRefreshedFiles()
                 return false
             }
         }

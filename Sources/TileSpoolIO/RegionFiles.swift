@@ -533,6 +533,8 @@ extension RegionFiles: RefreshSwapSteps {
 
     func refreshHasManifest() throws -> Bool { Files.entryType(refreshFiles.manifestPath) == .regular }
 
+    func discardRefreshedFiles() { refreshFiles.resetDownload() }
+
     func refreshedManifestIsWhole() throws -> Bool {
         guard let plan = refreshFiles.loadPlan() ?? loadPlan() else { return false }
         let refresh = refreshFiles

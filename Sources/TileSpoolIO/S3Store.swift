@@ -455,6 +455,8 @@ extension S3RegionFiles: RefreshSwapSteps {
 
     func refreshHasManifest() throws -> Bool { try !refreshFiles.layout().read.isEmpty }
 
+    func discardRefreshedFiles() { refreshFiles.resetDownload() }
+
     func refreshedManifestIsWhole() throws -> Bool {
         guard let plan = refreshFiles.loadPlan() ?? loadPlan() else {
             if let e = refreshFiles.readFailure ?? readFailure { throw e }

@@ -47,7 +47,8 @@ options:
 Several IDs (mbtiles and pmtiles only, --output required): completed regions fetched from the
 same tile URL template go in one file, their union, each z/x/y once; where two regions hold a
 tile, the one whose pack was written last wins (docs/export.md). Different sources are refused.
-SIGINT, SIGTERM or SIGHUP stop it between tiles: the work folder is removed and PATH is as it was.
+SIGINT, SIGTERM or SIGHUP stop it between tiles: the work folder is removed and PATH is as it was
+(exit 130); one that comes once PATH is replaced does not undo it (exit 0, with a note).
 Exit status: 0 written, 1 not written (the region is not completed, a missing source, ...), 2 usage,
 130 stopped by SIGINT, SIGTERM or SIGHUP.
 """
@@ -138,9 +139,9 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     }
     if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
     if StopSignal.received != 0 {
-        // Written just as the signal came: the file is whole; say so, and still end as stopped.
-        err("tilespool: stopped; the export had just been written to \(result.path)")
-        return RegionExit.interrupted
+        // The signal came once PATH was replaced (attack round 17: exit 130 said "as it was"):
+        // the export is written and whole, so the exit status says written.
+        err("tilespool: a stop signal came after the export was written; \(result.path) is the new export")
     }
     if a.flags.contains("--json") {
         outJSON(JSONKind.serialize(result.jsonObject, pretty: true))

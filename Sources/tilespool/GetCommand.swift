@@ -220,9 +220,9 @@ func commandGet(_ argv: [String]) throws -> Int32 {
         throw error
     }
     if StopSignal.received != 0 {
-        // Written just as the signal came: the file is whole; say so, and still end as stopped.
-        err("tilespool: stopped; the export had just been written to \(result.path)")
-        return RegionExit.interrupted
+        // The signal came once PATH was replaced: the export is written and whole, and the exit
+        // status says so, as `export`'s does.
+        err("tilespool: a stop signal came after the export was written; \(result.path) is the new export")
     }
     let secs = Date().timeIntervalSince(started)
     out("\(result.path): \(format.rawValue)\(result.source.map { " (source \($0))" } ?? ""), \(result.tiles) tiles, \(formatBytes(result.bytes)), \(String(format: "%.1f", secs)) s")

@@ -46,6 +46,8 @@ final class RefreshSwapTests: XCTestCase {
         }
         func installRefreshedPlan() throws { try step("plan"); planInstalled = true }
         func removeRefreshFiles() throws { try step("remove"); filesRemoved = true; mark = nil }
+        var discarded = false
+        func discardRefreshedFiles() { calls.append("discard"); discarded = true }
     }
 
     func testCommitInstallsTheManifestFirstThenThePlanThenCleansUp() throws {
@@ -115,6 +117,7 @@ final class RefreshSwapTests: XCTestCase {
         XCTAssertFalse(try RefreshSwap.finishInterrupted(f))
         XCTAssertNil(f.mark)
         XCTAssertFalse(f.manifestInstalled || f.planInstalled || f.filesRemoved)
+        XCTAssertTrue(f.discarded, "what it recorded is dropped: the refresh starts again (round 17)")
         let g = Fake()
         g.mark = 7; g.whole = false
         RefreshSwap.abandon(g)
@@ -265,6 +268,8 @@ final class RefreshSwapTests: XCTestCase {
         XCTAssertEqual(planNow(), oldPack.plan)
         XCTAssertNotNil(partial.refreshUnderWay())
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh/commit"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh/manifest.tsv"), "the refresh starts again")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/regions/r/refresh/plan.json"))
         // Every planned line and one the plan does not name (attack round 16): not swapped in.
         try? FileManager.default.removeItem(atPath: dir)
         let extra = try regionWithRefresh()

@@ -281,6 +281,10 @@ final class TrustExportTests: XCTestCase {
         // MBTiles rows are TMS: tile 2/0/0 is row 3.
         XCTAssertEqual(try sqlite(path, "SELECT hex(tile_data) FROM tiles WHERE zoom_level = 2 AND tile_column = 0 AND tile_row = 3"),
                        donorBytes.map { String(format: "%02X", $0) }.joined())
+        // The status said completed (no refresh under way): the swap is finished as a clean-up of
+        // one already reported, and no second `refresh` event is written (attack round 17).
+        XCTAssertEqual(fx.events("toner").filter { $0["refresh"] != nil }.count, 0)
+        XCTAssertEqual(fx.state("toner"), "completed")
     }
 
     // MARK: - Finding 6: sprite URLs with a query
