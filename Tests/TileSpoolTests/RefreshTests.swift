@@ -236,6 +236,19 @@ final class RefreshTests: XCTestCase {
     /// kill -9 while a refresh waits on z14: the old pack is intact, gc keeps the objects of both
     /// manifests, and after a restart the refresh asks only for what it had not recorded, then
     /// swaps the new manifest in.
+    /// Starts a refresh of monaco with the z14 tiles failing (the `FAIL` switch; the daemon retries
+    /// them after its --retry-delay) and waits until everything but those six tiles is recorded in
+    /// the refresh's own manifest.
+    func refreshUntilAllButZ14() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
+        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
+        let refreshManifest = fx.store + "/regions/monaco/refresh/manifest.tsv"
+        try waitUntil("the refresh recorded all but z14") {
+            let text = (try? String(contentsOfFile: refreshManifest, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.count == resources - 6
+        }
+    }
+
     func testKill9MidRefreshResumesAndGCKeepsBothManifests() throws {
         try fx.start(["--retry-delay", "30"])
         try completeMonaco()
@@ -245,14 +258,7 @@ final class RefreshTests: XCTestCase {
         // A tile with content (5748 decodes to 0 bytes, which is an empty tile since issue 10).
         try change(z13, to: try Data(contentsOf: mapdata.appendingPathComponent("tiles/liechtenstein/14/8623/5749.pbf")))
         let newSha = sha256(gunzip(mapdata.path + "/tiles/liechtenstein/14/8623/5749.pbf"))
-        XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
-        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
-        let refreshManifest = fx.store + "/regions/monaco/refresh/manifest.tsv"
-        // Everything but the six z14 tiles recorded in the refresh's own manifest.
-        try waitUntil("the refresh recorded all but z14") {
-            let text = (try? String(contentsOfFile: refreshManifest, encoding: .utf8)) ?? ""
-            return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.count == resources - 6
-        }
+        try refreshUntilAllButZ14()
         XCTAssertEqual(fx.state("monaco"), "downloading")
         XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, true)
         XCTAssertEqual(manifestBytes(), old)
@@ -297,13 +303,7 @@ final class RefreshTests: XCTestCase {
     func testARefreshThatEndedWhileNoDaemonRanIsClosedAtStart() throws {
         try fx.start(["--retry-delay", "30"])
         try completeMonaco()
-        XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
-        _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
-        let refreshManifest = fx.store + "/regions/monaco/refresh/manifest.tsv"
-        try waitUntil("the refresh recorded all but z14") {
-            let text = (try? String(contentsOfFile: refreshManifest, encoding: .utf8)) ?? ""
-            return text.split(separator: "\n").filter { !$0.hasPrefix("#") }.count == resources - 6
-        }
+        try refreshUntilAllButZ14()
         fx.kill9()
         XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, true)
         try FileManager.default.removeItem(atPath: fx.store + "/regions/monaco/refresh")
