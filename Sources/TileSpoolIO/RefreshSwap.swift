@@ -63,8 +63,11 @@ enum RefreshSwap {
             slot = try steps.writeCommitMark()
             try steps.installRefreshedManifest(slot: slot!)
         } catch {
-            // An install whose answer was lost (a PUT that landed) is a swap that happened.
+            // An install whose answer was lost (a PUT that landed), or whose last step failed
+            // after it (the folder's sync), is a swap that happened; the failure is logged
+            // (attack round 17: a failed sync there went unsaid).
             if let slot, (try? steps.refreshedManifestInstalled(slot: slot)) == true {
+                Log.error("the refreshed manifest is in, but its install reported: \(error)", region: steps.regionID)
                 finishLogged(steps, slot: slot)
                 return
             }
