@@ -533,3 +533,23 @@ public enum GlyphRanges {
     /// The `{range}` token for a range starting at `start`: `"0-255"`.
     public static func name(_ start: Int) -> String { "\(start)-\(start + 255)" }
 }
+
+/// A fixed-size bit set over plan indices (`ResourcePlan.index`, `0..<indexSpace`): which
+/// resources a manifest holds. Used by the daemon's recount, the exports' tile walk and the
+/// refresh swap's check of a manifest.
+public struct Bitmap: Sendable {
+    private var words: [UInt64]
+    /// `count` bits, all clear.
+    public init(count: Int) { words = [UInt64](repeating: 0, count: (count + 63) / 64) }
+    public subscript(i: Int) -> Bool {
+        get { words[i >> 6] & (1 << UInt64(i & 63)) != 0 }
+        set { if newValue { words[i >> 6] |= 1 << UInt64(i & 63) } else { words[i >> 6] &= ~(1 << UInt64(i & 63)) } }
+    }
+    /// Sets bit `i`; true when it was clear.
+    @discardableResult
+    public mutating func insert(_ i: Int) -> Bool {
+        guard !self[i] else { return false }
+        self[i] = true
+        return true
+    }
+}

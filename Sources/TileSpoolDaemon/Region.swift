@@ -5,16 +5,6 @@ import Foundation
 import TileSpoolCore
 import TileSpoolIO
 
-/// A fixed-size bit set over plan indices: which resources are in the manifest.
-struct Bitmap {
-    private var words: [UInt64]
-    init(count: Int) { words = [UInt64](repeating: 0, count: (count + 63) / 64) }
-    subscript(i: Int) -> Bool {
-        get { words[i >> 6] & (1 << UInt64(i & 63)) != 0 }
-        set { if newValue { words[i >> 6] |= 1 << UInt64(i & 63) } else { words[i >> 6] &= ~(1 << UInt64(i & 63)) } }
-    }
-}
-
 /// What one transfer fetches for a region: a plan index, or a document needed before the plan.
 enum WorkItem: Hashable {
     /// Plan index (the plan exists).

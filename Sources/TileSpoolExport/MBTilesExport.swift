@@ -20,11 +20,13 @@ enum MBTilesExport {
     /// A tile body as MBTiles and PMTiles readers expect it: vector tiles gzip-compressed, images
     /// as they are. A body stored as a gzip file is kept as it is, once it is known to inflate
     /// within `pack.maxDecodedBytes` (`RegionPack.checkInflates`).
-    /// - Parameter stored: the object's bytes as read (`RegionPack.prepareInPackOrder`).
+    /// - Parameters:
+    ///   - stored: the object's bytes as read (`RegionPack.prepareInPackOrder`).
+    ///   - key: the resource named in an error, made only then (once per body otherwise).
     /// - Throws: `ExportError` for a gzip file that does not inflate within the limit.
-    static func tileBytes(_ pack: RegionPack, _ stored: Data, _ sha: String, key: String, format: TileFormat) throws -> [UInt8] {
+    static func tileBytes(_ pack: RegionPack, _ stored: Data, _ sha: String, key: @autoclosure () -> String, format: TileFormat) throws -> [UInt8] {
         let stored = [UInt8](stored)
-        try pack.checkInflates(stored, sha, for: key)
+        try pack.checkInflates(stored, sha, for: key())
         guard format == .pbf, !isGzip(stored) else { return stored }
         do { return try Zlib.compress(stored, .gzip) } catch { throw ExportError("gzip: \(error)") }
     }

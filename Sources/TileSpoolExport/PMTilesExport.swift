@@ -212,10 +212,12 @@ enum PMTilesExport {
                 let known = try ks.map { try located.location(at: w + $0) }
                 // Read, hashed and gzip-compressed on two other threads (this one only waits).
                 let pack = part.pack, source = part.set.source
-                // Errors name the body's first tile, as the other formats name theirs.
-                let keys = ks.map { k in PMTiles.tile(ofID: firstTile[w + k]).map { ManifestLine.tileKey(source: source, $0) } ?? "\(source) body \(bodies[window[k]])" }
+                // Errors name the body's first tile, as the other formats name theirs (the key is
+                // made only for an error).
+                let firstIDs = ks.map { firstTile[w + $0] }
                 try pack.prepareInPackOrder(shas, at: known, workers: 2, prepare: { j, data in
-                    try MBTilesExport.tileBytes(pack, data, shas[j], key: keys[j], format: format)
+                    try MBTilesExport.tileBytes(pack, data, shas[j], key: PMTiles.tile(ofID: firstIDs[j]).map { ManifestLine.tileKey(source: source, $0) }
+                                                    ?? "\(source) body \(shas[j])", format: format)
                 }) { j, bytes in held[ks[j]] = bytes }
             }
             for (k, body) in window.enumerated() {

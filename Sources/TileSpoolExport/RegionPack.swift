@@ -168,7 +168,7 @@ public final class RegionPack: @unchecked Sendable {
         guard let set = plan.tileSets.first(where: { $0.source == source }) else {
             throw ExportError("region '\(id)' has no tile source '\(source)'")
         }
-        var seen = [UInt64](repeating: 0, count: plan.indexSpace / 64 + 1)
+        var seen = Bitmap(count: plan.indexSpace)
         var met = 0, unplanned = 0
         var failure: Error?
         let cover = PlanCover(plan)
@@ -176,9 +176,7 @@ public final class RegionPack: @unchecked Sendable {
             try manifest.forEachLine { line in
                 guard failure == nil, line.kind == .tile, let (s, t) = ManifestLine.parseTileKey(line.key), s == source else { return }
                 guard let i = plan.index(source: s, tile: t, cover: cover) else { unplanned += 1; return }
-                let bit: UInt64 = 1 << UInt64(i & 63)
-                guard seen[i >> 6] & bit == 0 else { return }
-                seen[i >> 6] |= bit
+                guard seen.insert(i) else { return }
                 met += 1
                 if let subset, !subset.contains(t) { return }
                 do { try body(t, line) } catch { failure = error }
@@ -293,13 +291,13 @@ public final class RegionPack: @unchecked Sendable {
                                              empty: (TileID, ManifestLine) throws -> Void,
                                              _ body: (String, T, [(TileID, ManifestLine)]) throws -> Void) throws {
         try forEachTileWindow(of: source, window: window) { w in
-            var names: [String] = []
+            var names: [String] = [], firsts: [Int] = [] // each object once, and its first tile in the window
             var tilesOf: [String: [Int]] = [:]
             for (i, (t, line)) in w.enumerated() {
                 guard let s = line.sha256 else { try empty(t, line); continue }
-                if tilesOf[s]?.append(i) == nil { tilesOf[s] = [i]; names.append(s) }
+                if tilesOf[s]?.append(i) == nil { tilesOf[s] = [i]; names.append(s); firsts.append(i) }
             }
-            let shas = names, keys = names.map { w[tilesOf[$0]![0]].1.key }
+            let shas = names, keys = firsts.map { w[$0].1.key }
             try prepareInPackOrder(shas, prepare: { k, data in try prepare(shas[k], keys[k], data) }) { k, value in
                 try body(shas[k], value, tilesOf[shas[k]]!.map { w[$0] })
             }
@@ -386,9 +384,9 @@ public final class RegionPack: @unchecked Sendable {
     /// keeping what it inflates to: the formats that carry gzip tiles as they are (mbtiles,
     /// pmtiles) hand no client a body over the limit or a damaged one.
     /// - Throws: `ExportError` as `decodedBody`.
-    func checkInflates(_ raw: [UInt8], _ sha256: String, for key: String) throws(ExportError) {
+    func checkInflates(_ raw: [UInt8], _ sha256: String, for key: @autoclosure () -> String) throws(ExportError) {
         guard isGzip(raw) else { return }
-        do { try Zlib.inflate(raw, limit: maxDecodedBytes) { _ in true } } catch { throw inflateError(error, sha256, key) }
+        do { try Zlib.inflate(raw, limit: maxDecodedBytes) { _ in true } } catch { throw inflateError(error, sha256, key()) }
     }
 
     /// A stored JSON document (style or TileJSON) as an object; nil when not recorded.

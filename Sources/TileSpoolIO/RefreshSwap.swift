@@ -21,7 +21,8 @@ protocol RefreshSwapSteps: AnyObject {
     /// Whether the refresh has a manifest to install.
     func refreshHasManifest() throws -> Bool
     /// Whether the refresh's manifest holds a line for every resource of the plan it goes with
-    /// (the refresh's plan, else the region's): `RefreshSwap.holdsEveryResource`.
+    /// (the refresh's plan, else the region's), and none for anything else. One implementation
+    /// for both stores (below).
     /// - Throws: when the manifest or plan cannot be read.
     func refreshedManifestIsWhole() throws -> Bool
     /// Makes the refreshed manifest the region's in one step readers see whole (a rename, one
@@ -36,6 +37,23 @@ protocol RefreshSwapSteps: AnyObject {
     func discardRefreshedFiles()
     /// The region's id, for the log.
     var regionID: String { get }
+}
+
+/// The steps both stores take alike, through `RegionStorage` (the refresh's files are
+/// `refreshStorage`).
+extension RefreshSwapSteps where Self: RegionStorage {
+    func refreshedManifestIsWhole() throws -> Bool {
+        let refresh = refreshStorage
+        guard let plan = refresh.loadPlan() ?? loadPlan() else {
+            if let e = refresh.readFailure ?? readFailure { throw e } // a bucket that did not answer: nothing decided
+            return false
+        }
+        let whole = RefreshSwap.holdsEveryResource(plan) { body in refresh.readManifest(cutPartialLine: false, body) }
+        if let e = refresh.readFailure { throw e }
+        return whole
+    }
+
+    func discardRefreshedFiles() { refreshStorage.resetDownload() }
 }
 
 /// A refresh's swap, written once for both backends (issue 30), rolled forward from its commit
@@ -142,13 +160,12 @@ enum RefreshSwap {
     /// test a manifest passes before it replaces a pack's by a roll-forward.
     static func holdsEveryResource(_ plan: ResourcePlan, _ read: ((ManifestLine) -> Void) throws -> Void) rethrows -> Bool {
         guard plan.indexSpace < 1 << 31 else { return false }
-        var seen = [UInt64](repeating: 0, count: plan.indexSpace / 64 + 1)
+        var seen = Bitmap(count: plan.indexSpace)
         var met = 0, unplanned = 0
         let cover = PlanCover(plan)
         try read { line in
             guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), i >= 0, i < plan.indexSpace else { unplanned += 1; return }
-            let bit = UInt64(1) << UInt64(i & 63)
-            if seen[i >> 6] & bit == 0 { seen[i >> 6] |= bit; met += 1 }
+            if seen.insert(i) { met += 1 }
         }
         return met == plan.count && unplanned == 0
     }

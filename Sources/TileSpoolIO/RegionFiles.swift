@@ -533,14 +533,6 @@ extension RegionFiles: RefreshSwapSteps {
 
     func refreshHasManifest() throws -> Bool { Files.entryType(refreshFiles.manifestPath) == .regular }
 
-    func discardRefreshedFiles() { refreshFiles.resetDownload() }
-
-    func refreshedManifestIsWhole() throws -> Bool {
-        guard let plan = refreshFiles.loadPlan() ?? loadPlan() else { return false }
-        let refresh = refreshFiles
-        return RefreshSwap.holdsEveryResource(plan) { body in refresh.readManifest(cutPartialLine: false, body) }
-    }
-
     func installRefreshedManifest(slot: Int) throws {
         if Files.entryType(refreshFiles.manifestPath) == .regular { try Files.rename(refreshFiles.manifestPath, manifestPath) }
         try openFolder().sync()

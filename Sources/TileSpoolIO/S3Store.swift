@@ -455,19 +455,6 @@ extension S3RegionFiles: RefreshSwapSteps {
 
     func refreshHasManifest() throws -> Bool { try !refreshFiles.layout().read.isEmpty }
 
-    func discardRefreshedFiles() { refreshFiles.resetDownload() }
-
-    func refreshedManifestIsWhole() throws -> Bool {
-        guard let plan = refreshFiles.loadPlan() ?? loadPlan() else {
-            if let e = refreshFiles.readFailure ?? readFailure { throw e }
-            return false
-        }
-        let refresh = refreshFiles
-        let whole = RefreshSwap.holdsEveryResource(plan) { body in refresh.readManifest(cutPartialLine: false, body) }
-        if let e = refresh.readFailure { throw e } // the bucket did not answer: nothing decided
-        return whole
-    }
-
     func installRefreshedManifest(slot: Int) throws {
         try putRefreshedManifest(number: slot)
         nextSegment = slot + 1

@@ -9,15 +9,10 @@ import XCTest
 @testable import TileSpoolIO
 
 final class ExportPipelineTests: XCTestCase {
-    var dir: String!
-    override func setUpWithError() throws {
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString)").path
-    }
-    override func tearDown() { try? FileManager.default.removeItem(atPath: dir) }
-
-    /// `n` distinct bodies of 1 to 40 KiB, put in a local store in packs of three syncs.
+    /// `n` distinct bodies of 1 to 40 KiB, put in a local store (a scratch folder the test's end
+    /// removes) in packs of three syncs.
     func filledStore(_ n: Int) throws -> (PackedStore, [Data], [String]) {
-        let store = try PackedStore(root: dir)
+        let store = try PackedStore(root: try TestScratch.folder("pipeline").path + "/store")
         var bodies: [Data] = []
         for i in 0..<n {
             let b = Data("object \(i) ".utf8) + Data(repeating: UInt8(i & 0xFF), count: 1024 * (1 + (i * 7) % 40))
