@@ -552,7 +552,12 @@ extension RegionFiles: RefreshSwapSteps {
     /// start again).
     func removeRefreshFiles() throws {
         refreshFiles.closeManifest()
-        let folder = try openFolder()
+        let folder: Directory
+        switch Result(catching: { () throws(SystemError) in try openFolder() }) {
+        case .success(let d): folder = d
+        case .failure(let e) where e.errno == ENOENT: return // no region folder (a region just accepted): no refresh to remove
+        case .failure(let e): throw e
+        }
         if let r = try? refreshFiles.openFolder() {
             for entry in r.list() where entry != "refresh.json" && entry != "commit" { r.removeTree(entry) }
             r.remove("refresh.json")

@@ -78,6 +78,9 @@ final class EndToEndTests: XCTestCase {
         XCTAssertEqual(nginx.accessLog().filter { $0.path.hasPrefix("/tiles/monaco/") }.count, 23)
         XCTAssertEqual(nginx.accessLog().filter { $0.path.hasPrefix("/fonts/") }.count, 390)
         XCTAssertEqual(try String(contentsOfFile: fx.spool + "/status/monaco.state", encoding: .utf8), "completed\n")
+        // A download where nothing went wrong logs no error (a new region's absent folder was
+        // once logged as a refresh that could not be removed).
+        XCTAssertEqual(fx.log().split(separator: "\n").filter { $0.contains("level=error") || $0.contains("level=warning") }, [])
     }
 
     /// The bright style over Liechtenstein z0-14 with the liechtenstein TileJSON.
