@@ -224,7 +224,8 @@ extension Daemon {
         transfers[tag] = (r.id, item)
         let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
         http.start(url: url, tag: tag, validators: nil,
-                   headers: r.request.headerList + [("Range", "bytes=\(range.start)-\(range.end - 1)")] + PMTilesRemote.pinHeaders(pinned))
+                   headers: r.request.headerList + [("Range", "bytes=\(range.start)-\(range.end - 1)")] + PMTilesRemote.pinHeaders(pinned),
+                   expectedSize: Int(range.end - range.start))
         return true
     }
 

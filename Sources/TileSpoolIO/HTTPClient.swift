@@ -108,6 +108,9 @@ final class Transfer {
     var redirects = 0
     /// When the transfer must have ended (`HTTPClient.now()` seconds; infinity: no limit).
     var deadline = Double.infinity
+    /// The body's expected size in bytes (a range request's length), reserved before the first
+    /// byte so that the body is not copied as it grows; 0: unknown.
+    var expectedSize = 0
     let easy: UnsafeMutableRawPointer
     init(easy: UnsafeMutableRawPointer) { self.easy = easy }
 }
@@ -193,11 +196,13 @@ public final class HTTPClient: @unchecked Sendable {
     /// not used: it drops the body of a 200 whose `Last-Modified` did not move.
     /// `headers` (name, value) are sent as well, in the same per-transfer header list, to the
     /// first URL's origin only (a redirect to another origin drops them); values with CR or LF are
-    /// skipped (they would split the request).
-    public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = []) {
+    /// skipped (they would split the request). `expectedSize` (bytes; 0: unknown), a range
+    /// request's length, is reserved for the body up front (at most the size limit).
+    public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = [], expectedSize: Int = 0) {
         let t = makeTransfer()
         t.tag = tag
         t.limit = options.maxObjectSize
+        t.expectedSize = expectedSize
         func sendable(_ h: (String, String)) -> Bool { !(h.0 + h.1).contains(where: { $0 == "\r" || $0 == "\n" }) }
         t.conditional = ConditionalRequest.headers(for: validators).filter(sendable)
         t.requestHeaders = extra.filter(sendable)
@@ -214,6 +219,7 @@ public final class HTTPClient: @unchecked Sendable {
     /// Starts (or starts again, after a redirect) the request of `t` to `url`.
     private func begin(_ t: Transfer, url: String) {
         t.body = Data()
+        if t.expectedSize > 0 { t.body.reserveCapacity(min(t.expectedSize, t.limit)) }
         t.tooLarge = false
         var list: UnsafeMutablePointer<curl_slist>?
         for (name, value) in t.sendsRequestHeaders ? t.conditional + t.requestHeaders : t.conditional {
