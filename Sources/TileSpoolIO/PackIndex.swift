@@ -7,19 +7,31 @@ import Glibc
 import TileSpoolCore
 
 /// A pack being written to a local file (`<scratch>/<pid>-<n>.partial`): records are appended
-/// through a 1 MiB buffer, and the SHA-256 of every byte written is kept as it goes, so that
-/// sealing costs a footer, an fsync and no second pass. Its file operations are serialised by its
-/// own lock (the loop appends, the writer thread seals, a reader may read a record meanwhile).
+/// to a 1 MiB buffer; each full buffer is handed to the pack's own serial write queue, which keeps
+/// the SHA-256 of every byte written as it goes and writes the bytes, so the appending thread (the
+/// daemon's loop) neither hashes the pack nor waits for its `write`s, and sealing costs a footer,
+/// an fsync and no second pass. At most `buffersInFlight` buffers wait for the queue (memory stays
+/// bounded when the disk is slower than the network). Its file operations are serialised by its
+/// own lock (the loop appends, the writer thread seals, a reader may read a record meanwhile); a
+/// write that fails is thrown by the next `append`, `flush` or `finish`.
 final class PackWriter: @unchecked Sendable {
     private let io = NSLock()
     let path: String
     private let fd: Int32
     private var buffer: [UInt8] = []
+    /// Only the write queue touches it, and `finish` once the queue is drained.
     private let hash = SHA256.Stream()
+    private let writes = DispatchQueue(label: "tilespool.pack-writes")
+    static let buffersInFlight = 3
+    private let slots = DispatchSemaphore(value: PackWriter.buffersInFlight)
+    /// Guards `writtenBytes` and `writeError`, which the write queue sets.
+    private let progress = NSLock()
+    private var writtenBytes = 0
+    private var writeError: SystemError?
     /// Bytes handed to `append` (records and the magic), whether or not written yet.
     private(set) var appended: Int
-    /// Bytes written to the file.
-    private(set) var written = 0
+    /// Bytes written to the file (in the page cache).
+    var written: Int { progress.lock(); defer { progress.unlock() }; return writtenBytes }
     private(set) var entries: [PackFormat.Entry] = []
     /// Where each digest's record is in `entries`.
     private(set) var positions: [Digest: Int] = [:]
@@ -40,36 +52,61 @@ final class PackWriter: @unchecked Sendable {
         appended = PackFormat.magic.count
     }
 
-    deinit { Glibc.close(fd) }
+    deinit { Glibc.close(fd) } // a queued write holds `self`: none is left by now
 
-    /// Appends the record of `body` (named `digest`); written to the file once the buffer is full.
-    /// - Throws: `SystemError` when a write fails (the pack is then unusable).
+    /// Appends the record of `body` (named `digest`); handed to the write queue once the buffer
+    /// is full.
+    /// - Throws: `SystemError` when a write failed (the pack is then unusable).
     func append(_ digest: Digest, _ body: UnsafeRawBufferPointer) throws(SystemError) {
         io.lock(); defer { io.unlock() }
+        try throwIfFailed()
         positions[digest] = entries.count
         entries.append(PackFormat.Entry(digest: digest, offset: UInt64(appended), length: UInt32(body.count)))
         buffer += PackFormat.header(digest, length: body.count)
         buffer.append(contentsOf: body)
         appended += PackFormat.headerSize + body.count
         bodyBytes += body.count
-        if buffer.count >= 1 << 20 { try flushLocked() }
+        if buffer.count >= 1 << 20 { handOff() }
     }
 
-    /// Writes what the buffer holds.
+    /// Writes what the buffer holds, and waits for every write queued before.
     func flush() throws(SystemError) {
         io.lock(); defer { io.unlock() }
         try flushLocked()
     }
 
-    private func flushLocked() throws(SystemError) {
+    private func throwIfFailed() throws(SystemError) {
+        progress.lock(); let e = writeError; progress.unlock()
+        if let e { throw e }
+    }
+
+    /// Queues the buffer's bytes for writing (blocks while `buffersInFlight` are queued).
+    private func handOff() {
         guard !buffer.isEmpty else { return }
-        let r: Result<Void, SystemError> = buffer.withUnsafeBytes { raw in
-            hash.update(raw)
-            do throws(SystemError) { try Files.writeAll(fd, raw, path: path); return .success(()) } catch { return .failure(error) }
+        let chunk = buffer
+        buffer = []
+        buffer.reserveCapacity(1 << 20)
+        slots.wait()
+        writes.async { [self] in
+            defer { slots.signal() }
+            progress.lock(); let failed = writeError != nil; progress.unlock()
+            guard !failed else { return }
+            chunk.withUnsafeBytes { raw in
+                hash.update(raw)
+                do throws(SystemError) {
+                    try Files.writeAll(fd, raw, path: path)
+                    progress.lock(); writtenBytes += raw.count; progress.unlock()
+                } catch {
+                    progress.lock(); writeError = error; progress.unlock()
+                }
+            }
         }
-        try r.get()
-        written += buffer.count
-        buffer.removeAll(keepingCapacity: true)
+    }
+
+    private func flushLocked() throws(SystemError) {
+        handOff()
+        writes.sync {}
+        try throwIfFailed()
     }
 
     /// The body of a record of this pack, read back from the file (flushed first).
