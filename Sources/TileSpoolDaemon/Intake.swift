@@ -238,13 +238,13 @@ extension Daemon {
         guard let r = regions[id] else {
             // In a shared store (S3) a region this spool has no status for is another daemon's.
             if action == .delete, status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) {
-                Files.remove(path)
                 store.region(id).remove()
                 status.remove(id: id)
                 status.event(StatusEvent(id: id, state: "deleted", action: "delete"))
                 Log.info("deleted (status only)", region: id, state: "deleted")
                 runHook(id: id, state: "deleted", previous: nil)
                 ops.uniqueWanted = true
+                Files.remove(path) // only once done, as below
                 return
             }
             reject(path: path, name: name, reason: "no region with id '\(id)'")
@@ -259,8 +259,11 @@ extension Daemon {
                 return
             }
         }
-        Files.remove(path)
         apply(action, to: r, maxAge: maxAge)
+        // Only once the action is applied (a refresh's record written, the status rewritten): a
+        // kill -9 before leaves the file to be taken again, and taking it twice changes nothing
+        // (attack round 17: a refresh taken just before a kill -9 was lost).
+        Files.remove(path)
     }
 
     /// The `maxAge` a refresh control file asks for: empty content (all resources), or a JSON
