@@ -81,18 +81,20 @@ public final class FolderWatcher: @unchecked Sendable {
     }
 }
 
-/// SIGINT and SIGTERM delivered as a readable fd (signalfd(2)) instead of an asynchronous handler,
-/// so the event loop stops between two steps. Also ignores SIGPIPE.
+/// SIGINT, SIGTERM and SIGQUIT delivered as a readable fd (signalfd(2)) instead of an asynchronous
+/// handler, so the event loop stops between two steps (SIGQUIT as nginx takes it, a clean stop:
+/// left to the Swift runtime it printed a crash report and the daemon went on). Also ignores SIGPIPE.
 public final class SignalFD: @unchecked Sendable {
     public let fd: Int32
 
-    /// Blocks SIGINT and SIGTERM for the process and opens a signalfd for them.
+    /// Blocks SIGINT, SIGTERM and SIGQUIT for the process and opens a signalfd for them.
     /// - Throws: `SystemError` from `signalfd`.
     public init() throws(SystemError) {
         var set = sigset_t()
         sigemptyset(&set)
         sigaddset(&set, SIGINT)
         sigaddset(&set, SIGTERM)
+        sigaddset(&set, SIGQUIT)
         sigprocmask(SIG_BLOCK, &set, nil)
         signal(SIGPIPE, SIG_IGN)
         fd = signalfd(-1, &set, Int32(SFD_NONBLOCK | SFD_CLOEXEC))

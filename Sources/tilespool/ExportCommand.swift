@@ -47,10 +47,10 @@ options:
 Several IDs (mbtiles and pmtiles only, --output required): completed regions fetched from the
 same tile URL template go in one file, their union, each z/x/y once; where two regions hold a
 tile, the one whose pack was written last wins (docs/export.md). Different sources are refused.
-SIGINT, SIGTERM or SIGHUP stop it between tiles: the work folder is removed and PATH is as it was
+SIGINT, SIGTERM, SIGHUP or SIGQUIT stop it between tiles: the work folder is removed and PATH is as it was
 (exit 130); one that comes once PATH is replaced does not undo it (exit 0, with a note).
 Exit status: 0 written, 1 not written (the region is not completed, a missing source, ...), 2 usage,
-130 stopped by SIGINT, SIGTERM or SIGHUP.
+130 stopped by SIGINT, SIGTERM, SIGHUP or SIGQUIT.
 """
 
 func commandExport(_ argv: [String]) throws -> Int32 {
@@ -113,7 +113,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     let packs = try ids.map { try RegionPack(store: store, id: $0) }
     let onTerminal = isatty(2) == 1
     var lastDraw = 0.0
-    // SIGINT, SIGTERM and SIGHUP stop the export between tiles: its work folder is removed and PATH is
+    // SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the export between tiles: its work folder is removed and PATH is
     // as it was (attack round 14: the work folder was left behind), exit status 130.
     StopSignal.install()
     let progress: Exporter.Progress = { done, total in

@@ -22,7 +22,7 @@ for this region is fetched again (no daemon may run on that store meanwhile: it 
 store's lock; use `tilespool submit --wait` and `tilespool export` then). Only this region of the
 store is touched, and only requests/<id>.json and control/<id>.* of the spool.
 
-Ctrl-C (SIGINT) or SIGTERM stops it cleanly (what was downloaded is recorded; exit status 130);
+Ctrl-C (SIGINT), SIGTERM or SIGQUIT stops it cleanly (what was downloaded is recorded; exit status 130);
 the same command again goes on from there, fetching only what is missing. Run again after it
 completed, it fetches nothing and exports again (with --force to replace PATH). A region of that
 id in the store that downloads something else is replaced when it is finished (completed, failed,
@@ -56,7 +56,7 @@ exit status:
   7    the region was cancelled (a control file in the spool)
   8    the region was deleted (a control file in the spool)
   10   the server cannot be reached after the retries; run again to go on
-  130  stopped by SIGINT or SIGTERM; run again to go on
+  130  stopped by SIGINT, SIGTERM or SIGQUIT; run again to go on
 """
 
 /// The export format `tilespool get` writes to `output`: `--format`, else from the name.
@@ -197,7 +197,7 @@ func commandGet(_ argv: [String]) throws -> Int32 {
         guard let end else { return RegionExit.notDone }
         if end != .completed { report(end, id: id); return end.exitStatus }
     }
-    // SIGINT and SIGTERM stop the export too: a handler notes the signal (one the daemon left
+    // SIGINT, SIGTERM (and SIGHUP, SIGQUIT) stop the export too: a handler notes the signal (one the daemon left
     // blocked and pending is delivered now), and the export, checking between tiles, ends with
     // its work folder removed and PATH as it was; exit status 130 either way.
     StopSignal.install()

@@ -29,7 +29,7 @@ enum RegionExit {
     static let noDaemon: Int32 = 9
     /// `get`: the server could not be reached after the retries (`pausedNetwork`); a re-run goes on.
     static let network: Int32 = 10
-    /// `get`: stopped by SIGINT or SIGTERM; a re-run goes on from where it stopped.
+    /// `get`: stopped by SIGINT, SIGTERM or SIGQUIT; a re-run goes on from where it stopped.
     static let interrupted: Int32 = 130
 }
 

@@ -121,7 +121,7 @@ final class ExportPipelineTests: XCTestCase {
         XCTAssertEqual(tiles, 87_381)
         let outDir = fx.root.appendingPathComponent("out").path
         try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
-        for (format, sig) in [("mbtiles", SIGTERM), ("pmtiles", SIGINT), ("mbtiles", SIGHUP)] {
+        for (format, sig) in [("mbtiles", SIGTERM), ("pmtiles", SIGINT), ("mbtiles", SIGHUP), ("pmtiles", SIGQUIT)] {
             let output = outDir + "/world.\(format)"
             let p = Process()
             p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)

@@ -208,6 +208,18 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         assertTilesMatchServer("t", count: 1365)
     }
 
+    /// SIGQUIT stops the daemon as SIGTERM does (nginx's graceful stop); left to the Swift
+    /// runtime it printed a crash report and the daemon went on.
+    func testSigquitStopsTheDaemonCleanly() throws {
+        try fx.start()
+        try fx.drop("t.json", slowRequest("t", maxZoom: 5))
+        try waitUntil("t has progress", timeout: 60) { (fx.progress("t")["tilesCompleted"] ?? 0) >= 20 }
+        XCTAssertEqual(fx.stop(signal: SIGQUIT), 0)
+        XCTAssertEqual(fx.state("t"), "queued")
+        XCTAssertFalse(fx.log().contains("crashed"), fx.log().suffix(2000).description)
+        XCTAssertEqual(fx.eventStates("t").last, "queued")
+    }
+
     /// A tiles region whose plan.json was lost (a power cut before the rename reached the disk)
     /// makes its plan again at restart and completes.
     func testTilesRegionWithoutItsPlanMakesItAgain() throws {

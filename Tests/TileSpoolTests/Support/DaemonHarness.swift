@@ -65,11 +65,21 @@ final class SpoolFixture: @unchecked Sendable {
         XCTAssertTrue(p.isRunning, "daemon exited at start: \(log())")
     }
 
-    /// SIGTERM, and wait for the exit status.
+    /// Stops the daemon with `signal` (SIGTERM unless said) and waits; its exit status. One still
+    /// running after 60 s fails the test and is killed (SIGKILL: status -1).
     @discardableResult
-    func stop() -> Int32 {
+    func stop(signal: Int32 = SIGTERM) -> Int32 {
         guard let d = daemon else { return -1 }
-        if d.isRunning { d.terminate() }
+        if d.isRunning { kill(d.processIdentifier, signal) }
+        let deadline = Date().addingTimeInterval(60)
+        while d.isRunning && Date() < deadline { usleep(10_000) }
+        if d.isRunning {
+            XCTFail("the daemon did not stop on signal \(signal): \(log().suffix(2000))")
+            kill(d.processIdentifier, SIGKILL)
+            d.waitUntilExit()
+            daemon = nil
+            return -1
+        }
         d.waitUntilExit()
         daemon = nil
         return d.terminationStatus
