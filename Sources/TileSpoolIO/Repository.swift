@@ -469,12 +469,14 @@ public final class Repository: @unchecked Sendable {
     /// A copy that cannot be read (over `limit`, its pack cut short or not a file, an I/O error)
     /// is passed over too; its error is the one thrown when no copy is right.
     /// - Throws: `SystemError` ENOENT when the store does not hold it; EIO when every copy it
-    ///   holds is damaged; EFBIG over `limit`; the backend's error.
+    ///   holds is damaged, or the packs the index names for it are missing; EFBIG over `limit`;
+    ///   the backend's error.
     public func read(_ sha256: String, limit: Int) throws -> Data {
         guard let digest = Digest(hex: sha256) else { throw SystemError("read", sha256, errno: EINVAL) }
         try ensureLoaded()
         var damaged = false
         var failure: Error?
+        var missingPack: String?
         for attempt in 0..<2 {
             lock.lock()
             if let w = ([open].compactMap { $0 } + sealing).first(where: { $0.positions[digest] != nil }) {
@@ -484,6 +486,7 @@ public final class Repository: @unchecked Sendable {
             let copies = candidatesLocked(digest)
             lock.unlock()
             var gone = false
+            missingPack = nil
             for (pack, e) in copies {
                 // A copy that cannot be read (over the limit, its pack cut short or a symlink, an
                 // I/O error) is passed over for the next; its error is thrown only when no copy
@@ -496,6 +499,7 @@ public final class Repository: @unchecked Sendable {
                 }
                 guard let d = loaded else {
                     gone = true
+                    missingPack = missingPack ?? Repository.packName(pack.digest)
                     continue
                 }
                 if Repository.hashes(d, to: digest) { return d }
@@ -511,6 +515,9 @@ public final class Repository: @unchecked Sendable {
         }
         if let failure { throw failure }
         if damaged { throw SystemError("read", "object \(sha256) (its bytes do not hash to its name)", errno: EIO) }
+        // Indexed, but its pack is gone (removed by hand, a damaged store): not "absent" (attack
+        // round 16: `cat` said the store does not hold it); `verify` reports the pack.
+        if let missingPack { throw SystemError("read", "object \(sha256) (indexed in \(missingPack), which is missing)", errno: EIO) }
         throw SystemError("read", "object \(sha256)", errno: ENOENT)
     }
 

@@ -582,6 +582,31 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(rc, 0, out)
     }
 
+    /// An object whose index entry names a pack that is gone is not "absent": `read` throws EIO
+    /// naming the pack, and `cat` says so (attack round 16: it said the store does not hold it).
+    func testAnObjectWhosePackIsGoneIsReportedAsMissingPackNotAbsent() throws {
+        let store = try open()
+        let bs = bodies(3, "gone")
+        for b in bs { try store.put(b) }
+        try store.sync()
+        let packs = try FileManager.default.contentsOfDirectory(atPath: dir + "/packs").filter { $0.hasSuffix(".pack") }
+        XCTAssertEqual(packs.count, 1)
+        try FileManager.default.removeItem(atPath: dir + "/packs/" + packs[0])
+        let again = try open()
+        XCTAssertThrowsError(try again.read(sha256Hex(bs[0]), limit: 1 << 20)) { error in
+            XCTAssertEqual((error as? SystemError)?.errno, EIO, "\(error)")
+            XCTAssertTrue("\(error)".contains("packs/\(packs[0]), which is missing"), "\(error)")
+        }
+        let (rc, out) = try runTool(SpoolFixture.binary, ["cat", sha256Hex(bs[0]), "--store", dir])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("which is missing"), out)
+        XCTAssertFalse(out.contains("does not hold"), out)
+        // An object the store never held is still "does not hold".
+        let (rc2, out2) = try runTool(SpoolFixture.binary, ["cat", sha256Hex(Data("never stored".utf8)), "--store", dir])
+        XCTAssertEqual(rc2, 1, out2)
+        XCTAssertTrue(out2.contains("does not hold object"), out2)
+    }
+
     /// Objects of an earlier version (loose, `objects/ab/<sha>`) are read as they are, and gc
     /// moves the referenced ones into packs.
     func testLooseObjectsAreReadAndGCPacksThem() throws {
