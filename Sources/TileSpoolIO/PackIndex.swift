@@ -24,10 +24,12 @@ final class PackWriter: @unchecked Sendable {
     private let writes = DispatchQueue(label: "tilespool.pack-writes")
     static let buffersInFlight = 3
     private let slots = DispatchSemaphore(value: PackWriter.buffersInFlight)
-    /// Guards `writtenBytes` and `writeError`, which the write queue sets.
+    /// Guards `writtenBytes`, `writeError` and the wake, which the write queue sets and reads.
     private let progress = NSLock()
     private var writtenBytes = 0
     private var writeError: SystemError?
+    /// An eventfd to make readable once `writtenBytes` reaches a position (`wake(_:whenWritten:)`).
+    private var wakeAt: (fd: Int32, position: Int)?
     /// Bytes handed to `append` (records and the magic), whether or not written yet.
     private(set) var appended: Int
     /// Bytes written to the file (in the page cache).
@@ -69,12 +71,6 @@ final class PackWriter: @unchecked Sendable {
         if buffer.count >= 1 << 20 { handOff() }
     }
 
-    /// Writes what the buffer holds, and waits for every write queued before.
-    func flush() throws(SystemError) {
-        io.lock(); defer { io.unlock() }
-        try flushLocked()
-    }
-
     private func throwIfFailed() throws(SystemError) {
         progress.lock(); let e = writeError; progress.unlock()
         if let e { throw e }
@@ -95,12 +91,35 @@ final class PackWriter: @unchecked Sendable {
                 hash.update(raw)
                 do throws(SystemError) {
                     try Files.writeAll(fd, raw, path: path)
-                    progress.lock(); writtenBytes += raw.count; progress.unlock()
+                    progress.lock(); writtenBytes += raw.count
                 } catch {
-                    progress.lock(); writeError = error; progress.unlock()
+                    progress.lock(); writeError = error // a failure wakes too: the next put or sync throws it
                 }
+                if let w = wakeAt, writtenBytes >= w.position || writeError != nil { wakeAt = nil; PackWriter.signal(w.fd) }
+                progress.unlock()
             }
         }
+    }
+
+    /// Queues what the buffer holds without waiting for it to be written (`wake` tells when).
+    func handOffBuffer() {
+        io.lock(); defer { io.unlock() }
+        handOff()
+    }
+
+    /// Makes eventfd `fd` readable once the bytes up to `position` (from the file's start) are
+    /// written, or a write failed: at once if so already. Replaces the wake set before.
+    func wake(_ fd: Int32, whenWritten position: Int) {
+        progress.lock(); defer { progress.unlock() }
+        if writtenBytes >= position || writeError != nil { wakeAt = nil; PackWriter.signal(fd) } else { wakeAt = (fd, position) }
+    }
+
+    /// Forgets the wake set by `wake`.
+    func forgetWake() { progress.lock(); wakeAt = nil; progress.unlock() }
+
+    static func signal(_ fd: Int32) {
+        var one: UInt64 = 1
+        _ = Glibc.write(fd, &one, 8)
     }
 
     private func flushLocked() throws(SystemError) {

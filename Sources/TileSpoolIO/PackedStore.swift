@@ -43,12 +43,12 @@ public final class PackedStore: TileStore, @unchecked Sendable {
     public func put(_ data: Data) throws -> (sha256: String, isNew: Bool) { try repository.put(data) }
     public var writesQueued: Int { repository.writesQueued }
     public var writesDone: Int { repository.writesDone }
-    /// Writes are done once `resetWake` has flushed the open pack: nothing to wait for.
-    public var writesWakeFD: Int32 { -1 }
-    public func wakeWhenDone(through ticket: Int) {}
-    /// Each loop turn: the open pack's buffer goes to its file, so the journal may name every
-    /// object put so far.
-    public func resetWake() { repository.flushOpenPack() }
+    /// The open pack's bytes are written by its own write queue (`PackWriter`): the loop is woken
+    /// once those the journal waits for are in the file.
+    public var writesWakeFD: Int32 { repository.writesWakeFD }
+    public func wakeWhenDone(through ticket: Int) { repository.wakeWhenDone(through: ticket) }
+    /// Each loop turn: the open pack's buffer goes to its write queue, without waiting.
+    public func resetWake() { repository.resetWake() }
     public func sync() throws { try repository.sync() }
     public func writeFailure(among sha256s: [String]) -> Error? { repository.writeFailure(among: sha256s) }
     public func read(_ sha256: String, limit: Int) throws -> Data { try repository.read(sha256, limit: limit) }

@@ -73,17 +73,33 @@ final class StoreTests: XCTestCase {
         XCTAssertFalse(again.contains(String(repeating: "0", count: 64)))
     }
 
-    /// The journal's tickets: a put hands out the next one, and each loop turn (`resetWake`)
-    /// writes the open pack's buffer so every ticket is done; there is nothing to wait on.
-    func testWriteTicketsAreDoneOnceTheLoopTurnWritesTheOpenPack() throws {
+    /// The journal's tickets: a put hands out the next one; each loop turn (`resetWake`) hands
+    /// the open pack's buffer to its write queue, and `writesWakeFD` becomes readable once the
+    /// tickets waited for are written to the pack's file.
+    func testWriteTicketsAreDoneOnceTheOpenPackIsWrittenAndTheLoopIsWoken() throws {
         let store = try open()
         XCTAssertEqual(store.writesQueued, 0)
         try store.put(Data("one".utf8))
         let t = store.writesQueued
         XCTAssertGreaterThan(t, 0)
+        XCTAssertGreaterThanOrEqual(store.writesWakeFD, 0)
         store.resetWake()
+        XCTAssertTrue(waitForWrites(store, through: t), "woken once written")
         XCTAssertEqual(store.writesDone, t)
-        XCTAssertEqual(store.writesWakeFD, -1)
+        // The bytes are in the pack's file (what a kill -9 keeps).
+        let partial = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp").first { $0.hasSuffix(".partial") })
+        let size = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: dir + "/tmp/" + partial)[.size] as? Int)
+        XCTAssertEqual(size, PackFormat.magic.count + t)
+        // A reset empties the wake; a ticket already done wakes at once.
+        store.resetWake()
+        XCTAssertTrue(waitForWrites(store, through: t))
+    }
+
+    /// `wakeWhenDone(through:)`, then waits (at most 10 s) for `writesWakeFD`: true when woken.
+    private func waitForWrites(_ store: PackedStore, through ticket: Int) -> Bool {
+        store.wakeWhenDone(through: ticket)
+        var p = pollfd(fd: store.writesWakeFD, events: Int16(POLLIN), revents: 0)
+        return poll(&p, 1, 10_000) == 1
     }
 
     /// A pack that cannot be saved (its folder is a file here) fails the sync, and its objects
@@ -170,7 +186,8 @@ final class StoreTests: XCTestCase {
         do {
             let store = try open()
             for b in bs { try store.put(b) }
-            store.resetWake() // written to the open pack's file, as each loop turn does
+            store.resetWake() // handed to the open pack's write queue, as each loop turn does
+            XCTAssertTrue(waitForWrites(store, through: store.writesQueued), "written to the file")
         }
         // The open pack as a kill left it, with a record cut short at its end.
         let partial = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: dir + "/tmp").first { $0.hasSuffix(".partial") })
