@@ -450,6 +450,12 @@ extension HTTPClient {
     /// next refresh asks with If-Modified-Since or unconditionally. `ETag: *` or an unquoted
     /// `v1` is not kept (`*` sent back as `If-None-Match: *` is answered 304 whatever changed).
     public static func storableETag(_ raw: String) -> String? {
+        // Once per tile: an ETag that starts and ends with visible ASCII has nothing to trim
+        // (Foundation's trim bridges to NSString: 3% of the loop's CPU in the throughput bench).
+        let u = raw.utf8
+        if let a = u.first, let z = u.last, (0x21...0x7E).contains(a), (0x21...0x7E).contains(z) {
+            return ConditionalRequest.isEntityTag(raw) ? raw : nil
+        }
         let t = raw.trimmingCharacters(in: .whitespacesAndNewlines)
         return ConditionalRequest.isEntityTag(t) ? t : nil
     }
