@@ -66,7 +66,11 @@ public enum PMTilesRemote {
             pinned = f
         }
         /// Bytes `start..<end` of the archive, conditional on the pinned version once known.
-        func range(_ start: UInt64, _ end: UInt64) throws(RegionError) -> [UInt8] {
+        /// With `exact` (a directory, whose place the header or the root gives), an answer
+        /// shorter than asked is an error naming that (attack round 18: it was read as a
+        /// directory that does not inflate); without (the first read, which may pass the end of
+        /// a small archive), the bytes there are.
+        func range(_ start: UInt64, _ end: UInt64, exact: Bool = true) throws(RegionError) -> [UInt8] {
             var h = headers
             h.append(("Range", "bytes=\(start)-\(end - 1)"))
             h += pinHeaders(pinned)
@@ -92,12 +96,18 @@ public enum PMTilesRemote {
                 guard body.count <= Int(end - start) else {
                     throw RegionError(code: .badResponse, message: "source '\(source)': a range of \(end - start) bytes came back with \(body.count)", url: url, httpStatus: 206)
                 }
+                if exact && body.count < Int(end - start) {
+                    throw RegionError(code: .badResponse, message: "source '\(source)': a range of \(end - start) bytes (a PMTiles directory) came back with only \(body.count)", url: url, httpStatus: 206)
+                }
                 try pin(r.freshness)
                 return body
             case 200:
                 // The server ignored Range and sent the whole file (bounded by the client's
                 // largest body): the bytes asked are cut out of it.
                 try pin(r.freshness)
+                if exact && body.count < Int(end) {
+                    throw RegionError(code: .invalidArchive, message: "source '\(source)': the PMTiles archive is \(body.count) bytes, shorter than its directory at bytes \(start)-\(end - 1)", url: url, httpStatus: 200)
+                }
                 guard Int(start) <= body.count else { return [] }
                 return Array(body[Int(start)..<min(body.count, Int(end))])
             default:
@@ -117,7 +127,7 @@ public enum PMTilesRemote {
             do { return try PMTiles.readDirectory(raw) } catch { throw invalid(error) }
         }
 
-        let first = try range(0, UInt64(firstRange))
+        let first = try range(0, UInt64(firstRange), exact: false)
         directoryBytes += first.count
         let header: PMTiles.Header
         do { header = try PMTiles.readHeader(first) } catch { throw invalid(error) }

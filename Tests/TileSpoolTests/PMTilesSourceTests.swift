@@ -1127,6 +1127,28 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(server.hits(path), 2)
     }
 
+    /// A leaf directory answered with half its bytes: the region fails naming the short answer
+    /// (attack round 18: it said the directory does not inflate, a damaged archive).
+    func testAShortAnswerForADirectoryIsNamed() throws {
+        try ExportTools.require([ExportTools.python])
+        let dir = try TestScratch.folder("pmtiles-short-dir")
+        let archive = dir.appendingPathComponent("gen.pmtiles").path
+        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "42"])
+        XCTAssertEqual(rc, 0, out)
+        let made = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        XCTAssertGreaterThan(made["leaf_directory_length"] as? Int ?? 0, 0, "the archive has leaves")
+        try server.registerFile("gen.pmtiles", data: try Data(contentsOf: URL(fileURLWithPath: archive)))
+        // Request 1 (the header and root) whole; requests 2-3 (leaves) cut to half.
+        let path = "/pmtiles/truncated/1/gen.pmtiles"
+        try fx.drop("short.json", ["id": "short", "tiles": ["pmtiles://" + server.url(path)],
+                                   "bounds": [1.3, 2.7, 37.1, 41.9], "minZoom": 0, "maxZoom": 7])
+        try fx.waitForState("short", "failed")
+        let error = try XCTUnwrap(fx.status("short")?["error"] as? [String: Any])
+        XCTAssertEqual(error["code"] as? String, "badResponse", "\(error)")
+        XCTAssertTrue((error["message"] as? String ?? "").contains("(a PMTiles directory) came back with only"), "\(error)")
+        XCTAssertEqual(server.hits(path), 2, "the header's request and the first leaf's")
+    }
+
     /// A range answered with half its bytes (twice), or 416 (twice): retried as a tile is, then
     /// complete, every tile right.
     func testTruncatedRangeAnd416AreRetried() throws {
