@@ -329,8 +329,8 @@ public final class Daemon {
     /// - Returns: true when a signal stopped it, false when `done` did.
     public func run(until done: () -> Bool) -> Bool {
         Log.info("watching \(layout.root) (store \(store.location))")
-        rescan(layout.requests)
-        rescan(layout.control)
+        applyTakenControls()
+        rescan(layout.requests, layout.control)
         var signalled = false
         while !stopping {
             if done() { break }
@@ -343,7 +343,7 @@ public final class Daemon {
                 switch ev {
                 case .file(let folder, let name): handleFile(folder: folder, name: name)
                 case .rescan(let folder):
-                    if let folder { rescan(folder) } else { rescan(layout.requests); rescan(layout.control) }
+                    if let folder { rescan(folder) } else { rescan(layout.requests, layout.control) }
                 }
             }
             for r in http.collect() { handle(r) }
@@ -363,8 +363,7 @@ public final class Daemon {
                 lastRescan = now
                 try? layout.create()      // a removed folder comes back
                 watcher.ensureWatches()   // and is watched again
-                rescan(layout.requests)
-                rescan(layout.control)
+                rescan(layout.requests, layout.control)
                 scheduleRefreshes()
             }
         }

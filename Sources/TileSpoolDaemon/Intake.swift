@@ -8,10 +8,17 @@ import TileSpoolCore
 import TileSpoolIO
 
 extension Daemon {
-    /// Handles every file in `folder`, oldest first (so arrival order follows the files' age),
-    /// leaving regular files modified in the last `options.settleTime` seconds for their close event or
-    /// the next rescan.
-    func rescan(_ folder: String) {
+    /// Handles every file in `folders`, oldest first across them (so arrival order follows the
+    /// files' age: a request and a control file of one id dropped while no daemon ran act in
+    /// the order they were dropped), leaving regular files modified in the last
+    /// `options.settleTime` seconds for their close event or the next rescan.
+    func rescan(_ folders: String...) {
+        let dated = folders.flatMap { folder in datedEntries(folder).map { (folder, $0.0, $0.1) } }
+        for (folder, name, _) in dated.sorted(by: { ($0.2, $0.1) < ($1.2, $1.1) }) { handleFile(folder: folder, name: name) }
+    }
+
+    /// The files of `folder` to handle, with their mtimes (ns); misnamed requests are refused here.
+    private func datedEntries(_ folder: String) -> [(String, Int)] {
         let now = Date().timeIntervalSince1970
         let names = Files.list(folder).filter { !$0.hasPrefix(".") && isForThisRun($0) }
         var misnamed: [String] = []
@@ -35,7 +42,7 @@ extension Daemon {
             return (name, mtime)
         }
         for name in misnamed { reject(path: folder + "/" + name, name: name, reason: Daemon.misnamedRequest(name)) }
-        for (name, _) in dated.sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) { handleFile(folder: folder, name: name) }
+        return dated
     }
 
     /// The reason a settled regular file in `requests/` whose name does not end in `.json` is moved
@@ -238,13 +245,14 @@ extension Daemon {
         guard let r = regions[id] else {
             // In a shared store (S3) a region this spool has no status for is another daemon's.
             if action == .delete, status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) {
+                let done = take(name, path)
                 store.region(id).remove()
                 status.remove(id: id)
                 status.event(StatusEvent(id: id, state: "deleted", action: "delete"))
                 Log.info("deleted (status only)", region: id, state: "deleted")
                 runHook(id: id, state: "deleted", previous: nil)
                 ops.uniqueWanted = true
-                Files.remove(path) // only once done, as below
+                Files.remove(done) // only once done, as below
                 return
             }
             reject(path: path, name: name, reason: "no region with id '\(id)'")
@@ -259,11 +267,49 @@ extension Daemon {
                 return
             }
         }
+        // Taken (renamed to a dotfile the watcher ignores), applied, then removed: a kill -9
+        // before the action's effect is on disk leaves the taken file, and the next start applies
+        // it before reading any request (`applyTakenControls`: attack round 17 lost a refresh
+        // removed just before a kill; round 18 saw a delete left in `control/` by a kill remove
+        // a new region of the same id requested after it).
+        let done = take(name, path)
         apply(action, to: r, maxAge: maxAge)
-        // Only once the action is applied (a refresh's record written, the status rewritten): a
-        // kill -9 before leaves the file to be taken again, and taking it twice changes nothing
-        // (attack round 17: a refresh taken just before a kill -9 was lost).
-        Files.remove(path)
+        Files.remove(done)
+    }
+
+    /// Renames control file `name` (at `path`) to its taken name; the path to remove once its
+    /// action is applied (`path` itself when the rename fails).
+    private func take(_ name: String, _ path: String) -> String {
+        guard let d = try? Directory(path: layout.control, followFinal: false), (try? d.rename(name, to: d, Daemon.takenPrefix + name)) != nil else { return path }
+        return layout.control + "/" + Daemon.takenPrefix + name
+    }
+
+    /// The name a control file is given while its action is applied (`handleControl`).
+    static let takenPrefix = ".tilespool-taken-"
+
+    /// At start, before requests and control files are read: the control files a stopped daemon
+    /// had taken but perhaps not applied (`.tilespool-taken-<id>.<action>`) are applied first, in
+    /// the order they were dropped, so an action dropped before a request of the same id acts
+    /// before it. One whose region is gone (a `delete` that was applied) is removed, logged.
+    func applyTakenControls() {
+        let control = layout.control
+        let taken = Files.list(control).filter { $0.hasPrefix(Daemon.takenPrefix) && isForThisRun(String($0.dropFirst(Daemon.takenPrefix.count))) }
+        for name in taken.sorted() {
+            let original = String(name.dropFirst(Daemon.takenPrefix.count))
+            let id = original.lastIndex(of: ".").map { String(original[..<$0]) } ?? original
+            guard regions[id] != nil || status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) else {
+                Log.info("\(original), taken before the daemon stopped, names region '\(id)', which is gone (it was applied): removed", [("file", original)])
+                Files.remove(control + "/" + name)
+                continue
+            }
+            // A file of the same name dropped since is the newer word: the taken one goes.
+            guard let dir = try? Directory(path: control, followFinal: false), (try? dir.rename(name, to: dir, original, mode: .noReplace)) != nil else {
+                Files.remove(control + "/" + name)
+                continue
+            }
+            Log.info("applying \(original) again: it was taken before the daemon stopped", [("file", original)])
+            handleControl(path: control + "/" + original, name: original)
+        }
     }
 
     /// The `maxAge` a refresh control file asks for: empty content (all resources), or a JSON

@@ -90,6 +90,72 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertLessThanOrEqual(tileHits("d").values.reduce(0, +), hitsAtDelete + 8)
     }
 
+    /// A control file is renamed to `.tilespool-taken-<name>` while its action is applied and
+    /// removed after; a kill -9 in between leaves the taken file, and the next start applies it
+    /// before reading requests (attack round 18: a `delete` left by a kill in `control/` removed a
+    /// new region of the same id requested after it). A taken `delete` whose region is gone
+    /// (applied before the kill) is removed without an error or a rejection.
+    func testAControlFileTakenBeforeAKillActsBeforeANewRequestOfTheSameID() throws {
+        try fx.start()
+        try fx.drop("r.json", slowRequest("r", maxZoom: 1, ms: 1))
+        try fx.waitForState("r", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        // The kill came after the delete was taken, before it was applied; the user then asked
+        // for region r anew (z0-2).
+        let taken = fx.spool + "/control/.tilespool-taken-r.delete"
+        XCTAssertTrue(FileManager.default.createFile(atPath: taken, contents: Data()))
+        try fx.drop("r.json", slowRequest("r", maxZoom: 2, ms: 1))
+        try fx.start()
+        // The region was completed before: wait for the new one's events, not the old state.
+        try waitUntil("the new region completed", timeout: 60) { fx.eventStates("r").count >= 7 && fx.state("r") == "completed" }
+        XCTAssertEqual(fx.progress("r")["tilesCompleted"], 21, "the new request's z0-2")
+        XCTAssertEqual(Array(fx.eventStates("r").dropFirst(3)), ["deleted", "queued", "downloading", "completed"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: taken))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected"), [])
+        // The kill came after the delete was applied: its region is gone, and a new request of
+        // the same id is not touched by it.
+        let events = fx.eventStates("r").count
+        try fx.control("r", "delete")
+        try waitUntil("deleted", timeout: 30) { fx.eventStates("r").last == "deleted" }
+        XCTAssertEqual(fx.stop(), 0)
+        XCTAssertTrue(FileManager.default.createFile(atPath: taken, contents: Data()))
+        try fx.drop("r.json", slowRequest("r", maxZoom: 1, ms: 1))
+        try fx.start()
+        try waitUntil("the new region completed", timeout: 60) { fx.eventStates("r").count >= events + 4 && fx.state("r") == "completed" }
+        XCTAssertEqual(fx.progress("r")["tilesCompleted"], 5)
+        XCTAssertEqual(Array(fx.eventStates("r").dropFirst(events)), ["deleted", "queued", "downloading", "completed"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: taken))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected"), [])
+        XCTAssertEqual(fx.log().split(separator: "\n").filter { $0.contains("level=error") }, [])
+    }
+
+    /// Files dropped while no daemon ran are handled at its start oldest first across
+    /// `requests/` and `control/`: a `delete` dropped before a new request of the same id
+    /// deletes the old region, not the new one; a `pause` dropped after a request pauses it.
+    func testFilesDroppedWhileNoDaemonRanActInTheOrderTheyWereDropped() throws {
+        try fx.start()
+        try fx.drop("r.json", slowRequest("r", maxZoom: 1, ms: 1))
+        try fx.waitForState("r", "completed")
+        XCTAssertEqual(fx.stop(), 0)
+        func age(_ path: String, _ seconds: Double) throws {
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-seconds)], ofItemAtPath: path)
+        }
+        try fx.control("r", "delete")
+        try age(fx.spool + "/control/r.delete", 30)
+        try fx.drop("r.json", slowRequest("r", maxZoom: 2, ms: 1))
+        try age(fx.spool + "/requests/r.json", 20)
+        try fx.drop("p.json", slowRequest("p", maxZoom: 5, ms: 50))
+        try age(fx.spool + "/requests/p.json", 20)
+        try fx.control("p", "pause")
+        try age(fx.spool + "/control/p.pause", 10)
+        try fx.start()
+        try waitUntil("the new region completed", timeout: 60) { fx.eventStates("r").count >= 7 && fx.state("r") == "completed" }
+        XCTAssertEqual(fx.progress("r")["tilesCompleted"], 21, "the new request's z0-2")
+        XCTAssertEqual(Array(fx.eventStates("r").dropFirst(3)), ["deleted", "queued", "downloading", "completed"])
+        try fx.waitForState("p", "pausedUser")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected"), [])
+    }
+
     func testActionsThatDoNotApplyChangeNothing() throws {
         try fx.start()
         try fx.drop("done.json", slowRequest("done", maxZoom: 1, ms: 1))
