@@ -242,6 +242,11 @@ extension Daemon {
             reject(path: path, name: name, reason: "the control file is not a regular file")
             return
         }
+        // Never a path of the store or spool (`.`, `..`): only what a request's id may be.
+        guard RequestValidator.isValidID(id) else {
+            reject(path: path, name: name, reason: "no region with id '\(id)' (not a valid region id)")
+            return
+        }
         guard let r = regions[id] else {
             // In a shared store (S3) a region this spool has no status for is another daemon's.
             if action == .delete, status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) {
@@ -289,14 +294,25 @@ extension Daemon {
 
     /// At start, before requests and control files are read: the control files a stopped daemon
     /// had taken but perhaps not applied (`.tilespool-taken-<id>.<action>`) are applied first, in
-    /// the order they were dropped, so an action dropped before a request of the same id acts
-    /// before it. One whose region is gone (a `delete` that was applied) is removed, logged.
+    /// the order they were dropped (their mtimes), so an action dropped before a request of the
+    /// same id acts before it. One whose region is gone (a `delete` that was applied) is removed,
+    /// logged; so is one whose name no control file could have had (a dotfile, an invalid id).
     func applyTakenControls() {
         let control = layout.control
         let taken = Files.list(control).filter { $0.hasPrefix(Daemon.takenPrefix) && isForThisRun(String($0.dropFirst(Daemon.takenPrefix.count))) }
-        for name in taken.sorted() {
+        func mtime(_ name: String) -> Int {
+            var st = stat()
+            guard lstat(control + "/" + name, &st) == 0 else { return 0 }
+            return Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec)
+        }
+        for (name, _) in taken.map({ ($0, mtime($0)) }).sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) {
             let original = String(name.dropFirst(Daemon.takenPrefix.count))
             let id = original.lastIndex(of: ".").map { String(original[..<$0]) } ?? original
+            guard !original.hasPrefix("."), RequestValidator.isValidID(id) else {
+                Log.warning("\(name) in \(control) is no control file TileSpool took (its name holds no valid region id): removed", [("file", name)])
+                Files.remove(control + "/" + name)
+                continue
+            }
             guard regions[id] != nil || status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) else {
                 Log.info("\(original), taken before the daemon stopped, names region '\(id)', which is gone (it was applied): removed", [("file", original)])
                 Files.remove(control + "/" + name)

@@ -127,6 +127,21 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: taken))
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected"), [])
         XCTAssertEqual(fx.log().split(separator: "\n").filter { $0.contains("level=error") }, [])
+        // Taken names that no control file could have had (`..delete` would name the regions
+        // folder itself as region `.`): removed with a warning, nothing else touched.
+        XCTAssertEqual(fx.stop(), 0)
+        for hostile in [".tilespool-taken-..delete", ".tilespool-taken-.x.delete", ".tilespool-taken-delete"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: fx.spool + "/control/" + hostile, contents: Data()))
+        }
+        try fx.start()
+        try waitUntil("the hostile names removed", timeout: 30) {
+            (try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/control"))?.isEmpty == true
+        }
+        // The first two with a warning; `delete` (no action in its name) names no region: removed.
+        XCTAssertEqual(fx.log().components(separatedBy: "is no control file TileSpool took").count - 1, 2)
+        XCTAssertEqual(fx.state("r"), "completed")
+        XCTAssertEqual(fx.manifest("r").filter { $0.kind == "tile" }.count, 5)
+        fx.assertStoreMatchesManifest("r")
     }
 
     /// Files dropped while no daemon ran are handled at its start oldest first across
