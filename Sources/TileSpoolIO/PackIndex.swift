@@ -13,7 +13,7 @@ import TileSpoolCore
 /// an fsync and no second pass. At most `buffersInFlight` buffers wait for the queue (memory stays
 /// bounded when the disk is slower than the network). Its file operations are serialised by its
 /// own lock (the loop appends, the writer thread seals, a reader may read a record meanwhile); a
-/// write that fails is thrown by the next `append`, `flush` or `finish`.
+/// write that fails is thrown by the next `append`, `read` or `finish`.
 final class PackWriter: @unchecked Sendable {
     private let io = NSLock()
     let path: String
