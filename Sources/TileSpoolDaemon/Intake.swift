@@ -295,8 +295,10 @@ extension Daemon {
     /// At start, before requests and control files are read: the control files a stopped daemon
     /// had taken but perhaps not applied (`.tilespool-taken-<id>.<action>`) are applied first, in
     /// the order they were dropped (their mtimes), so an action dropped before a request of the
-    /// same id acts before it. One whose region is gone (a `delete` that was applied) is removed,
-    /// logged; so is one whose name no control file could have had (a dotfile, an invalid id).
+    /// same id acts before it. A `delete` whose region is gone (it was applied) is removed, logged;
+    /// any other that names no region, or whose name no control file could have had (a dotfile,
+    /// an invalid id), is not one TileSpool took: it goes to `rejected/` (as
+    /// `tilespool-taken-<name>`, no leading dot) with the reason, never deleted.
     func applyTakenControls() {
         let control = layout.control
         let taken = Files.list(control).filter { $0.hasPrefix(Daemon.takenPrefix) && isForThisRun(String($0.dropFirst(Daemon.takenPrefix.count))) }
@@ -309,13 +311,16 @@ extension Daemon {
             let original = String(name.dropFirst(Daemon.takenPrefix.count))
             let id = original.lastIndex(of: ".").map { String(original[..<$0]) } ?? original
             guard !original.hasPrefix("."), RequestValidator.isValidID(id) else {
-                Log.warning("\(name) in \(control) is no control file TileSpool took (its name holds no valid region id): removed", [("file", name)])
-                Files.remove(control + "/" + name)
+                reject(path: control + "/" + name, name: String(name.dropFirst()), reason: "\(name) is no control file TileSpool took (its name holds no valid region id)")
                 continue
             }
             guard regions[id] != nil || status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) else {
-                Log.info("\(original), taken before the daemon stopped, names region '\(id)', which is gone (it was applied): removed", [("file", original)])
-                Files.remove(control + "/" + name)
+                if original.hasSuffix(".delete") {
+                    Log.info("\(original), taken before the daemon stopped, names region '\(id)', which is gone: the delete was applied; removed", [("file", original)])
+                    Files.remove(control + "/" + name)
+                } else {
+                    reject(path: control + "/" + name, name: String(name.dropFirst()), reason: "\(name) names region '\(id)', which does not exist: TileSpool takes a control file only for a region it has, so it did not make this one")
+                }
                 continue
             }
             // A file of the same name dropped since is the newer word: the taken one goes.

@@ -127,18 +127,22 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: taken))
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected"), [])
         XCTAssertEqual(fx.log().split(separator: "\n").filter { $0.contains("level=error") }, [])
-        // Taken names that no control file could have had (`..delete` would name the regions
-        // folder itself as region `.`): removed with a warning, nothing else touched.
+        // Taken names TileSpool could not have made (`..delete` would name the regions folder
+        // itself as region `.`; a pause of a region that does not exist): refused to
+        // `rejected/` without the leading dot, never deleted, nothing else touched.
         XCTAssertEqual(fx.stop(), 0)
-        for hostile in [".tilespool-taken-..delete", ".tilespool-taken-.x.delete", ".tilespool-taken-delete"] {
-            XCTAssertTrue(FileManager.default.createFile(atPath: fx.spool + "/control/" + hostile, contents: Data()))
+        let hostile = [".tilespool-taken-..delete", ".tilespool-taken-.x.delete", ".tilespool-taken-ghost.pause"]
+        for name in hostile {
+            XCTAssertTrue(FileManager.default.createFile(atPath: fx.spool + "/control/" + name, contents: Data()))
         }
         try fx.start()
-        try waitUntil("the hostile names removed", timeout: 30) {
+        try waitUntil("the hostile names refused", timeout: 30) {
             (try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/control"))?.isEmpty == true
         }
-        // The first two with a warning; `delete` (no action in its name) names no region: removed.
+        let rejected = Set(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected"))
+        XCTAssertEqual(rejected, Set(hostile.flatMap { [String($0.dropFirst()), String($0.dropFirst()) + ".error"] }))
         XCTAssertEqual(fx.log().components(separatedBy: "is no control file TileSpool took").count - 1, 2)
+        XCTAssertTrue(fx.log().contains("names region 'ghost', which does not exist"))
         XCTAssertEqual(fx.state("r"), "completed")
         XCTAssertEqual(fx.manifest("r").filter { $0.kind == "tile" }.count, 5)
         fx.assertStoreMatchesManifest("r")
