@@ -491,20 +491,27 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertTrue(out.contains("pmtiles://https://REDACTED@"), out)
     }
 
+    /// Writes the z0-7 archive of `make_pmtiles.py write` (seed 42) at `path` and checks that it
+    /// has leaf directories; what the script printed (`tiles`, `entries`, `leaf_directory_length`...).
+    static func writeArchiveWithLeaves(_ path: String, file: StaticString = #filePath, line: UInt = #line) throws -> [String: Any] {
+        try ExportTools.require([ExportTools.python])
+        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", path, "7", "42"])
+        XCTAssertEqual(rc, 0, out, file: file, line: line)
+        let made = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any], file: file, line: line)
+        XCTAssertGreaterThan(made["leaf_directory_length"] as? Int ?? 0, 0, "the archive has leaves", file: file, line: line)
+        return made
+    }
+
     /// An archive written by the PyPI `pmtiles` writer, with leaf directories, run-length
     /// entries and gzip tiles: the plan's count and bytes are the reader's, and only the leaf
     /// directories that meet the region are read (counted in nginx's log).
     func testPlanOfAWrittenArchiveWithLeavesReadsOnlyTheLeavesThatMeetTheRegion() throws {
         let mapdata = try MapData.require()
-        try ExportTools.require([ExportTools.python])
         let dir = try TestScratch.folder("pmtiles-gen")
         let archive = dir.appendingPathComponent("gen.pmtiles").path
-        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "42"])
-        XCTAssertEqual(rc, 0, out)
-        let made = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
-        XCTAssertGreaterThan(made["leaf_directory_length"] as? Int ?? 0, 0, "the archive has leaves")
+        let made = try PMTilesPlanTests.writeArchiveWithLeaves(archive)
         XCTAssertLessThan(made["entries"] as? Int ?? 0, made["tiles"] as? Int ?? 0, "the archive has run lengths")
-        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
+        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
         XCTAssertEqual(rc, 0, out)
         let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
 
@@ -1130,13 +1137,9 @@ final class PMTilesFaultTests: XCTestCase {
     /// A leaf directory answered with half its bytes: the region fails naming the short answer
     /// (attack round 18: it said the directory does not inflate, a damaged archive).
     func testAShortAnswerForADirectoryIsNamed() throws {
-        try ExportTools.require([ExportTools.python])
         let dir = try TestScratch.folder("pmtiles-short-dir")
         let archive = dir.appendingPathComponent("gen.pmtiles").path
-        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "42"])
-        XCTAssertEqual(rc, 0, out)
-        let made = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
-        XCTAssertGreaterThan(made["leaf_directory_length"] as? Int ?? 0, 0, "the archive has leaves")
+        _ = try PMTilesPlanTests.writeArchiveWithLeaves(archive)
         try server.registerFile("gen.pmtiles", data: try Data(contentsOf: URL(fileURLWithPath: archive)))
         // Request 1 (the header and root) whole; requests 2-3 (leaves) cut to half.
         let path = "/pmtiles/truncated/1/gen.pmtiles"
