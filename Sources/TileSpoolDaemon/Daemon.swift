@@ -276,16 +276,7 @@ public final class Daemon {
                 // A swap whose refresh was already reported finished (only its clean-up was cut
                 // short) is not reported again (attack round 17: two `refresh finished` events).
                 if !refreshingBefore && r.state == .completed && r.error == nil { return }
-                // The refresh's tallies as the status last reported them (the swap began after
-                // the last resource was counted, so they are the final ones or just short of them).
-                let reported = r.progress
-                r.progress = packProgress(r)
-                r.progress.resourcesChecked = reported.resourcesChecked
-                r.progress.resourcesChanged = reported.resourcesChanged
-                r.progress.resourcesUnchanged = reported.resourcesUnchanged
-                r.refresh = nil
-                r.error = nil // the refresh happened: an error a failed attempt left is not the region's now
-                setState(r, .completed, note: "daemon restarted", event: .refreshFinished(reported))
+                closeRefreshAsFinished(r)
                 return
             }
         } catch {
@@ -299,14 +290,7 @@ public final class Daemon {
             // waiting for `refresh finished` or `failed` waited for ever). The pack in use is
             // whole either way (the one refreshed, or the one swapped in): the refresh is closed
             // as finished, with the counts the status last reported.
-            if refreshingBefore, [.queued, .downloading, .pausedUser].contains(r.state) {
-                let reported = r.progress
-                r.progress = packProgress(r)
-                r.progress.resourcesChecked = reported.resourcesChecked
-                r.progress.resourcesChanged = reported.resourcesChanged
-                r.progress.resourcesUnchanged = reported.resourcesUnchanged
-                setState(r, .completed, note: "daemon restarted", event: .refreshFinished(reported))
-            }
+            if refreshingBefore, [.queued, .downloading, .pausedUser].contains(r.state) { closeRefreshAsFinished(r) }
             return
         }
         switch r.state {
@@ -318,6 +302,22 @@ public final class Daemon {
         default:
             r.files.abandonRefresh()
         }
+    }
+
+    /// At start, a refresh that happened while no daemon watched it (its swap finished now or
+    /// before) is closed: `completed`, the pack's progress with the refresh's tallies as the
+    /// status last reported them (the swap began after the last resource was counted, so they
+    /// are the final ones or just short of them), and one `refresh finished` event. An error a
+    /// failed attempt left is not the region's now.
+    func closeRefreshAsFinished(_ r: Region) {
+        let reported = r.progress
+        r.progress = packProgress(r)
+        r.progress.resourcesChecked = reported.resourcesChecked
+        r.progress.resourcesChanged = reported.resourcesChanged
+        r.progress.resourcesUnchanged = reported.resourcesUnchanged
+        r.refresh = nil
+        r.error = nil
+        setState(r, .completed, note: "daemon restarted", event: .refreshFinished(reported))
     }
 
     /// Runs until SIGINT or SIGTERM. Files already in `requests/` and `control/` are handled first.

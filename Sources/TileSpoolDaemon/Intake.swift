@@ -17,6 +17,9 @@ extension Daemon {
         for (folder, name, _) in dated.sorted(by: { ($0.2, $0.1) < ($1.2, $1.1) }) { handleFile(folder: folder, name: name) }
     }
 
+    /// An entry's modification time in nanoseconds since 1970 (the order files are taken in).
+    static func mtime(_ st: stat) -> Int { Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec) }
+
     /// The files of `folder` to handle, with their mtimes (ns); misnamed requests are refused here.
     private func datedEntries(_ folder: String) -> [(String, Int)] {
         let now = Date().timeIntervalSince1970
@@ -25,7 +28,7 @@ extension Daemon {
         let dated = names.compactMap { name -> (String, Int)? in
             var st = stat()
             guard lstat(folder + "/" + name, &st) == 0 else { return nil }
-            let mtime = Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec)
+            let mtime = Daemon.mtime(st)
             if (st.st_mode & S_IFMT) == S_IFREG {
                 switch Files.isOpenForWriting(folder + "/" + name) {
                 case true?: return nil
@@ -304,8 +307,7 @@ extension Daemon {
         let taken = Files.list(control).filter { $0.hasPrefix(Daemon.takenPrefix) && isForThisRun(String($0.dropFirst(Daemon.takenPrefix.count))) }
         func mtime(_ name: String) -> Int {
             var st = stat()
-            guard lstat(control + "/" + name, &st) == 0 else { return 0 }
-            return Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec)
+            return lstat(control + "/" + name, &st) == 0 ? Daemon.mtime(st) : 0
         }
         for (name, _) in taken.map({ ($0, mtime($0)) }).sorted(by: { ($0.1, $0.0) < ($1.1, $1.0) }) {
             let original = String(name.dropFirst(Daemon.takenPrefix.count))

@@ -29,7 +29,7 @@ final class PackWriter: @unchecked Sendable {
     private var writtenBytes = 0
     private var writeError: SystemError?
     /// An eventfd to make readable once `writtenBytes` reaches a position (`wake(_:whenWritten:)`).
-    private var wakeAt: (fd: Int32, position: Int)?
+    private var wakeAt: (wake: WakeEvent, position: Int)?
     /// Bytes handed to `append` (records and the magic), whether or not written yet.
     private(set) var appended: Int
     /// Bytes written to the file (in the page cache).
@@ -95,7 +95,7 @@ final class PackWriter: @unchecked Sendable {
                 } catch {
                     progress.lock(); writeError = error // a failure wakes too: the next put or sync throws it
                 }
-                if let w = wakeAt, writtenBytes >= w.position || writeError != nil { wakeAt = nil; PackWriter.signal(w.fd) }
+                if let w = wakeAt, writtenBytes >= w.position || writeError != nil { wakeAt = nil; w.wake.signal() }
                 progress.unlock()
             }
         }
@@ -107,20 +107,16 @@ final class PackWriter: @unchecked Sendable {
         handOff()
     }
 
-    /// Makes eventfd `fd` readable once the bytes up to `position` (from the file's start) are
-    /// written, or a write failed: at once if so already. Replaces the wake set before.
-    func wake(_ fd: Int32, whenWritten position: Int) {
+    /// Signals `wake` once the bytes up to `position` (from the file's start) are written, or a
+    /// write failed: at once if so already. Replaces the wake set before.
+    func wake(_ wake: WakeEvent, whenWritten position: Int) {
         progress.lock(); defer { progress.unlock() }
-        if writtenBytes >= position || writeError != nil { wakeAt = nil; PackWriter.signal(fd) } else { wakeAt = (fd, position) }
+        if writtenBytes >= position || writeError != nil { wakeAt = nil; wake.signal() } else { wakeAt = (wake, position) }
     }
 
     /// Forgets the wake set by `wake`.
     func forgetWake() { progress.lock(); wakeAt = nil; progress.unlock() }
 
-    static func signal(_ fd: Int32) {
-        var one: UInt64 = 1
-        _ = Glibc.write(fd, &one, 8)
-    }
 
     private func flushLocked() throws(SystemError) {
         handOff()
@@ -150,6 +146,32 @@ final class PackWriter: @unchecked Sendable {
         try flushLocked()
         try Files.fsync(fd, path: path)
         return Digest(bytes: hash.finish())
+    }
+}
+
+/// An eventfd another thread makes readable (`signal`), and a flag so that emptying it
+/// (`reset`, once per turn of the daemon's loop) costs a system call only when a wake came.
+final class WakeEvent: @unchecked Sendable {
+    /// Non-blocking, close-on-exec; -1 when no eventfd could be made (the loop then polls nothing
+    /// for it and finds the writes done at its next turn, within a second).
+    let fd: Int32 = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+    private let lock = NSLock()
+    private var signalled = false
+
+    func signal() {
+        lock.lock(); defer { lock.unlock() }
+        guard !signalled else { return }
+        signalled = true
+        var one: UInt64 = 1
+        _ = Glibc.write(fd, &one, 8)
+    }
+
+    func reset() {
+        lock.lock(); defer { lock.unlock() }
+        guard signalled else { return }
+        signalled = false
+        var n: UInt64 = 0
+        _ = Glibc.read(fd, &n, 8)
     }
 }
 

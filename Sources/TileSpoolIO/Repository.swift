@@ -12,7 +12,6 @@
 // into the backend (a rename on disk, a PUT in a bucket), then its index file saved: only then may
 // a manifest line name its objects. After a kill -9 the open pack, still in the page cache, is
 // read back at the next start: every whole record whose body hashes to its name is kept.
-import CLinux
 import Foundation
 import Glibc
 import TileSpoolCore
@@ -233,15 +232,15 @@ public final class Repository: @unchecked Sendable {
         return appendedTotal - (o.appended - o.written)
     }
 
+    private let writesWake = WakeEvent()
     /// Readable (eventfd, non-blocking) once the tickets given to `wakeWhenDone` are done.
-    public let writesWakeFD: Int32 = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+    public var writesWakeFD: Int32 { writesWake.fd }
 
     /// Empties `writesWakeFD`, forgets the ticket waited for, and hands the open pack's buffer
     /// to its write queue without waiting (the daemon's loop, every turn: `wakeWhenDone` then
     /// wakes it once the bytes are written).
     public func resetWake() {
-        var n: UInt64 = 0
-        while Glibc.read(writesWakeFD, &n, 8) == 8 {}
+        writesWake.reset()
         lock.lock(); defer { lock.unlock() }
         guard let o = open else { return }
         o.forgetWake()
@@ -253,9 +252,9 @@ public final class Repository: @unchecked Sendable {
     /// being sealed writes everything first.
     public func wakeWhenDone(through ticket: Int) {
         lock.lock(); defer { lock.unlock() }
-        guard let o = open else { PackWriter.signal(writesWakeFD); return }
+        guard let o = open else { writesWake.signal(); return }
         // Ticket t is done when `appendedTotal - (o.appended - o.written) >= t`.
-        o.wake(writesWakeFD, whenWritten: ticket - appendedTotal + o.appended)
+        o.wake(writesWake, whenWritten: ticket - appendedTotal + o.appended)
     }
 
     /// Seals the open pack: its end written and fsynced, saved into the backend, its index file

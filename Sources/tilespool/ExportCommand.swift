@@ -117,7 +117,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
     // as it was (attack round 14: the work folder was left behind), exit status 130.
     StopSignal.install()
     let progress: Exporter.Progress = { done, total in
-        if StopSignal.received != 0 { throw ExportError("stopped by signal \(StopSignal.received)") }
+        try StopSignal.throwIfReceived()
         guard onTerminal else { return }
         let now = Date().timeIntervalSince1970
         guard now - lastDraw >= 0.2 || done >= total else { return }
@@ -138,11 +138,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         return RegionExit.interrupted
     }
     if onTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
-    if StopSignal.received != 0 {
-        // The signal came once PATH was replaced (attack round 17: exit 130 said "as it was"):
-        // the export is written and whole, so the exit status says written.
-        err("tilespool: a stop signal came after the export was written; \(result.path) is the new export")
-    }
+    StopSignal.noteIfReceivedAfterWriting(result.path)
     if a.flags.contains("--json") {
         outJSON(JSONKind.serialize(result.jsonObject, pretty: true))
     } else {

@@ -212,21 +212,13 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     let result: ExportResult
     do {
         result = try Exporter.export(pack, spec, to: output, force: a.flags.contains("--force"),
-                                     guard: .spool(loc.spool, store: loc.store), progress: { _, _ in
-                                         if StopSignal.received != 0 { throw ExportError("stopped by signal \(StopSignal.received)") }
-                                     })
+                                     guard: .spool(loc.spool, store: loc.store), progress: { _, _ in try StopSignal.throwIfReceived() })
     } catch {
         if StopSignal.received != 0 { return stopped() }
         throw error
     }
-    if StopSignal.received != 0 {
-        // The signal came once PATH was replaced: the export is written and whole, and the exit
-        // status says so, as `export`'s does.
-        err("tilespool: a stop signal came after the export was written; \(result.path) is the new export")
-    }
+    StopSignal.noteIfReceivedAfterWriting(result.path)
     let secs = Date().timeIntervalSince(started)
     out("\(result.path): \(format.rawValue)\(result.source.map { " (source \($0))" } ?? ""), \(result.tiles) tiles, \(formatBytes(result.bytes)), \(String(format: "%.1f", secs)) s")
     return RegionExit.done
 }
-
-

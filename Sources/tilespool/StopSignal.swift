@@ -1,4 +1,5 @@
 import Glibc
+import TileSpoolExport
 
 /// SIGINT, SIGTERM, SIGHUP and SIGQUIT during an export (`tilespool export`, and `get` once its download is done):
 /// a handler notes the signal and nothing else (a signal handler may only store to a plain
@@ -22,6 +23,18 @@ enum StopSignal {
 
     /// The signal received since `install`, 0 while none was.
     static var received: Int32 { stopSignal }
+
+    /// Throws when a signal was received (the export's progress callback, between tiles).
+    /// - Throws: `ExportError` "stopped by signal N".
+    static func throwIfReceived() throws {
+        if stopSignal != 0 { throw ExportError("stopped by signal \(stopSignal)") }
+    }
+
+    /// After an export returned: a signal that came once PATH was replaced does not undo it
+    /// (attack round 17: exit 130 said "as it was"); a note says the export is written.
+    static func noteIfReceivedAfterWriting(_ path: String) {
+        if stopSignal != 0 { err("tilespool: a stop signal came after the export was written; \(path) is the new export") }
+    }
 }
 
 nonisolated(unsafe) private var stopSignal: Int32 = 0
