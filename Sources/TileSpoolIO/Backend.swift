@@ -36,6 +36,7 @@ public protocol Backend: AnyObject, Sendable {
     @discardableResult
     func save(_ name: String, fromFile path: String, ifAbsent: Bool) throws -> Bool
     /// The bytes of `name` (within `range` when given), or nil when there is no such file.
+    /// - Throws: the backend's error; `SystemError` EIO when the file does not hold `range` whole.
     func load(_ name: String, range: Range<Int>?) throws -> Data?
     /// The file `name`, or nil when there is none.
     func stat(_ name: String) throws -> BackendFile?
@@ -56,8 +57,8 @@ public protocol Backend: AnyObject, Sendable {
     /// the order given: an export reads a pack's objects in offset order. The default loads each
     /// range (`load(_:range:)`, one request each in a bucket); a local backend opens the file once.
     /// - Returns: false when there is no such file (`body` not called).
-    /// - Throws: the backend's error (a range past the end: `SystemError` EINVAL on disk); what
-    ///   `body` throws.
+    /// - Throws: the backend's error (a range past the end: `SystemError` EIO, on disk and in a
+    ///   bucket); what `body` throws.
     func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool
     /// Writes bytes `range` of file `name` at the current offset of the open file `fd` (`path`
     /// names it in errors). The default loads the range and writes it; a local backend uses
@@ -519,9 +520,15 @@ public final class S3Backend: Backend, @unchecked Sendable {
         return hash.finish().withUnsafeBufferPointer { SHA256.hexString($0) }
     }
 
+    /// A range the object does not hold whole (a 416, or a 206 shorter than asked) means the
+    /// file is shorter than its index says: `SystemError` EIO, as a local read past the end.
     public func load(_ name: String, range: Range<Int>?) throws -> Data? {
-        if let range { return try retrying { c in try c.get(name, range: range) } }
-        return try retrying { c in try c.get(name) }
+        guard let range else { return try retrying { c in try c.get(name) } }
+        do {
+            return try retrying { c in try c.get(name, range: range) }
+        } catch let e as S3Error where e.status == 416 || e.status == 206 {
+            throw SystemError("read \(range.count) bytes at \(range.lowerBound) (\(e))", location + "/" + name, errno: EIO)
+        }
     }
 
     /// Ranges no more than `coalesceGap` bytes apart, in ascending order, are fetched together
@@ -537,7 +544,7 @@ public final class S3Backend: Backend, @unchecked Sendable {
                   ranges[j].upperBound - ranges[i].lowerBound <= S3Backend.coalesceBytes { j += 1 }
             let span = ranges[i].lowerBound..<ranges[j - 1].upperBound
             guard let d = try load(name, range: span) else { return false }
-            guard d.count == span.count else { throw S3Error(status: 0, message: "short read of \(name) \(span)") }
+            guard d.count == span.count else { throw SystemError("read \(span.count) bytes at \(span.lowerBound), received \(d.count)", location + "/" + name, errno: EIO) }
             for k in i..<j {
                 let r = ranges[k]
                 try body(k, d.subdata(in: (d.startIndex + r.lowerBound - span.lowerBound)..<(d.startIndex + r.upperBound - span.lowerBound)))

@@ -96,9 +96,16 @@ public final class PackedStore: TileStore, @unchecked Sendable {
     public func recountBeforeNextRefusal() { repository.recountBeforeNextRefusal() }
     public func networkProbeURL(for error: Error) -> String? { backend.unreachableProbeURL(for: error) }
 
+    /// gc over the whole store (`Repository.collectGarbage`: packs, loose objects, leftovers),
+    /// and in a bucket the manifest segments a compaction made obsolete. `grace` and `now` are
+    /// in seconds (`now` since 1970; the present unless a test moves the clock on).
+    /// - Returns: what was removed and kept. - Throws: the backend's error.
     public func collectGarbage(grace: Double, referenced: () throws -> Set<String>) throws -> GCReport {
-        var report = try repository.collectGarbage(grace: grace, referenced: referenced)
-        if !(backend is LocalBackend) { report.segmentsRemoved = try S3RegionFiles.removeObsoleteSegments(backend, grace: grace) }
+        try collectGarbage(grace: grace, now: Date().timeIntervalSince1970, referenced: referenced)
+    }
+    public func collectGarbage(grace: Double, now: Double, referenced: () throws -> Set<String>) throws -> GCReport {
+        var report = try repository.collectGarbage(grace: grace, now: now, referenced: referenced)
+        if !(backend is LocalBackend) { report.segmentsRemoved = try S3RegionFiles.removeObsoleteSegments(backend, grace: grace, now: now) }
         return report
     }
 

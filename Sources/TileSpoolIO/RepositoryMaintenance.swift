@@ -30,10 +30,11 @@ extension Repository {
     /// A daemon never relies on a copy in a pack older than `reuseAge` (it writes the object
     /// again), so with `grace` at least twice that (the default 3600 s), gc never removes what a
     /// running download has just decided to use.
+    /// `now` (seconds since 1970) is the clock ages are taken against: the present, or a later
+    /// moment in tests that need files older than a bucket lets them be made.
     /// - Throws: the backend's error (nothing is removed before the new files are saved).
-    func collectGarbage(grace: Double, referenced: () throws -> Set<String>) throws -> GCReport {
+    func collectGarbage(grace: Double, now: Double = Date().timeIntervalSince1970, referenced: () throws -> Set<String>) throws -> GCReport {
         var report = GCReport()
-        let now = Date().timeIntervalSince1970
         try indexUnindexedPacks()
         try reloadIndexes()
         let packFiles = Dictionary(try backend.list(prefix: "packs/").compactMap { f -> (Digest, BackendFile)? in

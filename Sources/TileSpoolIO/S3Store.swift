@@ -40,8 +40,7 @@ extension S3RegionFiles {
     /// only, not a refresh's (one level deeper).
     /// - Returns: how many were removed.
     /// - Throws: the backend's error.
-    static func removeObsoleteSegments(_ backend: any Backend, grace: Double) throws -> Int {
-        let now = Date().timeIntervalSince1970
+    static func removeObsoleteSegments(_ backend: any Backend, grace: Double, now: Double) throws -> Int {
         var byRegion: [Substring: [S3Object]] = [:]
         for f in try backend.list(prefix: "regions/") {
             let parts = f.name.split(separator: "/", omittingEmptySubsequences: false)

@@ -5,13 +5,9 @@ import XCTest
 @testable import TileSpoolCore
 @testable import TileSpoolIO
 
-/// `tilespool gc` repacking a store (a region referencing every second object, so each pack is
-/// half dead), killed at 20 moments spread over its run, each time on a fresh copy of the same
-/// store: after each kill the independent reader finds every pack intact and every referenced
-/// object in one, and `verify` reports no missing or bad object; a gc run to the end afterwards
-/// leaves `verify` clean (the killed gc's temp pack removed) and gives back at least 90% of the
-/// dead bytes.
-final class RepackCrashTests: XCTestCase {
+/// The helpers of the repack tests: stores made in a temp folder (`StoreSite`; a bucket prefix
+/// in `RepackCrashOnS3Tests`), the CLI run on them with a spool of its own.
+class RepackCrashTestCase: XCTestCase {
     var root: String!
     override func setUpWithError() throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("repack-\(UUID().uuidString)").path
@@ -19,10 +15,14 @@ final class RepackCrashTests: XCTestCase {
     }
     override func tearDown() { if ProcessInfo.processInfo.environment["TILESPOOL_KEEP_TMP"] == nil { try? FileManager.default.removeItem(atPath: root) } }
 
-    /// 2,000 distinct bodies of 2-8 KiB (pseudo-random bytes), in 5 packs; region `keep`
-    /// references the even ones. Returns the referenced SHA-256s and the live and dead payload.
-    func makeStore(_ path: String, count: Int = 2000, sizes: (base: Int, spread: Int) = (2048, 6144), packEvery: Int = 400) throws -> (live: Set<String>, liveBytes: Int, deadBytes: Int) {
-        let store = try PackedStore(root: path)
+    /// A fresh, empty store named `label`.
+    func makeSite(_ label: String) throws -> StoreSite { try StoreSite(root: root + "/" + label) }
+
+    /// 2,000 distinct bodies of 2-8 KiB (pseudo-random bytes), in 5 packs, in the store of
+    /// `site`; region `keep` references the even ones. Returns the referenced SHA-256s and the
+    /// live and dead payload.
+    func makeStore(_ site: StoreSite, count: Int = 2000, sizes: (base: Int, spread: Int) = (2048, 6144), packEvery: Int = 400) throws -> (live: Set<String>, liveBytes: Int, deadBytes: Int) {
+        let store = try site.open()
         var live = Set<String>(), liveBytes = 0, deadBytes = 0
         var lines: [ManifestLine] = []
         var state: UInt64 = 0x9E37_79B9_7F4A_7C15
@@ -43,55 +43,69 @@ final class RepackCrashTests: XCTestCase {
             }
             if i % packEvery == packEvery - 1 { try store.sync() }
         }
-        try FileManager.default.createDirectory(atPath: path + "/regions/keep", withIntermediateDirectories: true)
+        if let path = site.root { try FileManager.default.createDirectory(atPath: path + "/regions/keep", withIntermediateDirectories: true) }
         try store.region("keep").appendToManifest(lines)
         return (live, liveBytes, deadBytes)
     }
 
-    func packBytes(_ store: String) -> Int {
-        var total = 0
-        let e = FileManager.default.enumerator(atPath: store + "/packs")
-        while let name = e?.nextObject() as? String {
-            guard name.hasSuffix(".pack") else { continue }
-            total += ((try? FileManager.default.attributesOfItem(atPath: store + "/packs/" + name))?[.size] as? Int) ?? 0
-        }
-        return total
+    /// The bytes of the store's packs.
+    func packBytes(_ site: StoreSite) throws -> Int {
+        try site.backend.list(prefix: "packs/").filter { $0.name.hasSuffix(".pack") }.reduce(0) { $0 + $1.size }
     }
+    /// The store's packs, by name (`packs/<64 hex>.pack`).
+    func packFiles(_ site: StoreSite) throws -> Set<String> { Set(try site.packs()) }
 
-    func tilespool(_ args: [String]) throws -> (Int32, String) { try runTool(SpoolFixture.binary, args) }
+    /// `tilespool ARGS` on the store of `site`, with the test's spool.
+    func tilespool(_ site: StoreSite, _ args: [String]) throws -> (Int32, String) {
+        try site.tilespool(args + ["--spool", root + "/spool"])
+    }
+    /// The objects the independent reader lists in the store of `site`.
+    func readerObjects(_ site: StoreSite, file: StaticString = #filePath, line: UInt = #line) throws -> Set<String> {
+        Set(try site.readerList(file: file, line: line).keys)
+    }
+}
 
+/// `tilespool gc` repacking a store (a region referencing every second object, so each pack is
+/// half dead), killed at 20 moments spread over its run, each time on a fresh copy of the same
+/// store: after each kill the independent reader finds every pack intact and every referenced
+/// object in one, and `verify` reports no missing or bad object; a gc run to the end afterwards
+/// leaves `verify` clean (the killed gc's temp pack removed) and gives back at least 90% of the
+/// dead bytes. Run on a local folder here and in a bucket by `RepackCrashOnS3Tests`.
+class RepackCrashTests: RepackCrashTestCase {
     func testKill9AtTwentyMomentsOfARepackLosesNothing() throws {
-        let original = root + "/original"
+        let original = try makeSite("original")
         let (live, liveBytes, deadBytes) = try makeStore(original)
-        let before = packBytes(original)
+        let before = try packBytes(original)
         XCTAssertGreaterThanOrEqual(before, liveBytes + deadBytes)
 
         // How long one whole gc takes here (on copies; the fastest of three, so that a slow first
         // run does not spread the kills past the end of the later ones), to spread the kills over it.
         var whole = Double.infinity
         for k in 0..<3 {
-            try FileManager.default.copyItem(atPath: original, toPath: root + "/timed\(k)")
+            let timed = try original.copied(as: "timed\(k)")
             let t0 = Date()
-            let (rc0, out0) = try tilespool(["gc", "--grace", "0", "--store", root + "/timed\(k)", "--spool", root + "/spool"])
+            let (rc0, out0) = try tilespool(timed, ["gc", "--grace", "0"])
             whole = min(whole, Date().timeIntervalSince(t0))
             XCTAssertEqual(rc0, 0, out0)
             XCTAssertTrue(out0.contains("removed 1000 objects"), out0)
-            try FileManager.default.removeItem(atPath: root + "/timed\(k)")
+            try timed.removeAll()
         }
 
         var interrupted = 0, tempLeft = 0
         for round in 0..<20 {
-            let store = root + "/round\(round)"
+            var attempted: StoreSite?
             // A moment in the round's twentieth of the whole run (the kill itself is the event).
             // A gc that ended before its kill (runs vary) is run again on a fresh copy, killed at
             // half that moment, up to three times: the rounds stay spread over the whole run.
             var at = whole * (Double(round) + Double.random(in: 0..<1)) / 20
-            for _ in 0..<3 {
-                if FileManager.default.fileExists(atPath: store) { try FileManager.default.removeItem(atPath: store) }
-                try FileManager.default.copyItem(atPath: original, toPath: store)
+            for attempt in 0..<3 {
+                try attempted?.removeAll()
+                let copy = try original.copied(as: "round\(round)-\(attempt)")
+                attempted = copy
                 let p = Process()
                 p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
-                p.arguments = ["gc", "--grace", "0", "--store", store, "--spool", root + "/spool"]
+                p.arguments = ["gc", "--grace", "0", "--spool", root + "/spool"] + copy.storeArguments
+                p.environment = ProcessInfo.processInfo.environment.merging(copy.environment) { _, b in b }
                 p.standardOutput = FileHandle.nullDevice
                 p.standardError = FileHandle.nullDevice
                 try p.run()
@@ -101,43 +115,101 @@ final class RepackCrashTests: XCTestCase {
                 if p.terminationReason == .uncaughtSignal { interrupted += 1; break }
                 at /= 2
             }
+            let store = try XCTUnwrap(attempted)
 
             // Every pack intact and every referenced object in one, by the independent reader.
-            let (vrc, vout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "verify", store])
-            XCTAssertEqual(vrc, 0, "round \(round) (kill at \(at) s): \(vout)")
-            let (lrc, lout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", store])
-            XCTAssertEqual(lrc, 0, lout)
-            let listed = Set(lout.split(separator: "\n").map { String($0.split(separator: " ")[0]) })
-            XCTAssertEqual(live.subtracting(listed), [], "round \(round): referenced objects lost")
+            XCTAssertEqual(try store.readerVerify(), "", "round \(round) (kill at \(at) s)")
+            XCTAssertEqual(live.subtracting(try readerObjects(store)), [], "round \(round): referenced objects lost")
             // TileSpool's own verify: nothing missing or bad (a temp pack of the killed gc may be left).
-            let (_, tout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+            let (_, tout) = try tilespool(store, ["verify"])
             XCTAssertFalse(tout.contains("missing object") || tout.contains("bad object") || tout.contains("count mismatch"), "round \(round): \(tout)")
             XCTAssertTrue(tout.contains("1 manifests, 1000 lines checked"), tout)
             // gc with the default grace period (as from cron) removes the killed gc's temp pack at once.
-            let (drc, dout) = try tilespool(["gc", "--store", store, "--spool", root + "/spool"])
+            let (drc, dout) = try tilespool(store, ["gc"])
             XCTAssertEqual(drc, 0, dout)
-            let (_, cleaned) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+            let (_, cleaned) = try tilespool(store, ["verify"])
             XCTAssertFalse(cleaned.contains("temp file left over"), "round \(round): \(cleaned)")
             if tout.contains("temp file left over") { tempLeft += 1 }
 
             // A gc run to the end: verify clean, the dead bytes given back.
-            let (grc, gout) = try tilespool(["gc", "--grace", "0", "--store", store, "--spool", root + "/spool"])
+            let (grc, gout) = try tilespool(store, ["gc", "--grace", "0"])
             XCTAssertEqual(grc, 0, gout)
-            let (crc, cout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+            let (crc, cout) = try tilespool(store, ["verify"])
             XCTAssertEqual(crc, 0, "round \(round): \(cout)")
             XCTAssertTrue(cout.contains("; 0 faults"), cout)
-            let after = packBytes(store)
+            let after = try packBytes(store)
             XCTAssertGreaterThanOrEqual(before - after, deadBytes * 9 / 10, "round \(round): freed \(before - after) of \(deadBytes) dead bytes")
-            let (rrc, rout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", store])
-            XCTAssertEqual(rrc, 0, rout)
-            XCTAssertEqual(Set(rout.split(separator: "\n").map { String($0.split(separator: " ")[0]) }), live, "round \(round): exactly the referenced objects are left")
-            try FileManager.default.removeItem(atPath: store)
+            XCTAssertEqual(try readerObjects(store), live, "round \(round): exactly the referenced objects are left")
+            try store.removeAll()
         }
         // The kills land inside the run (a round whose gc ended first was run again, earlier).
         XCTAssertGreaterThanOrEqual(interrupted, 18, "kills that interrupted gc")
         print("repack kill -9: gc took \(whole) s whole; \(interrupted) of 20 kills interrupted it, \(tempLeft) left a temp pack")
     }
 
+    /// Attack round 5 (critical): a gc killed after saving its new pack but before its index file,
+    /// run again with --grace 0, wrote the very same pack (the same live objects in the same order,
+    /// so the same name) and then removed it as one of the packs it replaced: every object lost.
+    /// The state is made here exactly: two small packs, half dead; the new pack of a finished gc
+    /// copied, without an index, into the store as it was before. All three are small, so all are
+    /// repacked, into a pack identical to the copied one in whatever order they are read. The
+    /// second gc keeps it; nothing referenced is lost.
+    func testAGCRunAgainOverItsOwnSavedPackKeepsIt() throws {
+        let original = try makeSite("original")
+        let (live, _, _) = try makeStore(original, count: 400, sizes: (512, 1024), packEvery: 200)
+        let before = try packFiles(original)
+        let first = try original.copied(as: "first")
+        let (rc1, out1) = try tilespool(first, ["gc", "--grace", "0"])
+        XCTAssertEqual(rc1, 0, out1)
+        let made = try packFiles(first).subtracting(before)
+        XCTAssertFalse(made.isEmpty, "the first gc repacked")
+        for name in made { try original.replace(name, try first.load(name)) }
+        let (rc2, out2) = try tilespool(original, ["gc", "--grace", "0"])
+        XCTAssertEqual(rc2, 0, out2)
+        XCTAssertEqual(try packFiles(original), made, "the saved pack stays; the old ones go")
+        XCTAssertEqual(try readerObjects(original), live)
+        let (vrc, vout) = try tilespool(original, ["verify"])
+        XCTAssertEqual(vrc, 0, vout)
+        XCTAssertTrue(vout.contains("200 lines checked; 0 faults"), vout)
+    }
+
+    /// Attack round 5 (critical): with a pack file gone but an index file still listing its
+    /// objects, verify reported 0 faults (it took the index's word). It reports each missing
+    /// object now, exits 1, and --repair marks the region for re-download.
+    func testVerifyFindsObjectsWhosePackIsGoneThoughTheIndexListsThem() throws {
+        let store = try makeSite("store")
+        let (live, _, _) = try makeStore(store)
+        let packs = try packFiles(store).sorted()
+        XCTAssertEqual(packs.count, 5)
+        // The objects of the first pack that the region references, by the independent reader.
+        let (_, lout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", try store.localCopy()])
+        let gonePack = String((packs[0] as NSString).lastPathComponent.dropLast(5))
+        let lost = Set(lout.split(separator: "\n").map { $0.split(separator: " ") }.filter { String($0[2]) == gonePack }.map { String($0[0]) }).intersection(live)
+        XCTAssertFalse(lost.isEmpty)
+        try store.remove(packs[0])
+        let (vrc, vout) = try tilespool(store, ["verify"])
+        XCTAssertEqual(vrc, 1, vout)
+        let missing = Set(vout.split(separator: "\n").filter { $0.hasPrefix("missing object: ") }.compactMap { $0.split(separator: " ").last.map(String.init) })
+        XCTAssertEqual(missing, lost, vout)
+        XCTAssertTrue(vout.contains("; \(lost.count) faults"), vout)
+    }
+}
+
+/// Every test of `RepackCrashTests` in a bucket of a real Ceph RADOS Gateway (one for the class),
+/// each store under a prefix of its own: the same kills, the same expected values.
+final class RepackCrashOnS3Tests: RepackCrashTests {
+    override class func setUp() { CephServers.start(for: self) }
+    override class func tearDown() { CephServers.stop(for: self) }
+    override func makeSite(_ label: String) throws -> StoreSite {
+        try StoreSite(rgw: CephServers.server(for: type(of: self), test: name, file: #filePath, line: #line), label: label)
+    }
+    // SwiftPM's test discovery on Linux lists a class (with every test it inherits) only when the
+    // class declares a test of its own.
+    override func testKill9AtTwentyMomentsOfARepackLosesNothing() throws { try super.testKill9AtTwentyMomentsOfARepackLosesNothing() }
+}
+
+/// What only a local folder has: a full disk during a repack, and temp files of saves cut short.
+final class LocalRepackTests: RepackCrashTestCase {
     func run(_ args: [String]) -> Int32 { runStatus(args) }
 
     /// A full disk during a repack: the store on a tmpfs with 1 MiB to spare, so gc's new pack
@@ -146,17 +218,18 @@ final class RepackCrashTests: XCTestCase {
     /// bad object, its temp pack not left behind), and once there is room a gc finishes the job.
     func testAFullDiskDuringARepackLeavesTheStoreReadable() throws {
         guard geteuid() == 0 else {
-            print("SKIPPED: RepackCrashTests.testAFullDiskDuringARepackLeavesTheStoreReadable: mounting a small tmpfs needs root")
+            print("SKIPPED: LocalRepackTests.testAFullDiskDuringARepackLeavesTheStoreReadable: mounting a small tmpfs needs root")
             throw XCTSkip("mounting a tmpfs needs root")
         }
+        let site = try makeSite("original")
         let original = root + "/original"
-        let (live, _, deadBytes) = try makeStore(original)
+        let (live, _, deadBytes) = try makeStore(site)
         // And one pack of objects nothing references: removing it needs no new bytes.
-        let extra = try PackedStore(root: original)
-        let deadPackBefore = packFiles(original)
+        let extra = try site.open()
+        let deadPackBefore = try packFiles(site)
         for i in 0..<200 { try extra.put(Data("unreferenced \(i) ".utf8) + Data(repeating: UInt8(i & 0xFF), count: 3000)) }
         try extra.sync()
-        let deadPack = try XCTUnwrap(packFiles(original).subtracting(deadPackBefore).first)
+        let deadPack = try XCTUnwrap(try packFiles(site).subtracting(deadPackBefore).first)
         var used = 0
         let e = FileManager.default.enumerator(atPath: original)
         while let name = e?.nextObject() as? String {
@@ -169,90 +242,31 @@ final class RepackCrashTests: XCTestCase {
         defer { _ = run(["/bin/umount", "-l", mount]) }
         let store = mount + "/store"
         try FileManager.default.copyItem(atPath: original, toPath: store)
-        let before = packBytes(store)
+        let copy = try StoreSite(root: store)
+        let before = try packBytes(copy)
 
         // The repack cannot be written; the pack of unreferenced objects goes all the same (attack
         // round 15: a full store could not be freed by gc).
-        let (grc, gout) = try tilespool(["gc", "--grace", "0", "--store", store, "--spool", root + "/spool"])
+        let (grc, gout) = try tilespool(copy, ["gc", "--grace", "0"])
         XCTAssertEqual(grc, 0, gout)
         XCTAssertTrue(gout.contains("the disk is full") && gout.contains("removed 200 objects"), gout)
         XCTAssertFalse(FileManager.default.fileExists(atPath: store + "/" + deadPack), "the dead pack is removed")
-        XCTAssertEqual(packFiles(store), packFiles(original).subtracting([deadPack]), "the packs to repack stay")
+        XCTAssertEqual(try packFiles(copy), try packFiles(site).subtracting([deadPack]), "the packs to repack stay")
         let (vrc, vout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "verify", store])
         XCTAssertEqual(vrc, 0, vout)
         let (_, lout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", store])
         XCTAssertEqual(live.subtracting(Set(lout.split(separator: "\n").map { String($0.split(separator: " ")[0]) })), [], "referenced objects lost")
-        let (trc, tout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+        let (trc, tout) = try tilespool(copy, ["verify"])
         XCTAssertEqual(trc, 0, "verify after the failed gc: \(tout)")
         XCTAssertTrue(tout.contains("1 manifests, 1000 lines checked; 0 faults"), tout)
 
         // Room again: the next gc repacks.
         XCTAssertEqual(run(["/bin/mount", "-o", "remount,size=64m", mount]), 0)
-        let (grc2, gout2) = try tilespool(["gc", "--grace", "0", "--store", store, "--spool", root + "/spool"])
+        let (grc2, gout2) = try tilespool(copy, ["gc", "--grace", "0"])
         XCTAssertEqual(grc2, 0, gout2)
-        XCTAssertGreaterThanOrEqual(before - packBytes(store), deadBytes * 9 / 10, gout2)
-        let (crc, cout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+        XCTAssertGreaterThanOrEqual(before - (try packBytes(copy)), deadBytes * 9 / 10, gout2)
+        let (crc, cout) = try tilespool(copy, ["verify"])
         XCTAssertEqual(crc, 0, cout)
-    }
-
-    /// The packs under `store/packs`, by path relative to the store.
-    func packFiles(_ store: String) -> Set<String> {
-        let e = FileManager.default.enumerator(atPath: store + "/packs")
-        var out = Set<String>()
-        while let name = e?.nextObject() as? String { if name.hasSuffix(".pack") { out.insert("packs/" + name) } }
-        return out
-    }
-
-    /// Attack round 5 (critical): a gc killed after saving its new pack but before its index file,
-    /// run again with --grace 0, wrote the very same pack (the same live objects in the same order,
-    /// so the same name) and then removed it as one of the packs it replaced: every object lost.
-    /// The state is made here exactly: two small packs, half dead; the new pack of a finished gc
-    /// copied, without an index, into the store as it was before. All three are small, so all are
-    /// repacked, into a pack identical to the copied one in whatever order they are read. The
-    /// second gc keeps it; nothing referenced is lost.
-    func testAGCRunAgainOverItsOwnSavedPackKeepsIt() throws {
-        let original = root + "/original"
-        let (live, _, _) = try makeStore(original, count: 400, sizes: (512, 1024), packEvery: 200)
-        let before = packFiles(original)
-        try FileManager.default.copyItem(atPath: original, toPath: root + "/first")
-        let (rc1, out1) = try tilespool(["gc", "--grace", "0", "--store", root + "/first", "--spool", root + "/spool"])
-        XCTAssertEqual(rc1, 0, out1)
-        let made = packFiles(root + "/first").subtracting(before)
-        XCTAssertFalse(made.isEmpty, "the first gc repacked")
-        for rel in made {
-            try FileManager.default.createDirectory(atPath: (original + "/" + rel as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try FileManager.default.copyItem(atPath: root + "/first/" + rel, toPath: original + "/" + rel)
-        }
-        let (rc2, out2) = try tilespool(["gc", "--grace", "0", "--store", original, "--spool", root + "/spool"])
-        XCTAssertEqual(rc2, 0, out2)
-        XCTAssertEqual(packFiles(original), made, "the saved pack stays; the old ones go")
-        let (lrc, lout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", original])
-        XCTAssertEqual(lrc, 0, lout)
-        XCTAssertEqual(Set(lout.split(separator: "\n").map { String($0.split(separator: " ")[0]) }), live)
-        let (vrc, vout) = try tilespool(["verify", "--store", original, "--spool", root + "/spool"])
-        XCTAssertEqual(vrc, 0, vout)
-        XCTAssertTrue(vout.contains("200 lines checked; 0 faults"), vout)
-    }
-
-    /// Attack round 5 (critical): with a pack file gone but an index file still listing its
-    /// objects, verify reported 0 faults (it took the index's word). It reports each missing
-    /// object now, exits 1, and --repair marks the region for re-download.
-    func testVerifyFindsObjectsWhosePackIsGoneThoughTheIndexListsThem() throws {
-        let store = root + "/store"
-        let (live, _, _) = try makeStore(store)
-        let packs = packFiles(store).sorted()
-        XCTAssertEqual(packs.count, 5)
-        // The objects of the first pack that the region references, by the independent reader.
-        let (_, lout) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", store])
-        let gonePack = String((packs[0] as NSString).lastPathComponent.dropLast(5))
-        let lost = Set(lout.split(separator: "\n").map { $0.split(separator: " ") }.filter { String($0[2]) == gonePack }.map { String($0[0]) }).intersection(live)
-        XCTAssertFalse(lost.isEmpty)
-        try FileManager.default.removeItem(atPath: store + "/" + packs[0])
-        let (vrc, vout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
-        XCTAssertEqual(vrc, 1, vout)
-        let missing = Set(vout.split(separator: "\n").filter { $0.hasPrefix("missing object: ") }.compactMap { $0.split(separator: " ").last.map(String.init) })
-        XCTAssertEqual(missing, lost, vout)
-        XCTAssertTrue(vout.contains("; \(lost.count) faults"), vout)
     }
 
     /// Attack round 5: a save killed between writing a pack or index file and renaming it into
@@ -261,8 +275,9 @@ final class RepackCrashTests: XCTestCase {
     /// process is gone (a whole pack saved under its name, anything else removed), and keeps a
     /// live process's young one (a save in flight).
     func testTempFilesOfSavesCutShortAreReportedAndRemoved() throws {
+        let site = try makeSite("store")
         let store = root + "/store"
-        _ = try makeStore(store, count: 40, sizes: (512, 512), packEvery: 40)
+        _ = try makeStore(site, count: 40, sizes: (512, 512), packEvery: 40)
         let gone = Process()
         gone.executableURL = URL(fileURLWithPath: "/bin/true")
         try gone.run()
@@ -274,22 +289,22 @@ final class RepackCrashTests: XCTestCase {
         for rel in planted + [live] { try Data(count: 4096).write(to: URL(fileURLWithPath: store + "/" + rel)) }
         // A whole pack still under its temp name (the kill came between its write and its rename):
         // its objects are referenced; gc saves it under its name rather than removing it.
-        let pack = try XCTUnwrap(packFiles(store).first)
+        let pack = try XCTUnwrap(try packFiles(site).first)
         let packName = (pack as NSString).lastPathComponent
         let packTemp = "packs/.tmp-\(packName)-\(dead)-4"
         try FileManager.default.moveItem(atPath: store + "/" + pack, toPath: store + "/" + packTemp)
-        let (vrc, vout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+        let (vrc, vout) = try tilespool(site, ["verify"])
         XCTAssertEqual(vrc, 1, vout)
         for rel in planted + [live, packTemp] { XCTAssertTrue(vout.contains("temp file left over: \(rel)"), vout) }
         XCTAssertTrue(vout.contains("missing object: "), "the pack under its temp name is not found: \(vout)")
-        let (grc, gout) = try tilespool(["gc", "--store", store, "--spool", root + "/spool"])
+        let (grc, gout) = try tilespool(site, ["gc"])
         XCTAssertEqual(grc, 0, gout)
         XCTAssertTrue(gout.contains("removed 3 temp files"), gout)
         for rel in planted + [packTemp] { XCTAssertFalse(FileManager.default.fileExists(atPath: store + "/" + rel), rel) }
         XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + pack), "the whole pack is saved under its name")
         XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + live), "a live process's young temp file stays")
         try FileManager.default.removeItem(atPath: store + "/" + live)
-        let (crc, cout) = try tilespool(["verify", "--store", store, "--spool", root + "/spool"])
+        let (crc, cout) = try tilespool(site, ["verify"])
         XCTAssertEqual(crc, 0, cout)
     }
 }

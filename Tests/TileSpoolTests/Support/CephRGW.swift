@@ -84,28 +84,40 @@ final class CephRGW: @unchecked Sendable {
     }
 }
 
-/// A test class that starts one Ceph RGW for all its tests and stops it by pid at the end.
-/// Without Ceph installed, `server()` reports the test SKIPPED (a failure with
-/// TILESPOOL_REQUIRE_MAPDATA=1, as in CI). Subclasses get their own server each.
-class CephTestCase: XCTestCase {
+/// The Ceph RGWs of the test classes that use one: one per class, started by the class's
+/// `setUp()` and stopped by pid in its `tearDown()`. Without Ceph installed, `server(for:)`
+/// reports the test SKIPPED (a failure with TILESPOOL_REQUIRE_MAPDATA=1, as in CI).
+enum CephServers {
     nonisolated(unsafe) private static var servers: [ObjectIdentifier: Result<CephRGW, Error>] = [:]
 
-    override class func setUp() {
+    static func start(for testClass: AnyClass) {
         guard CephRGW.binariesInstalled else { return }
-        servers[ObjectIdentifier(self)] = Result { try CephRGW() }
+        servers[ObjectIdentifier(testClass)] = Result { try CephRGW() }
     }
-    override class func tearDown() {
-        if case .success(let rgw) = servers.removeValue(forKey: ObjectIdentifier(self)) { rgw.stop() }
+    static func stop(for testClass: AnyClass) {
+        if case .success(let rgw) = servers.removeValue(forKey: ObjectIdentifier(testClass)) { rgw.stop() }
     }
 
-    /// The class's server; throws when it could not start or Ceph is not installed.
-    func server(_ test: String = #function, file: StaticString = #filePath, line: UInt = #line) throws -> CephRGW {
-        switch CephTestCase.servers[ObjectIdentifier(type(of: self))] {
+    /// The server of `testClass`; throws when it could not start or Ceph is not installed.
+    static func server(for testClass: AnyClass, test: String, file: StaticString, line: UInt) throws -> CephRGW {
+        switch servers[ObjectIdentifier(testClass)] {
         case .success(let rgw): return rgw
         case .failure(let e): throw SupportError("Ceph RGW did not start: \(e)")
         case nil:
             try CephRGW.requireInstalled(test, file: file, line: line)
             throw SupportError("no Ceph RGW: not started")
         }
+    }
+}
+
+/// A test class that starts one Ceph RGW for all its tests (`CephServers`). Subclasses get
+/// their own server each.
+class CephTestCase: XCTestCase {
+    override class func setUp() { CephServers.start(for: self) }
+    override class func tearDown() { CephServers.stop(for: self) }
+
+    /// The class's server; throws when it could not start or Ceph is not installed.
+    func server(_ test: String = #function, file: StaticString = #filePath, line: UInt = #line) throws -> CephRGW {
+        try CephServers.server(for: type(of: self), test: test, file: file, line: line)
     }
 }
