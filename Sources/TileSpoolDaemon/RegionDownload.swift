@@ -11,6 +11,12 @@ extension Daemon {
     /// recorded is fetched again and progress starts from the stored counts. A refresh works the
     /// same way on the files in `refresh/`, with the pack's manifest lines as `previous`.
     func start(_ r: Region) {
+        // Other daemons on the bucket may hold this region's objects by now: found, not stored again.
+        if store.isShared {
+            do { try store.takeInOtherDaemonsObjects() } catch {
+                Log.warning("cannot read the index files other daemons saved (\(error)); objects they stored may be stored again", region: r.id)
+            }
+        }
         let d = Download(files: r.refreshing ? r.files.refreshStorage : r.files)
         var previousReadError: Error?
         if r.refreshing {

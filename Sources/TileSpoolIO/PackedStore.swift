@@ -82,6 +82,7 @@ public final class PackedStore: TileStore, @unchecked Sendable {
     }
 
     public func recoverLeftovers() { repository.recoverLeftovers() }
+    public func takeInOtherDaemonsObjects() throws { try repository.takeInNewIndexFiles() }
 
     public var maxBytes: Int? {
         get { repository.maxBytes }

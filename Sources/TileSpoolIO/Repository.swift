@@ -157,6 +157,34 @@ public final class Repository: @unchecked Sendable {
         lock.lock(); indexes = kept; self.bloom = bloom; loaded = true; lock.unlock()
     }
 
+    /// On a backend several daemons write (a bucket): reads the index files saved since the
+    /// index was read, so that `put` finds the objects other daemons stored since (and does not
+    /// store them again). Only adds: an index file gone from the listing (merged by a gc) is
+    /// kept, its entries then lead to copies looked for elsewhere (`read`), and one saved by this
+    /// process meanwhile is never dropped. One listing when nothing is new. Nothing before the
+    /// index is first read (that read takes in everything), nor on a folder (one daemon, by lock).
+    /// - Throws: the backend's error (the index stays as it was).
+    public func takeInNewIndexFiles() throws {
+        guard backend.isShared else { return }
+        lock.lock(); let done = loaded; let known = Set(indexes.map(\.name)); lock.unlock()
+        guard done else { return }
+        var added: [IndexFile] = [], digests: [Digest] = []
+        for f in try backend.list(prefix: "index/") where f.name.hasSuffix(".idx") && !known.contains(f.name) {
+            guard let digest = Repository.indexDigest(ofName: f.name) else { continue }
+            do {
+                added.append(try IndexFile(name: f.name, digest: digest, path: try localIndexPath(f.name, digest: digest)) { e, _ in digests.append(e.digest) })
+            } catch {
+                Log.error("index file \(f.name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
+            }
+        }
+        guard !added.isEmpty else { return }
+        lock.lock(); defer { lock.unlock() }
+        let now = Set(indexes.map(\.name))
+        indexes += added.filter { !now.contains($0.name) }
+        indexes.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
+        for d in digests { bloom.insert(d) }
+    }
+
     /// Forgets the local copy of index file `digest` kept for a remote backend (none on disk).
     func dropCachedIndex(_ digest: Digest) { cacheDir?.remove(digest.hex + ".idx") }
 

@@ -91,6 +91,10 @@ public protocol TileStore: AnyObject, Sendable {
     /// Removes what an earlier run of the daemon left half done (disk: temp files, objects an
     /// interrupted gc set aside). Called once when a daemon opens the store.
     func recoverLeftovers()
+    /// A store several daemons write (S3): takes in the objects the others stored since this one
+    /// read the store's index, so that a region started now stores none of them again. One
+    /// listing; nothing on a disk store. - Throws: the store's error.
+    func takeInOtherDaemonsObjects() throws
     /// The store quota (`--max-store-bytes`); enforced by the disk store only.
     var maxBytes: Int? { get set }
     /// Objects and bytes in the store as far as this process knows, nil when not measured.

@@ -624,6 +624,47 @@ final class S3StoreTests: CephTestCase {
         XCTAssertEqual(try s3Manifest(s3, "west").lines.count, 419)
     }
 
+    /// Two daemons on one bucket, one after the other: daemon b has read the store's index (its
+    /// own first region), then daemon a stores Monaco; a region b starts afterwards over the same
+    /// place, one zoom level less (so that its pack is not a's very pack, which would be saved
+    /// under the same name), stores none of a's objects again (b takes in the index files a
+    /// saved when the region starts): every object of the bucket is in exactly one pack record.
+    func testARegionStartedLaterStoresNoObjectAnotherDaemonHolds() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (a, opts) = try s3Spool(rgw, prefix: prefix)
+        let (b, _) = try s3Spool(rgw, prefix: prefix)
+        defer { a.stop(); b.stop() }
+        try a.start(opts)
+        try b.start(opts)
+        // b reads the index with a small region of its own (the toner tiles: nothing in common).
+        try b.drop("first.json", ["id": "first", "tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
+                                   "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        try b.waitForState("first", "completed", timeout: 60)
+        try a.drop("west.json", monacoRequest(nginx))
+        try a.waitForState("west", "completed", timeout: 120)
+        var lower = monacoRequest(nginx)
+        lower["maxZoom"] = 13
+        try b.drop("again.json", lower)
+        try b.waitForState("again", "completed", timeout: 120)
+        let west = try s3Manifest(s3, "west").lines, again = try s3Manifest(s3, "again").lines
+        XCTAssertTrue(Set(again.map(\.sha)).isSubset(of: west.map(\.sha)), "the same place, less deep: objects a holds")
+        XCTAssertLessThan(again.count, west.count)
+        let dir = try mirror(s3)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (rc, out) = try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "list", dir])
+        XCTAssertEqual(rc, 0, out)
+        var records: [String: Int] = [:]
+        for l in out.split(separator: "\n") { records[String(l.split(separator: " ")[0]), default: 0] += 1 }
+        XCTAssertEqual(records.filter { $0.value > 1 }.count, 0, "objects stored twice: \(records.filter { $0.value > 1 }.count) of \(records.count)")
+        XCTAssertEqual(Set(records.keys), Set((west + again + (try s3Manifest(s3, "first").lines)).map(\.sha)).subtracting(["-"]))
+        try assertBucketMatchesManifest(b, s3, "again")
+    }
+
     /// A wrong secret: the region fails at once with the server's reason in its status (not a
     /// hang, not a retry loop), and the secret is nowhere in the spool or the log.
     func testWrongSecretIsAClearErrorInTheStatus() throws {
