@@ -106,6 +106,10 @@ public final class Daemon {
     /// Completed regions whose manifest the next commit job joins into one piece (S3).
     var compactionsWanted: [(id: String, files: any RegionStorage)] = []
     var stopping = false
+    /// This daemon's lease on a store several daemons write (`TileStore.renewLease`): its id and
+    /// when it was last saved (`Daemon.now()`; -infinity: not yet).
+    let leaseID = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+    var leaseSaved = -Double.infinity
     /// Exports run here, one at a time, off the event loop (Exports.swift).
     let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)
     let exportMailbox = ExportMailbox()
@@ -329,6 +333,7 @@ public final class Daemon {
     /// - Returns: true when a signal stopped it, false when `done` did.
     public func run(until done: () -> Bool) -> Bool {
         Log.info("watching \(layout.root) (store \(store.location))")
+        renewLeaseIfDue(now: Daemon.now())
         applyTakenControls()
         rescan(layout.requests, layout.control)
         var signalled = false
@@ -359,6 +364,7 @@ public final class Daemon {
             for r in live.values where (r.statusDirty || r.state == .downloading && now - r.lastStatusWrite >= Daemon.rateRefresh)
                 && now - r.lastStatusWrite >= options.statusInterval { writeStatus(r) }
             operationsTick(now: now)
+            renewLeaseIfDue(now: now)
             if now - lastRescan >= options.rescanInterval {
                 lastRescan = now
                 try? layout.create()      // a removed folder comes back
@@ -369,6 +375,20 @@ public final class Daemon {
         }
         shutdown()
         return signalled
+    }
+
+    /// Saves this daemon's lease on a shared store when due (at start, then every
+    /// `Repository.leaseRenewal` seconds): a gc with a short grace period elsewhere refuses to run
+    /// while it is fresh. A failed save is logged and tried again at the next turn after a minute.
+    func renewLeaseIfDue(now: Double) {
+        guard store.isShared, now - leaseSaved >= Repository.leaseRenewal else { return }
+        do {
+            try store.renewLease(leaseID, text: "tilespool daemon\nhost \(ProcessInfo.processInfo.hostName)\npid \(getpid())\nspool \(layout.root)\n")
+            leaseSaved = now
+        } catch {
+            leaseSaved = now - Repository.leaseRenewal + 60
+            Log.warning("cannot save this daemon's lease in the store (\(error)): a gc --grace 0 elsewhere would not see this daemon")
+        }
     }
 
     func shutdown() {
@@ -383,6 +403,9 @@ public final class Daemon {
         // no open pack in tmp/ (verify would report it; gc removes the unreferenced objects).
         do { try store.sync() } catch { Log.error("cannot seal the open pack at stop: \(error)") }
         writer.stop()
+        if store.isShared {
+            do { try store.dropLease(leaseID) } catch { Log.warning("cannot remove this daemon's lease \(leaseID) from the store (\(error)): gc --grace 0 waits until it is stale") }
+        }
         for r in regions.values where r.statusDirty { writeStatus(r) }
         if options.metricsFile != nil { writeMetrics(now: Daemon.now()) }
     }

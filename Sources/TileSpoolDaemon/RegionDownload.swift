@@ -11,11 +11,10 @@ extension Daemon {
     /// recorded is fetched again and progress starts from the stored counts. A refresh works the
     /// same way on the files in `refresh/`, with the pack's manifest lines as `previous`.
     func start(_ r: Region) {
-        // Other daemons on the bucket may hold this region's objects by now: found, not stored again.
-        if store.isShared {
-            do { try store.takeInOtherDaemonsObjects() } catch {
-                Log.warning("cannot read the index files other daemons saved (\(error)); objects they stored may be stored again", region: r.id)
-            }
+        // Packs cut short or removed since are not relied on, and objects other daemons on a
+        // bucket stored by now are found, not stored again.
+        do { try store.refreshIndex() } catch {
+            Log.warning("cannot read the store's index again (\(error)); objects stored since by other daemons may be stored again", region: r.id)
         }
         let d = Download(files: r.refreshing ? r.files.refreshStorage : r.files)
         var previousReadError: Error?

@@ -82,7 +82,10 @@ public final class PackedStore: TileStore, @unchecked Sendable {
     }
 
     public func recoverLeftovers() { repository.recoverLeftovers() }
-    public func takeInOtherDaemonsObjects() throws { try repository.takeInNewIndexFiles() }
+    public func refreshIndex() throws { try repository.refreshIndex() }
+    public func renewLease(_ id: String, text: String) throws { try repository.renewLease(id, text: text) }
+    public func dropLease(_ id: String) throws { try repository.dropLease(id) }
+    public func freshLeases(now: Double) throws -> [(name: String, age: Double)] { try repository.freshLeases(now: now) }
 
     public var maxBytes: Int? {
         get { repository.maxBytes }

@@ -37,6 +37,11 @@ public final class Repository: @unchecked Sendable {
     private var sealing: [PackWriter] = []
     private var indexes: [IndexFile] = []
     private var bloom = DigestBloom(capacity: 1 << 16)
+    /// The size in bytes of each pack the backend listed when the index was last read (and of
+    /// each pack this process saved since): `put` re-uses a copy only in a pack known to hold
+    /// its record whole, so that a pack cut short or removed is not relied on (attack round 20:
+    /// a new region reused the objects of a pack cut short and ended `completed` over them).
+    private var packSizes: [Digest: Int] = [:]
     /// Objects whose last write failed (their pack could not be saved), with the failure.
     private var failures: [Digest: Error] = [:]
     /// A name for a new open pack no earlier run used: `<pid>-<random>-<n>.partial` (a pid comes
@@ -136,6 +141,7 @@ public final class Repository: @unchecked Sendable {
     /// - Throws: the backend's error when the index cannot be listed.
     public func reloadIndexes() throws {
         let listed = try backend.list(prefix: "index/").filter { $0.name.hasSuffix(".idx") }
+        let sizes = try listPackSizes()
         var kept: [IndexFile] = []
         var bloom = DigestBloom(capacity: 2 * listed.reduce(0) { $0 + max(0, ($1.size - 1100) / IndexFormat.entrySize) })
         lock.lock(); let known = Dictionary(indexes.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }); lock.unlock()
@@ -154,22 +160,50 @@ public final class Repository: @unchecked Sendable {
             }
         }
         kept.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
-        lock.lock(); indexes = kept; self.bloom = bloom; loaded = true; lock.unlock()
+        lock.lock(); indexes = kept; self.bloom = bloom; packSizes = sizes; loaded = true; lock.unlock()
     }
 
-    /// On a backend several daemons write (a bucket): reads the index files saved since the
-    /// index was read, so that `put` finds the objects other daemons stored since (and does not
-    /// store them again). Only adds: an index file gone from the listing (merged by a gc) is
-    /// kept, its entries then lead to copies looked for elsewhere (`read`), and one saved by this
-    /// process meanwhile is never dropped. One listing when nothing is new. Nothing before the
-    /// index is first read (that read takes in everything), nor on a folder (one daemon, by lock).
+    /// The size of every pack the backend lists, by digest (listed after the index files: a pack
+    /// is saved before the index file that lists it).
+    private func listPackSizes() throws -> [Digest: Int] {
+        Dictionary(try backend.list(prefix: "packs/").compactMap { f in Repository.packDigest(ofName: f.name).map { ($0, f.size) } },
+                   uniquingKeysWith: { a, _ in a })
+    }
+
+    /// True when `entry`'s record lies whole in its pack, as last listed (with the pack's end
+    /// after it). Lock held.
+    private func packHoldsLocked(_ pack: Digest, _ entry: IndexFormat.Entry) -> Bool {
+        guard let size = packSizes[pack] else { return false }
+        return Int(entry.offset) + PackFormat.headerSize + Int(entry.length) + PackFormat.footerSize <= size
+    }
+
+    /// Before a region starts: lists the packs again (their sizes: a pack cut short or removed
+    /// since is no longer relied on by `put`) and, on a backend several daemons write (a bucket),
+    /// reads the index files saved since the index was read, so that `put` finds the objects other
+    /// daemons stored since (and does not store them again). Index files are only added: one gone
+    /// from the listing (merged by a gc) is kept, its entries then lead to copies looked for
+    /// elsewhere (`read`), and one saved by this process meanwhile is never dropped. Nothing
+    /// before the index is first read (that read takes in everything). One or two listings.
     /// - Throws: the backend's error (the index stays as it was).
-    public func takeInNewIndexFiles() throws {
-        guard backend.isShared else { return }
-        lock.lock(); let done = loaded; let known = Set(indexes.map(\.name)); lock.unlock()
+    public func refreshIndex() throws {
+        lock.lock(); let done = loaded; let known = Set(indexes.map(\.name)); let sizedBefore = Set(packSizes.keys); lock.unlock()
         guard done else { return }
+        // The listed sizes replace the known ones (a pack removed is forgotten), but a pack this
+        // process sealed while the listing ran (sized at its seal, perhaps not listed) is kept.
+        func takeSizes(_ sizes: [Digest: Int]) {
+            var merged = sizes
+            for (d, n) in packSizes where !sizedBefore.contains(d) { merged[d] = n }
+            packSizes = merged
+        }
+        guard backend.isShared else {
+            let sizes = try listPackSizes()
+            lock.lock(); takeSizes(sizes); lock.unlock()
+            return
+        }
         var added: [IndexFile] = [], digests: [Digest] = []
-        for f in try backend.list(prefix: "index/") where f.name.hasSuffix(".idx") && !known.contains(f.name) {
+        let listed = try backend.list(prefix: "index/")
+        let sizes = try listPackSizes()
+        for f in listed where f.name.hasSuffix(".idx") && !known.contains(f.name) {
             guard let digest = Repository.indexDigest(ofName: f.name) else { continue }
             do {
                 added.append(try IndexFile(name: f.name, digest: digest, path: try localIndexPath(f.name, digest: digest)) { e, _ in digests.append(e.digest) })
@@ -177,12 +211,46 @@ public final class Repository: @unchecked Sendable {
                 Log.error("index file \(f.name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
             }
         }
-        guard !added.isEmpty else { return }
         lock.lock(); defer { lock.unlock() }
+        takeSizes(sizes)
         let now = Set(indexes.map(\.name))
         indexes += added.filter { !now.contains($0.name) }
         indexes.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
         for d in digests { bloom.insert(d) }
+    }
+
+    // MARK: - Leases (a store several daemons write)
+
+    /// How often a daemon saves its lease again, and after how long without a save a lease is
+    /// stale (a daemon killed without removing it): seconds.
+    public static let leaseRenewal = 300.0, leaseStaleAfter = 1800.0
+
+    /// The name of the lease `id` (32 lower-case hex digits): `locks/<id>.lock`.
+    static func leaseName(_ id: String) -> String { "locks/\(id).lock" }
+
+    /// Saves (again) the lease `id` of a daemon writing a shared backend, holding `text` (who holds
+    /// it, for a person reading the bucket). Nothing on a folder: the daemon's lock file does it.
+    /// - Throws: the backend's error.
+    public func renewLease(_ id: String, text: String) throws {
+        guard backend.isShared else { return }
+        try backend.save(Repository.leaseName(id), Data(text.utf8), ifAbsent: false)
+    }
+
+    /// Removes the lease `id` (a daemon that stops). Nothing on a folder.
+    /// - Throws: the backend's error.
+    public func dropLease(_ id: String) throws {
+        guard backend.isShared else { return }
+        try backend.remove(Repository.leaseName(id))
+    }
+
+    /// The leases of a shared backend saved within `leaseStaleAfter` of `now` (seconds since
+    /// 1970), as (name, seconds since its last save): daemons that may be writing it. None on a
+    /// folder.
+    /// - Throws: the backend's error.
+    public func freshLeases(now: Double = Date().timeIntervalSince1970) throws -> [(name: String, age: Double)] {
+        guard backend.isShared else { return [] }
+        return try backend.list(prefix: "locks/").filter { $0.name.hasSuffix(".lock") && now - $0.modified < Repository.leaseStaleAfter }
+            .map { ($0.name, max(0, now - $0.modified)) }.sorted { $0.name < $1.name }
     }
 
     /// Forgets the local copy of index file `digest` kept for a remote backend (none on disk).
@@ -190,8 +258,8 @@ public final class Repository: @unchecked Sendable {
 
     /// Where `digest` is in a sealed pack: the newest copy (or, with `youngerThan`, only a copy in
     /// a pack created after that time). Lock held.
-    private func lookupLocked(_ digest: Digest, youngerThan: Double? = nil) -> (pack: IndexFormat.Pack, entry: IndexFormat.Entry)? {
-        candidatesLocked(digest).first { youngerThan == nil || Double($0.pack.created) >= youngerThan! }
+    private func lookupLocked(_ digest: Digest) -> (pack: IndexFormat.Pack, entry: IndexFormat.Entry)? {
+        candidatesLocked(digest).first
     }
 
     /// Every copy of `digest` the index files list, newest pack first, ties in index-file order
@@ -202,6 +270,14 @@ public final class Repository: @unchecked Sendable {
         var all: [(pack: IndexFormat.Pack, entry: IndexFormat.Entry)] = []
         for idx in indexes { for e in idx.lookup(digest) { all.append((idx.packs[Int(e.pack)], e)) } }
         return all.enumerated().sorted { ($0.element.pack.created, -$0.offset) > ($1.element.pack.created, -$1.offset) }.map(\.element)
+    }
+
+    /// True when `put` may rely on a copy of `digest` already in a sealed pack: one created within
+    /// `reuseAge` (gc's grace period spares it) whose pack holds the record whole, as last listed.
+    /// Lock held.
+    private func reusableLocked(_ digest: Digest) -> Bool {
+        let youngerThan = Date().timeIntervalSince1970 - Repository.reuseAge
+        return candidatesLocked(digest).contains { Double($0.pack.created) >= youngerThan && packHoldsLocked($0.pack.digest, $0.entry) }
     }
 
     /// True when some pack for which `keeps` is true holds `digest`, by the index (gc: a live
@@ -228,7 +304,7 @@ public final class Repository: @unchecked Sendable {
             let hex = digest.hex
             lock.lock(); defer { lock.unlock() }
             if open?.positions[digest] != nil || sealing.contains(where: { $0.positions[digest] != nil }) { return (hex, false) }
-            if lookupLocked(digest, youngerThan: Date().timeIntervalSince1970 - Repository.reuseAge) != nil { return (hex, false) }
+            if reusableLocked(digest) { return (hex, false) }
             let cost = data.count + Repository.entryOverhead + (open == nil ? Repository.packOverhead : 0)
             if let m = maxBytes, let u = usageLocked(), u.bytes + cost > m {
                 lock.unlock()
@@ -320,6 +396,7 @@ public final class Repository: @unchecked Sendable {
         pendingBytes -= pack.estimate
         savedBytes += pack.appended + idx.fileSize
         indexes.insert(idx, at: 0)
+        packSizes[digest] = pack.appended + PackFormat.footerSize
         for e in entries { bloom.insert(e.digest); failures.removeValue(forKey: e.digest) }
         sealing.removeAll { $0 === pack }
         let rebuild = bloom.isOverfull

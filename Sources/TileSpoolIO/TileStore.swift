@@ -91,10 +91,21 @@ public protocol TileStore: AnyObject, Sendable {
     /// Removes what an earlier run of the daemon left half done (disk: temp files, objects an
     /// interrupted gc set aside). Called once when a daemon opens the store.
     func recoverLeftovers()
-    /// A store several daemons write (S3): takes in the objects the others stored since this one
-    /// read the store's index, so that a region started now stores none of them again. One
-    /// listing; nothing on a disk store. - Throws: the store's error.
-    func takeInOtherDaemonsObjects() throws
+    /// Before a region starts (`Repository.refreshIndex`): the packs' sizes listed again, so that
+    /// a pack cut short or removed since is not relied on, and on a store several daemons write
+    /// (S3) the objects the others stored since, so that the region stores none of them again.
+    /// - Throws: the store's error.
+    func refreshIndex() throws
+    /// A store several daemons write (S3): the lease of daemon `id` (32 hex digits), saved at its
+    /// start and every `Repository.leaseRenewal` seconds, removed when it stops; `text` says who
+    /// holds it. A gc with a short grace period and a repair refuse to run while a lease is fresh
+    /// (`freshLeases`). Nothing on a disk store (the daemon's lock file does it).
+    /// - Throws: the store's error.
+    func renewLease(_ id: String, text: String) throws
+    func dropLease(_ id: String) throws
+    /// The leases saved within `Repository.leaseStaleAfter` seconds of `now` (seconds since 1970),
+    /// by name (`locks/<id>.lock`) with their age in seconds. - Throws: the store's error.
+    func freshLeases(now: Double) throws -> [(name: String, age: Double)]
     /// The store quota (`--max-store-bytes`); enforced by the disk store only.
     var maxBytes: Int? { get set }
     /// Objects and bytes in the store as far as this process knows, nil when not measured.

@@ -129,7 +129,8 @@ func commandGC(_ argv: [String]) throws -> Int32 {
         A second line counts the unreferenced objects kept only for being younger than the grace
         period (right after a delete, usually all of its objects): a later gc frees them, or
         --grace 0 while no daemon runs. A grace period below 3600 s needs the daemon stopped (gc
-        takes its lock, exit status 1 while it runs).
+        takes its lock, exit status 1 while it runs); on an S3 store, every daemon that writes the
+        bucket, from any spool or host (exit status 1 while one's lease is fresh).
         """)
         return 0
     }
@@ -151,6 +152,10 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     }
     defer { _ = locks }
     let store = try loc.openStore()
+    if grace < 2 * Repository.reuseAge, let why = try leaseRefusal(store, doing: "gc --grace below \(Int(2 * Repository.reuseAge)) s") {
+        err(why)
+        return 1
+    }
     let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects"
         + (r.segmentsRemoved > 0 ? ", removed \(r.segmentsRemoved) compacted manifest segments" : ""))
@@ -159,6 +164,15 @@ func commandGC(_ argv: [String]) throws -> Int32 {
         out("gc: kept \(r.youngUnreferenced) unreferenced objects (\(r.youngUnreferencedBytes) bytes, \(formatBytes(r.youngUnreferencedBytes))) younger than the grace period (\(g) s): a later gc frees them; --grace 0 when no daemon runs")
     }
     return 0
+}
+
+/// On a store several daemons write (S3), where this host's locks cannot see a daemon on another
+/// spool or host: the refusal of `doing` while a daemon's lease is fresh (docs/s3.md), else nil.
+/// - Throws: the store's error (the leases cannot be listed).
+func leaseRefusal(_ store: any TileStore, doing: String) throws -> String? {
+    let fresh = try store.freshLeases(now: Date().timeIntervalSince1970)
+    guard let first = fresh.first else { return nil }
+    return "tilespool: \(doing) needs every daemon that writes this store stopped: \(fresh.count) daemon lease\(fresh.count == 1 ? "" : "s") saved in the last \(Int(Repository.leaseStaleAfter)) s (\(first.name), saved \(Int(first.age)) s ago). A daemon removes its lease when it stops; one killed leaves it, stale \(Int(Repository.leaseStaleAfter / 60)) minutes after its last save. The default grace period is safe beside running daemons."
 }
 
 /// The daemon's locks (the spool's, and a local store's when it is another file), taken without
@@ -212,6 +226,10 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     }
     defer { _ = locks }
     let store = try loc.openStore()
+    if repair, let why = try leaseRefusal(store, doing: "verify --repair") {
+        err(why)
+        return 1
+    }
     let r = try StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
     for b in r.badObjects { out("bad object (content does not hash to its name): \(b)") }
     for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }

@@ -665,6 +665,42 @@ final class S3StoreTests: CephTestCase {
         try assertBucketMatchesManifest(b, s3, "again")
     }
 
+    /// Attack round 20 (high): `gc --grace 0` from a spool with no daemon, on a bucket another
+    /// spool's daemon writes, removed the young pack that daemon was re-using; its region ended
+    /// `completed` with 189 objects gone. A daemon on a bucket now keeps a lease there
+    /// (`locks/<id>.lock`), and a short-grace gc or a repair from any spool refuses while one is
+    /// fresh; the default grace runs; once the daemon stops (its lease removed) --grace 0 runs.
+    func testAShortGraceGCIsRefusedWhileADaemonOnAnotherSpoolWritesTheBucket() throws {
+        let rgw = try server()
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (a, opts) = try s3Spool(rgw, prefix: prefix)
+        let (g, _) = try s3Spool(rgw, prefix: prefix) // a spool no daemon runs on
+        defer { a.stop(); g.stop() }
+        try a.start(opts)
+        try a.drop("west.json", monacoRequest(nginx))
+        try a.waitForState("west", "completed", timeout: 120)
+        let leases = try s3.list(prefix: "locks/").map(\.key)
+        XCTAssertEqual(leases.count, 1, "the running daemon's lease: \(leases)")
+        for args in [["gc", "--grace", "0"], ["gc", "--grace", "60"], ["verify", "--repair"]] {
+            let (rc, out) = try g.cli(args + ["--spool", g.spool] + opts)
+            XCTAssertEqual(rc, 1, "\(args): \(out)")
+            XCTAssertTrue(out.contains("needs every daemon that writes this store stopped") && out.contains(leases[0]), out)
+        }
+        let objects = try s3Objects(s3)
+        let (rc, out) = try g.cli(["gc", "--spool", g.spool] + opts)
+        XCTAssertEqual(rc, 0, "the default grace runs beside daemons: \(out)")
+        XCTAssertEqual(try s3Objects(s3), objects, "young objects kept")
+        XCTAssertEqual(a.stop(), 0)
+        XCTAssertEqual(try s3.list(prefix: "locks/").count, 0, "a daemon that stops removes its lease")
+        let (rc2, out2) = try g.cli(["gc", "--grace", "0", "--spool", g.spool] + opts)
+        XCTAssertEqual(rc2, 0, out2)
+        XCTAssertTrue(out2.contains("gc: removed 0 objects"), "west is referenced: \(out2)")
+    }
+
     /// A wrong secret: the region fails at once with the server's reason in its status (not a
     /// hang, not a retry loop), and the secret is nowhere in the spool or the log.
     func testWrongSecretIsAClearErrorInTheStatus() throws {

@@ -389,6 +389,33 @@ class StoreTests: StoreTestCase {
         }
     }
 
+    /// Attack round 20: a pack cut short (or removed) while its index file still listed its
+    /// objects was relied on by `put`: a new region re-used them and ended `completed` over
+    /// bytes that could not be read. A copy is re-used only when its pack, as listed when the
+    /// index was read or refreshed (`refreshIndex`, at each region's start), holds the record
+    /// whole: the objects past the cut are written again, those before it are not; every object
+    /// reads back; and with the pack removed, every object is written again.
+    func testAPackCutShortOrRemovedIsNotReliedOnByPut() throws {
+        let (store, bs, names) = try sealedStore(30, "cut")
+        let pack = try XCTUnwrap(try site.packs().first)
+        let locations = store.objectLocations(names).map { $0! }
+        // Inside record 15, past room for a pack's end after record 14 (a record counts as held
+        // whole when the pack's end could follow it).
+        let cut = locations[15].offset - PackFormat.headerSize + PackFormat.footerSize + 4
+        try site.damage(pack) { $0 = Array($0[0..<cut]) }
+        try store.refreshIndex() // as a region's start does
+        for (i, b) in bs.enumerated() {
+            XCTAssertEqual(try store.put(b).isNew, i >= 15, "object \(i): \(i >= 15 ? "past" : "before") the cut")
+        }
+        try store.sync()
+        let again = try open()
+        for (n, b) in zip(names, bs) { XCTAssertEqual(try again.read(n, limit: 1 << 20), b) }
+        // The pack removed: nothing of it is relied on, by a store opened anew either.
+        try site.remove(pack)
+        let fresh = try open()
+        XCTAssertEqual(try bs.prefix(15).filter { try fresh.put($0).isNew }.count, 15)
+    }
+
     /// Attack round 7: `verify --repair` on a store whose pack is whole but whose index gives
     /// wrong offsets (valid, checksummed, wrong) rescued the objects into a new pack, then wrote
     /// an index without that pack: every object read as missing. Now each reads back, and a
