@@ -140,6 +140,7 @@ public final class Repository: @unchecked Sendable {
     /// forgets those gone (gc replaced them); the Bloom filter is rebuilt.
     /// - Throws: the backend's error when the index cannot be listed.
     public func reloadIndexes() throws {
+        lock.lock(); let sizedBefore = Set(packSizes.keys); lock.unlock()
         let listed = try backend.list(prefix: "index/").filter { $0.name.hasSuffix(".idx") }
         let sizes = try listPackSizes()
         var kept: [IndexFile] = []
@@ -160,7 +161,7 @@ public final class Repository: @unchecked Sendable {
             }
         }
         kept.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
-        lock.lock(); indexes = kept; self.bloom = bloom; packSizes = sizes; loaded = true; lock.unlock()
+        lock.lock(); indexes = kept; self.bloom = bloom; takePackSizesLocked(sizes, sizedBefore: sizedBefore); loaded = true; lock.unlock()
     }
 
     /// The size of every pack the backend lists, by digest (listed after the index files: a pack
@@ -168,6 +169,15 @@ public final class Repository: @unchecked Sendable {
     private func listPackSizes() throws -> [Digest: Int] {
         Dictionary(try backend.list(prefix: "packs/").compactMap { f in Repository.packDigest(ofName: f.name).map { ($0, f.size) } },
                    uniquingKeysWith: { a, _ in a })
+    }
+
+    /// The listed `sizes` replace the known ones (a pack removed is forgotten), but a pack this
+    /// process sealed while the listing ran (sized at its seal, not in `sizedBefore`, perhaps not
+    /// listed) is kept. Lock held.
+    private func takePackSizesLocked(_ sizes: [Digest: Int], sizedBefore: Set<Digest>) {
+        var merged = sizes
+        for (d, n) in packSizes where !sizedBefore.contains(d) { merged[d] = n }
+        packSizes = merged
     }
 
     /// True when `entry`'s record lies whole in its pack, as last listed (with the pack's end
@@ -188,16 +198,9 @@ public final class Repository: @unchecked Sendable {
     public func refreshIndex() throws {
         lock.lock(); let done = loaded; let known = Set(indexes.map(\.name)); let sizedBefore = Set(packSizes.keys); lock.unlock()
         guard done else { return }
-        // The listed sizes replace the known ones (a pack removed is forgotten), but a pack this
-        // process sealed while the listing ran (sized at its seal, perhaps not listed) is kept.
-        func takeSizes(_ sizes: [Digest: Int]) {
-            var merged = sizes
-            for (d, n) in packSizes where !sizedBefore.contains(d) { merged[d] = n }
-            packSizes = merged
-        }
         guard backend.isShared else {
             let sizes = try listPackSizes()
-            lock.lock(); takeSizes(sizes); lock.unlock()
+            lock.lock(); takePackSizesLocked(sizes, sizedBefore: sizedBefore); lock.unlock()
             return
         }
         var added: [IndexFile] = [], digests: [Digest] = []
@@ -212,7 +215,7 @@ public final class Repository: @unchecked Sendable {
             }
         }
         lock.lock(); defer { lock.unlock() }
-        takeSizes(sizes)
+        takePackSizesLocked(sizes, sizedBefore: sizedBefore)
         let now = Set(indexes.map(\.name))
         indexes += added.filter { !now.contains($0.name) }
         indexes.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
@@ -256,8 +259,7 @@ public final class Repository: @unchecked Sendable {
     /// Forgets the local copy of index file `digest` kept for a remote backend (none on disk).
     func dropCachedIndex(_ digest: Digest) { cacheDir?.remove(digest.hex + ".idx") }
 
-    /// Where `digest` is in a sealed pack: the newest copy (or, with `youngerThan`, only a copy in
-    /// a pack created after that time). Lock held.
+    /// Where `digest` is in a sealed pack: the newest copy. Lock held.
     private func lookupLocked(_ digest: Digest) -> (pack: IndexFormat.Pack, entry: IndexFormat.Entry)? {
         candidatesLocked(digest).first
     }

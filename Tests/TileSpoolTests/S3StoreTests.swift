@@ -17,6 +17,16 @@ final class S3StoreTests: CephTestCase {
         return (fx, ["--store", "s3://\(CephRGW.bucket)/\(prefix)", "--s3-endpoint", endpoint ?? rgw.endpoint])
     }
 
+    /// The map data served by nginx, a fresh prefix with a client on it, and two spools on it
+    /// with the daemon options (the caller starts and stops them, and nginx).
+    func twoSpoolsOnOnePrefix(_ rgw: CephRGW) throws -> (nginx: NginxServer, s3: S3Client, a: SpoolFixture, b: SpoolFixture, opts: [String]) {
+        let nginx = try NginxServer(root: try MapData.require())
+        let prefix = S3StoreTests.newPrefix()
+        let (a, opts) = try s3Spool(rgw, prefix: prefix)
+        let (b, _) = try s3Spool(rgw, prefix: prefix)
+        return (nginx, S3Client(config: rgw.config(prefix: prefix)), a, b, opts)
+    }
+
     static func newPrefix() -> String { "t-\(UUID().uuidString.prefix(8).lowercased())" }
 
     /// A fresh prefix, a client on it (to check the bucket), and a spool fixture with the options
@@ -585,15 +595,8 @@ final class S3StoreTests: CephTestCase {
     /// of both manifests' objects), both manifests are complete, and `verify` is clean from
     /// either spool.
     func testTwoDaemonsOnOneBucketWithOverlappingRegions() throws {
-        let rgw = try server()
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
-        defer { nginx.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (a, opts) = try s3Spool(rgw, prefix: prefix)
-        let (b, _) = try s3Spool(rgw, prefix: prefix)
-        defer { a.stop(); b.stop() }
+        let (nginx, s3, a, b, opts) = try twoSpoolsOnOnePrefix(try server())
+        defer { a.stop(); b.stop(); nginx.stop() }
         try a.start(opts)
         try b.start(opts)
         // The same glyphs, sprites and style, and overlapping tiles (b is a shifted over a).
@@ -630,15 +633,8 @@ final class S3StoreTests: CephTestCase {
     /// under the same name), stores none of a's objects again (b takes in the index files a
     /// saved when the region starts): every object of the bucket is in exactly one pack record.
     func testARegionStartedLaterStoresNoObjectAnotherDaemonHolds() throws {
-        let rgw = try server()
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
-        defer { nginx.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (a, opts) = try s3Spool(rgw, prefix: prefix)
-        let (b, _) = try s3Spool(rgw, prefix: prefix)
-        defer { a.stop(); b.stop() }
+        let (nginx, s3, a, b, opts) = try twoSpoolsOnOnePrefix(try server())
+        defer { a.stop(); b.stop(); nginx.stop() }
         try a.start(opts)
         try b.start(opts)
         // b reads the index with a small region of its own (the toner tiles: nothing in common).
@@ -671,15 +667,8 @@ final class S3StoreTests: CephTestCase {
     /// (`locks/<id>.lock`), and a short-grace gc or a repair from any spool refuses while one is
     /// fresh; the default grace runs; once the daemon stops (its lease removed) --grace 0 runs.
     func testAShortGraceGCIsRefusedWhileADaemonOnAnotherSpoolWritesTheBucket() throws {
-        let rgw = try server()
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
-        defer { nginx.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (a, opts) = try s3Spool(rgw, prefix: prefix)
-        let (g, _) = try s3Spool(rgw, prefix: prefix) // a spool no daemon runs on
-        defer { a.stop(); g.stop() }
+        let (nginx, s3, a, g, opts) = try twoSpoolsOnOnePrefix(try server()) // no daemon runs on g
+        defer { a.stop(); g.stop(); nginx.stop() }
         try a.start(opts)
         try a.drop("west.json", monacoRequest(nginx))
         try a.waitForState("west", "completed", timeout: 120)
