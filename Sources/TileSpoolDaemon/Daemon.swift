@@ -106,10 +106,13 @@ public final class Daemon {
     /// Completed regions whose manifest the next commit job joins into one piece (S3).
     var compactionsWanted: [(id: String, files: any RegionStorage)] = []
     var stopping = false
-    /// This daemon's lease on a store several daemons write (`TileStore.renewLease`): its id and
-    /// when it was last saved (`Daemon.now()`; -infinity: not yet).
+    /// This daemon's lease on a store several daemons write (`TileStore.renewLease`): its id, when
+    /// it was last saved and when to save it next (`Daemon.now()`), and whether a short-grace gc or
+    /// a repair was under way when it was saved (its `locks/gc-*.lock`: regions wait for it).
     let leaseID = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-    var leaseSaved = -Double.infinity
+    var leaseSaved = -Double.infinity, leaseNextSave = -Double.infinity
+    var gcUnderWay = false
+    private var leaseWarned = -Double.infinity
     /// Exports run here, one at a time, off the event loop (Exports.swift).
     let exportQueue = DispatchQueue(label: "tilespool.exports", qos: .utility)
     let exportMailbox = ExportMailbox()
@@ -378,17 +381,35 @@ public final class Daemon {
     }
 
     /// Saves this daemon's lease on a shared store when due (at start, then every
-    /// `Repository.leaseRenewal` seconds): a gc with a short grace period elsewhere refuses to run
-    /// while it is fresh. A failed save is logged and tried again at the next turn after a minute.
+    /// `Repository.leaseRenewal` seconds), then looks for a short-grace gc or a repair under way
+    /// (a fresh `locks/gc-*.lock`). Either saves its mark first and then looks for leases, so one
+    /// of the two always sees the other: the gc refuses, or the daemon starts no region until the
+    /// mark is gone (attack round 21: a daemon started during such a gc lost every object). A
+    /// failed save, or a gc under way, is tried again 5 s later; meanwhile no region starts
+    /// (`leaseAllowsDownloads`).
     func renewLeaseIfDue(now: Double) {
-        guard store.isShared, now - leaseSaved >= Repository.leaseRenewal else { return }
+        guard store.isShared, now >= leaseNextSave else { return }
         do {
             try store.renewLease(leaseID, text: "tilespool daemon\nhost \(ProcessInfo.processInfo.hostName)\npid \(getpid())\nspool \(layout.root)\n")
             leaseSaved = now
+            let gcs = try store.freshLeases(now: Date().timeIntervalSince1970).filter { $0.name.hasPrefix("locks/gc-") }
+            if let g = gcs.first, !gcUnderWay { Log.warning("a gc with a short grace period or a repair runs on this store (\(g.name)): no region starts until it ends") }
+            if gcs.isEmpty && gcUnderWay { Log.info("the gc or repair on this store has ended: regions start") }
+            gcUnderWay = !gcs.isEmpty
+            leaseNextSave = now + (gcUnderWay ? 5 : Repository.leaseRenewal)
         } catch {
-            leaseSaved = now - Repository.leaseRenewal + 60
-            Log.warning("cannot save this daemon's lease in the store (\(error)): a gc --grace 0 elsewhere would not see this daemon")
+            if now - leaseWarned >= 60 {
+                leaseWarned = now
+                Log.warning("cannot save this daemon's lease in the store (\(error)): no region starts until it is saved")
+            }
+            leaseNextSave = now + 5
         }
+    }
+
+    /// True when regions may start downloading: on a store no other daemon writes, always; on a
+    /// shared one, while this daemon's lease is fresh and no short-grace gc or repair runs.
+    var leaseAllowsDownloads: Bool {
+        !store.isShared || (!gcUnderWay && Daemon.now() - leaseSaved < Repository.leaseStaleAfter - Repository.leaseRenewal)
     }
 
     func shutdown() {

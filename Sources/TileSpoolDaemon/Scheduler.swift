@@ -10,7 +10,7 @@ extension Daemon {
     func schedule() {
         let now = Daemon.now()
         var active = live.values.filter { $0.state == .downloading }.count
-        if active < options.maxActiveRegions {
+        if active < options.maxActiveRegions && leaseAllowsDownloads {
             for r in live.values.filter({ $0.state == .queued }).sorted(by: { $0.arrival < $1.arrival }) {
                 guard active < options.maxActiveRegions else { break }
                 start(r)

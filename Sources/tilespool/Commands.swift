@@ -152,10 +152,14 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     }
     defer { _ = locks }
     let store = try loc.openStore()
-    if grace < 2 * Repository.reuseAge, let why = try leaseRefusal(store, doing: "gc --grace below \(Int(2 * Repository.reuseAge)) s") {
-        err(why)
-        return 1
+    var mark: GCMark?
+    if grace < 2 * Repository.reuseAge {
+        switch try GCMark.take(store, doing: "gc --grace below \(Int(2 * Repository.reuseAge)) s") {
+        case .taken(let m): mark = m
+        case .refused(let why): err(why); return 1
+        }
     }
+    defer { mark?.drop() }
     let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects"
         + (r.segmentsRemoved > 0 ? ", removed \(r.segmentsRemoved) compacted manifest segments" : ""))
@@ -166,13 +170,34 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     return 0
 }
 
-/// On a store several daemons write (S3), where this host's locks cannot see a daemon on another
-/// spool or host: the refusal of `doing` while a daemon's lease is fresh (docs/s3.md), else nil.
-/// - Throws: the store's error (the leases cannot be listed).
-func leaseRefusal(_ store: any TileStore, doing: String) throws -> String? {
-    let fresh = try store.freshLeases(now: Date().timeIntervalSince1970)
-    guard let first = fresh.first else { return nil }
-    return "tilespool: \(doing) needs every daemon that writes this store stopped: \(fresh.count) daemon lease\(fresh.count == 1 ? "" : "s") saved in the last \(Int(Repository.leaseStaleAfter)) s (\(first.name), saved \(Int(first.age)) s ago). A daemon removes its lease when it stops; one killed leaves it, stale \(Int(Repository.leaseStaleAfter / 60)) minutes after its last save. The default grace period is safe beside running daemons."
+/// The mark of a short-grace gc or a repair on a store several daemons write (S3), where this
+/// host's locks cannot see a daemon on another spool or host (docs/s3.md, Concurrency): the mark
+/// `locks/gc-<32 hex>.lock` is saved first, then the store's other leases are listed; any fresh
+/// one (a daemon's, or another gc's mark) refuses the command and removes the mark. A daemon
+/// saves its lease first and then looks for marks, so one of the two always sees the other.
+final class GCMark {
+    enum Outcome { case taken(GCMark?), refused(String) }
+    private let store: any TileStore
+    private let id: String
+    private init(store: any TileStore, id: String) { self.store = store; self.id = id }
+
+    /// Takes the mark for `doing` (nil on a store only one daemon writes: its locks do it).
+    /// - Throws: the store's error (the mark cannot be saved, or the leases listed).
+    static func take(_ store: any TileStore, doing: String) throws -> Outcome {
+        guard store.isShared else { return .taken(nil) }
+        let id = "gc-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        try store.renewLease(id, text: "tilespool \(doing)\nhost \(ProcessInfo.processInfo.hostName)\npid \(getpid())\n")
+        let mark = GCMark(store: store, id: id)
+        let others = try store.freshLeases(now: Date().timeIntervalSince1970).filter { $0.name != "locks/\(id).lock" }
+        guard let first = others.first else { return .taken(mark) }
+        mark.drop()
+        return .refused("tilespool: \(doing) needs every daemon that writes this store stopped, and no other gc or repair running: \(others.count) lease\(others.count == 1 ? "" : "s") saved in the last \(Int(Repository.leaseStaleAfter)) s (\(first.name), saved \(Int(first.age)) s ago). A daemon removes its lease when it stops; one killed leaves it, stale \(Int(Repository.leaseStaleAfter / 60)) minutes after its last save. The default grace period is safe beside running daemons.")
+    }
+
+    /// Removes the mark (a failure is reported: daemons wait until it is stale).
+    func drop() {
+        do { try store.dropLease(id) } catch { err("tilespool: cannot remove this command's mark locks/\(id).lock from the store (\(error)): daemons start no region until it is stale (\(Int(Repository.leaseStaleAfter / 60)) minutes)") }
+    }
 }
 
 /// The daemon's locks (the spool's, and a local store's when it is another file), taken without
@@ -226,10 +251,14 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     }
     defer { _ = locks }
     let store = try loc.openStore()
-    if repair, let why = try leaseRefusal(store, doing: "verify --repair") {
-        err(why)
-        return 1
+    var mark: GCMark?
+    if repair {
+        switch try GCMark.take(store, doing: "verify --repair") {
+        case .taken(let m): mark = m
+        case .refused(let why): err(why); return 1
+        }
     }
+    defer { mark?.drop() }
     let r = try StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
     for b in r.badObjects { out("bad object (content does not hash to its name): \(b)") }
     for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }

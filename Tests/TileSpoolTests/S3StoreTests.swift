@@ -688,6 +688,26 @@ final class S3StoreTests: CephTestCase {
         let (rc2, out2) = try g.cli(["gc", "--grace", "0", "--spool", g.spool] + opts)
         XCTAssertEqual(rc2, 0, out2)
         XCTAssertTrue(out2.contains("gc: removed 0 objects"), "west is referenced: \(out2)")
+        XCTAssertEqual(try s3.list(prefix: "locks/").count, 0, "gc removes its mark")
+
+        // Attack round 21: a daemon started while a short-grace gc ran lost every object. A gc
+        // under way (its mark, as gc saves it before looking for leases): a second short-grace
+        // gc refuses, and a daemon starting meanwhile starts no region until the mark is gone.
+        let mark = "locks/gc-" + String(repeating: "7", count: 32) + ".lock"
+        _ = try s3.put(mark, Data("tilespool gc --grace below 3600 s\n".utf8))
+        let (rc3, out3) = try g.cli(["gc", "--grace", "0", "--spool", g.spool] + opts)
+        XCTAssertEqual(rc3, 1, out3)
+        XCTAssertTrue(out3.contains(mark) && out3.contains("no other gc or repair running"), out3)
+        try a.start(opts)
+        try a.drop("east.json", monacoRequest(nginx, bounds: [7.42, 43.72335, 7.46, 43.75169]))
+        try waitUntil("the daemon says it waits for the gc", timeout: 20) { (try? String(contentsOfFile: a.logPath, encoding: .utf8))?.contains("no region starts until it ends") == true }
+        try a.waitForState("east", "queued", timeout: 20)
+        // Absence is watched for a bounded time: 3 s of loop turns (each one schedules).
+        let watchUntil = Date().addingTimeInterval(3)
+        while Date() < watchUntil && a.eventStates("east") == ["queued"] { usleep(50_000) }
+        XCTAssertEqual(a.eventStates("east"), ["queued"], "no region starts while a gc runs")
+        try s3.delete(mark)
+        try a.waitForState("east", "completed", timeout: 120)
     }
 
     /// A wrong secret: the region fails at once with the server's reason in its status (not a
