@@ -109,7 +109,7 @@ public final class Daemon {
     /// This daemon's lease on a store several daemons write (`TileStore.renewLease`): its id, when
     /// it was last saved and when to save it next (`Daemon.now()`), and whether a short-grace gc or
     /// a repair was under way when it was saved (its `locks/gc-*.lock`: regions wait for it).
-    let leaseID = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+    let leaseID = Repository.newLeaseID(kind: "daemon")
     var leaseSaved = -Double.infinity, leaseNextSave = -Double.infinity
     var gcUnderWay = false
     private var leaseWarned = -Double.infinity

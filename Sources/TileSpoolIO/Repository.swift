@@ -228,8 +228,28 @@ public final class Repository: @unchecked Sendable {
     /// stale (a daemon killed without removing it): seconds.
     public static let leaseRenewal = 300.0, leaseStaleAfter = 1800.0
 
-    /// The name of the lease `id` (32 lower-case hex digits): `locks/<id>.lock`.
+    /// The name of the lease `id`: `locks/<id>.lock`.
     static func leaseName(_ id: String) -> String { "locks/\(id).lock" }
+
+    /// A new lease id, `<kind>-<host>-<pid>-<32 hex>`: `kind` is `daemon`, or `gc` for the mark of
+    /// a short-grace gc or a repair; `host` is this host's name in lower-case letters, digits and
+    /// `-` (at most 40); `pid` this process. A process on the same host can then tell a lease whose
+    /// process is gone (`kill -9`) from a live one, and passes over it.
+    public static func newLeaseID(kind: String) -> String {
+        let host = String(ProcessInfo.processInfo.hostName.lowercased().map { $0.isASCII && ($0.isLetter || $0.isNumber) ? $0 : "-" }.prefix(40))
+        return "\(kind)-\(host)-\(getpid())-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+    }
+
+    /// True for the lease `locks/<id>.lock` of a process of this host that is gone.
+    static func isOrphanedLease(_ name: String) -> Bool {
+        guard name.hasPrefix("locks/"), name.hasSuffix(".lock") else { return false }
+        let parts = name.dropFirst("locks/".count).dropLast(".lock".count).split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count >= 4, let pid = Int32(parts[parts.count - 2]) else { return false }
+        let host = parts[1..<(parts.count - 2)].joined(separator: "-")
+        let mine = newLeaseID(kind: "x").split(separator: "-", omittingEmptySubsequences: false)
+        guard host == mine[1..<(mine.count - 2)].joined(separator: "-") else { return false }
+        return LeftBehind.ownerIsGone(pid)
+    }
 
     /// Saves (again) the lease `id` of a daemon writing a shared backend, holding `text` (who holds
     /// it, for a person reading the bucket). Nothing on a folder: the daemon's lock file does it.
@@ -247,13 +267,18 @@ public final class Repository: @unchecked Sendable {
     }
 
     /// The leases of a shared backend saved within `leaseStaleAfter` of `now` (seconds since
-    /// 1970), as (name, seconds since its last save): daemons that may be writing it. None on a
-    /// folder.
+    /// 1970), as (name, seconds since its last save): daemons that may be writing it, and gcs or
+    /// repairs under way. Those of a process of this host that is gone are passed over (and
+    /// removed). None on a folder.
     /// - Throws: the backend's error.
     public func freshLeases(now: Double = Date().timeIntervalSince1970) throws -> [(name: String, age: Double)] {
         guard backend.isShared else { return [] }
-        return try backend.list(prefix: "locks/").filter { $0.name.hasSuffix(".lock") && now - $0.modified < Repository.leaseStaleAfter }
-            .map { ($0.name, max(0, now - $0.modified)) }.sorted { $0.name < $1.name }
+        var fresh: [(name: String, age: Double)] = []
+        for f in try backend.list(prefix: "locks/") where f.name.hasSuffix(".lock") && now - f.modified < Repository.leaseStaleAfter {
+            if Repository.isOrphanedLease(f.name) { try? backend.remove(f.name); continue }
+            fresh.append((f.name, max(0, now - f.modified)))
+        }
+        return fresh.sorted { $0.name < $1.name }
     }
 
     /// Forgets the local copy of index file `digest` kept for a remote backend (none on disk).

@@ -96,7 +96,7 @@ public protocol TileStore: AnyObject, Sendable {
     /// (S3) the objects the others stored since, so that the region stores none of them again.
     /// - Throws: the store's error.
     func refreshIndex() throws
-    /// A store several daemons write (S3): the lease of daemon `id` (32 hex digits), saved at its
+    /// A store several daemons write (S3): the lease `id` (`Repository.newLeaseID`), saved at its
     /// start and every `Repository.leaseRenewal` seconds, removed when it stops; `text` says who
     /// holds it. A gc with a short grace period and a repair refuse to run while a lease is fresh
     /// (`freshLeases`). Nothing on a disk store (the daemon's lock file does it).

@@ -172,7 +172,7 @@ func commandGC(_ argv: [String]) throws -> Int32 {
 
 /// The mark of a short-grace gc or a repair on a store several daemons write (S3), where this
 /// host's locks cannot see a daemon on another spool or host (docs/s3.md, Concurrency): the mark
-/// `locks/gc-<32 hex>.lock` is saved first, then the store's other leases are listed; any fresh
+/// `locks/gc-<host>-<pid>-<32 hex>.lock` is saved first, then the store's other leases are listed; any fresh
 /// one (a daemon's, or another gc's mark) refuses the command and removes the mark. A daemon
 /// saves its lease first and then looks for marks, so one of the two always sees the other.
 final class GCMark {
@@ -185,7 +185,7 @@ final class GCMark {
     /// - Throws: the store's error (the mark cannot be saved, or the leases listed).
     static func take(_ store: any TileStore, doing: String) throws -> Outcome {
         guard store.isShared else { return .taken(nil) }
-        let id = "gc-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let id = Repository.newLeaseID(kind: "gc")
         try store.renewLease(id, text: "tilespool \(doing)\nhost \(ProcessInfo.processInfo.hostName)\npid \(getpid())\n")
         let mark = GCMark(store: store, id: id)
         let others = try store.freshLeases(now: Date().timeIntervalSince1970).filter { $0.name != "locks/\(id).lock" }
