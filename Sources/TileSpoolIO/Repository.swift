@@ -236,18 +236,18 @@ public final class Repository: @unchecked Sendable {
     /// `-` (at most 40); `pid` this process. A process on the same host can then tell a lease whose
     /// process is gone (`kill -9`) from a live one, and passes over it.
     public static func newLeaseID(kind: String) -> String {
-        let host = String(ProcessInfo.processInfo.hostName.lowercased().map { $0.isASCII && ($0.isLetter || $0.isNumber) ? $0 : "-" }.prefix(40))
-        return "\(kind)-\(host)-\(getpid())-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        "\(kind)-\(leaseHost)-\(getpid())-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
     }
+
+    /// This host's name as lease names carry it: lower-case letters, digits and `-`, at most 40.
+    static let leaseHost = String(ProcessInfo.processInfo.hostName.lowercased().map { $0.isASCII && ($0.isLetter || $0.isNumber) ? $0 : "-" }.prefix(40))
 
     /// True for the lease `locks/<id>.lock` of a process of this host that is gone.
     static func isOrphanedLease(_ name: String) -> Bool {
         guard name.hasPrefix("locks/"), name.hasSuffix(".lock") else { return false }
         let parts = name.dropFirst("locks/".count).dropLast(".lock".count).split(separator: "-", omittingEmptySubsequences: false)
         guard parts.count >= 4, let pid = Int32(parts[parts.count - 2]) else { return false }
-        let host = parts[1..<(parts.count - 2)].joined(separator: "-")
-        let mine = newLeaseID(kind: "x").split(separator: "-", omittingEmptySubsequences: false)
-        guard host == mine[1..<(mine.count - 2)].joined(separator: "-") else { return false }
+        guard parts[1..<(parts.count - 2)].joined(separator: "-") == leaseHost else { return false }
         return LeftBehind.ownerIsGone(pid)
     }
 
@@ -303,8 +303,10 @@ public final class Repository: @unchecked Sendable {
     /// `reuseAge` (gc's grace period spares it) whose pack holds the record whole, as last listed.
     /// Lock held.
     private func reusableLocked(_ digest: Digest) -> Bool {
+        let copies = candidatesLocked(digest) // none for a new object: the Bloom filter answers
+        guard !copies.isEmpty else { return false }
         let youngerThan = Date().timeIntervalSince1970 - Repository.reuseAge
-        return candidatesLocked(digest).contains { Double($0.pack.created) >= youngerThan && packHoldsLocked($0.pack.digest, $0.entry) }
+        return copies.contains { Double($0.pack.created) >= youngerThan && packHoldsLocked($0.pack.digest, $0.entry) }
     }
 
     /// True when some pack for which `keeps` is true holds `digest`, by the index (gc: a live

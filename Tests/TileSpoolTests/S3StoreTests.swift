@@ -710,6 +710,40 @@ final class S3StoreTests: CephTestCase {
         try a.waitForState("east", "completed", timeout: 120)
     }
 
+    /// Attack round 21 (critical): a daemon that could not save its lease at start (the bucket
+    /// down) downloaded without one, unseen by a short-grace gc elsewhere. A region accepted
+    /// before the lease is saved (tried every 5 s) now waits for it, then completes.
+    func testNoRegionStartsBeforeTheDaemonsLeaseIsSaved() throws {
+        let rgw = try server()
+        let nginx = try NginxServer(root: try MapData.require())
+        defer { nginx.stop() }
+        let proxy = try TCPForwarder(target: rgw.port)
+        defer { proxy.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix, endpoint: "http://127.0.0.1:\(proxy.port)")
+        defer { fx.stop() }
+        proxy.stop()
+        try fx.start(opts)
+        try waitUntil("the daemon says it has no lease", timeout: 20) { (try? String(contentsOfFile: fx.logPath, encoding: .utf8))?.contains("no region starts until it is saved") == true }
+        // The bucket answers again and a request comes at once: the region may download only
+        // once the lease is in the bucket (states read first, then the bucket: a download seen
+        // with no lease listed after it is a download without one).
+        try proxy.start()
+        try fx.drop("monaco.json", monacoRequest(nginx))
+        var leased = false
+        let deadline = Date().addingTimeInterval(30)
+        while !leased && Date() < deadline {
+            let states = fx.eventStates("monaco")
+            leased = try !s3.list(prefix: "locks/").filter { $0.key.hasPrefix("locks/daemon-") }.isEmpty
+            XCTAssertFalse(!leased && states.contains("downloading"), "a region downloaded before the daemon's lease was saved")
+            if !leased { usleep(20_000) }
+        }
+        XCTAssertTrue(leased, "the lease is saved once the bucket answers")
+        try fx.waitForState("monaco", "completed", timeout: 120)
+        XCTAssertEqual(try s3.list(prefix: "locks/").filter { $0.key.hasPrefix("locks/daemon-") }.count, 1, "the lease, saved once the bucket answered")
+    }
+
     /// A wrong secret: the region fails at once with the server's reason in its status (not a
     /// hang, not a retry loop), and the secret is nowhere in the spool or the log.
     func testWrongSecretIsAClearErrorInTheStatus() throws {
