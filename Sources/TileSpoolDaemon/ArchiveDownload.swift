@@ -1,6 +1,7 @@
 // PMTiles archive sources in the daemon (issue 31): the archive's directories read when the plan
-// is made, then the tiles fetched as coalesced range requests, each cut into tiles that enter the
-// store and the manifest exactly as a tile fetched alone does (`store.put`, `addPending`).
+// is made, then the tiles fetched as coalesced range requests, each cut into tiles off the loop
+// (`RangeCutJob`, on `Daemon.cutQueue`) that enter the store and the manifest exactly as a tile
+// fetched alone does (`store.put`, `addPending`).
 import Foundation
 import TileSpoolCore
 import TileSpoolIO
@@ -199,7 +200,7 @@ extension Daemon {
     /// (phases run in order); stops at the region's request limit or when a rate limit holds one back.
     func fillRanges(_ r: Region, _ d: Download, _ plan: ResourcePlan, now: Double) {
         guard d.archiveRanges != nil else { return }
-        while d.inFlight.count < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
+        while d.inFlight.count + d.rangesCutting < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
             if d.nonTileInFlight > 0 || d.cursor < plan.resources.count { return }
             guard issueRange(r, d, d.rangeCursor, now: now) else { return }
             d.rangeCursor += 1
@@ -241,19 +242,7 @@ extension Daemon {
         let archive = set.archive!
         let url = archive.url
         let item = WorkItem.range(n)
-        func failTiles(_ f: AnswerDecision.Failure) {
-            let e: RegionError
-            switch f {
-            case .region(let x): fail(r, x); return
-            case .networkLost(let why): networkLost(r, url: url, why: why); return
-            case .resource(let x): e = x
-            }
-            for (i, t) in range.tiles {
-                guard r.download === d, r.state == .downloading else { return }
-                let key = ManifestLine.tileKey(source: set.source, t.tile)
-                failTile(r, d, .index(i), Fetch(item: .index(i), url: tileURL(archive, t.tile), kind: .tile, key: key, conditional: false), e)
-            }
-        }
+        func failTiles(_ f: AnswerDecision.Failure) { failRangeTiles(r, d, n, range.tiles, f) }
         let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
         let facts = RangeAnswerFacts(
             answer: AnswerFacts(url: url, secrets: r.secrets, kind: .tile, failure: res.failure.map(AnswerFacts.Failure.init),
@@ -282,31 +271,70 @@ extension Daemon {
         d.attempts.removeValue(forKey: item)
         var freshness = res.freshness
         if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
-        // Tiles of one run-length entry share a body: cut, decoded and stored once.
-        var lastBody: (offset: UInt64, sha: String, bytes: Int)?
-        for (i, t) in range.tiles {
-            guard !d.done[i] else { continue }
+        // Cut, decoded, hashed and stored on `cutQueue`, so the loop goes on receiving the other
+        // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
+        // slot until then (`fillRanges`).
+        if d.cutToken == 0 { cutSerial += 1; d.cutToken = cutSerial }
+        d.rangesCutting += 1
+        let tiles = range.tiles.filter { !d.done[$0.index] }
+        let job = RangeCutJob(id: r.id, token: d.cutToken, range: n, start: range.start, tiles: tiles, freshness: freshness,
+                              gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize)
+        let store = self.store, mailbox = cutMailbox, writer = self.writer
+        cutQueue.async {
+            mailbox.post(job.run(body, store: store))
+            writer.wake()
+        }
+    }
+
+    /// Fails `tiles` (of range `n`) as `f` says: each as a tile fails (`failTile`), or the whole
+    /// region (`fail`, or `networkLost`).
+    func failRangeTiles(_ r: Region, _ d: Download, _ n: Int, _ tiles: [(index: Int, tile: PMTiles.ArchiveTile)], _ f: AnswerDecision.Failure) {
+        let range = d.archiveRanges![n]
+        let set = d.plan!.tileSets[range.set]
+        let archive = set.archive!
+        let e: RegionError
+        switch f {
+        case .region(let x): fail(r, x); return
+        case .networkLost(let why): networkLost(r, url: archive.url, why: why); return
+        case .resource(let x): e = x
+        }
+        for (i, t) in tiles {
+            guard r.download === d, r.state == .downloading else { return }
             let key = ManifestLine.tileKey(source: set.source, t.tile)
-            let tileURL = tileURL(archive, t.tile)
-            var sha: String, bytes: Int
-            if let last = lastBody, last.offset == t.offset {
-                (sha, bytes) = (last.sha, last.bytes)
-            } else {
-                // A slice: no copy (the store hashes and appends the bytes where they lie).
-                let from = body.startIndex + Int(t.offset - range.start)
-                var tile = body[from..<(from + Int(t.length))]
-                if archive.tileCompression == PMTiles.Compression.gzip.rawValue {
-                    do { tile = Data(try Zlib.inflate([UInt8](tile), limit: options.http.maxObjectSize)) } catch {
-                        failTiles(.resource(RegionError(code: .badResponse, message: "tile \(t.tile) of \(shown(url, r)) does not inflate: \(error)", url: shown(url, r))))
-                        return
-                    }
-                }
-                do { sha = try store.put(tile).sha256 } catch { storageFailed(r, error); return }
-                bytes = tile.count
-                lastBody = (t.offset, sha, bytes)
+            failTile(r, d, .index(i), Fetch(item: .index(i), url: tileURL(archive, t.tile), kind: .tile, key: key, conditional: false), e)
+        }
+    }
+
+    /// Records the ranges cut on `cutQueue` (`handleRange`): each stored tile's manifest line,
+    /// then the failure that stopped the cut, if any (a tile that does not inflate fails it and
+    /// the rest of the range as tiles; a store that cannot write fails the region as a storage
+    /// failure). A result for a download stopped since is dropped (its objects stay unreferenced
+    /// until gc; the next start asks for those tiles again).
+    func collectRangeCuts() {
+        for cut in cutMailbox.take() {
+            guard let r = regions[cut.id], let d = r.download, d.cutToken == cut.token else { continue }
+            d.rangesCutting -= 1
+            guard r.state == .downloading, let plan = d.plan, let ranges = d.archiveRanges else { continue }
+            let range = ranges[cut.range]
+            let set = plan.tileSets[range.set]
+            guard let archive = set.archive else { continue }
+            for s in cut.stored {
+                let t = cut.tiles[s.tile]
+                guard !d.done[t.index] else { continue }
+                let line = ManifestLine(kind: .tile, sha256: s.sha256, bytes: s.bytes, key: ManifestLine.tileKey(source: set.source, t.tile.tile),
+                                        url: r.secrets.replaced(in: tileURL(archive, t.tile.tile)), freshness: cut.freshness)
+                addPending(d, .index(t.index), line)
             }
-            let line = ManifestLine(kind: .tile, sha256: sha, bytes: bytes, key: key, url: r.secrets.replaced(in: tileURL), freshness: freshness)
-            addPending(d, .index(i), line)
+            switch cut.failure {
+            case nil: break
+            case .inflate(let at, let why):
+                let url = shown(archive.url, r)
+                let e = RegionError(code: .badResponse, message: "tile \(cut.tiles[at].tile.tile) of \(url) does not inflate: \(why)", url: url)
+                failRangeTiles(r, d, cut.range, Array(cut.tiles[at...]), .resource(e))
+            case .storage(let error):
+                storageFailed(r, error)
+            }
+            finishIfDone(r, d)
         }
     }
 
@@ -314,4 +342,57 @@ extension Daemon {
     /// the tile as its fragment (`https://host/x.pmtiles#z/x/y`), which names the archive and
     /// the tile and is never sent.
     func tileURL(_ archive: ArchiveSource, _ t: TileID) -> String { "\(archive.url)#\(t.z)/\(t.x)/\(t.y)" }
+}
+
+/// A range answer to cut into tiles off the loop (`Daemon.handleRange`): the region and its
+/// download's `cutToken`, the range's number and first byte (offset in the archive), the tiles
+/// still missing in it (plan index, directory entry), the answer's validators for their lines,
+/// whether the archive's tiles are gzip-compressed, and the largest tile accepted (bytes).
+struct RangeCutJob: Sendable {
+    let id: String
+    let token: Int
+    let range: Int
+    let start: UInt64
+    let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
+    let freshness: Freshness
+    let gzip: Bool
+    let limit: Int
+
+    /// Cuts each tile out of `body` (bytes `start...` of the archive), inflates it when the
+    /// archive says gzip, and stores it (`TileStore.put`, thread-safe); tiles of one run-length
+    /// entry (the same offset) are cut, decoded and stored once. Stops at the first tile that
+    /// does not inflate or cannot be stored.
+    func run(_ body: Data, store: any TileStore) -> RangeCut {
+        var stored: [(tile: Int, sha256: String, bytes: Int)] = []
+        stored.reserveCapacity(tiles.count)
+        var last: (offset: UInt64, sha256: String, bytes: Int)?
+        var failure: RangeCut.Failure?
+        for (k, (_, t)) in tiles.enumerated() {
+            if let l = last, l.offset == t.offset { stored.append((k, l.sha256, l.bytes)); continue }
+            let from = body.startIndex + Int(t.offset - start)
+            var tile = body[from..<(from + Int(t.length))]
+            if gzip {
+                do { tile = Data(try Zlib.inflate([UInt8](tile), limit: limit)) } catch { failure = .inflate(at: k, why: "\(error)"); break }
+            }
+            do {
+                let sha = try store.put(tile).sha256
+                last = (t.offset, sha, tile.count)
+                stored.append((k, sha, tile.count))
+            } catch { failure = .storage(error); break }
+        }
+        return RangeCut(id: id, token: token, range: range, tiles: tiles, freshness: freshness, stored: stored, failure: failure)
+    }
+}
+
+/// What `RangeCutJob.run` did: the tiles stored (index into `tiles`, SHA-256, body bytes) in
+/// order, and what stopped it early, if anything.
+struct RangeCut: @unchecked Sendable {
+    enum Failure { case inflate(at: Int, why: String), storage(Error) }
+    let id: String
+    let token: Int
+    let range: Int
+    let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
+    let freshness: Freshness
+    let stored: [(tile: Int, sha256: String, bytes: Int)]
+    let failure: Failure?
 }

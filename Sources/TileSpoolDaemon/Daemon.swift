@@ -124,6 +124,11 @@ public final class Daemon {
     var archiveReadsRunning: Set<String> = []
     /// The last directory read's token (`Download.archiveReadToken`).
     var archiveReadSerial = 0
+    /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
+    /// at a time in arrival order, and their results; the last `Download.cutToken` given.
+    let cutQueue = DispatchQueue(label: "tilespool.range-cuts")
+    let cutMailbox = Mailbox<RangeCut>()
+    var cutSerial = 0
     var exportGeneration = 0
     /// Metrics, hooks and background scans (Operations.swift).
     let ops = Operations()
@@ -357,6 +362,7 @@ public final class Daemon {
             for r in http.collect() { handle(r) }
             collectExports()
             collectArchiveReads()
+            collectRangeCuts()
             collectCommit()
             writeJournals()
             let now = Daemon.now()
@@ -418,6 +424,7 @@ public final class Daemon {
             stopDownload(r)
             if r.state == .downloading { setState(r, .queued, note: "daemon stopped") }
         }
+        cutQueue.sync {} // no range is stored into the pack sealed below, nor after
         commitAndWait() // the writer is drained before the process exits
         // Objects whose lines no region waits for any more (a region deleted, cancelled or
         // replaced meanwhile) may still sit in the open pack: sealed too, so a clean stop leaves

@@ -124,6 +124,12 @@ final class Download {
     /// cursor skips: their tiles come by range).
     var archiveRanges: [ArchiveRange]?
     var rangeCursor = 0
+    /// Range answers handed to `Daemon.cutQueue` and not yet collected: each holds a request
+    /// slot (`fillRanges`), so the bodies held stay at most `maxRequestsPerRegion` ranges.
+    var rangesCutting = 0
+    /// This download's number in `RangeCut` results (0: none given yet): a result for a download
+    /// stopped since is dropped.
+    var cutToken = 0
     var archiveSpans: [Range<Int>] = []
     /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
     var unchangedArchives: Set<String> = []

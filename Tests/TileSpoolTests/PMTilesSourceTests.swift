@@ -45,6 +45,31 @@ final class PMTilesSourceTests: XCTestCase {
         XCTAssertThrowsError(try JSONDecoder().decode(PMTiles.ArchiveTile.self, from: Data(#"{"z":14,"x":8612}"#.utf8)))
     }
 
+    /// A plan's archive tiles are one base64 string of 21-byte records (`ArchiveSource`), which
+    /// reads back equal; a plan written before, with an array of tiles, still reads; a packed
+    /// string that is not whole records, or names a zoom above 30, throws.
+    func testArchiveTilesInAPlanArePackedAndTheArrayFormStillReads() throws {
+        let tiles = [PMTiles.ArchiveTile(tile: TileID(z: 14, x: 8612, y: 5792), offset: 5_000_000_123, length: 4321),
+                     PMTiles.ArchiveTile(tile: TileID(z: 30, x: (1 << 30) - 1, y: 7), offset: 127, length: UInt32.max)]
+        var header = PMTiles.Header()
+        header.tileCompression = .gzip
+        header.tileType = 1
+        let source = ArchiveSource(url: "https://example.org/a.pmtiles", etag: "\"v1\"", lastModified: 1_700_000_000, header: header,
+                                   plan: PMTiles.ArchivePlan(tiles: tiles, tileBytes: 4321 + Int(UInt32.max), bodyBytes: 4321 + Int(UInt32.max), leavesRead: []))
+        let json = try JSONSerialization.jsonObject(with: try JSONEncoder().encode(source)) as! [String: Any]
+        let packed = try XCTUnwrap(json["tiles"] as? String)
+        XCTAssertEqual(Data(base64Encoded: packed)?.count, 2 * 21)
+        XCTAssertEqual(try JSONDecoder().decode(ArchiveSource.self, from: try JSONEncoder().encode(source)), source)
+        var old = json
+        old["tiles"] = [[14, 8612, 5792, 5_000_000_123, 4321], ["z": 30, "x": (1 << 30) - 1, "y": 7, "o": 127, "l": Int(UInt32.max)]]
+        XCTAssertEqual(try JSONDecoder().decode(ArchiveSource.self, from: try JSONSerialization.data(withJSONObject: old)), source)
+        for bad in [Data(base64Encoded: packed)!.dropLast(), Data([31] + [UInt8](repeating: 0, count: 20))] {
+            var damaged = json
+            damaged["tiles"] = bad.base64EncodedString()
+            XCTAssertThrowsError(try JSONDecoder().decode(ArchiveSource.self, from: try JSONSerialization.data(withJSONObject: damaged)))
+        }
+    }
+
     // MARK: Header
 
     func testHeaderRoundTripsAndOtherVersionsAreRefusedByName() throws {
@@ -727,6 +752,41 @@ final class PMTilesDownloadTests: XCTestCase {
         let rangeBytes = asked.dropFirst(3).reduce(0) { $0 + $1.bytes }
         XCTAssertLessThanOrEqual(Double(rangeBytes), 1.1 * Double(witness["tile_bytes"] as? Int ?? 0))
         XCTAssertLessThan(asked.count - 3, tiles.count / 10, "fewer than one range per 10 tiles, in a sparse region over 8 zooms")
+    }
+
+    /// A gzip tile that does not inflate, in an archive the `pmtiles` writer wrote: its region
+    /// fails naming the tile (`badResponse`, the default `maxFailedTiles` of 0), and a region
+    /// over the same archive undamaged, downloading beside it, completes with every tile as the
+    /// reader has it. The tiles are cut off the event loop (`RangeCutJob`): the failure comes back
+    /// from there.
+    func testATileThatDoesNotInflateFailsItsRegionAndNotTheOther() throws {
+        try ExportTools.require([ExportTools.python])
+        let good = generated.appendingPathComponent("good.pmtiles").path
+        let bad = generated.appendingPathComponent("bad.pmtiles").path
+        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", good, "6", "11"])
+        XCTAssertEqual(rc, 0, out)
+        // Zeroes over 64 bytes in the middle of the tile data: a gzip body there loses its magic or
+        // its deflate stream (the header and directories are untouched).
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: good)))
+        let header = try PMTiles.readHeader(Array(bytes[0..<PMTiles.headerSize]))
+        let middle = Int(header.dataOffset + header.dataLength / 2)
+        for k in middle..<(middle + 64) { bytes[k] = 0 }
+        try Data(bytes).write(to: URL(fileURLWithPath: bad))
+        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", good, "-180", "-85", "180", "85", "0", "6"])
+        XCTAssertEqual(rc, 0, out)
+        let expected = try XCTUnwrap((try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])?["sha256"] as? [String: String])
+        for (id, file) in [("good", "good"), ("bad", "bad")] {
+            try fx.drop("\(id).json", ["id": id, "tiles": ["pmtiles://" + nginx.url("/gen/\(file).pmtiles")],
+                                        "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 6])
+        }
+        try fx.waitForState("bad", "failed")
+        XCTAssertEqual(fx.errorCode("bad"), "badResponse")
+        XCTAssertTrue(fx.errorMessage("bad")?.contains("does not inflate") == true, fx.errorMessage("bad") ?? "")
+        try fx.waitForState("good", "completed")
+        fx.assertStoreMatchesManifest("good")
+        var got: [String: String] = [:]
+        for t in fx.manifest("good") where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+        XCTAssertEqual(got, expected)
     }
 
     /// A dense raster area (an archive written by the `pmtiles` writer over a box around Berlin,
