@@ -47,15 +47,8 @@ final class S3StoreTests: CephTestCase {
     /// compacted object `<N>.all.tsv` if there is one, then the segments numbered above N, in order,
     /// concatenated. (Read here from the key names, not through the store's own reader.)
     func s3Manifest(_ s3: S3Client, _ id: String) throws -> (text: String, segments: Int, lines: [SpoolFixture.Line]) {
-        let all = try s3.list(prefix: "regions/\(id)/manifest/").map(\.key).sorted()
-        let number = { (k: String) in Int(k.split(separator: "/").last!.prefix(10))! }
-        var keys = all.filter { !$0.hasSuffix(".all.tsv") }
-        if let compacted = all.filter({ $0.hasSuffix(".all.tsv") }).max(by: { number($0) < number($1) }) {
-            keys = [compacted] + keys.filter { number($0) > number(compacted) }
-        }
-        var text = ""
-        for k in keys { text += String(decoding: try XCTUnwrap(try s3.get(k)), as: UTF8.self) }
-        return (text, keys.count, SpoolFixture.Line.parse(text))
+        let m = try StoreSite.joinedSegments(try s3.list(prefix: "regions/\(id)/manifest/").map(\.key)) { try XCTUnwrap(try s3.get($0)) }
+        return (m.text, m.segments, SpoolFixture.Line.parse(m.text))
     }
 
     /// A tile line whose SHA-256 is `sha` repeated (a placeholder: no object behind it).

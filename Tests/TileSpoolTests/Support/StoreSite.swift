@@ -122,6 +122,36 @@ final class StoreSite {
         return copy
     }
 
+    /// Bytes of the store's object files (packs, index files, loose objects): what the quota and
+    /// `tilespool_store_bytes` count.
+    func fileBytes() throws -> Int {
+        try ["packs/", "index/", "objects/"].reduce(0) { total, prefix in total + (try backend.list(prefix: prefix).reduce(0) { $0 + $1.size }) }
+    }
+
+    /// Region `id`'s manifest lines as stored: `regions/<id>/manifest.tsv` in a folder; in a
+    /// bucket, its segments joined (`StoreSite.joinedSegments`). Read from the files, not through
+    /// the store's reader.
+    func manifest(_ id: String) throws -> [SpoolFixture.Line] {
+        if let root {
+            return SpoolFixture.Line.parse(String(decoding: FileManager.default.contents(atPath: "\(root)/regions/\(id)/manifest.tsv") ?? Data(), as: UTF8.self))
+        }
+        let keys = try backend.list(prefix: "regions/\(id)/manifest/").map(\.name)
+        return SpoolFixture.Line.parse(try StoreSite.joinedSegments(keys) { try load($0) }.text)
+    }
+
+    /// A bucket region's manifest from the keys of its `manifest/` folder (docs/s3.md, object
+    /// layout): the newest compacted object `<N>.all.tsv` if there is one, then the segments
+    /// numbered above N, in order, concatenated; and how many objects that took.
+    static func joinedSegments(_ keys: [String], load: (String) throws -> Data) throws -> (text: String, segments: Int) {
+        let all = keys.sorted()
+        let number = { (k: String) in Int(k.split(separator: "/").last!.prefix(10))! }
+        var picked = all.filter { !$0.hasSuffix(".all.tsv") }
+        if let compacted = all.filter({ $0.hasSuffix(".all.tsv") }).max(by: { number($0) < number($1) }) {
+            picked = [compacted] + picked.filter { number($0) > number(compacted) }
+        }
+        return (try picked.map { String(decoding: try load($0), as: UTF8.self) }.joined(), picked.count)
+    }
+
     /// A local copy of the file `name` (for readers that take a path, such as `IndexFile`).
     func localPath(_ name: String) throws -> String {
         if let root { return root + "/" + name }
