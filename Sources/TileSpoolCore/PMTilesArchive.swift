@@ -556,7 +556,9 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
     /// Reads the fields as `encode(to:)` writes them; `tiles` is the packed string, or an array of
     /// `ArchiveTile`s (plans written before the packed form).
     /// - Throws: `DecodingError` for a missing or mistyped field, a packed string that is not
-    ///   base64 or not whole records, or a tile at a zoom above 30.
+    ///   base64 or not whole records, or a tile that could not have been planned: a zoom above
+    ///   30, a column or row outside its zoom's tiles, or a body past 2^63 - 1 bytes (such a
+    ///   plan is unreadable, as contract.md says of `plan.json`, not a crash).
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         url = try c.decode(String.self, forKey: .url)
@@ -573,6 +575,13 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
             tiles = t
         } else {
             tiles = try c.decode([PMTiles.ArchiveTile].self, forKey: .tiles)
+        }
+        let limit = UInt64(Int64.max)
+        if let bad = tiles.first(where: { t in
+            !(0...30).contains(t.tile.z) || !(0..<(1 << t.tile.z)).contains(t.tile.x) || !(0..<(1 << t.tile.z)).contains(t.tile.y)
+                || t.offset > limit - UInt64(t.length)
+        }) {
+            throw DecodingError.dataCorruptedError(forKey: .tiles, in: c, debugDescription: "archive tile \(bad.tile) at \(bad.offset), \(bad.length) bytes, could not have been planned")
         }
     }
 
@@ -593,7 +602,7 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
     }
 
     /// The packed records of `tiles` (`packedTileSize` bytes each, little-endian).
-    static func pack(_ tiles: [PMTiles.ArchiveTile]) -> Data {
+    public static func pack(_ tiles: [PMTiles.ArchiveTile]) -> Data {
         var out = [UInt8]()
         out.reserveCapacity(tiles.count * packedTileSize)
         func put<T: FixedWidthInteger>(_ v: T) { withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) } }
@@ -605,7 +614,8 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
         return Data(out)
     }
 
-    /// The tiles of packed records; nil when `raw` is not whole records or a zoom is above 30.
+    /// The tiles of packed records; nil when `raw` is not whole records or a zoom is above 30
+    /// (`init(from:)` checks the rest).
     static func unpack(_ raw: [UInt8]) -> [PMTiles.ArchiveTile]? {
         guard raw.count % packedTileSize == 0 else { return nil }
         func get<T: FixedWidthInteger>(_ at: Int, _: T.Type) -> T {

@@ -47,7 +47,7 @@ final class PMTilesSourceTests: XCTestCase {
 
     /// A plan's archive tiles are one base64 string of 21-byte records (`ArchiveSource`), which
     /// reads back equal; a plan written before, with an array of tiles, still reads; a packed
-    /// string that is not whole records, or names a zoom above 30, throws.
+    /// string that is not whole records, or names a tile that could not have been planned, throws.
     func testArchiveTilesInAPlanArePackedAndTheArrayFormStillReads() throws {
         let tiles = [PMTiles.ArchiveTile(tile: TileID(z: 14, x: 8612, y: 5792), offset: 5_000_000_123, length: 4321),
                      PMTiles.ArchiveTile(tile: TileID(z: 30, x: (1 << 30) - 1, y: 7), offset: 127, length: UInt32.max)]
@@ -63,7 +63,14 @@ final class PMTilesSourceTests: XCTestCase {
         var old = json
         old["tiles"] = [[14, 8612, 5792, 5_000_000_123, 4321], ["z": 30, "x": (1 << 30) - 1, "y": 7, "o": 127, "l": Int(UInt32.max)]]
         XCTAssertEqual(try JSONDecoder().decode(ArchiveSource.self, from: try JSONSerialization.data(withJSONObject: old)), source)
-        for bad in [Data(base64Encoded: packed)!.dropLast(), Data([31] + [UInt8](repeating: 0, count: 20))] {
+        func record(z: UInt8, x: UInt32, y: UInt32, offset: UInt64, length: UInt32) -> Data {
+            ArchiveSource.pack([PMTiles.ArchiveTile(tile: TileID(z: Int(z), x: Int(x), y: Int(y)), offset: offset, length: length)])
+        }
+        // Cut short; zoom 31; a column and a row outside zoom 3; a body whose end passes 2^63 - 1
+        // (and UInt64 for its end: the coalescer's sum trapped on such a plan).
+        for bad in [Data(base64Encoded: packed)!.dropLast(), Data([31] + [UInt8](repeating: 0, count: 20)),
+                    record(z: 3, x: 8, y: 0, offset: 0, length: 1), record(z: 3, x: 0, y: 8, offset: 0, length: 1),
+                    record(z: 3, x: 0, y: 0, offset: UInt64(Int64.max), length: 1), record(z: 3, x: 0, y: 0, offset: UInt64.max, length: 2)] {
             var damaged = json
             damaged["tiles"] = bad.base64EncodedString()
             XCTAssertThrowsError(try JSONDecoder().decode(ArchiveSource.self, from: try JSONSerialization.data(withJSONObject: damaged)))
@@ -713,8 +720,12 @@ final class PMTilesDownloadTests: XCTestCase {
         try waitUntil("nginx timed every request", timeout: 20) { nginx.timingLog().filter { $0.uri == "/gen/paced.pmtiles" }.count >= n }
         let starts = nginx.timingLog().filter { $0.uri == "/gen/paced.pmtiles" }.map(\.start).sorted()
         XCTAssertGreaterThan(starts.count, 4, "the header, two leaves and the ranges")
+        // nginx stamps a request once it has read it: the first on a new connection (the header's;
+        // the first range's, on the loop's own client) can be stamped late on a loaded machine (15
+        // ms seen with 4 test processes beside), which shortens the next gap as nginx sees it.
+        // Unpaced, the requests would come within milliseconds of each other.
         for k in 1..<starts.count {
-            XCTAssertGreaterThanOrEqual(starts[k] - starts[k - 1], 1 / 1.5 - 0.01, "request \(k) of \(starts.count) came before its turn")
+            XCTAssertGreaterThanOrEqual(starts[k] - starts[k - 1], 1 / 1.5 - 0.05, "request \(k) of \(starts.count) came before its turn")
         }
         print("MEASURED: paced archive: \(starts.count) requests over \(String(format: "%.2f", starts.last! - starts[0])) s")
     }
