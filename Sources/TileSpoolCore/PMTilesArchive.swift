@@ -576,13 +576,39 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
         } else {
             tiles = try c.decode([PMTiles.ArchiveTile].self, forKey: .tiles)
         }
-        let limit = UInt64(Int64.max)
-        if let bad = tiles.first(where: { t in
-            !(0...30).contains(t.tile.z) || !(0..<(1 << t.tile.z)).contains(t.tile.x) || !(0..<(1 << t.tile.z)).contains(t.tile.y)
-                || t.offset > limit - UInt64(t.length)
-        }) {
-            throw DecodingError.dataCorruptedError(forKey: .tiles, in: c, debugDescription: "archive tile \(bad.tile) at \(bad.offset), \(bad.length) bytes, could not have been planned")
+        if let why = damage {
+            throw DecodingError.dataCorruptedError(forKey: .tiles, in: c, debugDescription: why)
         }
+    }
+
+    /// Why these fields could not have been planned, nil when they could: a tile compression
+    /// other than none (1) or gzip (2); a tile at a zoom above 30, a column or row outside its
+    /// zoom's tiles, or a body past 2^63 - 1 bytes; tiles not sorted by offset or a tile listed
+    /// twice (the range requests are cut in offset order); `tileBytes` not the sum of the
+    /// lengths, or `bodyBytes` outside `0 ... tileBytes`. Attack round 22: such plans crashed the
+    /// daemon (an offset near 2^64; offsets out of order, on the cut queue), or left a region
+    /// downloading for ever.
+    public var damage: String? {
+        guard PMTiles.Compression(rawValue: tileCompression) != nil else { return "tile compression \(tileCompression) is neither none (1) nor gzip (2)" }
+        let limit = UInt64(Int64.max)
+        var previous: UInt64 = 0, sum: UInt64 = 0
+        var ids: [UInt64] = []
+        ids.reserveCapacity(tiles.count)
+        for t in tiles {
+            guard (0...30).contains(t.tile.z), (0..<(1 << t.tile.z)).contains(t.tile.x), (0..<(1 << t.tile.z)).contains(t.tile.y),
+                  t.offset <= limit - UInt64(t.length) else {
+                return "archive tile \(t.tile) at \(t.offset), \(t.length) bytes, could not have been planned"
+            }
+            guard t.offset >= previous else { return "archive tile \(t.tile) at \(t.offset) comes after one at \(previous): not sorted by offset" }
+            previous = t.offset
+            sum += UInt64(t.length) // at most 2^32 tiles of at most 2^32 - 1 bytes: no overflow
+            ids.append(PMTiles.tileID(t.tile))
+        }
+        ids.sort()
+        for k in ids.indices.dropFirst() where ids[k] == ids[k - 1] { return "archive tile \(PMTiles.tile(ofID: ids[k]).map { "\($0)" } ?? "\(ids[k])") is listed twice" }
+        guard sum == UInt64(max(0, tileBytes)), tileBytes >= 0 else { return "tileBytes \(tileBytes) is not the sum of the tiles' lengths (\(sum))" }
+        guard bodyBytes >= 0, bodyBytes <= tileBytes else { return "bodyBytes \(bodyBytes) is outside 0...\(tileBytes)" }
+        return nil
     }
 
     /// Writes every field under its name, and `tiles` packed: one base64 string (RFC 4648,

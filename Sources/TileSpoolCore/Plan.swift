@@ -314,6 +314,15 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                 }
                 guard n >= 0, n <= r.count else { return "tile set '\(set.source)': count \(n) for a rectangle of \(r.count) tiles" }
             }
+            if let archive = set.archive {
+                // `ArchiveSource.init(from:)` checked the tiles; each rectangle counts those it plans.
+                var counts = [Int](repeating: 0, count: set.rects.count)
+                let owners = ArchiveTileIndex(set)
+                for t in archive.tiles { if let k = owners.rect(of: t.tile) { counts[k] += 1 } }
+                guard counts == set.rectCounts else {
+                    return "tile set '\(set.source)': its rectangles count \(set.rectCounts.reduce(0, +)) tiles but hold \(counts.reduce(0, +)) of the archive's"
+                }
+            }
             if set.areas != nil || set.rectAreas != nil {
                 guard let areas = set.areas, let ra = set.rectAreas, ra.count == set.rects.count else {
                     return "tile set '\(set.source)' has areas for \(set.rectAreas?.count ?? 0) of \(set.rects.count) rectangles"

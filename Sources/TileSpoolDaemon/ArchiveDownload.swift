@@ -305,10 +305,10 @@ extension Daemon {
         }
     }
 
-    /// Records the ranges cut on `cutQueue` (`handleRange`): each stored tile's manifest line,
-    /// then the failure that stopped the cut, if any (a tile that does not inflate fails it and
-    /// the rest of the range as tiles; a store that cannot write fails the region as a storage
-    /// failure). A result for a download stopped since is dropped (its objects stay unreferenced
+    /// Records the ranges cut on `cutQueue` (`handleRange`), tile by tile in order: a stored
+    /// tile's manifest line, or a tile's own failure (`failTile`: it does not inflate, or lies
+    /// outside the range); then a store that could not write fails the region as a storage
+    /// failure. A result for a download stopped since is dropped (its objects stay unreferenced
     /// until gc; the next start asks for those tiles again).
     func collectRangeCuts() {
         for cut in cutMailbox.take() {
@@ -318,22 +318,22 @@ extension Daemon {
             let range = ranges[cut.range]
             let set = plan.tileSets[range.set]
             guard let archive = set.archive else { continue }
-            for s in cut.stored {
-                let t = cut.tiles[s.tile]
+            for (k, outcome) in cut.outcomes.enumerated() {
+                guard r.download === d, r.state == .downloading else { break }
+                let t = cut.tiles[k]
                 guard !d.done[t.index] else { continue }
-                let line = ManifestLine(kind: .tile, sha256: s.sha256, bytes: s.bytes, key: ManifestLine.tileKey(source: set.source, t.tile.tile),
-                                        url: r.secrets.replaced(in: tileURL(archive, t.tile.tile)), freshness: cut.freshness)
-                addPending(d, .index(t.index), line)
+                switch outcome {
+                case .stored(let sha256, let bytes):
+                    let line = ManifestLine(kind: .tile, sha256: sha256, bytes: bytes, key: ManifestLine.tileKey(source: set.source, t.tile.tile),
+                                            url: r.secrets.replaced(in: tileURL(archive, t.tile.tile)), freshness: cut.freshness)
+                    addPending(d, .index(t.index), line)
+                case .failed(let why):
+                    let url = shown(archive.url, r)
+                    let e = RegionError(code: .badResponse, message: "tile \(t.tile.tile) of \(url) \(why)", url: url)
+                    failRangeTiles(r, d, cut.range, [t], .resource(e))
+                }
             }
-            switch cut.failure {
-            case nil: break
-            case .inflate(let at, let why):
-                let url = shown(archive.url, r)
-                let e = RegionError(code: .badResponse, message: "tile \(cut.tiles[at].tile.tile) of \(url) does not inflate: \(why)", url: url)
-                failRangeTiles(r, d, cut.range, Array(cut.tiles[at...]), .resource(e))
-            case .storage(let error):
-                storageFailed(r, error)
-            }
+            if let error = cut.storageError, r.download === d { storageFailed(r, error) }
             finishIfDone(r, d)
         }
     }
@@ -360,39 +360,51 @@ struct RangeCutJob: Sendable {
 
     /// Cuts each tile out of `body` (bytes `start...` of the archive), inflates it when the
     /// archive says gzip, and stores it (`TileStore.put`, thread-safe); tiles of one run-length
-    /// entry (the same offset) are cut, decoded and stored once. Stops at the first tile that
-    /// does not inflate or cannot be stored.
+    /// entry (the same offset) are cut, decoded and stored once. A tile that does not inflate, or
+    /// lies outside the bytes asked (a damaged plan), is that tile's failure alone (attack round
+    /// 22: one damaged body failed the rest of its range, all under its message); a store that
+    /// cannot write stops the cut.
     func run(_ body: Data, store: any TileStore) -> RangeCut {
-        var stored: [(tile: Int, sha256: String, bytes: Int)] = []
-        stored.reserveCapacity(tiles.count)
-        var last: (offset: UInt64, sha256: String, bytes: Int)?
-        var failure: RangeCut.Failure?
-        for (k, (_, t)) in tiles.enumerated() {
-            if let l = last, l.offset == t.offset { stored.append((k, l.sha256, l.bytes)); continue }
-            let from = body.startIndex + Int(t.offset - start)
-            var tile = body[from..<(from + Int(t.length))]
-            if gzip {
-                do { tile = Data(try Zlib.inflate([UInt8](tile), limit: limit)) } catch { failure = .inflate(at: k, why: "\(error)"); break }
-            }
-            do {
-                let sha = try store.put(tile).sha256
-                last = (t.offset, sha, tile.count)
-                stored.append((k, sha, tile.count))
-            } catch { failure = .storage(error); break }
+        var outcomes: [RangeCut.Outcome] = []
+        outcomes.reserveCapacity(tiles.count)
+        var last: (offset: UInt64, outcome: RangeCut.Outcome)?
+        var stop: Error?
+        for (_, t) in tiles {
+            if let l = last, l.offset == t.offset { outcomes.append(l.outcome); continue }
+            let outcome: RangeCut.Outcome
+            do { outcome = try cut(t, from: body, store: store) } catch { stop = error; break }
+            last = (t.offset, outcome)
+            outcomes.append(outcome)
         }
-        return RangeCut(id: id, token: token, range: range, tiles: tiles, freshness: freshness, stored: stored, failure: failure)
+        return RangeCut(id: id, token: token, range: range, tiles: tiles, freshness: freshness, outcomes: outcomes, storageError: stop)
+    }
+
+    /// Tile `t` cut out of `body`, inflated if need be and stored: `.stored`, or `.failed` with
+    /// why (outside the bytes asked, does not inflate).
+    /// - Throws: what `TileStore.put` throws.
+    private func cut(_ t: PMTiles.ArchiveTile, from body: Data, store: any TileStore) throws -> RangeCut.Outcome {
+        let n = UInt64(body.count)
+        guard t.offset >= start, t.offset - start <= n, UInt64(t.length) <= n - (t.offset - start) else {
+            return .failed("lies outside the range asked (bytes \(t.offset) to \(t.offset &+ UInt64(t.length)), range \(start) to \(start &+ n))")
+        }
+        let from = body.startIndex + Int(t.offset - start)
+        var tile = body[from..<(from + Int(t.length))]
+        if gzip {
+            do { tile = Data(try Zlib.inflate([UInt8](tile), limit: limit)) } catch { return .failed("does not inflate: \(error)") }
+        }
+        return .stored(sha256: try store.put(tile).sha256, bytes: tile.count)
     }
 }
 
-/// What `RangeCutJob.run` did: the tiles stored (index into `tiles`, SHA-256, body bytes) in
-/// order, and what stopped it early, if anything.
+/// What `RangeCutJob.run` did: each tile's outcome, in order (fewer than `tiles` when a store
+/// error stopped it: `storageError`).
 struct RangeCut: @unchecked Sendable {
-    enum Failure { case inflate(at: Int, why: String), storage(Error) }
+    enum Outcome { case stored(sha256: String, bytes: Int), failed(String) }
     let id: String
     let token: Int
     let range: Int
     let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
     let freshness: Freshness
-    let stored: [(tile: Int, sha256: String, bytes: Int)]
-    let failure: Failure?
+    let outcomes: [Outcome]
+    let storageError: Error?
 }

@@ -13,9 +13,10 @@ usage: make_pmtiles.py write ARCHIVE MAXZOOM SEED
        make_pmtiles.py region ARCHIVE WEST SOUTH EAST NORTH MINZOOM MAXZOOM
          prints {"tiles": n, "tile_bytes": sum of stored lengths, "sha256": {"z/x/y": hex of the
          body with the tile compression undone}} for the tiles of the bounding box (Web Mercator
-         cover, OSM slippy-map formulas) the archive holds
+         cover, OSM slippy-map formulas) the archive holds, and "undecodable": ["z/x/y", ...]
+         for those whose gzip body does not decompress (a damaged archive), if any
 exit: 0 when done, 2 on usage errors."""
-import gzip, hashlib, json, math, random, sys
+import gzip, hashlib, json, math, random, sys, zlib
 from pmtiles.tile import zxy_to_tileid, TileType, Compression
 from pmtiles.writer import Writer
 from pmtiles.reader import Reader, MmapSource, all_tiles
@@ -94,7 +95,11 @@ def region(path, w, s, e, n, minz, maxz):
                 continue
             out["tiles"] += 1
             out["tile_bytes"] += len(data)
-            body = gzip.decompress(data) if gz else bytes(data)
+            try:
+                body = gzip.decompress(data) if gz else bytes(data)
+            except (OSError, EOFError, zlib.error):
+                out.setdefault("undecodable", []).append(f"{z}/{x}/{y}")
+                continue
             out["sha256"][f"{z}/{x}/{y}"] = hashlib.sha256(body).hexdigest()
     print(json.dumps(out))
 
