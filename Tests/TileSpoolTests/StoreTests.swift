@@ -416,6 +416,28 @@ class StoreTests: StoreTestCase {
         XCTAssertEqual(try bs.prefix(15).filter { try fresh.put($0).isNew }.count, 15)
     }
 
+    /// A plain verify of a pack cut short names the pack and, as not there, exactly the entries
+    /// past the cut; the records before it hash to their names where the index says and are
+    /// present (attack round 20: every entry was named, those before the cut too). The repair
+    /// then keeps those and loses only the rest.
+    func testVerifyOfAPackCutShortNamesOnlyTheEntriesPastTheCut() throws {
+        let (store, bs, names) = try sealedStore(20, "vcut")
+        let pack = try XCTUnwrap(try site.packs().first)
+        let locations = store.objectLocations(names).map { $0! }
+        try site.damage(pack) { $0 = Array($0[0..<(locations[12].offset + 5)]) } // inside record 12's body
+        let check = try open().repository.checkObjects(repair: false)
+        let notThere = check.bad.filter { $0.contains("not there") }
+        XCTAssertEqual(Set(notThere.compactMap { line in names.firstIndex { line.contains($0) } }), Set(12..<20), "\(check.bad)")
+        XCTAssertEqual(notThere.count, 8)
+        XCTAssertTrue(check.bad.contains("\(pack): not a whole pack"), "\(check.bad)")
+        XCTAssertEqual(check.present, Set(names.prefix(12)))
+        _ = try open().repository.checkObjects(repair: true)
+        let repaired = try open()
+        for (i, (n, b)) in zip(names, bs).enumerated() {
+            if i < 12 { XCTAssertEqual(try repaired.read(n, limit: 1 << 20), b) } else { XCTAssertFalse(repaired.contains(n)) }
+        }
+    }
+
     /// Attack round 7: `verify --repair` on a store whose pack is whole but whose index gives
     /// wrong offsets (valid, checksummed, wrong) rescued the objects into a new pack, then wrote
     /// an index without that pack: every object read as missing. Now each reads back, and a
