@@ -302,9 +302,18 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
     }
 
     /// Why the plan could not have been planned, nil when it could: every rectangle within its
-    /// zoom's tiles (`TileRect.isValid`), one count per rectangle, each `0 ... rect.count`.
+    /// zoom's tiles (`TileRect.isValid`), one count per rectangle, each `0 ... rect.count`; each
+    /// tile set's source named once; a `pmtiles://` set with its archive, and every archive tile
+    /// planned by one of the set's rectangles, whose counts are exactly the tiles each plans
+    /// (attack rounds 22 and 23: a plan whose rectangles and archive tiles disagree left a region
+    /// downloading for ever, or completed with manifest lines no export accepted).
     public var damage: String? {
+        var sources = Set<String>()
         for set in tileSets {
+            guard sources.insert(set.source).inserted else { return "tile set '\(set.source)' is listed twice" }
+            if set.archive == nil && PMTiles.innerURL(set.template.template) != nil {
+                return "tile set '\(set.source)' names a PMTiles archive but holds none of its tiles"
+            }
             if set.rectCounts.count != set.rects.count {
                 return "tile set '\(set.source)' has \(set.rects.count) rectangles but \(set.rectCounts.count) counts"
             }
@@ -319,8 +328,8 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                 var counts = [Int](repeating: 0, count: set.rects.count)
                 let owners = ArchiveTileIndex(set)
                 for t in archive.tiles { if let k = owners.rect(of: t.tile) { counts[k] += 1 } }
-                guard counts == set.rectCounts else {
-                    return "tile set '\(set.source)': its rectangles count \(set.rectCounts.reduce(0, +)) tiles but hold \(counts.reduce(0, +)) of the archive's"
+                guard counts == set.rectCounts, counts.reduce(0, +) == archive.tiles.count else {
+                    return "tile set '\(set.source)': its rectangles count \(set.rectCounts.reduce(0, +)) tiles and plan \(counts.reduce(0, +)) of the archive's \(archive.tiles.count)"
                 }
             }
             if set.areas != nil || set.rectAreas != nil {

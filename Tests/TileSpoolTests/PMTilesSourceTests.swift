@@ -82,8 +82,9 @@ final class PMTilesSourceTests: XCTestCase {
     /// (attack round 22: tiles out of offset order trapped on the cut queue; an empty or
     /// duplicated tile list left the region `downloading`, or `completed` with a manifest export
     /// refused): tiles not sorted by offset, a tile listed twice, a compression other than none or
-    /// gzip, `tileBytes` not the sum of the lengths, `bodyBytes` above it, and a tile list that
-    /// the rectangles' counts do not match.
+    /// gzip, `tileBytes` not the sum of the lengths, `bodyBytes` above it, a tile list that the
+    /// rectangles' counts do not match or that no rectangle plans, a tile set listed twice, and a
+    /// `pmtiles://` set without its archive.
     func testArchiveFieldsThatCouldNotHaveBeenPlannedMakeThePlanUnreadable() throws {
         let a = PMTiles.ArchiveTile(tile: TileID(z: 1, x: 0, y: 0), offset: 100, length: 10)
         let b = PMTiles.ArchiveTile(tile: TileID(z: 1, x: 1, y: 0), offset: 110, length: 20)
@@ -97,14 +98,19 @@ final class PMTilesSourceTests: XCTestCase {
         func plan(_ archive: ArchiveSource) -> ResourcePlan {
             ResourcePlan(resources: [], tileSets: [TileSet(source: "t", archive: archive, rects: [TileRect(z: 1, minX: 0, minY: 0, maxX: 1, maxY: 1)], shape: nil)])
         }
-        func reads(_ p: ResourcePlan, _ change: (inout [String: Any]) -> Void = { _ in }) throws -> Bool {
+        func decodes(_ p: ResourcePlan, sets change: (inout [[String: Any]]) -> Void) throws -> Bool {
             var doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: try JSONEncoder().encode(p)) as? [String: Any])
             var sets = try XCTUnwrap(doc["tileSets"] as? [[String: Any]])
-            var archive = try XCTUnwrap(sets[0]["archive"] as? [String: Any])
-            change(&archive)
-            sets[0]["archive"] = archive
+            change(&sets)
             doc["tileSets"] = sets
             return (try? JSONDecoder().decode(ResourcePlan.self, from: try JSONSerialization.data(withJSONObject: doc))) != nil
+        }
+        func reads(_ p: ResourcePlan, _ change: @escaping (inout [String: Any]) -> Void = { _ in }) throws -> Bool {
+            try decodes(p) { sets in
+                var archive = sets[0]["archive"] as! [String: Any]
+                change(&archive)
+                sets[0]["archive"] = archive
+            }
         }
         let good = plan(source([a, b]))
         XCTAssertEqual(good.tileSets[0].rectCounts, [2])
@@ -118,6 +124,12 @@ final class PMTilesSourceTests: XCTestCase {
         XCTAssertFalse(try reads(good) { $0["tiles"] = ""; $0["tileBytes"] = 0; $0["bodyBytes"] = 0 }, "no tile where the rectangle counts two")
         // A tile moved to another of the rectangle's tiles keeps the counts: that plan is sound.
         XCTAssertTrue(try reads(good) { $0["tiles"] = ArchiveSource.pack([a, PMTiles.ArchiveTile(tile: TileID(z: 1, x: 1, y: 1), offset: 110, length: 20)]).base64EncodedString() })
+        // Round 23: the rectangles removed, the tiles left (no rectangle plans them); the tile set
+        // listed twice under one source; the archive removed from a `pmtiles://` set.
+        XCTAssertFalse(try decodes(good) { $0[0]["rects"] = [Any](); $0[0]["rectCounts"] = [Any]() })
+        XCTAssertFalse(try decodes(good) { $0.append($0[0]) })
+        XCTAssertFalse(try decodes(good) { $0[0]["archive"] = nil })
+        XCTAssertTrue(try decodes(good) { _ in }, "the untouched plan through the same path")
     }
 
     // MARK: Header
