@@ -220,6 +220,9 @@ public final class HTTPClient: @unchecked Sendable {
     private func begin(_ t: Transfer, url: String) {
         t.body = Data()
         if t.expectedSize > 0 { t.body.reserveCapacity(min(t.expectedSize, t.limit)) }
+        // A large body (a PMTiles range) is received in 512 KiB reads, not libcurl's default 16
+        // KiB: fewer `recv`s and write callbacks for the same bytes.
+        tilespool_easy_setopt_long(t.easy, CURLOPT_BUFFERSIZE, t.expectedSize >= 1 << 20 ? 512 << 10 : 16 << 10)
         t.tooLarge = false
         var list: UnsafeMutablePointer<curl_slist>?
         for (name, value) in t.sendsRequestHeaders ? t.conditional + t.requestHeaders : t.conditional {
