@@ -305,6 +305,24 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.eventStates("t").last, "queued")
     }
 
+    /// SIGINT and SIGQUIT stop a daemon that a shell script started in the background
+    /// (`tilespool run &`: they come ignored). They are blocked for the signalfd, and Linux keeps
+    /// a blocked signal pending even when its action is to ignore it, so the daemon sees them.
+    func testSigintStopsADaemonStartedWithInterruptsIgnored() throws {
+        try fx.start(ignoringInterrupts: true)
+        // The setting is real: the daemon's process has SIGINT and SIGQUIT ignored (`SigIgn`).
+        let status = try String(contentsOfFile: "/proc/\(try XCTUnwrap(fx.daemon).processIdentifier)/status", encoding: .utf8)
+        let ignored = status.split(separator: "\n").first { $0.hasPrefix("SigIgn:") }.flatMap { UInt64($0.split(separator: "\t").last!, radix: 16) } ?? 0
+        XCTAssertEqual(ignored & (1 << (UInt64(SIGINT) - 1) | 1 << (UInt64(SIGQUIT) - 1)), 1 << (UInt64(SIGINT) - 1) | 1 << (UInt64(SIGQUIT) - 1), String(ignored, radix: 16))
+        try fx.drop("t.json", slowRequest("t", maxZoom: 5))
+        try waitUntil("t has progress", timeout: 60) { (fx.progress("t")["tilesCompleted"] ?? 0) >= 20 }
+        XCTAssertEqual(fx.stop(signal: SIGINT), 0)
+        XCTAssertEqual(fx.state("t"), "queued")
+        XCTAssertEqual(fx.eventStates("t").last, "queued")
+        try fx.start(ignoringInterrupts: true)
+        XCTAssertEqual(fx.stop(signal: SIGQUIT), 0)
+    }
+
     /// A tiles region whose plan.json was lost (a power cut before the rename reached the disk)
     /// makes its plan again at restart and completes.
     func testTilesRegionWithoutItsPlanMakesItAgain() throws {

@@ -43,11 +43,20 @@ final class SpoolFixture: @unchecked Sendable {
     deinit { killDaemon() }
 
     /// Starts `tilespool run --spool S --store T` plus `extra` options; log lines go to `logPath`.
-    /// Options for tests: short retry delays so that faults resolve within seconds.
-    func start(_ extra: [String] = []) throws {
+    /// Options for tests: short retry delays so that faults resolve within seconds. With
+    /// `ignoringInterrupts`, the daemon starts with SIGINT and SIGQUIT ignored, as a shell
+    /// script's `tilespool run &` starts it (`/bin/sh` sets them ignored, then execs it: the
+    /// process keeps its pid).
+    func start(_ extra: [String] = [], ignoringInterrupts: Bool = false) throws {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
-        p.arguments = ["run", "--spool", spool, "--store", store, "--retry-delay", "0.1"] + extra
+        let arguments = ["run", "--spool", spool, "--store", store, "--retry-delay", "0.1"] + extra
+        if ignoringInterrupts {
+            p.executableURL = URL(fileURLWithPath: "/bin/sh")
+            p.arguments = ["-c", "trap '' INT QUIT; exec \"$0\" \"$@\"", SpoolFixture.binary] + arguments
+        } else {
+            p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+            p.arguments = arguments
+        }
         if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, b in b } }
         if !FileManager.default.fileExists(atPath: logPath) { XCTAssertTrue(FileManager.default.createFile(atPath: logPath, contents: nil)) }
         let h = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
