@@ -628,7 +628,7 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
     }
 
     /// The packed records of `tiles` (`packedTileSize` bytes each, little-endian).
-    public static func pack(_ tiles: [PMTiles.ArchiveTile]) -> Data {
+    static func pack(_ tiles: [PMTiles.ArchiveTile]) -> Data {
         var out = [UInt8]()
         out.reserveCapacity(tiles.count * packedTileSize)
         func put<T: FixedWidthInteger>(_ v: T) { withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) } }

@@ -17,9 +17,8 @@ struct ArchiveRange {
 }
 
 /// A read of a region's PMTiles directories, finished off the loop (`Daemon.startArchiveReads`):
-/// the region, the read's token (`Download.archiveReadToken` of the download it was for: a
-/// download stopped since is not planned from it; a number, since the address of a download
-/// freed meanwhile may be a new one's), and the readings by source or the error.
+/// the region, the read's token (`Download.serial` of the download it was for: a download
+/// stopped since is not planned from it), and the readings by source or the error.
 struct ArchiveReadResult: Sendable {
     let id: String
     let token: Int
@@ -57,9 +56,7 @@ extension Daemon {
         archiveReadsRunning.insert(r.id)
         var httpOptions = options.http
         httpOptions.allowedHosts.formUnion(options.allowedHosts)
-        archiveReadSerial += 1
-        d.archiveReadToken = archiveReadSerial
-        let request = r.request, id = r.id, key = archiveReadSerial, limits = limiter
+        let request = r.request, id = r.id, key = d.serial, limits = limiter
         // A refresh: an archive still at the version the pack was planned from costs one request.
         let previous = r.refreshing ? r.files.loadPlan() : nil
         let first = Planner.archiveSources(request: request, style: style).first.map { RateLimiter.host(of: $0.url) } ?? ""
@@ -97,7 +94,7 @@ extension Daemon {
         for read in archiveMailbox.take() {
             archiveReadsRunning.remove(read.id)
             guard let r = regions[read.id], let d = r.download, r.state == .downloading else { continue }
-            guard d.archiveReadToken == read.token else {
+            guard d.serial == read.token else {
                 // For a download stopped since; the one now waiting reads anew (a refresh or a
                 // resume may plan from another version).
                 if d.archivesReading && d.archiveSets == nil { startArchiveReads(r, d, style: d.style) }
@@ -274,10 +271,9 @@ extension Daemon {
         // Cut, decoded, hashed and stored on `cutQueue`, so the loop goes on receiving the other
         // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
         // slot until then (`fillRanges`).
-        if d.cutToken == 0 { cutSerial += 1; d.cutToken = cutSerial }
         d.rangesCutting += 1
         let tiles = range.tiles.filter { !d.done[$0.index] }
-        let job = RangeCutJob(id: r.id, token: d.cutToken, range: n, start: range.start, tiles: tiles, freshness: freshness,
+        let job = RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles, freshness: freshness,
                               gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize)
         let store = self.store, mailbox = cutMailbox, writer = self.writer
         cutQueue.async {
@@ -312,7 +308,7 @@ extension Daemon {
     /// until gc; the next start asks for those tiles again).
     func collectRangeCuts() {
         for cut in cutMailbox.take() {
-            guard let r = regions[cut.id], let d = r.download, d.cutToken == cut.token else { continue }
+            guard let r = regions[cut.id], let d = r.download, d.serial == cut.token else { continue }
             d.rangesCutting -= 1
             guard r.state == .downloading, let plan = d.plan, let ranges = d.archiveRanges else { continue }
             let range = ranges[cut.range]
@@ -345,7 +341,7 @@ extension Daemon {
 }
 
 /// A range answer to cut into tiles off the loop (`Daemon.handleRange`): the region and its
-/// download's `cutToken`, the range's number and first byte (offset in the archive), the tiles
+/// download's `serial`, the range's number and first byte (offset in the archive), the tiles
 /// still missing in it (plan index, directory entry), the answer's validators for their lines,
 /// whether the archive's tiles are gzip-compressed, and the largest tile accepted (bytes).
 struct RangeCutJob: Sendable {

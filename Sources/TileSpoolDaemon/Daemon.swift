@@ -122,13 +122,10 @@ public final class Daemon {
     /// Regions whose directory read is under way: at most one each, whatever pauses and resumes
     /// happen meanwhile (attack round 9: each resume started another on a hanging server).
     var archiveReadsRunning: Set<String> = []
-    /// The last directory read's token (`Download.archiveReadToken`).
-    var archiveReadSerial = 0
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
-    /// at a time in arrival order, and their results; the last `Download.cutToken` given.
+    /// at a time in arrival order, and their results.
     let cutQueue = DispatchQueue(label: "tilespool.range-cuts")
     let cutMailbox = Mailbox<RangeCut>()
-    var cutSerial = 0
     var exportGeneration = 0
     /// Metrics, hooks and background scans (Operations.swift).
     let ops = Operations()
@@ -396,7 +393,7 @@ public final class Daemon {
     func renewLeaseIfDue(now: Double) {
         guard store.isShared, now >= leaseNextSave else { return }
         do {
-            try store.renewLease(leaseID, text: "tilespool daemon\nhost \(ProcessInfo.processInfo.hostName)\npid \(getpid())\nspool \(layout.root)\n")
+            try store.renewLease(leaseID, text: Repository.leaseText("tilespool daemon", spool: layout.root))
             leaseSaved = now
             let gcs = try store.freshLeases(now: Date().timeIntervalSince1970).filter { $0.name.hasPrefix("locks/gc-") }
             if let g = gcs.first, !gcUnderWay { Log.warning("a gc with a short grace period or a repair runs on this store (\(g.name)): no region starts until it ends") }

@@ -106,7 +106,17 @@ final class Download {
     /// Where this download's plan, manifest and journal are: the region's own files (a download or
     /// resume).
     let files: any RegionStorage
-    init(files: any RegionStorage) { self.files = files }
+    init(files: any RegionStorage) {
+        self.files = files
+        Download.made += 1
+        serial = Download.made
+    }
+    /// This download's number, unique in the process: a result from off the loop (a directory
+    /// read, a range cut) carries it, and one for a download stopped since is dropped (a number,
+    /// since the address of a download freed meanwhile may be a new one's).
+    let serial: Int
+    /// Downloads made so far (the loop makes them all).
+    nonisolated(unsafe) private static var made = 0
     /// For a refresh: the pack's manifest lines by `kind<TAB>key` (what each resource was, and its
     /// validators), and the refresh's scope. Both nil for a download.
     var previous: [String: ManifestLine]?
@@ -127,9 +137,6 @@ final class Download {
     /// Range answers handed to `Daemon.cutQueue` and not yet collected: each holds a request
     /// slot (`fillRanges`), so the bodies held stay at most `maxRequestsPerRegion` ranges.
     var rangesCutting = 0
-    /// This download's number in `RangeCut` results (0: none given yet): a result for a download
-    /// stopped since is dropped.
-    var cutToken = 0
     var archiveSpans: [Range<Int>] = []
     /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
     var unchangedArchives: Set<String> = []
@@ -137,8 +144,6 @@ final class Download {
     /// are read (`collectArchiveReads`); nil before. `archivesReading`: a read is under way.
     var archiveSets: [String: TileSet]?
     var archivesReading = false
-    /// The token of the directory read started for this download (`Daemon.archiveReadSerial`).
-    var archiveReadToken: Int?
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0

@@ -153,14 +153,9 @@ public final class Repository: @unchecked Sendable {
                 kept.append(old)
                 continue
             }
-            let path = try localIndexPath(f.name, digest: digest)
-            do {
-                kept.append(try IndexFile(name: f.name, digest: digest, path: path) { e, _ in bloom.insert(e.digest) })
-            } catch {
-                Log.error("index file \(f.name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
-            }
+            if let opened = openIndexFile(f.name, digest, path: try localIndexPath(f.name, digest: digest), { bloom.insert($0) }) { kept.append(opened) }
         }
-        kept.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
+        kept.sort(by: Repository.newerPacksFirst)
         lock.lock(); indexes = kept; self.bloom = bloom; takePackSizesLocked(sizes, sizedBefore: sizedBefore); loaded = true; lock.unlock()
     }
 
@@ -208,18 +203,35 @@ public final class Repository: @unchecked Sendable {
         let sizes = try listPackSizes()
         for f in listed where f.name.hasSuffix(".idx") && !known.contains(f.name) {
             guard let digest = Repository.indexDigest(ofName: f.name) else { continue }
-            do {
-                added.append(try IndexFile(name: f.name, digest: digest, path: try localIndexPath(f.name, digest: digest)) { e, _ in digests.append(e.digest) })
-            } catch {
+            let path: String
+            do { path = try localIndexPath(f.name, digest: digest) } catch {
                 Log.error("index file \(f.name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
+                continue
             }
+            if let opened = openIndexFile(f.name, digest, path: path, { digests.append($0) }) { added.append(opened) }
         }
         lock.lock(); defer { lock.unlock() }
         takePackSizesLocked(sizes, sizedBefore: sizedBefore)
         let now = Set(indexes.map(\.name))
         indexes += added.filter { !now.contains($0.name) }
-        indexes.sort { ($0.packs.map(\.created).max() ?? 0) > ($1.packs.map(\.created).max() ?? 0) }
+        indexes.sort(by: Repository.newerPacksFirst)
         for d in digests { bloom.insert(d) }
+    }
+
+    /// Index file `name` (`digest`), its local copy at `path`, opened, each entry's object given
+    /// to `each`; nil, logged, when it cannot be read (`verify --repair` finds its objects again).
+    private func openIndexFile(_ name: String, _ digest: Digest, path: String, _ each: (Digest) -> Void) -> IndexFile? {
+        do {
+            return try IndexFile(name: name, digest: digest, path: path) { e, _ in each(e.digest) }
+        } catch {
+            Log.error("index file \(name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
+            return nil
+        }
+    }
+
+    /// The order of `indexes`: the index file with the newest pack first.
+    private static func newerPacksFirst(_ a: IndexFile, _ b: IndexFile) -> Bool {
+        (a.packs.map(\.created).max() ?? 0) > (b.packs.map(\.created).max() ?? 0)
     }
 
     // MARK: - Leases (a store several daemons write)
@@ -229,7 +241,13 @@ public final class Repository: @unchecked Sendable {
     public static let leaseRenewal = 300.0, leaseStaleAfter = 1800.0
 
     /// The name of the lease `id`: `locks/<id>.lock`.
-    static func leaseName(_ id: String) -> String { "locks/\(id).lock" }
+    public static func leaseName(_ id: String) -> String { "locks/\(id).lock" }
+
+    /// What a lease holds, for a person reading the bucket: `what` (who holds it), this host's
+    /// name, this process's id and, for a daemon, its spool; one per line.
+    public static func leaseText(_ what: String, spool: String? = nil) -> String {
+        "\(what)\nhost \(ProcessInfo.processInfo.hostName)\npid \(getpid())\n" + (spool.map { "spool \($0)\n" } ?? "")
+    }
 
     /// A new lease id, `<kind>-<host>-<pid>-<32 hex>`: `kind` is `daemon`, or `gc` for the mark of
     /// a short-grace gc or a repair; `host` is this host's name in lower-case letters, digits and

@@ -152,14 +152,8 @@ func commandGC(_ argv: [String]) throws -> Int32 {
     }
     defer { _ = locks }
     let store = try loc.openStore()
-    var mark: GCMark?
-    if grace < 2 * Repository.reuseAge {
-        switch try GCMark.take(store, doing: "gc --grace below \(Int(2 * Repository.reuseAge)) s") {
-        case .taken(let m): mark = m
-        case .refused(let why): err(why); return 1
-        }
-    }
-    defer { mark?.drop() }
+    let mark = try GCMark.take(store, doing: "gc --grace below \(Int(2 * Repository.reuseAge)) s", when: grace < 2 * Repository.reuseAge)
+    defer { mark.drop() }
     let r = try StoreMaintenance.gc(store: store, spool: loc.layout, grace: grace)
     out("gc: removed \(r.objectsRemoved) objects, freed \(r.bytesFreed) bytes (\(formatBytes(r.bytesFreed))), removed \(r.tempFilesRemoved) temp files, kept \(r.objectsKept) objects"
         + (r.segmentsRemoved > 0 ? ", removed \(r.segmentsRemoved) compacted manifest segments" : ""))
@@ -176,27 +170,30 @@ func commandGC(_ argv: [String]) throws -> Int32 {
 /// one (a daemon's, or another gc's mark) refuses the command and removes the mark. A daemon
 /// saves its lease first and then looks for marks, so one of the two always sees the other.
 final class GCMark {
-    enum Outcome { case taken(GCMark?), refused(String) }
     private let store: any TileStore
-    private let id: String
-    private init(store: any TileStore, id: String) { self.store = store; self.id = id }
+    /// The mark's lease id; nil when none was saved (not `needed`, or a store only one daemon writes).
+    private let id: String?
+    private init(store: any TileStore, id: String?) { self.store = store; self.id = id }
 
-    /// Takes the mark for `doing` (nil on a store only one daemon writes: its locks do it).
-    /// - Throws: the store's error (the mark cannot be saved, or the leases listed).
-    static func take(_ store: any TileStore, doing: String) throws -> Outcome {
-        guard store.isShared else { return .taken(nil) }
+    /// Takes the mark for `doing` when `needed` and the store is shared (else a mark that saved
+    /// nothing: this host's locks do it).
+    /// - Throws: `CommandFailure` (exit status 1) when another lease is fresh, naming it; the
+    ///   store's error when the mark cannot be saved or the leases listed.
+    static func take(_ store: any TileStore, doing: String, when needed: Bool) throws -> GCMark {
+        guard needed, store.isShared else { return GCMark(store: store, id: nil) }
         let id = Repository.newLeaseID(kind: "gc")
-        try store.renewLease(id, text: "tilespool \(doing)\nhost \(ProcessInfo.processInfo.hostName)\npid \(getpid())\n")
+        try store.renewLease(id, text: Repository.leaseText("tilespool \(doing)"))
         let mark = GCMark(store: store, id: id)
-        let others = try store.freshLeases(now: Date().timeIntervalSince1970).filter { $0.name != "locks/\(id).lock" }
-        guard let first = others.first else { return .taken(mark) }
+        let others = try store.freshLeases(now: Date().timeIntervalSince1970).filter { $0.name != Repository.leaseName(id) }
+        guard let first = others.first else { return mark }
         mark.drop()
-        return .refused("tilespool: \(doing) needs every daemon that writes this store stopped, and no other gc or repair running: \(others.count) lease\(others.count == 1 ? "" : "s") saved in the last \(Int(Repository.leaseStaleAfter)) s (\(first.name), saved \(Int(first.age)) s ago). A daemon removes its lease when it stops; one killed leaves it, stale \(Int(Repository.leaseStaleAfter / 60)) minutes after its last save. The default grace period is safe beside running daemons.")
+        throw CommandFailure("\(doing) needs every daemon that writes this store stopped, and no other gc or repair running: \(others.count) lease\(others.count == 1 ? "" : "s") saved in the last \(Int(Repository.leaseStaleAfter)) s (\(first.name), saved \(Int(first.age)) s ago). A daemon removes its lease when it stops; one killed leaves it, stale \(Int(Repository.leaseStaleAfter / 60)) minutes after its last save. The default grace period is safe beside running daemons.")
     }
 
     /// Removes the mark (a failure is reported: daemons wait until it is stale).
     func drop() {
-        do { try store.dropLease(id) } catch { err("tilespool: cannot remove this command's mark locks/\(id).lock from the store (\(error)): daemons start no region until it is stale (\(Int(Repository.leaseStaleAfter / 60)) minutes)") }
+        guard let id else { return }
+        do { try store.dropLease(id) } catch { err("tilespool: cannot remove this command's mark \(Repository.leaseName(id)) from the store (\(error)): daemons start no region until it is stale (\(Int(Repository.leaseStaleAfter / 60)) minutes)") }
     }
 }
 
@@ -251,14 +248,8 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     }
     defer { _ = locks }
     let store = try loc.openStore()
-    var mark: GCMark?
-    if repair {
-        switch try GCMark.take(store, doing: "verify --repair") {
-        case .taken(let m): mark = m
-        case .refused(let why): err(why); return 1
-        }
-    }
-    defer { mark?.drop() }
+    let mark = try GCMark.take(store, doing: "verify --repair", when: repair)
+    defer { mark.drop() }
     let r = try StoreMaintenance.verify(store: store, status: StatusWriter(layout: loc.layout), repair: repair)
     for b in r.badObjects { out("bad object (content does not hash to its name): \(b)") }
     for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }

@@ -4,6 +4,14 @@ import XCTest
 @testable import TileSpoolExport
 import TileSpoolDaemon
 
+/// Runs `Tests/Support/make_pmtiles.py ARGS` (the PyPI `pmtiles` writer and reader, the
+/// independent witness) and returns the JSON it prints; a run that fails fails the test.
+func makePMTiles(_ args: [String], file: StaticString = #filePath, line: UInt = #line) throws -> [String: Any] {
+    let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py"] + args)
+    XCTAssertEqual(rc, 0, out, file: file, line: line)
+    return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any], file: file, line: line)
+}
+
 /// PMTiles archives as sources (issue 31): the pure reader (header, directories, TileIds), the
 /// planner over the root and leaf directories, and the range coalescer; then the real archives
 /// in ../shared/mapdata/pmtiles read through them, every body cut out compared byte for byte with
@@ -582,9 +590,7 @@ final class PMTilesPlanTests: XCTestCase {
     /// has leaf directories; what the script printed (`tiles`, `entries`, `leaf_directory_length`...).
     static func writeArchiveWithLeaves(_ path: String, file: StaticString = #filePath, line: UInt = #line) throws -> [String: Any] {
         try ExportTools.require([ExportTools.python])
-        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", path, "7", "42"])
-        XCTAssertEqual(rc, 0, out, file: file, line: line)
-        let made = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any], file: file, line: line)
+        let made = try makePMTiles(["write", path, "7", "42"], file: file, line: line)
         XCTAssertGreaterThan(made["leaf_directory_length"] as? Int ?? 0, 0, "the archive has leaves", file: file, line: line)
         return made
     }
@@ -598,9 +604,7 @@ final class PMTilesPlanTests: XCTestCase {
         let archive = dir.appendingPathComponent("gen.pmtiles").path
         let made = try PMTilesPlanTests.writeArchiveWithLeaves(archive)
         XCTAssertLessThan(made["entries"] as? Int ?? 0, made["tiles"] as? Int ?? 0, "the archive has run lengths")
-        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
-        XCTAssertEqual(rc, 0, out)
-        let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let witness = try makePMTiles(["region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
 
         let nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(dir.path)/; }")
         defer { nginx.stop() }
@@ -705,10 +709,7 @@ final class PMTilesDownloadTests: XCTestCase {
         let parts: [(box: [Double], minZoom: Int, maxZoom: Int)] = [([-10, 35, 30, 60], 0, 3), ([100, -40, 155, -10], 2, 3)]
         var expected: [String: String] = [:]
         for part in parts {
-            let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archivePath]
-                                        + part.box.map { String($0) } + [String(part.minZoom), String(part.maxZoom)])
-            XCTAssertEqual(rc, 0, out)
-            let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+            let doc = try makePMTiles(["region", archivePath] + part.box.map { String($0) } + [String(part.minZoom), String(part.maxZoom)])
             for (k, v) in try XCTUnwrap(doc["sha256"] as? [String: String]) { expected[k] = v }
         }
         try fx.drop("two.json", ["id": "two", "tiles": ["pmtiles://" + nginx.url(PMTilesPlanTests.stamen)],
@@ -766,8 +767,7 @@ final class PMTilesDownloadTests: XCTestCase {
     func testDirectoryAndRangeRequestsKeepTheRegionsRate() throws {
         try ExportTools.require([ExportTools.python])
         let archive = generated.appendingPathComponent("paced.pmtiles").path
-        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "7"])
-        XCTAssertEqual(rc, 0, out)
+        _ = try makePMTiles(["write", archive, "7", "7"])
         try fx.drop("paced.json", ["id": "paced", "tiles": [nginx.url("/gen/paced.pmtiles")], "maxRequestsPerSecond": 1.5,
                                    "bounds": [1.3, 2.7, 37.1, 41.9], "minZoom": 0, "maxZoom": 7])
         try fx.waitForState("paced", "completed", timeout: 60)
@@ -791,11 +791,8 @@ final class PMTilesDownloadTests: XCTestCase {
     func testWrittenArchiveWithLeavesRunsAndGzipMatchesTheReader() throws {
         try ExportTools.require([ExportTools.python])
         let archive = generated.appendingPathComponent("gen.pmtiles").path
-        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "7"])
-        XCTAssertEqual(rc, 0, out)
-        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
-        XCTAssertEqual(rc, 0, out)
-        let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        _ = try makePMTiles(["write", archive, "7", "7"])
+        let witness = try makePMTiles(["region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
         let expected = try XCTUnwrap(witness["sha256"] as? [String: String])
         try fx.drop("gen.json", ["id": "gen", "tiles": [nginx.url("/gen/gen.pmtiles")],
                                  "bounds": [1.3, 2.7, 37.1, 41.9], "minZoom": 0, "maxZoom": 7])
@@ -831,17 +828,14 @@ final class PMTilesDownloadTests: XCTestCase {
         try ExportTools.require([ExportTools.python])
         let good = generated.appendingPathComponent("good.pmtiles").path
         let bad = generated.appendingPathComponent("bad.pmtiles").path
-        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", good, "6", "11"])
-        XCTAssertEqual(rc, 0, out)
+        _ = try makePMTiles(["write", good, "6", "11"])
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: good)))
         let header = try PMTiles.readHeader(Array(bytes[0..<PMTiles.headerSize]))
         let middle = Int(header.dataOffset + header.dataLength / 2)
         for k in middle..<(middle + 64) { bytes[k] = 0 }
         try Data(bytes).write(to: URL(fileURLWithPath: bad))
         func witness(_ path: String) throws -> (sha256: [String: String], undecodable: Set<String>) {
-            let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", path, "-180", "-85", "180", "85", "0", "6"])
-            XCTAssertEqual(rc, 0, out)
-            let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+            let doc = try makePMTiles(["region", path, "-180", "-85", "180", "85", "0", "6"])
             return (try XCTUnwrap(doc["sha256"] as? [String: String]), Set(doc["undecodable"] as? [String] ?? []))
         }
         let expected = try witness(good).sha256
@@ -890,12 +884,9 @@ final class PMTilesDownloadTests: XCTestCase {
     func testDenseRegionNeedsFewRequestsAndLittleExtraBytes() throws {
         try ExportTools.require([ExportTools.python])
         let archive = generated.appendingPathComponent("dense.pmtiles").path
-        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "15", "5"])
-        XCTAssertEqual(rc, 0, out)
+        _ = try makePMTiles(["dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "15", "5"])
         let box = ["13.1", "52.35", "13.7", "52.65"]
-        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive] + box + ["10", "15"])
-        XCTAssertEqual(rc, 0, out)
-        let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let witness = try makePMTiles(["region", archive] + box + ["10", "15"])
         let expected = try XCTUnwrap(witness["sha256"] as? [String: String])
         let tileBytes = try XCTUnwrap(witness["tile_bytes"] as? Int)
         // The directory requests the plan makes: the first 16 KiB, then each leaf that meets the region.
@@ -942,9 +933,7 @@ final class PMTilesDownloadTests: XCTestCase {
         // unwanted): the issue's target of at most one range request per 200 tiles holds, and the
         // bytes stay within 1.1 times the tiles'.
         let full = ["13.0", "52.3", "13.8", "52.7"]
-        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive] + full + ["10", "15"])
-        XCTAssertEqual(rc, 0, out)
-        let all = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let all = try makePMTiles(["region", archive] + full + ["10", "15"])
         let allExpected = try XCTUnwrap(all["sha256"] as? [String: String]), allBytes = try XCTUnwrap(all["tile_bytes"] as? Int)
         let before = archiveRequests("/gen/dense.pmtiles").count
         try fx.drop("full.json", ["id": "full", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
@@ -969,8 +958,7 @@ final class PMTilesDownloadTests: XCTestCase {
         // The first request asks 16 KiB (header and root): the limit stays above it.
         try fx.start(["--max-object-size", "20000"])
         let archive = generated.appendingPathComponent("big.pmtiles").path
-        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "11", "5", "40000"])
-        XCTAssertEqual(rc, 0, out)
+        _ = try makePMTiles(["dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "11", "5", "40000"])
         try fx.drop("big.json", ["id": "big", "tiles": ["pmtiles://" + nginx.url("/gen/big.pmtiles")],
                                  "bounds": [13.0, 52.3, 13.8, 52.7], "minZoom": 10, "maxZoom": 11])
         try fx.waitForState("big", "failed")
@@ -988,8 +976,7 @@ final class PMTilesDownloadTests: XCTestCase {
     /// naming the source and the limit, after one request, and the daemon goes on with the next.
     func testAWorldArchiveOverTheTileLimitFailsTheRegionNotTheDaemon() throws {
         let small = generated.appendingPathComponent("small.pmtiles").path
-        let (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", small, "2", "7"])
-        XCTAssertEqual(rc, 0, out)
+        _ = try makePMTiles(["write", small, "2", "7"])
         // The same archive with a header that claims zooms up to 20 over the whole world (the
         // header's max zoom is byte 101, its bounds bytes 102-117: PMTiles v3 spec, section 3).
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: small)))
@@ -1322,11 +1309,8 @@ final class PMTilesFaultTests: XCTestCase {
         try ExportTools.require([ExportTools.python])
         let dir = try TestScratch.folder("pmtiles-resume")
         let archive = dir.appendingPathComponent("gen.pmtiles").path
-        var (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "write", archive, "7", "11"])
-        XCTAssertEqual(rc, 0, out)
-        (rc, out) = try runTool(ExportTools.python, [ExportTools.support + "/make_pmtiles.py", "region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
-        XCTAssertEqual(rc, 0, out)
-        let witness = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        _ = try makePMTiles(["write", archive, "7", "11"])
+        let witness = try makePMTiles(["region", archive, "1.3", "2.7", "37.1", "41.9", "0", "7"])
         let expected = try XCTUnwrap(witness["sha256"] as? [String: String])
         let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: archive)))
         try server.registerFile("gen.pmtiles", data: Data(bytes))

@@ -27,6 +27,16 @@ final class S3StoreTests: CephTestCase {
         return (nginx, S3Client(config: rgw.config(prefix: prefix)), a, b, opts)
     }
 
+    /// A fresh prefix reached through a TCP forwarder in front of RGW (stop it to make the
+    /// endpoint go away), a client on the prefix that goes to RGW directly, and a spool fixture
+    /// with the options that point the daemon at the forwarder (the caller stops both).
+    func spoolBehindForwarder(_ rgw: CephRGW) throws -> (proxy: TCPForwarder, s3: S3Client, fx: SpoolFixture, opts: [String]) {
+        let proxy = try TCPForwarder(target: rgw.port)
+        let prefix = S3StoreTests.newPrefix()
+        let (fx, opts) = try s3Spool(rgw, prefix: prefix, endpoint: "http://127.0.0.1:\(proxy.port)")
+        return (proxy, S3Client(config: rgw.config(prefix: prefix)), fx, opts)
+    }
+
     static func newPrefix() -> String { "t-\(UUID().uuidString.prefix(8).lowercased())" }
 
     /// A fresh prefix, a client on it (to check the bucket), and a spool fixture with the options
@@ -707,15 +717,10 @@ final class S3StoreTests: CephTestCase {
     /// down) downloaded without one, unseen by a short-grace gc elsewhere. A region accepted
     /// before the lease is saved (tried every 5 s) now waits for it, then completes.
     func testNoRegionStartsBeforeTheDaemonsLeaseIsSaved() throws {
-        let rgw = try server()
         let nginx = try NginxServer(root: try MapData.require())
         defer { nginx.stop() }
-        let proxy = try TCPForwarder(target: rgw.port)
-        defer { proxy.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (fx, opts) = try s3Spool(rgw, prefix: prefix, endpoint: "http://127.0.0.1:\(proxy.port)")
-        defer { fx.stop() }
+        let (proxy, s3, fx, opts) = try spoolBehindForwarder(try server())
+        defer { fx.stop(); proxy.stop() }
         proxy.stop()
         try fx.start(opts)
         try waitUntil("the daemon says it has no lease", timeout: 20) { (try? String(contentsOfFile: fx.logPath, encoding: .utf8))?.contains("no region starts until it is saved") == true }
@@ -786,16 +791,11 @@ final class S3StoreTests: CephTestCase {
     /// stopped): the region becomes pausedNetwork; once the forwarder is back it completes, and
     /// `verify` is clean.
     func testUnreachableEndpointPausesAndRecovers() throws {
-        let rgw = try server()
         let mapdata = try MapData.require()
         let nginx = try NginxServer(root: mapdata, extraLocations: "limit_rate 128k;")
         defer { nginx.stop() }
-        let proxy = try TCPForwarder(target: rgw.port)
-        defer { proxy.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
-        let (fx, opts) = try s3Spool(rgw, prefix: prefix, endpoint: "http://127.0.0.1:\(proxy.port)")
-        defer { fx.stop() }
+        let (proxy, s3, fx, opts) = try spoolBehindForwarder(try server())
+        defer { fx.stop(); proxy.stop() }
         try fx.start(opts + ["--max-probe-interval", "1"])
         try fx.drop("monaco.json", monacoRequest(nginx))
         try waitUntil("some resources recorded", timeout: 60) { (fx.progress("monaco")["resourcesCompleted"] ?? 0) >= 40 }
