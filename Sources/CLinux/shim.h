@@ -49,6 +49,9 @@ static inline int tilespool_openat(int dirfd, const char *path, int flags, int m
 // open(2) O_TMPFILE: an unnamed regular file in folder `dir` (relative to `dirfd`), write-only, to be
 // given a name by linkat(2). O_TMPFILE is a macro Swift does not import (it includes O_DIRECTORY).
 static inline int tilespool_open_tmpfile(int dirfd, const char *dir, int mode) { return openat(dirfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, (mode_t)mode); }
+// An unnamed scratch file in folder `dir`, read-write, private (0600): it never has a name, so
+// nothing can be put in its place and nothing is left after a crash.
+static inline int tilespool_open_scratch(const char *dir) { return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, (mode_t)0600); }
 
 /// Whether another process has `path` open for writing, asked by taking a read lease (fcntl(2)
 /// F_SETLEASE, which fails with EAGAIN while any writer holds the file open) and dropping it at

@@ -1,4 +1,5 @@
 import Foundation
+import CLinux
 import Glibc
 import TileSpoolCore
 
@@ -80,24 +81,22 @@ public enum StoreMaintenance {
     /// For each region of the store, the bytes of the objects that its manifest references and
     /// no other region's manifest does (an object counts once per region however many of its
     /// lines name it). Reads the manifests only, never the objects: one pass over every manifest,
-    /// memory about 40 bytes per distinct object. Safe on any thread beside the daemon.
-    public static func uniqueBytes(store: any TileStore) -> [String: Int] {
-        var owner: [UInt64: (region: Int32, bytes: Int, shared: Bool)] = [:]
+    /// in memory bounded whatever the number of objects (`UniqueBytesCount`). Safe on any thread
+    /// beside the daemon.
+    /// - Parameter runRecords: records sorted in memory before they spill to a scratch file
+    ///   (tests make it small to exercise the merge).
+    public static func uniqueBytes(store: any TileStore, runRecords: Int = UniqueBytesCount.defaultRunRecords) -> [String: Int] {
         let ids = ((try? store.regionIDs()) ?? []).sorted()
+        var count = UniqueBytesCount(regions: ids.count, runRecords: runRecords)
         for (n, id) in ids.enumerated() {
-            let region = Int32(n)
             store.region(id).readManifest { line in
                 guard let sha = line.sha256, let key = UInt64(sha.prefix(16), radix: 16) else { return }
-                if let o = owner[key] {
-                    if o.region != region && !o.shared { owner[key] = (o.region, o.bytes, true) }
-                } else {
-                    owner[key] = (region, line.bytes, false)
-                }
+                count.add(key: key, region: n, bytes: line.bytes)
             }
         }
+        let bytes = count.finish()
         var out: [String: Int] = [:]
-        for id in ids { out[id] = 0 }
-        for o in owner.values where !o.shared { out[ids[Int(o.region)]] = SaturatingCount.add(out[ids[Int(o.region)]] ?? 0, o.bytes) }
+        for (n, id) in ids.enumerated() { out[id] = bytes[n] }
         return out
     }
 
@@ -244,5 +243,181 @@ public enum StoreMaintenance {
             }
         }
         return report
+    }
+}
+
+/// The unique-bytes count of `StoreMaintenance.uniqueBytes` in bounded memory, as sort(1) counts
+/// what does not fit: (object, region, bytes) records are sorted in runs of `runRecords` (24 bytes
+/// each; 3 MiB at the default), each run past the first spilled to an unnamed scratch file
+/// (O_TMPFILE in `$TMPDIR`, else /tmp: nothing to clean after a crash), then the runs are merged
+/// in object order. An object is named by the first 64 bits of its SHA-256 (a false merge of two
+/// objects among 10 million has a chance of about 3 in a million, and only moves a count).
+/// Memory: the run, plus 48 KiB per spilled run while merging (about 80 runs for 10 million
+/// objects). Where no scratch file can be made, the runs stay in memory (the count is then
+/// right, the memory not bounded).
+public struct UniqueBytesCount {
+    /// Records sorted in memory before a run spills.
+    public static let defaultRunRecords = 1 << 17
+    private struct Record { var key: UInt64; var bytes: Int; var region: Int32 }
+    private let runRecords: Int
+    private var run: [Record] = []
+    private var spilled: [(offset: Int, count: Int)] = []
+    private var inMemory: [[Record]] = []
+    private var fd: Int32 = -1
+    private var fileSize = 0
+    private var total: [Int]
+
+    /// A count over `regions` regions (numbered from 0).
+    public init(regions: Int, runRecords: Int = UniqueBytesCount.defaultRunRecords) {
+        self.runRecords = max(2, runRecords)
+        total = [Int](repeating: 0, count: regions)
+        run.reserveCapacity(min(self.runRecords, 1 << 12))
+    }
+
+    /// Counts one manifest line of region `region` naming object `key` (its SHA-256's first 64
+    /// bits) of `bytes` bytes.
+    public mutating func add(key: UInt64, region: Int, bytes: Int) {
+        run.append(Record(key: key, bytes: bytes, region: Int32(truncatingIfNeeded: region)))
+        if run.count >= runRecords { spill() }
+    }
+
+    /// Sorts the run by object then region and keeps one record per (object, region).
+    private mutating func sortRun() {
+        run.sort { ($0.key, $0.region) < ($1.key, $1.region) }
+        var w = 0
+        for r in 0..<run.count where w == 0 || run[r].key != run[w - 1].key || run[r].region != run[w - 1].region {
+            run[w] = run[r]; w += 1
+        }
+        run.removeSubrange(w...)
+    }
+
+    private mutating func spill() {
+        sortRun()
+        defer { run.removeAll(keepingCapacity: true) }
+        if fd < 0 && inMemory.isEmpty {
+            let dir = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+            fd = tilespool_open_scratch(dir)
+        }
+        if fd >= 0 {
+            let want = run.count * MemoryLayout<Record>.stride
+            let fd = fd
+            let wrote: Bool = run.withUnsafeBytes { raw in
+                do { try Files.writeAll(fd, raw, path: "unique-bytes scratch file"); return true } catch { return false }
+            }
+            if wrote { spilled.append((fileSize, run.count)); fileSize += want; return }
+            // A full scratch disk: the runs written stay there, this one and the rest are kept in
+            // memory (a write cut short is never read: the next run starts past it).
+            fileSize = Int(lseek(fd, 0, SEEK_END))
+        }
+        inMemory.append(run)
+    }
+
+    /// Merges the runs and returns each region's bytes of the objects only it references.
+    public mutating func finish() -> [Int] {
+        if spilled.isEmpty && inMemory.isEmpty {
+            sortRun()
+            var only = OnlyOneRegion()
+            for r in run { only.next(r.key, r.region, r.bytes, &total) }
+            only.end(&total)
+            return total
+        }
+        if !run.isEmpty { spill() }
+        run = []
+        var heads: [RunReader] = spilled.map { RunReader(fd: fd, offset: $0.offset, count: $0.count) }
+        heads += inMemory.map { RunReader(records: $0) }
+        inMemory = []
+        var only = OnlyOneRegion()
+        // A k-way merge: the smallest (object, region) head is taken each step.
+        var heap = MinHeap(readers: heads)
+        while let r = heap.pop() { only.next(r.key, r.region, r.bytes, &total) }
+        only.end(&total)
+        if fd >= 0 { Glibc.close(fd); fd = -1 }
+        return total
+    }
+
+    /// Walks records in object order: an object named by one region only adds its bytes there.
+    private struct OnlyOneRegion {
+        var key: UInt64 = 0, region: Int32 = -1, bytes = 0, shared = false
+        mutating func next(_ k: UInt64, _ r: Int32, _ b: Int, _ total: inout [Int]) {
+            if region >= 0 && k == key {
+                if r != region { shared = true }
+                return
+            }
+            end(&total)
+            key = k; region = r; bytes = b; shared = false
+        }
+        mutating func end(_ total: inout [Int]) {
+            if region >= 0 && !shared && Int(region) < total.count { total[Int(region)] = SaturatingCount.add(total[Int(region)], bytes) }
+            region = -1
+        }
+    }
+
+    /// One sorted run, read in blocks of 2,048 records (from the scratch file, or memory).
+    private struct RunReader {
+        private let fd: Int32
+        private var offset: Int, left: Int
+        private var block: [Record]
+        private var at = 0
+        init(fd: Int32, offset: Int, count: Int) { self.fd = fd; self.offset = offset; left = count; block = [] }
+        init(records: [Record]) { fd = -1; offset = 0; left = 0; block = records }
+        var head: Record? { at < block.count ? block[at] : nil }
+        /// Moves to the next record; false at the end of the run (or a read that failed).
+        mutating func advance() -> Bool {
+            at += 1
+            if at < block.count { return true }
+            guard left > 0, fd >= 0 else { return false }
+            let n = min(2048, left)
+            let size = MemoryLayout<Record>.stride
+            var next = [Record](repeating: Record(key: 0, bytes: 0, region: 0), count: n)
+            let ok = next.withUnsafeMutableBytes { raw in pread(fd, raw.baseAddress, n * size, off_t(offset)) == n * size }
+            guard ok else { left = 0; return false }
+            offset += n * size; left -= n
+            block = next; at = 0
+            return true
+        }
+        /// Loads the first block; false for an empty run.
+        mutating func start() -> Bool {
+            if fd < 0 { at = 0; return !block.isEmpty }
+            at = -1
+            return advance()
+        }
+    }
+
+    private struct MinHeap {
+        var items: [RunReader] = []
+        init(readers: [RunReader]) {
+            for var r in readers where r.start() { push(r) }
+        }
+        private static func less(_ a: RunReader, _ b: RunReader) -> Bool {
+            let x = a.head!, y = b.head!
+            return (x.key, x.region) < (y.key, y.region)
+        }
+        private mutating func push(_ r: RunReader) {
+            items.append(r)
+            var i = items.count - 1
+            while i > 0 { let p = (i - 1) / 2; if MinHeap.less(items[i], items[p]) { items.swapAt(i, p); i = p } else { break } }
+        }
+        private mutating func down(_ from: Int) {
+            var i = from
+            while true {
+                let l = 2 * i + 1, r = l + 1
+                var m = i
+                if l < items.count && MinHeap.less(items[l], items[m]) { m = l }
+                if r < items.count && MinHeap.less(items[r], items[m]) { m = r }
+                if m == i { return }
+                items.swapAt(i, m); i = m
+            }
+        }
+        mutating func pop() -> Record? {
+            guard let top = items.first?.head else { return nil }
+            if items[0].advance() {
+                down(0)
+            } else {
+                items.swapAt(0, items.count - 1)
+                items.removeLast()
+                if !items.isEmpty { down(0) }
+            }
+            return top
+        }
     }
 }

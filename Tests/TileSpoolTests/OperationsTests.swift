@@ -57,6 +57,41 @@ final class OperationsCoreTests: XCTestCase {
         XCTAssertEqual(o?["level"] as? String, "error")
         XCTAssertEqual(o?["region"] as? String, "r1")
     }
+
+    /// `uniqueBytes` counts in bounded memory (sorted runs spilled to a scratch file, merged):
+    /// the same bytes per region as a count in one dictionary, whether everything fits in one run,
+    /// spills to many, or cannot spill at all (TMPDIR a folder that is not there).
+    func testUniqueBytesAreTheSameInOneRunSpilledOrKeptInMemory() {
+        var rng = SystemRandomNumberGenerator()
+        // 6,000 lines over 5 regions naming 2,500 objects: repeats within a region, shares across.
+        let lines: [(key: UInt64, region: Int, bytes: Int)] = (0..<6000).map { _ in
+            let object = UInt64.random(in: 0..<2500, using: &rng)
+            return (object &* 0x9E37_79B9_7F4A_7C15, Int.random(in: 0..<5, using: &rng), Int(object % 977) + 1)
+        }
+        var owner: [UInt64: (region: Int, bytes: Int, shared: Bool)] = [:]
+        for l in lines {
+            if let o = owner[l.key] { if o.region != l.region { owner[l.key]!.shared = true } } else { owner[l.key] = (l.region, l.bytes, false) }
+        }
+        var expected = [Int](repeating: 0, count: 5)
+        for o in owner.values where !o.shared { expected[o.region] += o.bytes }
+        XCTAssertGreaterThan(expected.filter { $0 > 0 }.count, 3, "most regions own some objects alone")
+        XCTAssertLessThan(owner.values.filter { !$0.shared }.count, owner.count, "some objects are shared")
+
+        func count(runRecords: Int) -> [Int] {
+            var c = UniqueBytesCount(regions: 5, runRecords: runRecords)
+            for l in lines { c.add(key: l.key, region: l.region, bytes: l.bytes) }
+            return c.finish()
+        }
+        XCTAssertEqual(count(runRecords: 1 << 20), expected, "one run in memory")
+        XCTAssertEqual(count(runRecords: 64), expected, "94 runs spilled and merged")
+        XCTAssertEqual(count(runRecords: 7), expected, "857 runs of 7")
+        let old = ProcessInfo.processInfo.environment["TMPDIR"]
+        setenv("TMPDIR", "/nonexistent-\(UUID().uuidString)", 1)
+        defer { if let old { setenv("TMPDIR", old, 1) } else { unsetenv("TMPDIR") } }
+        XCTAssertEqual(count(runRecords: 64), expected, "runs kept in memory when no scratch file can be made")
+        var none = UniqueBytesCount(regions: 2)
+        XCTAssertEqual(none.finish(), [0, 0])
+    }
 }
 
 /// Issue 11 against the real binary and a fault-injecting server: logs, metrics, hooks, prune,
