@@ -17,7 +17,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 SWIFT_FLAGS ?=
 # What the daemon builds and runs with (make run), then what the tests and benches add (make deps).
-BUILD_PACKAGES := libcurl4-openssl-dev libssl-dev libsqlite3-dev zlib1g-dev nginx-light
+BUILD_PACKAGES := libcurl4-openssl-dev libssl-dev libsqlite3-dev zlib1g-dev libdeflate-dev nginx-light
 DEB_PACKAGES := $(BUILD_PACKAGES) jq python3 mapproxy curl time valgrind prometheus systemd \
     sqlite3 gdal-bin python3-venv python3-pip python3-selenium chromium chromium-driver xvfb imagemagick \
     qmlscene libqt5location5-plugin-mapboxgl qml-module-qtlocation qml-module-qtpositioning \

@@ -3,10 +3,10 @@
 //
 // Layers (each target depends only on those listed before it):
 //   CCurl, CCrypto, CLinux,
-//   CSQLite, CZlib           C modules from Debian's -dev packages (system libraries)
+//   CSQLite, CZlib, CDeflate C modules from Debian's -dev packages (system libraries)
 //   TileSpoolCore            pure values: tile math, requests, style planning, the region state machine
 //   TileSpoolIO              edges: HTTP (libcurl), SHA-256 (libcrypto), the store, the spool, inotify
-//   TileSpoolExport          packs out: MapLibre offline database, MBTiles, PMTiles, static site (SQLite, zlib)
+//   TileSpoolExport          packs out: MapLibre offline database, MBTiles, PMTiles, static site (SQLite, zlib, libdeflate)
 //   TileSpoolDaemon          the scheduler that wires plans, downloads, store and status together
 //   tilespool                the command-line interface
 import PackageDescription
@@ -26,9 +26,11 @@ let package = Package(
                        providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
                        providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "CDeflate", path: "Sources/CDeflate", pkgConfig: "libdeflate",
+                       providers: [.apt(["libdeflate-dev"])]),
         .target(name: "TileSpoolCore"),
         .target(name: "TileSpoolIO", dependencies: ["TileSpoolCore", "CCurl", "CCrypto", "CLinux"]),
-        .target(name: "TileSpoolExport", dependencies: ["TileSpoolCore", "TileSpoolIO", "CLinux", "CSQLite", "CZlib"]),
+        .target(name: "TileSpoolExport", dependencies: ["TileSpoolCore", "TileSpoolIO", "CLinux", "CSQLite", "CZlib", "CDeflate"]),
         .target(name: "TileSpoolDaemon", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport"]),
         .executableTarget(name: "tilespool", dependencies: ["TileSpoolCore", "TileSpoolIO", "TileSpoolExport", "TileSpoolDaemon", "CLinux"]),
         .testTarget(name: "TileSpoolTests",
