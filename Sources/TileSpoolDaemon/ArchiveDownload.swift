@@ -160,9 +160,12 @@ extension Daemon {
     }
 
     /// The range requests still to make for `d`'s archive tile sets: the tiles not yet recorded
-    /// (`d.done`), coalesced (`PMTiles.coalesce`). Made once per start of the download, so a
-    /// resume asks only for what is missing.
-    func buildArchiveRanges(_ d: Download, _ plan: ResourcePlan) {
+    /// (`d.done`), coalesced (`PMTiles.coalesce`), each range at most `--max-object-size` bytes
+    /// (the client's limit on any body) unless one tile alone is longer. Made once per start of
+    /// the download, so a resume asks only for what is missing. A missing tile longer than
+    /// `--max-object-size` (a stored plan resumed by a daemon started with a lower limit) fails
+    /// the region as at plan (`PMTilesRemote.tooLarge`).
+    func buildArchiveRanges(_ r: Region, _ d: Download, _ plan: ResourcePlan) {
         var ranges: [ArchiveRange] = []
         d.archiveSpans = []
         let bases = Daemon.setBases(plan)
@@ -182,9 +185,15 @@ extension Daemon {
                 }
                 missing.append((i, t))
             }
+            let limit = options.http.maxObjectSize
+            if let e = PMTilesRemote.tooLarge(missing.map(\.tile), source: set.source, url: shown(archive.url, r), limit: limit) {
+                fail(r, e)
+                return
+            }
             // Under a byte limit, a range is at most one second's worth of bytes (its bytes are
             // counted when it is issued, so the limit holds request by request).
-            let maxRange = limiter.bytesPerSecond.map { max(UInt64(16 << 10), min(PMTiles.defaultMaxRange, UInt64($0))) } ?? PMTiles.defaultMaxRange
+            var maxRange = limiter.bytesPerSecond.map { max(UInt64(16 << 10), min(PMTiles.defaultMaxRange, UInt64($0))) } ?? PMTiles.defaultMaxRange
+            maxRange = min(maxRange, UInt64(max(1, limit)))
             for range in PMTiles.coalesce(missing.map(\.tile), maxRange: maxRange) {
                 ranges.append(ArchiveRange(set: s, start: range.start, end: range.end, tiles: Array(missing[range.tiles])))
             }
@@ -197,11 +206,36 @@ extension Daemon {
     /// (phases run in order); stops at the region's request limit or when a rate limit holds one back.
     func fillRanges(_ r: Region, _ d: Download, _ plan: ResourcePlan, now: Double) {
         guard d.archiveRanges != nil else { return }
+        var held: UInt64?
         while d.inFlight.count + d.rangesCutting < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
             if d.nonTileInFlight > 0 || d.cursor < plan.resources.count { return }
+            // The daemon's range bodies held (asked, or being cut) stay within
+            // `maxRangeBytesHeld`; one range is always allowed, however large.
+            let range = d.archiveRanges![d.rangeCursor], size = range.end - range.start
+            let now_held = held ?? rangeBytesHeld()
+            if now_held > 0 && now_held + size > Daemon.maxRangeBytesHeld { return }
             guard issueRange(r, d, d.rangeCursor, now: now) else { return }
+            held = now_held + size
             d.rangeCursor += 1
         }
+    }
+
+    /// The most bytes of range bodies the daemon holds at once, over every region: ranges asked
+    /// and not yet answered, and answers not yet cut and stored (`Download.rangeBytesCutting`):
+    /// 6 MiB, three ranges of `PMTiles.defaultMaxRange`. On the bench's 95.7 MB archive this kept
+    /// the daemon's peak RSS at 57-65 MiB (84-99 MiB with eight 4 MiB ranges) at the same speed
+    /// within the noise (docs/benchmarks.md).
+    static let maxRangeBytesHeld: UInt64 = 6 << 20
+
+    /// The bytes of range bodies held now (`maxRangeBytesHeld`).
+    func rangeBytesHeld() -> UInt64 {
+        var held: UInt64 = 0
+        for r in regions.values {
+            guard let d = r.download, let ranges = d.archiveRanges else { continue }
+            held += d.rangeBytesCutting
+            for f in d.inFlight.values { if case .range(let n) = f.item { held += ranges[n].end - ranges[n].start } }
+        }
+        return held
     }
 
     /// Starts range request `n` of `d.archiveRanges`: one request for the rate limits, carrying
@@ -272,6 +306,7 @@ extension Daemon {
         // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
         // slot until then (`fillRanges`).
         d.rangesCutting += 1
+        d.rangeBytesCutting += range.end - range.start
         let tiles = range.tiles.filter { !d.done[$0.index] }
         let job = RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles, freshness: freshness,
                               gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize)
@@ -310,6 +345,8 @@ extension Daemon {
         for cut in cutMailbox.take() {
             guard let r = regions[cut.id], let d = r.download, d.serial == cut.token else { continue }
             d.rangesCutting -= 1
+            let cutBytes = d.archiveRanges.map { $0[cut.range].end - $0[cut.range].start } ?? 0
+            d.rangeBytesCutting -= min(d.rangeBytesCutting, cutBytes)
             guard r.state == .downloading, let plan = d.plan, let ranges = d.archiveRanges else { continue }
             let range = ranges[cut.range]
             let set = plan.tileSets[range.set]

@@ -185,13 +185,20 @@ public enum PMTilesRemote {
         }
         // A body over --max-object-size would be cut off by the client and retried until the
         // region failed mid-download (attack round 6): refused at plan, naming the tile.
-        if let big = plan.tiles.max(by: { $0.length < $1.length }), Int(big.length) > http.maxObjectSize {
-            throw RegionError(code: .badResponse, message: "source '\(source)': tile \(big.tile.z)/\(big.tile.x)/\(big.tile.y) is \(big.length) bytes in the archive, more than --max-object-size (\(http.maxObjectSize) bytes); raise it to download this region", url: url)
-        }
+        if let e = tooLarge(plan.tiles, source: source, url: url, limit: http.maxObjectSize) { throw e }
         let archive = ArchiveSource(url: url, etag: pinned.etag, lastModified: pinned.lastModified, header: header, plan: plan)
         let set = areas.map { TileSet(source: source, archive: archive, rects: rects, areas: $0.areas, rectAreas: $0.rectAreas) }
             ?? TileSet(source: source, archive: archive, rects: rects, shape: request.shape)
         return Reading(set: set, header: header, requests: requests, directoryBytes: directoryBytes)
+    }
+
+    /// The error for the longest of `tiles` when it is longer than `limit` (`--max-object-size`,
+    /// bytes), nil when none is: the client would cut such a body off and retry it until the region
+    /// failed mid-download (attack round 6). Checked at plan, and again when a stored plan is
+    /// resumed by a daemon started with a lower limit.
+    static func tooLarge(_ tiles: [PMTiles.ArchiveTile], source: String, url: String, limit: Int) -> RegionError? {
+        guard let big = tiles.max(by: { $0.length < $1.length }), Int(big.length) > limit else { return nil }
+        return RegionError(code: .badResponse, message: "source '\(source)': tile \(big.tile.z)/\(big.tile.x)/\(big.tile.y) is \(big.length) bytes in the archive, more than --max-object-size (\(limit) bytes); raise it to download this region", url: url)
     }
 
     /// The precondition a range request carries to stay on the pinned version (RFC 9110 section

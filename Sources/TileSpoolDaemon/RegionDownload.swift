@@ -176,7 +176,10 @@ extension Daemon {
             }
             return
         }
-        if d.archiveRanges == nil && plan.tileSets.contains(where: { $0.archive != nil }) { buildArchiveRanges(d, plan) }
+        if d.archiveRanges == nil && plan.tileSets.contains(where: { $0.archive != nil }) {
+            buildArchiveRanges(r, d, plan)
+            guard r.download === d, r.state == .downloading else { return }
+        }
         defer { fillRanges(r, d, plan, now: now) }
         while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.indexSpace {
             let i = d.cursor

@@ -416,8 +416,9 @@ final class PMTilesSourceTests: XCTestCase {
         // Ranges are capped (a single larger body is its own range).
         let big = (0..<10).map { t(UInt64($0) << 20, 1 << 20, $0) } + [t(10 << 20, 9 << 20, 10)]
         let ranges = PMTiles.coalesce(big)
-        XCTAssertEqual(ranges.map(\.tiles), [0..<4, 4..<8, 8..<10, 10..<11])
+        XCTAssertEqual(ranges.map(\.tiles), [0..<2, 2..<4, 4..<6, 6..<8, 8..<10, 10..<11], "2 MiB ranges by default")
         XCTAssertTrue(ranges.dropLast().allSatisfy { $0.length <= PMTiles.defaultMaxRange })
+        XCTAssertEqual(PMTiles.coalesce(big, maxRange: 4 << 20).map(\.tiles), [0..<4, 4..<8, 8..<10, 10..<11])
         // Whatever the layout: every tile in exactly one range that holds its body, and the
         // bytes asked at most 1.1x the distinct bodies.
         var rng = SystemRandomNumberGenerator()
@@ -637,7 +638,10 @@ final class PMTilesDownloadTests: XCTestCase {
     override func setUpWithError() throws {
         mapdata = try MapData.require()
         generated = try TestScratch.folder("pmtiles-served")
-        nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
+        nginx = try NginxServer(root: mapdata, extraLocations: """
+            location ^~ /gen/ { alias \(generated.path)/; }
+            location ^~ /slow/ { alias \(generated.path)/; limit_rate 1m; }
+            """)
         fx = try SpoolFixture()
         try fx.start()
     }
@@ -648,6 +652,46 @@ final class PMTilesDownloadTests: XCTestCase {
     }
 
     func archiveRequests(_ path: String) -> [NginxServer.AccessEntry] { nginx.accessLog().filter { $0.path == path } }
+
+    /// Writes the dense archive (`make_pmtiles.py dense`, z10-15), downloads `box` of it as region
+    /// `id` from nginx's location `from` (`/gen/`, or `/slow/` at 1 MB/s a connection), and
+    /// checks every tile against the `pmtiles` reader's bytes.
+    func downloadDenseBox(_ box: [String], id: String, from location: String) throws {
+        try ExportTools.require([ExportTools.python])
+        let archive = generated.appendingPathComponent("dense.pmtiles").path
+        _ = try makePMTiles(["dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "15", "5"])
+        let expected = try XCTUnwrap(try makePMTiles(["region", archive] + box + ["10", "15"])["sha256"] as? [String: String])
+        try fx.drop("\(id).json", ["id": id, "tiles": ["pmtiles://" + nginx.url(location + "dense.pmtiles")],
+                                    "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try fx.waitForState(id, "completed", timeout: 120)
+        var got: [String: String] = [:]
+        for t in fx.manifest(id) where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+        XCTAssertEqual(got, expected)
+    }
+
+    /// The daemon holds at most 6 MiB of range bodies at once (`Daemon.maxRangeBytesHeld`: three
+    /// 2 MiB ranges asked or being cut), whatever `--max-requests-per-region` allows: served at
+    /// 1 MB/s a connection (nginx sends the first second's worth at once, so a range of more than
+    /// 1 MB takes a second or more), the ranges of half the dense archive never overlap more than
+    /// three at a time in nginx's own timing, and every tile matches the `pmtiles` reader. Before
+    /// the budget, as many overlapped as the request limit allowed (eight).
+    func testRangeBodiesHeldStayWithinTheDaemonsBudget() throws {
+        try downloadDenseBox(["13.0", "52.3", "13.4", "52.7"], id: "slow", from: "/slow/")
+        // The header request, then the ranges (this archive has no leaves).
+        let ranges = nginx.timingLog().filter { $0.uri == "/slow/dense.pmtiles" }.dropFirst()
+        XCTAssertGreaterThanOrEqual(ranges.count, 5)
+        XCTAssertTrue(ranges.allSatisfy { $0.bytes <= Int(PMTiles.defaultMaxRange) }, "ranges of 2 MiB at most")
+        XCTAssertGreaterThanOrEqual(ranges.filter { $0.end - $0.start >= 0.5 }.count, 4, "ranges over 1 MB take a second or so")
+        // The most ranges under way at one moment: ends sort before starts at the same time.
+        var events: [(time: Double, change: Int)] = []
+        for r in ranges { events.append((r.start, 1)); events.append((r.end, -1)) }
+        events.sort { a, b in a.time < b.time || (a.time == b.time && a.change < b.change) }
+        var now = 0, most = 0
+        for e in events { now += e.change; most = max(most, now) }
+        print("MEASURED: \(ranges.count) ranges at 1 MB/s a connection, at most \(most) at once")
+        XCTAssertLessThanOrEqual(most, 3)
+        XCTAssertGreaterThanOrEqual(most, 2, "more than one range at a time")
+    }
 
     /// The stamen archive over the world z0-3 as a `tiles` entry: 85 tiles, each stored object
     /// byte-identical to mapdata/raster/stamen_toner/z/x/y.png; the plan's exact bytes in the
@@ -948,6 +992,47 @@ final class PMTilesDownloadTests: XCTestCase {
         print("MEASURED: whole archive: \(allExpected.count) tiles, \(allBytes) tile bytes; \(fullRanges.count) range requests (\(fullBytes) bytes, \(String(format: "%.4f", Double(fullBytes) / Double(allBytes)))x)")
         XCTAssertLessThanOrEqual(fullRanges.count * 200, max(allExpected.count, 200), "at most one range per 200 tiles in a dense region")
         XCTAssertLessThanOrEqual(Double(fullBytes), 1.1 * Double(allBytes))
+    }
+
+    /// Ranges are cut to `--max-object-size` (the client's limit on any body): with a limit of
+    /// 300,000 bytes, below the 2 MiB a range may otherwise take, every tile of the dense archive
+    /// is stored as the `pmtiles` reader reads it and no range asked is longer than the limit.
+    /// Before, each range over the limit was cut off by the client and its tiles failed.
+    func testRangesStayWithinMaxObjectSize() throws {
+        fx.stop()
+        try fx.start(["--max-object-size", "300000"])
+        try downloadDenseBox(["13.0", "52.3", "13.4", "52.5"], id: "capped", from: "/gen/")
+        let ranges = archiveRequests("/gen/dense.pmtiles").dropFirst()
+        XCTAssertGreaterThan(ranges.count, 5)
+        XCTAssertEqual(ranges.map(\.status).filter { $0 != 206 }, [])
+        XCTAssertLessThanOrEqual(ranges.map(\.bytes).max() ?? 0, 300_000)
+        XCTAssertGreaterThan(ranges.map(\.bytes).max() ?? 0, 200_000, "ranges still join many tiles")
+    }
+
+    /// A stored plan resumed by a daemon started with a lower `--max-object-size` than one of its
+    /// missing tiles: the region fails as at plan (`badResponse`, the tile and the limit named),
+    /// and no range is asked by the new daemon. Before, the range holding that tile was cut off by
+    /// the client and the region failed with a transfer error.
+    func testAResumedPlanWithATileOverALowerMaxObjectSizeFailsAsAtPlan() throws {
+        try ExportTools.require([ExportTools.python])
+        let archive = generated.appendingPathComponent("big.pmtiles").path
+        _ = try makePMTiles(["dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "14", "5", "40000"])
+        // About 50 MB served at 1 MB/s a connection: still downloading when the daemon stops.
+        try fx.drop("big.json", ["id": "big", "tiles": ["pmtiles://" + nginx.url("/slow/big.pmtiles")],
+                                 "bounds": [13.0, 52.3, 13.8, 52.7], "minZoom": 10, "maxZoom": 14])
+        try waitUntil("a first tile of big stored", timeout: 60) { self.fx.manifest("big").contains { $0.kind == "tile" } }
+        fx.stop()
+        let stored = fx.manifest("big").filter { $0.kind == "tile" }.count
+        XCTAssertEqual(fx.state("big"), "queued", "a download stopped by the daemon's stop is queued again")
+        let before = archiveRequests("/slow/big.pmtiles").count
+        try fx.start(["--max-object-size", "20000"])
+        try fx.waitForState("big", "failed")
+        let error = try XCTUnwrap(fx.status("big")?["error"] as? [String: Any])
+        XCTAssertEqual(error["code"] as? String, "badResponse")
+        let message = error["message"] as? String ?? ""
+        XCTAssertTrue(message.contains("more than --max-object-size (20000 bytes)"), message)
+        XCTAssertEqual(archiveRequests("/slow/big.pmtiles").count, before, "no range asked by the new daemon")
+        XCTAssertEqual(fx.manifest("big").filter { $0.kind == "tile" }.count, stored, "what was stored stays")
     }
 
     /// A tile longer than `--max-object-size` (the client would cut it off and retry until the
