@@ -93,12 +93,49 @@ public struct RangeAnswerFacts: Sendable {
     /// The answer's ETag, quoted in the message when the archive changed (nil: none, or one that
     /// holds a secret).
     public var etag: String?
+    /// The answer's `Content-Range` field as received (read for a 206 only; nil: none).
+    public var contentRange: String?
 
     /// The facts of one range answer; see each property.
-    public init(answer: AnswerFacts, start: UInt64, end: UInt64, source: String, versionChanged: Bool, etag: String? = nil) {
+    public init(answer: AnswerFacts, start: UInt64, end: UInt64, source: String, versionChanged: Bool, etag: String? = nil,
+                contentRange: String? = nil) {
         self.answer = answer; self.start = start; self.end = end; self.source = source
-        self.versionChanged = versionChanged; self.etag = etag
+        self.versionChanged = versionChanged; self.etag = etag; self.contentRange = contentRange
     }
+}
+
+/// A 206 answer's `Content-Range` field (RFC 9110 section 14.4: `bytes first-last/complete`, the
+/// complete length a number or `*`): which bytes of the file the body holds. A body of the right
+/// length for the wrong bytes (a proxy or cache that shifts the range) would otherwise be cut
+/// into tiles that each hash to their own wrong bytes (attack round 24).
+public enum ContentRange {
+    /// The bytes `first...last` a `Content-Range` field names, nil when it is not a satisfied
+    /// byte range (absent, another unit, `bytes */complete`, last before first, or not numbers).
+    public static func parse(_ field: String?) -> ClosedRange<UInt64>? {
+        guard let field else { return nil }
+        let text = field.trimmingCharacters(in: .whitespaces)
+        guard text.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = text.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        guard let slash = spec.firstIndex(of: "/"), let dash = spec[..<slash].firstIndex(of: "-") else { return nil }
+        let complete = spec[spec.index(after: slash)...]
+        guard complete == "*" || (!complete.isEmpty && complete.allSatisfy(\.isASCIIDigit) && UInt64(complete) != nil) else { return nil }
+        let a = spec[..<dash], b = spec[spec.index(after: dash)..<slash]
+        guard !a.isEmpty, !b.isEmpty, a.allSatisfy(\.isASCIIDigit), b.allSatisfy(\.isASCIIDigit),
+              let first = UInt64(a), let last = UInt64(b), first <= last else { return nil }
+        if let total = UInt64(complete), last >= total { return nil }
+        return first...last
+    }
+
+    /// True when `field` says the body holds exactly `count` bytes from offset `start`.
+    public static func holds(_ field: String?, start: UInt64, count: Int) -> Bool {
+        guard count > 0, let r = parse(field) else { return false }
+        return r.lowerBound == start && r.upperBound - r.lowerBound == UInt64(count - 1)
+    }
+}
+
+extension Character {
+    /// `0` to `9` (ASCII only, unlike `isNumber`).
+    var isASCIIDigit: Bool { ("0"..."9").contains(self) && isASCII }
 }
 
 /// What the daemon does with one answer to a PMTiles range request (`AnswerDecision.decideRange`).
@@ -281,6 +318,10 @@ public enum AnswerDecision: Sendable, Equatable {
         }
         let want = Int(f.end - f.start)
         switch s {
+        case 206 where a.body.count == want && !ContentRange.holds(f.contentRange, start: f.start, count: want):
+            return .retry(Retry(exhausted: .resource(RegionError(
+                code: .badResponse, message: "HTTP 206 from \(shown) for \(asked) says it holds \(f.contentRange.map { "Content-Range: \($0.prefix(100))" } ?? "no Content-Range"): not the bytes asked",
+                url: shown, httpStatus: s))))
         case 206 where a.body.count == want:
             return .cut(from: 0)
         case 206:

@@ -279,7 +279,8 @@ extension Daemon {
             answer: AnswerFacts(url: url, secrets: r.secrets, kind: .tile, failure: res.failure.map(AnswerFacts.Failure.init),
                                 status: res.status, body: res.body, retryAfter: res.retryAfter),
             start: range.start, end: range.end, source: set.source, versionChanged: PMTilesRemote.changed(pinned, res.freshness),
-            etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 })
+            etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 },
+            contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 })
         let body: Data
         switch AnswerDecision.decideRange(facts) {
         case .fail(let f):

@@ -99,6 +99,10 @@ public enum PMTilesRemote {
                 if exact && body.count < Int(end - start) {
                     throw RegionError(code: .badResponse, message: "source '\(source)': a range of \(end - start) bytes (a PMTiles directory) came back with only \(body.count)", url: url, httpStatus: 206)
                 }
+                // The bytes must be the ones asked, not a shifted window of the same length.
+                guard ContentRange.holds(r.contentRange, start: start, count: body.count) else {
+                    throw RegionError(code: .badResponse, message: "source '\(source)': a range request for bytes \(start)-\(end - 1) came back as \(r.contentRange.map { "Content-Range: \(shown(String($0.prefix(100))))" } ?? "a 206 without Content-Range"): not the bytes asked", url: url, httpStatus: 206)
+                }
                 try pin(r.freshness)
                 return body
             case 200:

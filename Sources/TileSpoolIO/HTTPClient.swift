@@ -84,6 +84,8 @@ public struct TransferResult: Sendable {
     /// is current. Only a 304 sets it; a 200 is always a new body.
     public var notModified = false
     /// The response's `Content-Type` header (after redirects), if any.
+    /// The `Content-Range` field of a 206 answer as received (nil for any other status).
+    public var contentRange: String?
     public var contentType: String?
 }
 
@@ -381,6 +383,7 @@ public final class HTTPClient: @unchecked Sendable {
             let h = headers(t.easy, retryAfter: status >= 300 && status != 304)
             r.freshness = freshness(h)
             r.contentType = h.contentType
+            if status == 206 { r.contentRange = h.contentRange }
             // Read here, not from CURLINFO_RETRY_AFTER: libcurl gives nothing for a number past
             // its integer range, which must count as the longest wait, not as none.
             r.retryAfter = h.retryAfter.flatMap { field in
@@ -416,13 +419,13 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires` and (when asked) `Retry-After`.
+    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires`, `Content-Range` and (when asked) `Retry-After`.
     /// `Expires` is read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it
     /// would be ignored), `Age` only when it does. The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
     /// and later): one lookup per name (walking every header with `curl_easy_nextheader` costs a
     /// pass over all of them per header, more in all).
     struct ResponseHeaders {
-        var contentType, etag, lastModified, expires, retryAfter: String?
+        var contentType, etag, lastModified, expires, retryAfter, contentRange: String?
         /// `Cache-Control`'s lifetime (`CacheLifetime.maxAge`) and the `Age` header
         /// (`CacheLifetime.age`), in seconds, each at most 2^31.
         var maxAge, age: Int64?
@@ -444,6 +447,7 @@ extension HTTPClient {
         out.maxAge = CacheLifetime.maxAge(value("Cache-Control"))
         if out.maxAge == nil { out.expires = value("Expires") } else { out.age = CacheLifetime.age(value("Age")) }
         if retryAfter { out.retryAfter = value("Retry-After") }
+        out.contentRange = value("Content-Range")
         return out
     }
 

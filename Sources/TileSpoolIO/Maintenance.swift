@@ -294,10 +294,7 @@ public struct UniqueBytesCount {
     private mutating func spill() {
         sortRun()
         defer { run.removeAll(keepingCapacity: true) }
-        if fd < 0 && inMemory.isEmpty {
-            let dir = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-            fd = tilespool_open_scratch(dir)
-        }
+        if fd < 0 && inMemory.isEmpty { fd = UniqueBytesCount.openScratch() }
         if fd >= 0 {
             let want = run.count * MemoryLayout<Record>.stride
             let fd = fd
@@ -311,6 +308,26 @@ public struct UniqueBytesCount {
         }
         inMemory.append(run)
     }
+
+    /// An unnamed scratch file in `$TMPDIR`, else (unset, or a folder where none can be made)
+    /// `/tmp`; -1 when neither can hold one, said once per process at warning level (the count
+    /// is then made in memory).
+    private static func openScratch() -> Int32 {
+        let tmpdir = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 }
+        var tried: [String] = []
+        for dir in [tmpdir, "/tmp"].compactMap({ $0 }) where !tried.contains(dir) {
+            let fd = tilespool_open_scratch(dir)
+            if fd >= 0 { return fd }
+            tried.append("\(dir) (\(String(cString: strerror(tilespool_errno()))))")
+        }
+        if scratchWarned.take() {
+            Log.warning("cannot make a scratch file for the unique-bytes count in \(tried.joined(separator: " or ")): it is counted in memory, about 24 bytes per manifest line")
+        }
+        return -1
+    }
+
+    /// Set once the warning of `openScratch` has been logged.
+    private static let scratchWarned = OnceFlag()
 
     /// Merges the runs and returns each region's bytes of the objects only it references.
     public mutating func finish() -> [Int] {
@@ -419,5 +436,17 @@ public struct UniqueBytesCount {
             }
             return top
         }
+    }
+}
+
+/// A flag that is taken once: `take()` is true for its first caller only (any thread).
+final class OnceFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var taken = false
+    func take() -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        if taken { return false }
+        taken = true
+        return true
     }
 }

@@ -497,7 +497,15 @@ extension RegionFiles: RegionStorage {
     /// Anything else at `dir` (a symlink planted there) was not made by TileSpool and is left.
     public func remove() {
         closeManifest()
-        handleLock.lock(); if let h = handle { retired.append(h); handle = nil }; handleLock.unlock()
+        handleLock.lock()
+        if let h = handle { retired.append(h); handle = nil }
+        // The refresh's files hold these (their folder is opened through this one's) and these
+        // hold them: let go, so that both, with their open folders, go once the caller lets go
+        // of this object (attack round 24: one descriptor leaked per deleted region).
+        let refresh = refreshFilesIfMade
+        refreshFilesIfMade = nil
+        handleLock.unlock()
+        refresh?.closeManifest()
         guard Files.entryType(dir) == .directory else { return }
         Files.removeTree(dir)
     }

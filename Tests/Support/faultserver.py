@@ -73,6 +73,10 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          MODE truncated: for N < k <= N+2 a 206 with only the first half of the
                          bytes asked (a consistent Content-Range and Content-Length);
                          MODE 416: for N < k <= N+2 a 416 (Content-Range bytes */LENGTH);
+                         MODE shifted: for N < k <= N+2 a 206 of the length asked but for the
+                         bytes one further on, or one back at the end of the file (its
+                         Content-Range says so);
+                         MODE nocr: for N < k <= N+2 a 206 of the bytes asked without Content-Range;
                          MODE noval: as ranged, without an ETag (no validator at all);
                          MODE slow: as ranged, each request k <= N answered 3 s late
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
@@ -334,8 +338,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(416, b"", headers=[("Content-Range", "bytes */%d" % len(data))] + validators)
         if mode == "truncated" and n < count <= n + 2:
             b = a + max(0, (b - a + 1) // 2 - 1)
-        self.send_body(206, data[a:b + 1], "application/octet-stream",
-                       headers=[("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))] + validators)
+        faulty = n < count <= n + 2
+        if mode == "shifted" and faulty:
+            a, b = (a + 1, b + 1) if b + 1 < len(data) else (a - 1, b - 1)
+        crange = [] if mode == "nocr" and faulty else [("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))]
+        self.send_body(206, data[a:b + 1], "application/octet-stream", headers=crange + validators)
 
     def fault_ok(self, path, query, segments, count):
         self.send_body(200, ok_body(path), content_type_for(path))

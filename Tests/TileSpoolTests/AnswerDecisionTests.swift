@@ -245,10 +245,30 @@ final class AnswerDecisionTests: XCTestCase {
 
     /// An answer to the range request for bytes 1000..<1100 of the archive.
     func range(_ status: Int, bytes: Int = 100, failure: AnswerFacts.Failure? = nil, retryAfter: Double? = nil,
-               changed: Bool = false, etag: String? = nil) -> RangeDecision {
+               changed: Bool = false, etag: String? = nil, contentRange: String? = "bytes 1000-1099/5000") -> RangeDecision {
         let a = AnswerFacts(url: AnswerDecisionTests.archiveURL, kind: .tile, failure: failure, status: status,
                             body: Data(repeating: 7, count: bytes), retryAfter: retryAfter)
-        return AnswerDecision.decideRange(RangeAnswerFacts(answer: a, start: 1000, end: 1100, source: "basemap", versionChanged: changed, etag: etag))
+        return AnswerDecision.decideRange(RangeAnswerFacts(answer: a, start: 1000, end: 1100, source: "basemap", versionChanged: changed, etag: etag,
+                                                           contentRange: contentRange))
+    }
+
+    /// A 206 whose Content-Range is not the bytes asked (shifted, another length, absent, not a
+    /// byte range) is retried, never cut (attack round 24); the field's grammar is RFC 9110's.
+    func testA206ForOtherBytesIsRetriedNotCut() {
+        let shown = AnswerDecisionTests.archiveShown
+        XCTAssertEqual(range(206, contentRange: "bytes 1000-1099/*"), .cut(from: 0))
+        XCTAssertEqual(range(206, contentRange: "BYTES  1000-1099/1100"), .cut(from: 0))
+        for field in ["bytes 1001-1100/5000", "bytes 1000-1100/5000", "bytes 999-1098/5000", "bytes */5000", "bytes 1000-1099/1099",
+                      "bytes 1000-1099", "items 1000-1099/5000", "bytes -1000-1099/5000", "bytes 1000-0x44/5000", "bytes 1099-1000/5000", ""] {
+            XCTAssertEqual(range(206, contentRange: field), .retry(.init(exhausted: .resource(rangeError(
+                .badResponse, "HTTP 206 from \(shown) for bytes 1000-1099 says it holds Content-Range: \(field): not the bytes asked", 206)))), field)
+        }
+        XCTAssertEqual(range(206, contentRange: nil), .retry(.init(exhausted: .resource(rangeError(
+            .badResponse, "HTTP 206 from \(shown) for bytes 1000-1099 says it holds no Content-Range: not the bytes asked", 206)))))
+        XCTAssertEqual(ContentRange.parse("bytes 0-0/1"), 0...0)
+        XCTAssertEqual(ContentRange.parse("bytes 5-18446744073709551614/*"), 5...18_446_744_073_709_551_614)
+        XCTAssertNil(ContentRange.parse("bytes 5-18446744073709551616/*"), "past UInt64")
+        XCTAssertFalse(ContentRange.holds("bytes 0-0/1", start: 0, count: 0))
     }
 
     func rangeError(_ code: ErrorCode, _ message: String, _ s: Int?) -> RegionError {

@@ -74,6 +74,29 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/c"))
     }
 
+    /// A deleted region leaves no descriptor open in the daemon: after three regions are
+    /// completed and deleted, no entry of `/proc/<daemon>/fd` names a removed folder of the store
+    /// (attack round 24: one stayed open per deleted region, held by a cycle between a region's
+    /// files and its refresh's).
+    func testDeletedRegionsLeaveNoDescriptorOpen() throws {
+        try fx.start()
+        for id in ["fa", "fb", "fc"] { try fx.drop("\(id).json", slowRequest(id, maxZoom: 2, ms: 1)) }
+        for id in ["fa", "fb", "fc"] { try fx.waitForState(id, "completed") }
+        for id in ["fa", "fb", "fc"] { try fx.control(id, "delete") }
+        for id in ["fa", "fb", "fc"] {
+            try waitUntil("\(id) deleted", timeout: 10) { fx.events(id).last?["state"] as? String == "deleted" }
+        }
+        let pid = try XCTUnwrap(fx.daemon?.processIdentifier)
+        func removedFolders() -> [String] {
+            let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+            return fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)") }
+                .filter { $0.hasPrefix(fx.store) && $0.hasSuffix(" (deleted)") }
+        }
+        // The daemon lets go of a deleted region on the loop turn that deletes it.
+        try waitUntil("no descriptor on a removed folder", timeout: 10) { removedFolders().isEmpty }
+        XCTAssertEqual(removedFolders(), [])
+    }
+
     func testDeleteWhileDownloadingStopsTheDownload() throws {
         try fx.start()
         try fx.drop("d.json", slowRequest("d", maxZoom: 5, ms: 50))

@@ -60,7 +60,7 @@ final class OperationsCoreTests: XCTestCase {
 
     /// `uniqueBytes` counts in bounded memory (sorted runs spilled to a scratch file, merged):
     /// the same bytes per region as a count in one dictionary, whether everything fits in one run,
-    /// spills to many, or cannot spill at all (TMPDIR a folder that is not there).
+    /// spills to many, or spills to /tmp when TMPDIR is a folder that is not there.
     func testUniqueBytesAreTheSameInOneRunSpilledOrKeptInMemory() {
         var rng = SystemRandomNumberGenerator()
         // 6,000 lines over 5 regions naming 2,500 objects: repeats within a region, shares across.
@@ -88,7 +88,7 @@ final class OperationsCoreTests: XCTestCase {
         let old = ProcessInfo.processInfo.environment["TMPDIR"]
         setenv("TMPDIR", "/nonexistent-\(UUID().uuidString)", 1)
         defer { if let old { setenv("TMPDIR", old, 1) } else { unsetenv("TMPDIR") } }
-        XCTAssertEqual(count(runRecords: 64), expected, "runs kept in memory when no scratch file can be made")
+        XCTAssertEqual(count(runRecords: 64), expected, "a TMPDIR where no scratch file can be made: /tmp instead")
         var none = UniqueBytesCount(regions: 2)
         XCTAssertEqual(none.finish(), [0, 0])
     }

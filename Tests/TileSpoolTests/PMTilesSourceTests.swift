@@ -1380,12 +1380,35 @@ final class PMTilesFaultTests: XCTestCase {
     /// A range answered with half its bytes (twice), or 416 (twice): retried as a tile is, then
     /// complete, every tile right.
     func testTruncatedRangeAnd416AreRetried() throws {
-        let truncated = "/pmtiles/truncated/1/stamen.pmtiles"
-        try downloadStamen("truncated", truncated)
-        XCTAssertEqual(server.hits(truncated), 4, "the plan's request, two short answers, one whole")
-        let r416 = "/pmtiles/416/1/stamen.pmtiles"
-        try downloadStamen("r416", r416)
-        XCTAssertEqual(server.hits(r416), 4, "the plan's request, two 416, one 206")
+        try downloadStamenAfterTwoFaults("truncated", "two short answers")
+        try downloadStamenAfterTwoFaults("416", "two 416")
+    }
+
+    /// `downloadStamen` from the fault server's `/pmtiles/MODE/1/` (the plan's request answered
+    /// right, the next two as MODE says): the server sees the plan's request, two faulty
+    /// answers and one right.
+    func downloadStamenAfterTwoFaults(_ mode: String, _ faults: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let path = "/pmtiles/\(mode)/1/stamen.pmtiles"
+        try downloadStamen("m" + mode, path)
+        XCTAssertEqual(server.hits(path), 4, "the plan's request, \(faults), one right", file: file, line: line)
+    }
+
+    /// A 206 of the length asked but for other bytes (a proxy that shifts the range by one; its
+    /// Content-Range says so), or without a Content-Range: retried, never cut into tiles, then
+    /// complete with every tile right (attack round 24: all 296 tiles of such a region were stored
+    /// shifted and the region completed). The same answer to a directory read fails the region
+    /// naming it.
+    func testARangeAnswerForOtherBytesIsNotCut() throws {
+        try downloadStamenAfterTwoFaults("shifted", "two shifted answers")
+        try downloadStamenAfterTwoFaults("nocr", "two without Content-Range")
+        try fx.drop("dirshift.json", ["id": "dirshift", "tiles": ["pmtiles://" + server.url("/pmtiles/shifted/0/stamen.pmtiles")],
+                                      "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("dirshift", "failed")
+        let error = try XCTUnwrap(fx.status("dirshift")?["error"] as? [String: Any])
+        XCTAssertEqual(error["code"] as? String, "badResponse")
+        let message = error["message"] as? String ?? ""
+        XCTAssertTrue(message.contains("came back as Content-Range: bytes 1-16384/") && message.contains("not the bytes asked"), message)
+        XCTAssertEqual(fx.manifest("dirshift").filter { $0.kind == "tile" }.count, 0)
     }
 
     /// kill -9 mid-download, then a restart: the ranges asked after the restart hold no tile the
