@@ -445,6 +445,18 @@ extension PMTiles {
         public var length: UInt64 { end - start }
     }
 
+    /// The raster format a header's tile type names (PMTiles v3 spec, section 3.1: 2 PNG, 3 JPEG,
+    /// 4 WebP), as `TileBody.hasSignature` names it; nil for MVT, AVIF and unknown types (no
+    /// signature checked).
+    public static func rasterFormat(tileType: UInt8) -> String? {
+        switch tileType {
+        case 2: return "PNG"
+        case 3: return "JPEG"
+        case 4: return "WebP"
+        default: return nil
+        }
+    }
+
     /// Largest gap between two wanted bodies that one range request spans (bytes): 1 MiB. The
     /// gaps spanned are bounded in total too (`defaultMaxWaste`), so this only keeps one gap from
     /// taking a range's whole share.

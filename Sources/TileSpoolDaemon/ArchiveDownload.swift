@@ -310,7 +310,8 @@ extension Daemon {
         d.rangeBytesCutting += range.end - range.start
         let tiles = range.tiles.filter { !d.done[$0.index] }
         let job = RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles, freshness: freshness,
-                              gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize)
+                              gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize,
+                              format: PMTiles.rasterFormat(tileType: archive.tileType))
         let store = self.store, mailbox = cutMailbox, writer = self.writer
         cutQueue.async {
             mailbox.post(job.run(body, store: store))
@@ -391,6 +392,9 @@ struct RangeCutJob: Sendable {
     let freshness: Freshness
     let gzip: Bool
     let limit: Int
+    /// The raster format the archive's header names (`PMTiles.rasterFormat`), whose signature
+    /// each tile must start with, as an HTTP tile's body must (`TileBody`); nil for vector tiles.
+    let format: String?
 
     /// Cuts each tile out of `body` (bytes `start...` of the archive), inflates it when the
     /// archive says gzip, and stores it (`TileStore.put`, thread-safe); tiles of one run-length
@@ -425,6 +429,9 @@ struct RangeCutJob: Sendable {
         var tile = body[from..<(from + Int(t.length))]
         if gzip {
             do { tile = Data(try Zlib.inflate([UInt8](tile), limit: limit)) } catch { return .failed("does not inflate: \(error)") }
+        }
+        if let format, !TileBody.hasSignature(tile, format) {
+            return .failed("is not a \(format) image as the archive's header says (its first bytes are not the \(format) signature)")
         }
         return .stored(sha256: try store.put(tile).sha256, bytes: tile.count)
     }

@@ -7,14 +7,17 @@ reader as the independent witness, reports what a region over it holds.
 
 usage: make_pmtiles.py write ARCHIVE MAXZOOM SEED
          prints {"tiles", "entries", "contents", "leaf_directory_length", "root_length"}
-       make_pmtiles.py dense ARCHIVE WEST SOUTH EAST NORTH MINZOOM MAXZOOM SEED [MAXBYTES]
+       make_pmtiles.py dense ARCHIVE WEST SOUTH EAST NORTH MINZOOM MAXZOOM SEED [MAXBYTES [NOTPNG]]
          every tile of the box at those zooms, uncompressed PNG-typed bodies of 500-MAXBYTES
-         (default 8000) pseudo-random bytes (a dense raster area); prints the same as write
+         (default 8000) pseudo-random bytes after the PNG signature (a dense raster area), or
+         with NOTPNG k, every k-th tile (in tile ID order) after a GIF signature instead; prints
+         the same as write
        make_pmtiles.py region ARCHIVE WEST SOUTH EAST NORTH MINZOOM MAXZOOM
          prints {"tiles": n, "tile_bytes": sum of stored lengths, "sha256": {"z/x/y": hex of the
          body with the tile compression undone}} for the tiles of the bounding box (Web Mercator
          cover, OSM slippy-map formulas) the archive holds, and "undecodable": ["z/x/y", ...]
-         for those whose gzip body does not decompress (a damaged archive), if any
+         for those whose gzip body does not decompress (a damaged archive), if any, and
+         "notpng": ["z/x/y", ...] for those of a PNG-typed archive that lack the PNG signature
 exit: 0 when done, 2 on usage errors."""
 import gzip, hashlib, json, math, random, sys, zlib
 from pmtiles.tile import zxy_to_tileid, TileType, Compression
@@ -55,13 +58,14 @@ def write(path, maxzoom, seed):
                       "leaf_directory_length": h["leaf_directory_length"]}))
 
 
-def dense(path, w, s, e, n, minz, maxz, seed, maxbytes=8000):
+def dense(path, w, s, e, n, minz, maxz, seed, maxbytes=8000, notpng=0):
     rng = random.Random(seed)
     tiles = sorted((zxy_to_tileid(z, x, y), z, x, y) for z in range(minz, maxz + 1) for x, y in cover(w, s, e, n, z))
     with open(path, "wb") as f:
         wr = Writer(f)
-        for tid, z, x, y in tiles:
-            wr.write_tile(tid, b"\x89PNG\r\n\x1a\n" + rng.randbytes(rng.randint(500, maxbytes)))
+        for k, (tid, z, x, y) in enumerate(tiles):
+            signature = b"GIF89a\x00\x00" if notpng and k % notpng == notpng - 1 else b"\x89PNG\r\n\x1a\n"
+            wr.write_tile(tid, signature + rng.randbytes(rng.randint(500, maxbytes)))
         wr.finalize({"tile_type": TileType.PNG, "tile_compression": Compression.NONE,
                      "min_lon_e7": int(w * 1e7), "min_lat_e7": int(s * 1e7), "max_lon_e7": int(e * 1e7), "max_lat_e7": int(n * 1e7),
                      "center_zoom": minz, "center_lon_e7": 0, "center_lat_e7": 0}, {"name": "make_pmtiles.py dense"})
@@ -88,7 +92,9 @@ def region(path, w, s, e, n, minz, maxz):
     wanted = {(z, x, y) for z in range(minz, maxz + 1) for x, y in cover(w, s, e, n, z)}
     with open(path, "rb") as f:
         source = MmapSource(f)
-        gz = Reader(source).header()["tile_compression"] == Compression.GZIP
+        header = Reader(source).header()
+        gz = header["tile_compression"] == Compression.GZIP
+        png = header["tile_type"] == TileType.PNG
         # The reader's own walk of every tile (one pass over the directories), kept to the region.
         for (z, x, y), data in all_tiles(source):
             if (z, x, y) not in wanted:
@@ -101,6 +107,8 @@ def region(path, w, s, e, n, minz, maxz):
                 out.setdefault("undecodable", []).append(f"{z}/{x}/{y}")
                 continue
             out["sha256"][f"{z}/{x}/{y}"] = hashlib.sha256(body).hexdigest()
+            if png and not body.startswith(b"\x89PNG\r\n\x1a\n"):
+                out.setdefault("notpng", []).append(f"{z}/{x}/{y}")
     print(json.dumps(out))
 
 
@@ -108,7 +116,7 @@ def main():
     a = sys.argv[1:]
     if len(a) == 4 and a[0] == "write":
         write(a[1], int(a[2]), int(a[3])); return 0
-    if len(a) in (9, 10) and a[0] == "dense":
+    if len(a) in (9, 10, 11) and a[0] == "dense":
         dense(a[1], *map(float, a[2:6]), int(a[6]), int(a[7]), int(a[8]), *map(int, a[9:])); return 0
     if len(a) == 8 and a[0] == "region":
         region(a[1], *map(float, a[2:6]), int(a[6]), int(a[7])); return 0

@@ -920,6 +920,31 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertEqual(fx.progress("budget")["tilesFailed"], damaged.undecodable.count)
     }
 
+    /// An archive whose header says PNG holds tiles that are not PNG (every 7th starts with a GIF
+    /// signature): those fail alone, each under its own name in `failed.tsv`, as an HTTP tile of
+    /// a `.png` template does; every other tile is stored as the `pmtiles` reader reads it.
+    func testArchiveTilesNotOfTheHeadersFormatFailAlone() throws {
+        try ExportTools.require([ExportTools.python])
+        let archive = generated.appendingPathComponent("mixed.pmtiles").path
+        _ = try makePMTiles(["dense", archive, "13.0", "52.3", "13.8", "52.7", "10", "13", "5", "8000", "7"])
+        let box = ["13.0", "52.3", "13.8", "52.7"]
+        let witness = try makePMTiles(["region", archive] + box + ["10", "13"])
+        let expected = try XCTUnwrap(witness["sha256"] as? [String: String])
+        let notPNG = Set(try XCTUnwrap(witness["notpng"] as? [String]))
+        XCTAssertGreaterThan(notPNG.count, 10)
+        try fx.drop("mixed.json", ["id": "mixed", "tiles": ["pmtiles://" + nginx.url("/gen/mixed.pmtiles")],
+                                   "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 13, "maxFailedTiles": 10_000])
+        try fx.waitForState("mixed", "completed")
+        var got: [String: String] = [:]
+        for t in fx.manifest("mixed") where t.kind == "tile" && t.sha.count == 64 { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+        XCTAssertEqual(got, expected.filter { !notPNG.contains($0.key) })
+        let failed = try String(contentsOfFile: "\(fx.store)/regions/mixed/failed.tsv", encoding: .utf8).split(separator: "\n")
+            .filter { !$0.hasPrefix("#") }.map { $0.split(separator: "\t").map(String.init) }
+        XCTAssertEqual(Set(failed.map { String($0[0].split(separator: "/").dropFirst().joined(separator: "/")) }), notPNG)
+        XCTAssertTrue(failed.allSatisfy { $0.last!.contains("is not a PNG image as the archive's header says") }, "\(failed.first ?? [])")
+        XCTAssertEqual(fx.progress("mixed")["tilesFailed"], notPNG.count)
+    }
+
     /// A dense raster area (an archive written by the `pmtiles` writer over a box around Berlin,
     /// z10-15; the region is 56% of its area, so tiles outside it interleave along the Hilbert
     /// curve): every tile matches the reader; at most 1.1 times the tile bytes over the wire, and
