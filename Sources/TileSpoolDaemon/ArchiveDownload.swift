@@ -212,10 +212,10 @@ extension Daemon {
             // The daemon's range bodies held (asked, or being cut) stay within
             // `maxRangeBytesHeld`; one range is always allowed, however large.
             let range = d.archiveRanges![d.rangeCursor], size = range.end - range.start
-            let now_held = held ?? rangeBytesHeld()
-            if now_held > 0 && now_held + size > Daemon.maxRangeBytesHeld { return }
+            let heldNow = held ?? rangeBytesHeld()
+            if heldNow > 0 && heldNow + size > Daemon.maxRangeBytesHeld { return }
             guard issueRange(r, d, d.rangeCursor, now: now) else { return }
-            held = now_held + size
+            held = heldNow + size
             d.rangeCursor += 1
         }
     }
@@ -227,10 +227,12 @@ extension Daemon {
     /// within the noise (docs/benchmarks.md).
     static let maxRangeBytesHeld: UInt64 = 6 << 20
 
-    /// The bytes of range bodies held now (`maxRangeBytesHeld`).
+    /// The bytes of range bodies held now (`maxRangeBytesHeld`), over the regions with a
+    /// download (all in `live`). A stopped download's answer still being cut is not counted: a
+    /// pause and resume may briefly hold one range more.
     func rangeBytesHeld() -> UInt64 {
         var held: UInt64 = 0
-        for r in regions.values {
+        for r in live.values {
             guard let d = r.download, let ranges = d.archiveRanges else { continue }
             held += d.rangeBytesCutting
             for f in d.inFlight.values { if case .range(let n) = f.item { held += ranges[n].end - ranges[n].start } }

@@ -582,7 +582,10 @@ extension Daemon {
                 return t.map { " (e.g. \(shown(set.template.url(for: $0), r)))" } ?? ""
             } ?? ""
             let why = p.tilesFailed == 0 ? "was empty (\(r.request.emptyStatuses.map(String.init).joined(separator: ", ")) or an empty body)"
-                : "was empty or failed (\(p.tilesEmpty) empty, \(p.tilesFailed) failed within maxFailedTiles)"
+                : "was empty or failed (\(p.tilesEmpty) empty, \(p.tilesFailed) failed within maxFailedTiles; each failure and why in failed.tsv, the first: \(d.failureReasons.values.sorted().first.map { String($0.prefix(300)) } ?? "-"))"
+            // The failed tiles are listed, as for a region completed with failures (attack
+            // round 25: a region whose every range was refused said only "empty").
+            if p.tilesFailed > 0 { writeFailedList(r, d) }
             fail(r, RegionError(code: .allTilesEmpty,
                                 message: "no tile has content: every one of the \(plan.tileCount) tiles \(why)\(sample): check the tile URL template; if the area really has no tiles, add \"allowEmpty\": true to the request"))
             return

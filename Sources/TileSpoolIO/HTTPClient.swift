@@ -438,6 +438,16 @@ extension HTTPClient {
                   let v = h?.pointee.value else { return nil }
             return String(cString: v)
         }
+        func values(_ name: String) -> String? {
+            var h: UnsafeMutablePointer<curl_header>?
+            guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK, let first = h?.pointee else { return nil }
+            var all = [first.value.map { String(cString: $0) } ?? ""]
+            for i in 1..<max(1, min(first.amount, 16)) {
+                var next: UnsafeMutablePointer<curl_header>?
+                if curl_easy_header(easy, name, i, UInt32(CURLH_HEADER), -1, &next) == CURLHE_OK, let v = next?.pointee.value { all.append(String(cString: v)) }
+            }
+            return all.joined(separator: ", ")
+        }
         var out = ResponseHeaders()
         var type: UnsafeMutablePointer<CChar>?
         tilespool_easy_getinfo_string(easy, CURLINFO_CONTENT_TYPE, &type)
@@ -447,7 +457,9 @@ extension HTTPClient {
         out.maxAge = CacheLifetime.maxAge(value("Cache-Control"))
         if out.maxAge == nil { out.expires = value("Expires") } else { out.age = CacheLifetime.age(value("Age")) }
         if retryAfter { out.retryAfter = value("Retry-After") }
-        out.contentRange = value("Content-Range")
+        // Every Content-Range field, joined as one list: two of them (a proxy adding its own)
+        // never parse as the one range asked (attack round 25: the first was read alone).
+        out.contentRange = values("Content-Range")
         return out
     }
 

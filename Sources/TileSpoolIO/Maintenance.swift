@@ -302,8 +302,8 @@ public struct UniqueBytesCount {
                 do { try Files.writeAll(fd, raw, path: "unique-bytes scratch file"); return true } catch { return false }
             }
             if wrote { spilled.append((fileSize, run.count)); fileSize += want; return }
-            // A full scratch disk: the runs written stay there, this one and the rest are kept in
-            // memory (a write cut short is never read: the next run starts past it).
+            // A full scratch disk: the runs written stay there and this one is kept in memory
+            // (the next tries the file again, past what a write cut short left: never read).
             fileSize = Int(lseek(fd, 0, SEEK_END))
         }
         inMemory.append(run)
@@ -315,7 +315,7 @@ public struct UniqueBytesCount {
     private static func openScratch() -> Int32 {
         let tmpdir = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 }
         var tried: [String] = []
-        for dir in [tmpdir, "/tmp"].compactMap({ $0 }) where !tried.contains(dir) {
+        for dir in tmpdir == "/tmp" ? ["/tmp"] : [tmpdir, "/tmp"].compactMap({ $0 }) {
             let fd = tilespool_open_scratch(dir)
             if fd >= 0 { return fd }
             tried.append("\(dir) (\(String(cString: strerror(tilespool_errno()))))")

@@ -77,6 +77,9 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          bytes one further on, or one back at the end of the file (its
                          Content-Range says so);
                          MODE nocr: for N < k <= N+2 a 206 of the bytes asked without Content-Range;
+                         MODE shiftedall: as shifted, for every k > N;
+                         MODE twocr: for N < k <= N+2 a 206 with two Content-Range fields, the
+                         bytes asked first, then the shifted bytes that the body holds;
                          MODE noval: as ranged, without an ETag (no validator at all);
                          MODE slow: as ranged, each request k <= N answered 3 s late
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
@@ -338,10 +341,15 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(416, b"", headers=[("Content-Range", "bytes */%d" % len(data))] + validators)
         if mode == "truncated" and n < count <= n + 2:
             b = a + max(0, (b - a + 1) // 2 - 1)
-        faulty = n < count <= n + 2
-        if mode == "shifted" and faulty:
+        faulty = n < count <= n + 2 or (mode == "shiftedall" and count > n)
+        asked = ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))
+        if mode in ("shifted", "shiftedall", "twocr") and faulty:
             a, b = (a + 1, b + 1) if b + 1 < len(data) else (a - 1, b - 1)
-        crange = [] if mode == "nocr" and faulty else [("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))]
+        crange = [("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))]
+        if mode == "nocr" and faulty:
+            crange = []
+        if mode == "twocr" and faulty:
+            crange = [asked] + crange
         self.send_body(206, data[a:b + 1], "application/octet-stream", headers=crange + validators)
 
     def fault_ok(self, path, query, segments, count):

@@ -1426,6 +1426,21 @@ final class PMTilesFaultTests: XCTestCase {
     func testARangeAnswerForOtherBytesIsNotCut() throws {
         try downloadStamenAfterTwoFaults("shifted", "two shifted answers")
         try downloadStamenAfterTwoFaults("nocr", "two without Content-Range")
+        // Two Content-Range fields, the bytes asked first, then the shifted bytes the body holds
+        // (attack round 25: the first was read alone, and shifted tiles were stored).
+        try downloadStamenAfterTwoFaults("twocr", "two answers with two Content-Range fields")
+        // Every range refused, within maxFailedTiles: the region fails (no tile has content), its
+        // message names failed.tsv and the cause, and failed.tsv lists every tile.
+        try fx.drop("allshift.json", ["id": "allshift", "tiles": ["pmtiles://" + server.url("/pmtiles/shiftedall/1/stamen.pmtiles")],
+                                      "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3, "maxFailedTiles": 1000])
+        try fx.waitForState("allshift", "failed")
+        XCTAssertEqual(fx.errorCode("allshift"), "allTilesEmpty")
+        let why = fx.errorMessage("allshift") ?? ""
+        XCTAssertTrue(why.contains("85 failed within maxFailedTiles; each failure and why in failed.tsv") && why.contains("not the bytes asked"), why)
+        let failed = try String(contentsOfFile: "\(fx.store)/regions/allshift/failed.tsv", encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix("#") }
+        XCTAssertEqual(failed.count, 85)
+        XCTAssertTrue(failed.allSatisfy { $0.contains("not the bytes asked") }, "\(failed.first ?? "")")
+        XCTAssertEqual(fx.manifest("allshift").filter { $0.kind == "tile" && $0.sha.count == 64 }.count, 0, "no tile stored")
         try fx.drop("dirshift.json", ["id": "dirshift", "tiles": ["pmtiles://" + server.url("/pmtiles/shifted/0/stamen.pmtiles")],
                                       "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
         try fx.waitForState("dirshift", "failed")
