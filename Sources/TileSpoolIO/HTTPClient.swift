@@ -380,10 +380,10 @@ public final class HTTPClient: @unchecked Sendable {
         var r = TransferResult(tag: t.tag, status: status, body: t.body, retryAfter: nil, failure: nil)
         if code == CURLE_OK {
             // Retry-After only where it can mean something (not on every tile's 200).
-            let h = headers(t.easy, retryAfter: status >= 300 && status != 304)
+            let h = headers(t.easy, retryAfter: status >= 300 && status != 304, contentRange: status == 206)
             r.freshness = freshness(h)
             r.contentType = h.contentType
-            if status == 206 { r.contentRange = h.contentRange }
+            r.contentRange = h.contentRange
             // Read here, not from CURLINFO_RETRY_AFTER: libcurl gives nothing for a number past
             // its integer range, which must count as the longest wait, not as none.
             r.retryAfter = h.retryAfter.flatMap { field in
@@ -419,7 +419,8 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires`, `Content-Range` and (when asked) `Retry-After`.
+    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires`, and (when asked) `Retry-After` and every
+    /// `Content-Range` (a 206's).
     /// `Expires` is read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it
     /// would be ignored), `Age` only when it does. The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
     /// and later): one lookup per name (walking every header with `curl_easy_nextheader` costs a
@@ -431,7 +432,7 @@ extension HTTPClient {
         var maxAge, age: Int64?
     }
 
-    private func headers(_ easy: UnsafeMutableRawPointer, retryAfter: Bool) -> ResponseHeaders {
+    private func headers(_ easy: UnsafeMutableRawPointer, retryAfter: Bool, contentRange: Bool) -> ResponseHeaders {
         func value(_ name: String) -> String? {
             var h: UnsafeMutablePointer<curl_header>?
             guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK,
@@ -459,7 +460,7 @@ extension HTTPClient {
         if retryAfter { out.retryAfter = value("Retry-After") }
         // Every Content-Range field, joined as one list: two of them (a proxy adding its own)
         // never parse as the one range asked (attack round 25: the first was read alone).
-        out.contentRange = values("Content-Range")
+        if contentRange { out.contentRange = values("Content-Range") }
         return out
     }
 
