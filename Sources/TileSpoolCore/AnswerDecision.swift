@@ -118,9 +118,11 @@ public enum ContentRange {
         let spec = text.dropFirst(6).trimmingCharacters(in: .whitespaces)
         guard let slash = spec.firstIndex(of: "/"), let dash = spec[..<slash].firstIndex(of: "-") else { return nil }
         let complete = spec[spec.index(after: slash)...]
-        guard complete == "*" || (!complete.isEmpty && complete.allSatisfy(\.isASCIIDigit) && UInt64(complete) != nil) else { return nil }
+        // Digits only (UInt64's parser takes a sign), as ConditionalRequest and Operations check.
+        func digits(_ t: Substring) -> Bool { !t.isEmpty && t.allSatisfy { $0.isASCII && $0.isNumber } }
+        guard complete == "*" || (digits(complete) && UInt64(complete) != nil) else { return nil }
         let a = spec[..<dash], b = spec[spec.index(after: dash)..<slash]
-        guard !a.isEmpty, !b.isEmpty, a.allSatisfy(\.isASCIIDigit), b.allSatisfy(\.isASCIIDigit),
+        guard digits(a), digits(b),
               let first = UInt64(a), let last = UInt64(b), first <= last else { return nil }
         if let total = UInt64(complete), last >= total { return nil }
         return first...last
@@ -131,11 +133,6 @@ public enum ContentRange {
         guard count > 0, let r = parse(field) else { return false }
         return r.lowerBound == start && r.upperBound - r.lowerBound == UInt64(count - 1)
     }
-}
-
-extension Character {
-    /// `0` to `9` (ASCII only, unlike `isNumber`).
-    var isASCIIDigit: Bool { ("0"..."9").contains(self) && isASCII }
 }
 
 /// What the daemon does with one answer to a PMTiles range request (`AnswerDecision.decideRange`).

@@ -14,6 +14,8 @@ struct ArchiveRange {
     let start: UInt64
     let end: UInt64
     let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
+    /// Bytes asked (`end - start`).
+    var length: UInt64 { end - start }
 }
 
 /// A read of a region's PMTiles directories, finished off the loop (`Daemon.startArchiveReads`):
@@ -207,11 +209,11 @@ extension Daemon {
     func fillRanges(_ r: Region, _ d: Download, _ plan: ResourcePlan, now: Double) {
         guard d.archiveRanges != nil else { return }
         var held: UInt64?
-        while d.inFlight.count + d.rangesCutting < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
+        while d.inFlight.count + d.rangesCutting.count < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
             if d.nonTileInFlight > 0 || d.cursor < plan.resources.count { return }
             // The daemon's range bodies held (asked, or being cut) stay within
             // `maxRangeBytesHeld`; one range is always allowed, however large.
-            let range = d.archiveRanges![d.rangeCursor], size = range.end - range.start
+            let size = d.archiveRanges![d.rangeCursor].length
             let heldNow = held ?? rangeBytesHeld()
             if heldNow > 0 && heldNow + size > Daemon.maxRangeBytesHeld { return }
             guard issueRange(r, d, d.rangeCursor, now: now) else { return }
@@ -221,7 +223,7 @@ extension Daemon {
     }
 
     /// The most bytes of range bodies the daemon holds at once, over every region: ranges asked
-    /// and not yet answered, and answers not yet cut and stored (`Download.rangeBytesCutting`):
+    /// and not yet answered, and answers not yet cut and stored (`Download.rangesCutting`):
     /// 6 MiB, three ranges of `PMTiles.defaultMaxRange`. On the bench's 95.7 MB archive this kept
     /// the daemon's peak RSS at 57-65 MiB (84-99 MiB with eight 4 MiB ranges) at the same speed
     /// within the noise (docs/benchmarks.md).
@@ -234,8 +236,8 @@ extension Daemon {
         var held: UInt64 = 0
         for r in live.values {
             guard let d = r.download, let ranges = d.archiveRanges else { continue }
-            held += d.rangeBytesCutting
-            for f in d.inFlight.values { if case .range(let n) = f.item { held += ranges[n].end - ranges[n].start } }
+            for n in d.rangesCutting { held += ranges[n].length }
+            for f in d.inFlight.values { if case .range(let n) = f.item { held += ranges[n].length } }
         }
         return held
     }
@@ -250,7 +252,7 @@ extension Daemon {
         // Its size is known: counted against the byte limit now, so that the requests after it
         // wait while the bucket is in debt (counted when the answer came, every range of a
         // region started at once: attack round 8 saw 35 times the limit).
-        if limiter.bytesPerSecond != nil { limiter.received(bytes: Int(range.end - range.start), now: now) }
+        if limiter.bytesPerSecond != nil { limiter.received(bytes: Int(range.length), now: now) }
         d.lastIssued = now
         let tag = nextTag; nextTag += 1
         let item = WorkItem.range(n)
@@ -259,7 +261,7 @@ extension Daemon {
         let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
         http.start(url: url, tag: tag, validators: nil,
                    headers: r.request.headerList + [("Range", "bytes=\(range.start)-\(range.end - 1)")] + PMTilesRemote.pinHeaders(pinned),
-                   expectedSize: Int(range.end - range.start))
+                   expectedSize: Int(range.length))
         return true
     }
 
@@ -300,7 +302,7 @@ extension Daemon {
             // The bytes asked, a slice of the answer (no copy): of the whole file when the
             // server ignored Range.
             let start = res.body.startIndex + from
-            body = res.body[start..<(start + Int(range.end - range.start))]
+            body = res.body[start..<(start + Int(range.length))]
         }
         d.attempts.removeValue(forKey: item)
         var freshness = res.freshness
@@ -308,8 +310,7 @@ extension Daemon {
         // Cut, decoded, hashed and stored on `cutQueue`, so the loop goes on receiving the other
         // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
         // slot until then (`fillRanges`).
-        d.rangesCutting += 1
-        d.rangeBytesCutting += range.end - range.start
+        d.rangesCutting.insert(n)
         let tiles = range.tiles.filter { !d.done[$0.index] }
         let job = RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles, freshness: freshness,
                               gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize,
@@ -348,9 +349,7 @@ extension Daemon {
     func collectRangeCuts() {
         for cut in cutMailbox.take() {
             guard let r = regions[cut.id], let d = r.download, d.serial == cut.token else { continue }
-            d.rangesCutting -= 1
-            let cutBytes = d.archiveRanges.map { $0[cut.range].end - $0[cut.range].start } ?? 0
-            d.rangeBytesCutting -= min(d.rangeBytesCutting, cutBytes)
+            d.rangesCutting.remove(cut.range)
             guard r.state == .downloading, let plan = d.plan, let ranges = d.archiveRanges else { continue }
             let range = ranges[cut.range]
             let set = plan.tileSets[range.set]

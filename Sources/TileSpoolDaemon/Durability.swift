@@ -190,7 +190,7 @@ extension Daemon {
     func aRegionHasNothingLeftToFetch() -> Bool {
         live.values.contains { r in
             guard let d = r.download, let plan = d.plan else { return false }
-            return !d.pending.isEmpty && d.inFlight.isEmpty && d.rangesCutting == 0 && d.retries.isEmpty && d.cursor >= plan.indexSpace
+            return !d.pending.isEmpty && d.inFlight.isEmpty && d.rangesCutting.isEmpty && d.retries.isEmpty && d.cursor >= plan.indexSpace
         }
     }
 

@@ -134,11 +134,10 @@ final class Download {
     /// cursor skips: their tiles come by range).
     var archiveRanges: [ArchiveRange]?
     var rangeCursor = 0
-    /// Range answers handed to `Daemon.cutQueue` and not yet collected: each holds a request
-    /// slot (`fillRanges`) and its bytes count in `Daemon.maxRangeBytesHeld` until collected.
-    var rangesCutting = 0
-    /// The bytes of those ranges' bodies (`Daemon.maxRangeBytesHeld`).
-    var rangeBytesCutting: UInt64 = 0
+    /// The ranges (indices in `archiveRanges`) whose answers are on `Daemon.cutQueue`, not yet
+    /// collected: each holds a request slot (`fillRanges`) and its bytes count in
+    /// `Daemon.maxRangeBytesHeld` until collected.
+    var rangesCutting: Set<Int> = []
     var archiveSpans: [Range<Int>] = []
     /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
     var unchangedArchives: Set<String> = []

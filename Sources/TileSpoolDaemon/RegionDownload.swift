@@ -563,7 +563,7 @@ extension Daemon {
     }
 
     func finishIfDone(_ r: Region, _ d: Download) {
-        guard let plan = d.plan, r.state == .downloading, d.inFlight.isEmpty, d.rangesCutting == 0, d.pending.isEmpty, d.committing == 0, d.retries.isEmpty else { return }
+        guard let plan = d.plan, r.state == .downloading, d.inFlight.isEmpty, d.rangesCutting.isEmpty, d.pending.isEmpty, d.committing == 0, d.retries.isEmpty else { return }
         guard r.progress.resourcesCompleted >= plan.count else { return }
         // No tile with content at all: most often a wrong template (404 everywhere), never a
         // `completed` of 0 bytes unless the request says so (`allowEmpty`).
