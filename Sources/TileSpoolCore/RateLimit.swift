@@ -151,3 +151,40 @@ public struct RateLimiter: Sendable {
             || (octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil })
     }
 }
+
+/// The daemon's budget of range bodies held at once (bytes; ranges of PMTiles archives asked and
+/// not yet answered, and answers not yet cut and stored), shared by the downloading regions in
+/// turns: one pass of the scheduler offers it to the regions in order (least recently served
+/// first), and once one region's next range does not fit, no region after it in that pass may
+/// take the room that frees up, so a region whose ranges are large is not passed over for ever
+/// by one whose smaller ranges keep the budget nearly full. One range is always allowed when
+/// none is held, however large, so the budget never deadlocks. Pure: the bytes held are passed
+/// in.
+public struct RangeBudget: Sendable {
+    /// The most bytes of range bodies held at once (`Daemon.maxRangeBytesHeld`).
+    public let limit: UInt64
+    /// Bytes held now, including the ranges taken in this pass.
+    public private(set) var held: UInt64
+    /// True once a region's range did not fit in this pass: later regions wait their turn.
+    public private(set) var aRegionWaits = false
+
+    /// - Parameters:
+    ///   - limit: the most bytes held at once.
+    ///   - held: the bytes held when the pass begins.
+    public init(limit: UInt64, held: UInt64) {
+        self.limit = limit
+        self.held = held
+    }
+
+    /// True when a range of `size` bytes may be asked now. False when it does not fit, or when a
+    /// region before this one in the pass is waiting for room; a range that does not fit marks
+    /// its region as waiting. Call `take` once the range is asked.
+    public mutating func mayAsk(_ size: UInt64) -> Bool {
+        if aRegionWaits { return false }
+        if held > 0 && held + size > limit { aRegionWaits = true; return false }
+        return true
+    }
+
+    /// Counts a range of `size` bytes as held (after `mayAsk` allowed it and the range was asked).
+    public mutating func take(_ size: UInt64) { held += size }
+}

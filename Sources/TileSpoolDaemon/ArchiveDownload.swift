@@ -208,23 +208,24 @@ extension Daemon {
     /// (phases run in order); stops at the region's request limit or when a rate limit holds one back.
     func fillRanges(_ r: Region, _ d: Download, _ plan: ResourcePlan, now: Double) {
         guard d.archiveRanges != nil else { return }
-        var held: UInt64?
         while d.inFlight.count + d.rangesCutting.count < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
             if d.nonTileInFlight > 0 || d.cursor < plan.resources.count { return }
             // The daemon's range bodies held (asked, or being cut) stay within
-            // `maxRangeBytesHeld`; one range is always allowed, however large.
+            // `maxRangeBytesHeld`, taken by the regions in turns; one range is always allowed
+            // when none is held, however large.
             let size = d.archiveRanges![d.rangeCursor].length
-            let heldNow = held ?? rangeBytesHeld()
-            if heldNow > 0 && heldNow + size > Daemon.maxRangeBytesHeld { return }
-            guard issueRange(r, d, d.rangeCursor, now: now) else { return }
-            held = heldNow + size
+            var budget = rangeBudget ?? RangeBudget(limit: Daemon.maxRangeBytesHeld, held: rangeBytesHeld())
+            defer { rangeBudget = budget }
+            guard budget.mayAsk(size), issueRange(r, d, d.rangeCursor, now: now) else { return }
+            budget.take(size)
             d.rangeCursor += 1
         }
     }
 
     /// The most bytes of range bodies the daemon holds at once, over every region: ranges asked
     /// and not yet answered, and answers not yet cut and stored (`Download.rangesCutting`):
-    /// 6 MiB, three ranges of `PMTiles.defaultMaxRange`. On the bench's 95.7 MB archive this kept
+    /// 6 MiB, three ranges of `PMTiles.defaultMaxRange`, taken by the regions in turns
+    /// (`RangeBudget`, made once per scheduler pass). On the bench's 95.7 MB archive this kept
     /// the daemon's peak RSS at 57-65 MiB (84-99 MiB with eight 4 MiB ranges) at the same speed
     /// within the noise (docs/benchmarks.md).
     static let maxRangeBytesHeld: UInt64 = 6 << 20

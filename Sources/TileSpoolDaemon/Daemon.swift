@@ -95,6 +95,9 @@ public final class Daemon {
     var live: [String: Region] = [:]
     var arrivals = 0
     var nextTag = 1
+    /// The range budget of the scheduler's current pass (`schedule`, `fillRanges`): made when the
+    /// first region of the pass asks for a range, nil between passes.
+    var rangeBudget: RangeBudget?
     /// tag -> (region id, item); probes use item nil.
     var transfers: [Int: (String, WorkItem?)] = [:]
     /// When the oldest line waiting for a commit was added (`pendingCount` going from 0 to 1):

@@ -19,7 +19,10 @@ extension Daemon {
         }
         // The region that started a request least recently goes first, so regions sharing a
         // rate-limited host take its turns alternately instead of one starving the others.
+        // The range budget is offered in the same order, in turns (`RangeBudget`).
         let downloading = live.values.compactMap { r in r.state == .downloading ? r.download.map { (r, $0) } : nil }
+        rangeBudget = nil
+        defer { rangeBudget = nil }
         for (r, d) in downloading.sorted(by: { $0.1.lastIssued < $1.1.lastIssued }) where r.download === d && r.state == .downloading {
             fill(r, d, now: now)
         }

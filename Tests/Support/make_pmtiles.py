@@ -7,11 +7,11 @@ reader as the independent witness, reports what a region over it holds.
 
 usage: make_pmtiles.py write ARCHIVE MAXZOOM SEED
          prints {"tiles", "entries", "contents", "leaf_directory_length", "root_length"}
-       make_pmtiles.py dense ARCHIVE WEST SOUTH EAST NORTH MINZOOM MAXZOOM SEED [MAXBYTES [NOTPNG]]
-         every tile of the box at those zooms, uncompressed PNG-typed bodies of 500-MAXBYTES
-         (default 8000) pseudo-random bytes after the PNG signature (a dense raster area), or
-         with NOTPNG k, every k-th tile (in tile ID order) after a GIF signature instead; prints
-         the same as write
+       make_pmtiles.py dense ARCHIVE WEST SOUTH EAST NORTH MINZOOM MAXZOOM SEED [MAXBYTES [NOTPNG [MINBYTES]]]
+         every tile of the box at those zooms, uncompressed PNG-typed bodies of MINBYTES-MAXBYTES
+         (default 500-8000) pseudo-random bytes after the PNG signature (a dense raster area), or
+         with NOTPNG k (0: none), every k-th tile (in tile ID order) after a GIF signature instead;
+         prints the same as write
        make_pmtiles.py region ARCHIVE WEST SOUTH EAST NORTH MINZOOM MAXZOOM
          prints {"tiles": n, "tile_bytes": sum of stored lengths, "sha256": {"z/x/y": hex of the
          body with the tile compression undone}} for the tiles of the bounding box (Web Mercator
@@ -58,14 +58,14 @@ def write(path, maxzoom, seed):
                       "leaf_directory_length": h["leaf_directory_length"]}))
 
 
-def dense(path, w, s, e, n, minz, maxz, seed, maxbytes=8000, notpng=0):
+def dense(path, w, s, e, n, minz, maxz, seed, maxbytes=8000, notpng=0, minbytes=500):
     rng = random.Random(seed)
     tiles = sorted((zxy_to_tileid(z, x, y), z, x, y) for z in range(minz, maxz + 1) for x, y in cover(w, s, e, n, z))
     with open(path, "wb") as f:
         wr = Writer(f)
         for k, (tid, z, x, y) in enumerate(tiles):
             signature = b"GIF89a\x00\x00" if notpng and k % notpng == notpng - 1 else b"\x89PNG\r\n\x1a\n"
-            wr.write_tile(tid, signature + rng.randbytes(rng.randint(500, maxbytes)))
+            wr.write_tile(tid, signature + rng.randbytes(rng.randint(minbytes, maxbytes)))
         wr.finalize({"tile_type": TileType.PNG, "tile_compression": Compression.NONE,
                      "min_lon_e7": int(w * 1e7), "min_lat_e7": int(s * 1e7), "max_lon_e7": int(e * 1e7), "max_lat_e7": int(n * 1e7),
                      "center_zoom": minz, "center_lon_e7": 0, "center_lat_e7": 0}, {"name": "make_pmtiles.py dense"})
@@ -116,7 +116,7 @@ def main():
     a = sys.argv[1:]
     if len(a) == 4 and a[0] == "write":
         write(a[1], int(a[2]), int(a[3])); return 0
-    if len(a) in (9, 10, 11) and a[0] == "dense":
+    if len(a) in (9, 10, 11, 12) and a[0] == "dense":
         dense(a[1], *map(float, a[2:6]), int(a[6]), int(a[7]), int(a[8]), *map(int, a[9:])); return 0
     if len(a) == 8 and a[0] == "region":
         region(a[1], *map(float, a[2:6]), int(a[6]), int(a[7])); return 0

@@ -763,6 +763,32 @@ final class ImportAndLimitTests: XCTestCase {
         slow.forgetPast(now: 100)
         XCTAssertEqual(slow.admit(host: "h", region: "p", regionLimit: 0.01, now: 100), 0)
     }
+
+    /// The range budget in turns: a range that does not fit makes the regions after it in the
+    /// pass wait, so the room that frees up goes to it; one range always fits when none is held.
+    func testRangeBudgetIsTakenInTurns() {
+        let mib: UInt64 = 1 << 20
+        // Region A holds three ranges of 1.5 MiB, one of which is done: 3 MiB held.
+        var pass = RangeBudget(limit: 6 * mib, held: 3 * mib)
+        XCTAssertTrue(pass.mayAsk(2 * mib), "B, served least recently, fits")
+        pass.take(2 * mib)
+        XCTAssertFalse(pass.mayAsk(3 * mib / 2), "A's next range does not fit in what is left")
+        XCTAssertFalse(pass.mayAsk(mib / 2), "and nothing after it in the pass takes the room")
+        XCTAssertEqual(pass.held, 5 * mib)
+        // B's next range is a 5 MiB body: it waits, and A may not take the 1.5 MiB that frees.
+        var next = RangeBudget(limit: 6 * mib, held: 3 * mib)
+        XCTAssertFalse(next.mayAsk(5 * mib))
+        XCTAssertTrue(next.aRegionWaits)
+        XCTAssertFalse(next.mayAsk(3 * mib / 2), "A waits behind B's turn")
+        XCTAssertEqual(next.held, 3 * mib)
+        // With 1 MiB held the body fits exactly; with none held any range does.
+        var room = RangeBudget(limit: 6 * mib, held: mib)
+        XCTAssertTrue(room.mayAsk(5 * mib))
+        var empty = RangeBudget(limit: 6 * mib, held: 0)
+        XCTAssertTrue(empty.mayAsk(40 * mib), "one range is always allowed when none is held")
+        empty.take(40 * mib)
+        XCTAssertFalse(empty.mayAsk(1))
+    }
 }
 
 /// Issue 29: which line of events.jsonl answers an action (`tilespool ACTION ID --wait`).

@@ -693,6 +693,46 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(most, 2, "more than one range at a time")
     }
 
+    /// Two PMTiles regions share the daemon's range budget in turns (`RangeBudget`): a region
+    /// whose one tile is a 5 MB body (a range that fits only when at most 1 MiB is held) gets its
+    /// range while a region of the whole dense archive at 1 MB/s a connection still has most of
+    /// its ranges to ask, instead of after all of them (before, each freed slot went to the first
+    /// region whose range fitted, so the big body waited until the other region had asked its
+    /// last range). Both regions' tiles match the `pmtiles` reader.
+    func testAnArchiveOfLargeTilesGetsItsTurnBesideOneOfSmallRanges() throws {
+        try ExportTools.require([ExportTools.python])
+        let dense = generated.appendingPathComponent("dense.pmtiles").path
+        let big = generated.appendingPathComponent("big.pmtiles").path
+        let box = ["13.0", "52.3", "13.8", "52.7"], spot = ["13.40", "52.50", "13.4001", "52.5001"]
+        _ = try makePMTiles(["dense", dense] + box + ["10", "15", "5"])
+        _ = try makePMTiles(["dense", big] + spot + ["15", "15", "6", "5000000", "0", "5000000"])
+        let wantDense = try XCTUnwrap(try makePMTiles(["region", dense] + box + ["10", "15"])["sha256"] as? [String: String])
+        let wantBig = try XCTUnwrap(try makePMTiles(["region", big] + spot + ["15", "15"])["sha256"] as? [String: String])
+        XCTAssertEqual(wantBig.count, 1)
+        try fx.drop("many.json", ["id": "many", "tiles": ["pmtiles://" + nginx.url("/slow/dense.pmtiles")],
+                                  "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try waitUntil("the first range of many is cut", timeout: 60) { (self.fx.progress("many")["tilesCompleted"] ?? 0) > 0 }
+        try fx.drop("big.json", ["id": "big", "tiles": ["pmtiles://" + nginx.url("/gen/big.pmtiles")],
+                                 "bounds": spot.map { Double($0)! }, "minZoom": 15, "maxZoom": 15])
+        try fx.waitForState("big", "completed", timeout: 120)
+        try fx.waitForState("many", "completed", timeout: 120)
+        for (id, want) in [("many", wantDense), ("big", wantBig)] {
+            var got: [String: String] = [:]
+            for t in fx.manifest(id) where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+            XCTAssertEqual(got, want, id)
+        }
+        let log = nginx.timingLog()
+        let bigRange = try XCTUnwrap(log.filter { $0.uri == "/gen/big.pmtiles" }.max { $0.bytes < $1.bytes })
+        XCTAssertGreaterThanOrEqual(bigRange.bytes, 5_000_000)
+        let denseRanges = log.filter { $0.uri == "/slow/dense.pmtiles" }.dropFirst()
+        let after = denseRanges.filter { $0.start > bigRange.start }.count
+        print("MEASURED: \(denseRanges.count) ranges of the dense archive, \(after) asked after the 5 MB range")
+        XCTAssertGreaterThanOrEqual(denseRanges.count, 10)
+        // Measured: 4-7 of 13 with turns; 0 without (the 5 MB range fitted only once the
+        // other region had no range left to ask).
+        XCTAssertGreaterThanOrEqual(after, 2, "the large range waited until the other region's ranges were all asked")
+    }
+
     /// The stamen archive over the world z0-3 as a `tiles` entry: 85 tiles, each stored object
     /// byte-identical to mapdata/raster/stamen_toner/z/x/y.png; the plan's exact bytes in the
     /// status before and after; one request for the directories and one range for the tiles.
