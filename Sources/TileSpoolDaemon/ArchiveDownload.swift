@@ -231,10 +231,10 @@ extension Daemon {
     static let maxRangeBytesHeld: UInt64 = 6 << 20
 
     /// The bytes of range bodies held now (`maxRangeBytesHeld`), over the regions with a
-    /// download (all in `live`). A stopped download's answer still being cut is not counted: a
-    /// pause and resume may briefly hold one range more.
+    /// download (all in `live`), and the answers of stopped downloads still being cut
+    /// (`strayCuts`).
     func rangeBytesHeld() -> UInt64 {
-        var held: UInt64 = 0
+        var held = strayCuts.values.reduce(0, +)
         for r in live.values {
             guard let d = r.download, let ranges = d.archiveRanges else { continue }
             for n in d.rangesCutting { held += ranges[n].length }
@@ -349,7 +349,10 @@ extension Daemon {
     /// until gc; the next start asks for those tiles again).
     func collectRangeCuts() {
         for cut in cutMailbox.take() {
-            guard let r = regions[cut.id], let d = r.download, d.serial == cut.token else { continue }
+            guard let r = regions[cut.id], let d = r.download, d.serial == cut.token else {
+                strayCuts.removeValue(forKey: StrayCut(region: cut.id, serial: cut.token, range: cut.range))
+                continue
+            }
             d.rangesCutting.remove(cut.range)
             guard r.state == .downloading, let plan = d.plan, let ranges = d.archiveRanges else { continue }
             let range = ranges[cut.range]
@@ -379,6 +382,13 @@ extension Daemon {
     /// the tile as its fragment (`https://host/x.pmtiles#z/x/y`), which names the archive and
     /// the tile and is never sent.
     func tileURL(_ archive: ArchiveSource, _ t: TileID) -> String { "\(archive.url)#\(t.z)/\(t.x)/\(t.y)" }
+}
+
+/// A range answer being cut for a download stopped since (`Daemon.strayCuts`).
+struct StrayCut: Hashable {
+    let region: String
+    let serial: Int
+    let range: Int
 }
 
 /// A range answer to cut into tiles off the loop (`Daemon.handleRange`): the region and its

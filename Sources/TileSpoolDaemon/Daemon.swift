@@ -98,6 +98,10 @@ public final class Daemon {
     /// The range budget of the scheduler's current pass (`schedule`, `fillRanges`): made when the
     /// first region of the pass asks for a range, nil between passes.
     var rangeBudget: RangeBudget?
+    /// Range answers still being cut on `cutQueue` for downloads stopped since (pause, cancel,
+    /// delete, a failure): their bytes, by (region, `Download.serial`, range), until their cut
+    /// is collected (`collectRangeCuts`); they count in `rangeBytesHeld`.
+    var strayCuts: [StrayCut: UInt64] = [:]
     /// tag -> (region id, item); probes use item nil.
     var transfers: [Int: (String, WorkItem?)] = [:]
     /// When the oldest line waiting for a commit was added (`pendingCount` going from 0 to 1):

@@ -278,6 +278,10 @@ extension Daemon {
         guard let d = r.download else { return }
         for tag in d.inFlight.keys { cancelTransfer(tag); transfers.removeValue(forKey: tag) }
         d.inFlight.removeAll()
+        // Answers being cut are still held until their cut comes back (`rangeBytesHeld`).
+        if let ranges = d.archiveRanges {
+            for n in d.rangesCutting { strayCuts[StrayCut(region: r.id, serial: d.serial, range: n)] = ranges[n].length }
+        }
         if commitPending {
             commitAndWait()
         } else {
