@@ -21,7 +21,7 @@ final class SQLiteDatabase {
         let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
         if rc != SQLITE_OK {
             let m = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
-            sqlite3_close(db)
+            sqlite3_close_v2(db)
             db = nil
             throw SQLiteError(message: "cannot open \(path): \(m)")
         }
@@ -29,9 +29,13 @@ final class SQLiteDatabase {
 
     deinit { close() }
 
-    /// Closes the connection (idempotent). The corresponding C function is `sqlite3_close`.
+    /// Closes the connection (idempotent). The corresponding C function is `sqlite3_close_v2`:
+    /// with statements not yet finalized (they go when their objects do) the connection closes
+    /// once the last one is; `sqlite3_close` would return SQLITE_BUSY and leave it open for
+    /// ever (attack round 26: a daemon kept a descriptor on each MBTiles file it had exported,
+    /// on a deleted one too, whose space was then never given back).
     func close() {
-        if let db { sqlite3_close(db) }
+        if let db { sqlite3_close_v2(db) }
         db = nil
     }
 

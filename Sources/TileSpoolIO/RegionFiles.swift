@@ -23,9 +23,13 @@ public final class RegionFiles: @unchecked Sendable {
     /// The folder's path, for messages and for `remove` (which removes a symlink there as a link).
     public let dir: String
     /// Where the folder lives: `<store>/regions` by path (opened without following a symlink
-    /// there), or the region whose `refresh/` this is.
-    private enum Container { case path(String), files(RegionFiles) }
+    /// there), or the region whose `refresh/` this is (`parent`).
+    private enum Container { case path(String), refresh }
     private let container: Container
+    /// The region whose `refresh/` this is: held weakly, as the region holds its refresh's files
+    /// (a cycle kept both, with their open folders, for ever: attack round 26, two descriptors
+    /// leaked per refresh and one per request dropped again).
+    private weak var parent: RegionFiles?
     private let name: String
     private var handle: Directory?
     /// Handles replaced (their folder was removed): kept open until this object goes, so that a
@@ -55,7 +59,7 @@ public final class RegionFiles: @unchecked Sendable {
     }
     private init(refreshOf region: RegionFiles) {
         dir = region.dir + "/refresh"
-        container = .files(region); name = "refresh"
+        container = .refresh; parent = region; name = "refresh"
     }
     deinit { closeManifest() }
 
@@ -70,7 +74,9 @@ public final class RegionFiles: @unchecked Sendable {
         let parent: Directory
         switch container {
         case .path(let p): parent = try Directory(path: p, followFinal: false)
-        case .files(let region): parent = try region.openFolder()
+        case .refresh:
+            guard let region = self.parent else { throw SystemError("open", dir, errno: ENOENT) }
+            parent = try region.openFolder()
         }
         let d = try parent.subdirectory(name)
         handle = d
@@ -187,10 +193,14 @@ public final class RegionFiles: @unchecked Sendable {
         guard case .path(let parent) = container else { throw SystemError("mkdir", dir, errno: EINVAL) }
         try Files.makeDirectories(parent)
         handleLock.lock()
-        if let h = handle { retired.append(h); handle = nil }
-        do throws(SystemError) {
-            handle = try Directory(path: parent, followFinal: false).subdirectory(name, create: true)
-        } catch { handleLock.unlock(); throw error }
+        // The folder held open is kept while it is there (retiring it each time left one more
+        // descriptor on the same folder per request dropped again: attack round 26).
+        if let h = handle, !h.isLinked { retired.append(h); handle = nil }
+        if handle == nil {
+            do throws(SystemError) {
+                handle = try Directory(path: parent, followFinal: false).subdirectory(name, create: true)
+            } catch { handleLock.unlock(); throw error }
+        }
         handleLock.unlock()
         try Files.writeAtomically(JSONKind.serialize(request.jsonObject, pretty: true), to: requestPath, sync: true)
     }
@@ -572,5 +582,10 @@ extension RegionFiles: RefreshSwapSteps {
             r.remove("commit")
         }
         guard folder.removeTree("refresh") else { throw SystemError("rmdir", refreshDir, errno: ENOTEMPTY) }
+        // The next refresh makes its folder and files anew: these go, with the descriptor of
+        // the folder just removed (kept, it was retired and one more stayed open per refresh).
+        handleLock.lock()
+        refreshFilesIfMade = nil
+        handleLock.unlock()
     }
 }

@@ -97,6 +97,50 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertEqual(removedFolders(), [])
     }
 
+    /// A daemon that runs for months keeps its descriptors bounded (attack round 26): a request
+    /// dropped again over a completed region (a refresh, with an MBTiles export each time) and
+    /// over a failed one (a new download) leaves no more descriptors into the store or the
+    /// spool's exports than the first time, and none on a removed folder or replaced file.
+    /// Before: two more per refresh (the refresh's files and the region's held each other) and
+    /// one more MBTiles file per export (`sqlite3_close` refused while a statement lived).
+    func testRequestsDroppedAgainLeaveNoDescriptorBehind() throws {
+        try fx.start(["--max-retries", "0"])
+        let pid = try XCTUnwrap(fx.daemon?.processIdentifier)
+        func held() -> [String] {
+            let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+            return fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)") }
+                .filter { $0.hasPrefix(fx.store) || $0.hasPrefix(fx.spool + "/exports") }.sorted()
+        }
+        var again = slowRequest("ag", maxZoom: 2, ms: 1)
+        again["exports"] = [["format": "mbtiles"]]
+        let failing = ["id": "fl", "tiles": [server.url("/error500/fl/{z}/{x}/{y}.png")], "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 0] as [String: Any]
+        // State changes only (an export's line repeats the state it was written in).
+        func changes(_ id: String, _ state: String) -> Int { fx.events(id).filter { $0["export"] == nil && $0["state"] as? String == state }.count }
+        var baseline: [String] = []
+        for round in 1...4 {
+            try fx.drop("ag.json", again)
+            try fx.drop("fl.json", failing)
+            try waitUntil("ag completed \(round) times", timeout: 60) { changes("ag", "completed") >= round }
+            try waitUntil("fl failed \(round) times", timeout: 60) { changes("fl", "failed") >= round }
+            try waitUntil("ag's export written", timeout: 60) {
+                let e = (fx.status("ag")?["exports"] as? [[String: Any]]) ?? []
+                return !e.isEmpty && e.allSatisfy { $0["state"] as? String == "written" }
+            }
+            if round == 1 { baseline = held(); continue }
+            do {
+                try waitUntil("no more descriptors than after the first round", timeout: 10) { held().count <= baseline.count }
+            } catch {
+                XCTFail("round \(round): \(held()) against \(baseline)")
+                break
+            }
+        }
+        let now = held()
+        XCTAssertLessThanOrEqual(now.count, baseline.count, "\(now)")
+        XCTAssertEqual(now.filter { $0.hasSuffix(" (deleted)") }, [])
+        XCTAssertEqual(now.filter { $0.hasSuffix(".mbtiles") }, [], "an export's file is closed once written")
+        XCTAssertEqual(fx.state("ag"), "completed")
+    }
+
     func testDeleteWhileDownloadingStopsTheDownload() throws {
         try fx.start()
         try fx.drop("d.json", slowRequest("d", maxZoom: 5, ms: 50))
