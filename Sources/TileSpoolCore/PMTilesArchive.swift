@@ -470,6 +470,25 @@ extension PMTiles {
     /// distinct wanted bytes: 0.1, so the bytes asked are at most 1.1 times the tile bytes.
     public static let defaultMaxWaste = 0.1
 
+    /// The metadata keys an export publishes, as a TileJSON's (TileJSON 3.0.0; PMTiles spec v3,
+    /// section 4 names the same for vector archives).
+    public static let exportedMetadataKeys = ["name", "attribution", "description", "version", "vector_layers"]
+    /// The largest JSON metadata read at plan (bytes, as stored and once inflated): 1 MiB.
+    /// Larger metadata (tile statistics of a planet) is left unread; the plan goes on without it.
+    public static let maxMetadata = 1 << 20
+
+    /// The `exportedMetadataKeys` of an archive's JSON metadata (the bytes after its internal
+    /// compression is undone), as one JSON object's text with sorted keys; nil when the bytes
+    /// are not a JSON object or hold none of those keys. Pure; never throws: metadata that
+    /// cannot be read only leaves the exports without it.
+    public static func exportedMetadata(_ json: [UInt8]) -> String? {
+        guard json.count <= maxMetadata, let object = try? JSONKind.parse(Data(json)) as? [String: Any] else { return nil }
+        var kept: [String: Any] = [:]
+        for k in exportedMetadataKeys { if let v = object[k], !(v is NSNull) { kept[k] = v } }
+        guard !kept.isEmpty else { return nil }
+        return String(decoding: JSONKind.serialize(kept), as: UTF8.self)
+    }
+
     /// Groups sorted tiles into range requests, as few as the bounds allow. Bodies that touch or
     /// overlap (run lengths share one) join first, each group up to `maxRange`; then the gaps
     /// between groups are spanned smallest first (which merges the most ranges for the bytes
@@ -553,15 +572,22 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
     public var tileBytes: Int
     /// Bytes of the distinct bodies (`PMTiles.ArchivePlan.bodyBytes`).
     public var bodyBytes: Int
+    /// The TileJSON-like keys of the archive's JSON metadata (spec v3, section 4: `name`,
+    /// `attribution`, `description`, `version`, `vector_layers`, as `PMTiles.exportedMetadata`
+    /// keeps them), as one JSON object's text; nil when the archive has none (or none readable).
+    /// Exports publish them as they publish a TileJSON's (`RegionPack.sourceMetadata`).
+    public var metadata: String?
     /// The archive at `url` (http/https), pinned at `etag` / `lastModified` (the validators of
-    /// the answer its header came in), with the tiles `plan` found and the header's tile encoding.
-    public init(url: String, etag: String?, lastModified: Int64?, header: PMTiles.Header, plan: PMTiles.ArchivePlan) {
+    /// the answer its header came in), with the tiles `plan` found, the header's tile encoding
+    /// and the kept keys of its metadata (`metadata`).
+    public init(url: String, etag: String?, lastModified: Int64?, header: PMTiles.Header, plan: PMTiles.ArchivePlan, metadata: String? = nil) {
         self.url = url; self.etag = etag; self.lastModified = lastModified
         tileCompression = header.tileCompression.rawValue; tileType = header.tileType
         tiles = plan.tiles; tileBytes = plan.tileBytes; bodyBytes = plan.bodyBytes
+        self.metadata = metadata
     }
 
-    private enum CodingKeys: String, CodingKey { case url, etag, lastModified, tileCompression, tileType, tiles, tileBytes, bodyBytes }
+    private enum CodingKeys: String, CodingKey { case url, etag, lastModified, tileCompression, tileType, tiles, tileBytes, bodyBytes, metadata }
 
     /// Bytes of one tile in the packed form of `tiles`: z (1), x (4), y (4), offset (8) and
     /// length (4), little-endian.
@@ -582,6 +608,7 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
         tileType = try c.decode(UInt8.self, forKey: .tileType)
         tileBytes = try c.decode(Int.self, forKey: .tileBytes)
         bodyBytes = try c.decode(Int.self, forKey: .bodyBytes)
+        metadata = try c.decodeIfPresent(String.self, forKey: .metadata)
         if let packed = try? c.decode(String.self, forKey: .tiles) {
             guard let raw = Data(base64Encoded: packed), let t = ArchiveSource.unpack([UInt8](raw)) else {
                 throw DecodingError.dataCorruptedError(forKey: .tiles, in: c, debugDescription: "the packed tiles are not whole records of a zoom 0...30")
@@ -638,6 +665,7 @@ public struct ArchiveSource: Sendable, Equatable, Codable {
         try c.encode(tileType, forKey: .tileType)
         try c.encode(ArchiveSource.pack(tiles).base64EncodedString(), forKey: .tiles)
         try c.encode(tileBytes, forKey: .tileBytes)
+        try c.encodeIfPresent(metadata, forKey: .metadata)
         try c.encode(bodyBytes, forKey: .bodyBytes)
     }
 

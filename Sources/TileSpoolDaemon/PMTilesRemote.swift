@@ -171,6 +171,22 @@ public enum PMTilesRemote {
             wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)
         }
         let root = try directory(rootBytes, header)
+        // The metadata (name, attribution, vector_layers, ...: what exports publish as a
+        // TileJSON's; attack round 26 found them dropped): in the first bytes read when the
+        // archive is laid out as the spec's writers lay it out, else one more range.
+        var metadata: String?
+        let (metaEnd, past) = header.metadataOffset.addingReportingOverflow(header.metadataLength)
+        if header.metadataLength > 0, header.metadataLength <= UInt64(PMTiles.maxMetadata), !past {
+            var stored: [UInt8]
+            if metaEnd <= UInt64(first.count) {
+                stored = Array(first[Int(header.metadataOffset)..<Int(metaEnd)])
+            } else {
+                stored = try range(header.metadataOffset, metaEnd)
+                directoryBytes += stored.count
+            }
+            if header.internalCompression == .gzip { stored = (try? Zlib.inflate(stored, limit: PMTiles.maxMetadata)) ?? [] }
+            metadata = PMTiles.exportedMetadata(stored)
+        }
         let plan: PMTiles.ArchivePlan
         do {
             plan = try PMTiles.plan(header: header, root: root, wanted: wanted) { (e) throws(RegionError) in
@@ -190,7 +206,7 @@ public enum PMTilesRemote {
         // A body over --max-object-size would be cut off by the client and retried until the
         // region failed mid-download (attack round 6): refused at plan, naming the tile.
         if let e = tooLarge(plan.tiles, source: source, url: url, limit: http.maxObjectSize) { throw e }
-        let archive = ArchiveSource(url: url, etag: pinned.etag, lastModified: pinned.lastModified, header: header, plan: plan)
+        let archive = ArchiveSource(url: url, etag: pinned.etag, lastModified: pinned.lastModified, header: header, plan: plan, metadata: metadata)
         let set = areas.map { TileSet(source: source, archive: archive, rects: rects, areas: $0.areas, rectAreas: $0.rectAreas) }
             ?? TileSet(source: source, archive: archive, rects: rects, shape: request.shape)
         return Reading(set: set, header: header, requests: requests, directoryBytes: directoryBytes)

@@ -429,13 +429,20 @@ public final class RegionPack: @unchecked Sendable {
     }
 
     /// The TileJSON-like facts of a source for metadata: name, attribution, description,
-    /// vector_layers (from the stored TileJSON, or the style's inline source), with every string
-    /// redacted (`Redaction.redactedJSON`): exports publish them (mbtiles and pmtiles metadata,
-    /// the site's TileJSON).
+    /// vector_layers (from the stored TileJSON; else the style's inline source, over the keys a
+    /// PMTiles archive's metadata gives, `ArchiveSource.metadata`), with every string redacted
+    /// (`Redaction.redactedJSON`): exports publish them (mbtiles and pmtiles metadata, the
+    /// site's TileJSON).
     /// `key` is the source's manifest key (`TileSet.source`).
     func sourceMetadata(_ key: String) throws(ExportError) -> [String: Any] {
         var doc = (try jsonDocument(.source, key)) ?? [:]
-        if doc.isEmpty, let inline = try styleSource(key) { doc = inline }
+        if doc.isEmpty {
+            if let text = plan.tileSets.first(where: { $0.source == key })?.archive?.metadata,
+               let archive = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] {
+                doc = archive
+            }
+            if let inline = try styleSource(key) { for (k, v) in inline { doc[k] = v } }
+        }
         var out: [String: Any] = [:]
         for k in ["name", "attribution", "description", "vector_layers", "version"] { if let v = doc[k] { out[k] = v } }
         return Redaction.redactedJSON(out) as? [String: Any] ?? [:]

@@ -50,7 +50,8 @@ def write(path, maxzoom, seed):
                     "min_lon_e7": -1800000000, "min_lat_e7": -850000000,
                     "max_lon_e7": 1800000000, "max_lat_e7": 850000000,
                     "center_zoom": 0, "center_lon_e7": 0, "center_lat_e7": 0},
-                   {"name": "make_pmtiles.py", "vector_layers": []})
+                   {"name": "make_pmtiles.py", "attribution": "make_pmtiles.py test data",
+                    "vector_layers": [{"id": "noise", "fields": {"seed": "Number"}}], "tilestats": {"layerCount": 1}})
     with open(path, "rb") as f:
         h = Reader(MmapSource(f)).header()
     print(json.dumps({"tiles": h["addressed_tiles_count"], "entries": h["tile_entries_count"],

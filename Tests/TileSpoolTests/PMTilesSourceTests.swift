@@ -1308,6 +1308,61 @@ final class PMTilesExportTests: XCTestCase {
     }
 }
 
+extension PMTilesExportTests {
+    /// A vector archive's own metadata is what its exports publish (attack round 26: a PMTiles
+    /// source has no TileJSON, and its `vector_layers` and `attribution` were dropped, so GDAL
+    /// listed no layer): the MBTiles `json` and `attribution` rows (read by sqlite3), the
+    /// PMTiles export's metadata (read by the `pmtiles` reader) and the site's TileJSON hold the
+    /// `vector_layers`, `attribution` and `name` that the `pmtiles` reader finds in the archive.
+    func testExportsOfAVectorArchiveKeepItsLayersAndAttribution() throws {
+        let mapdata = try MapData.require()
+        try ExportTools.require([ExportTools.python])
+        let generated = try TestScratch.folder("pmtiles-meta")
+        let nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        try fx.start()
+        defer { _ = fx.stop() }
+        let archive = generated.appendingPathComponent("vec.pmtiles").path
+        _ = try makePMTiles(["write", archive, "3", "9"])
+        let read = "import json, sys\nfrom pmtiles.reader import Reader, MmapSource\nprint(json.dumps(Reader(MmapSource(open(sys.argv[1], 'rb'))).metadata()))"
+        func metadata(_ path: String) throws -> [String: Any] {
+            let (rc, out) = try runTool(ExportTools.python, ["-c", read, path])
+            XCTAssertEqual(rc, 0, out)
+            return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any], out)
+        }
+        let want = try metadata(archive)
+        let layers = try XCTUnwrap(want["vector_layers"] as? [[String: Any]])
+        let attribution = try XCTUnwrap(want["attribution"] as? String)
+        XCTAssertEqual(layers.first?["id"] as? String, "noise")
+        try fx.drop("v.json", ["id": "vec", "tiles": ["pmtiles://" + nginx.url("/gen/vec.pmtiles")],
+                               "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2,
+                               "exports": [["format": "mbtiles"], ["format": "pmtiles"], ["format": "site"]]])
+        try fx.waitForState("vec", "completed")
+        try waitUntil("three export results", timeout: 60) {
+            ((fx.status("vec")?["exports"] as? [[String: Any]]) ?? []).filter { ($0["state"] as? String) != "writing" }.count == 3
+        }
+        let list = try XCTUnwrap(fx.status("vec")?["exports"] as? [[String: Any]])
+        XCTAssertEqual(list.map { $0["state"] as? String }, ["written", "written", "written"], "\(list)")
+        let paths = try list.map { try XCTUnwrap($0["path"] as? String) }
+        func sameLayers(_ got: Any?, _ what: String) {
+            XCTAssertEqual((got as? [[String: Any]]).map { JSONKind.serialize($0) }, JSONKind.serialize(layers), what)
+        }
+        // MBTiles (spec 1.3: vector_layers in the `json` row).
+        let json = try sqlite(paths[0], "SELECT value FROM metadata WHERE name = 'json'")
+        sameLayers((try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])?["vector_layers"], "mbtiles json: \(json)")
+        XCTAssertEqual(try sqlite(paths[0], "SELECT value FROM metadata WHERE name = 'attribution'"), attribution)
+        // PMTiles.
+        let pm = try metadata(paths[1])
+        sameLayers(pm["vector_layers"], "pmtiles metadata: \(pm)")
+        XCTAssertEqual(pm["attribution"] as? String, attribution, "\(pm)")
+        // The site's TileJSON.
+        let tileJSON = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: paths[2] + "/sources/tiles0.json"))) as? [String: Any])
+        sameLayers(tileJSON["vector_layers"], "site TileJSON: \(tileJSON)")
+        XCTAssertEqual(tileJSON["attribution"] as? String, attribution)
+    }
+}
+
 /// PMTiles sources against a server that misbehaves (Tests/Support/faultserver.py, `/pmtiles/`):
 /// an archive that changes mid-download, Range ignored, a truncated range, a 416.
 final class PMTilesFaultTests: XCTestCase {
