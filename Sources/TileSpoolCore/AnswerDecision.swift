@@ -145,6 +145,12 @@ public enum RangeDecision: Sendable, Equatable {
     case fail(AnswerDecision.Failure)
     /// Asked again later; once attempts run out, `exhausted` applies to each tile of the range.
     case retry(AnswerDecision.Retry)
+    /// A 206 for the bytes asked that was cut short (the connection dropped, a timeout) after
+    /// `received` bytes: the tiles wholly within them are cut and stored as for `.cut(from: 0)`,
+    /// and the rest of the range is asked again as a range of its own (`retry` when no tile is
+    /// whole in them). So a server or proxy that cuts every long answer, or a link too slow for
+    /// a range within `--transfer-timeout`, still gets the region done, a few tiles an attempt.
+    case salvage(received: Int, retry: AnswerDecision.Retry)
 }
 
 /// What the daemon does with one answer (`decide`). The messages of the errors are the ones the
@@ -298,10 +304,18 @@ public enum AnswerDecision: Sendable, Equatable {
     /// 6. Any other status: each tile fails (`httpError`).
     public static func decideRange(_ f: RangeAnswerFacts) -> RangeDecision {
         let a = f.answer
+        let want = Int(f.end - f.start)
         if a.failure != nil {
             switch decide(a) {
             case .fail(let x): return .fail(x)
-            case .retry(let x): return .retry(x)
+            case .retry(let x):
+                // Cut short, but the bytes that came are the first of those asked, of the
+                // version pinned: they are kept (`salvage`).
+                if a.status == 206, !f.versionChanged, a.body.count > 0, a.body.count < want,
+                   ContentRange.holds(f.contentRange, start: f.start, count: want) {
+                    return .salvage(received: a.body.count, retry: x)
+                }
+                return .retry(x)
             default: break // a failure is always failed or retried
             }
         }
@@ -313,7 +327,6 @@ public enum AnswerDecision: Sendable, Equatable {
                 message: "source '\(f.source)': the PMTiles archive \(shown) changed since the region was planned (HTTP \(s)\(f.etag.map { ", ETag \($0)" } ?? "")); no tile of the new version was stored: drop the request again to plan over the new archive",
                 url: shown, httpStatus: s)))
         }
-        let want = Int(f.end - f.start)
         switch s {
         case 206 where a.body.count == want && !ContentRange.holds(f.contentRange, start: f.start, count: want):
             return .retry(Retry(exhausted: .resource(RegionError(
@@ -322,8 +335,14 @@ public enum AnswerDecision: Sendable, Equatable {
         case 206 where a.body.count == want:
             return .cut(from: 0)
         case 206:
-            return .retry(Retry(exhausted: .resource(RegionError(code: .badResponse, message: "HTTP 206 with \(a.body.count) of the \(want) bytes asked (\(asked)) from \(shown)",
-                                                                 url: shown, httpStatus: s))))
+            let short = Retry(exhausted: .resource(RegionError(code: .badResponse, message: "HTTP 206 with \(a.body.count) of the \(want) bytes asked (\(asked)) from \(shown)",
+                                                               url: shown, httpStatus: s)))
+            // A server may send fewer bytes than asked, from the first (RFC 9110 section 14.2;
+            // some cap the length of a range): its Content-Range says which, and they are kept.
+            if a.body.count > 0, a.body.count < want, ContentRange.holds(f.contentRange, start: f.start, count: a.body.count) {
+                return .salvage(received: a.body.count, retry: short)
+            }
+            return .retry(short)
         case 200 where a.body.count >= Int(f.end):
             return .cut(from: Int(f.start))
         case 200:

@@ -286,8 +286,29 @@ extension Daemon {
             start: range.start, end: range.end, source: set.source, versionChanged: PMTilesRemote.changed(pinned, res.freshness),
             etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 },
             contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 })
-        let body: Data
-        switch AnswerDecision.decideRange(facts) {
+        var body = Data()
+        var cutTiles = range.tiles
+        var decision = AnswerDecision.decideRange(facts)
+        if case .salvage(let received, let x) = decision {
+            // The tiles wholly within the bytes that came are cut; the rest of the range is a
+            // range of its own, asked after the others (so each attempt stores at least one
+            // tile, and a range never cut short twice at the same place loops).
+            let whole = range.start + UInt64(received)
+            let kept = range.tiles.filter { $0.tile.offset + UInt64($0.tile.length) <= whole }
+            let rest = range.tiles.filter { $0.tile.offset + UInt64($0.tile.length) > whole }
+            if kept.isEmpty || rest.isEmpty {
+                decision = .retry(x)
+            } else {
+                let end = rest.map { $0.tile.offset + UInt64($0.tile.length) }.max() ?? range.end
+                d.archiveRanges!.append(ArchiveRange(set: range.set, start: rest[0].tile.offset, end: end, tiles: rest))
+                Log.info("range \(range.start)-\(range.end - 1) cut short after \(received) of \(range.length) bytes: \(kept.count) whole tiles kept, the other \(rest.count) asked again",
+                         region: r.id, state: r.state.rawValue, url: shown(url, r))
+                cutTiles = kept
+                body = res.body[res.body.startIndex..<(res.body.startIndex + received)]
+            }
+        }
+        switch decision {
+        case .salvage: break
         case .fail(let f):
             failTiles(f)
             return
@@ -312,13 +333,14 @@ extension Daemon {
         // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
         // slot until then (`fillRanges`).
         d.rangesCutting.insert(n)
-        let tiles = range.tiles.filter { !d.done[$0.index] }
+        let tiles = cutTiles.filter { !d.done[$0.index] }
         let job = RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles, freshness: freshness,
                               gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize,
                               format: PMTiles.rasterFormat(tileType: archive.tileType))
         let store = self.store, mailbox = cutMailbox, writer = self.writer
+        let answer = body
         cutQueue.async {
-            mailbox.post(job.run(body, store: store))
+            mailbox.post(job.run(answer, store: store))
             writer.wake()
         }
     }

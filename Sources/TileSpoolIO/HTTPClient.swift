@@ -411,7 +411,22 @@ public final class HTTPClient: @unchecked Sendable {
         default:
             r.failure = .network(text)
         }
-        r.body = Data()
+        // A 206 cut short (the connection dropped, a timeout) keeps the bytes that came and the
+        // headers that say which they are: a range request's tiles wholly within them are kept
+        // (`RangeDecision.salvage`). Any other failed answer's bytes are dropped.
+        var cutShort = false
+        switch r.failure {
+        case .network?: cutShort = true
+        case .badResponse?: cutShort = code == CURLE_PARTIAL_FILE
+        default: break
+        }
+        if status == 206 && cutShort && !t.tooLarge {
+            let h = headers(t.easy, retryAfter: false, contentRange: true)
+            r.freshness = freshness(h)
+            r.contentRange = h.contentRange
+        } else {
+            r.body = Data()
+        }
         return r
     }
 }

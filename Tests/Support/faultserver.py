@@ -81,6 +81,12 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          MODE twocr: for N < k <= N+2 a 206 with two Content-Range fields, the
                          bytes asked first, then the shifted bytes that the body holds;
                          MODE noval: as ranged, without an ETag (no validator at all);
+                         MODE cutoff: for every k > N, a 206 announcing the bytes asked
+                         (Content-Range and Content-Length) that sends at most the first
+                         50,000 of them, then closes the connection (a proxy or a link
+                         that cuts long answers);
+                         MODE capped: for every k > N, a 206 of at most the first 50,000 bytes
+                         asked, its Content-Range saying so (a server that caps ranges);
                          MODE slow: as ranged, each request k <= N answered 3 s late
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
@@ -341,6 +347,18 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(416, b"", headers=[("Content-Range", "bytes */%d" % len(data))] + validators)
         if mode == "truncated" and n < count <= n + 2:
             b = a + max(0, (b - a + 1) // 2 - 1)
+        if mode == "capped" and count > n:
+            b = min(b, a + 49_999)
+        if mode == "cutoff" and count > n:
+            self.send_response(206)
+            for name, value in [("Content-Type", "application/octet-stream"), ("Content-Length", str(b - a + 1)),
+                                ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))] + validators:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data[a:min(b + 1, a + 50_000)])
+            self.wfile.flush()
+            self.close_connection = True
+            return
         faulty = n < count <= n + 2 or (mode == "shiftedall" and count > n)
         asked = ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))
         if mode in ("shifted", "shiftedall", "twocr") and faulty:

@@ -275,6 +275,30 @@ final class AnswerDecisionTests: XCTestCase {
         RegionError(code: code, message: message, url: AnswerDecisionTests.archiveShown, httpStatus: s)
     }
 
+    /// A 206 for the bytes asked that was cut short (the connection dropped, a timeout) keeps the
+    /// bytes that came, as does a 206 of fewer bytes from the first whose Content-Range says
+    /// so; a cut-short answer of another version, for other bytes, or with nothing in it is
+    /// retried whole.
+    func testAnswersCutShortKeepTheirBytes() {
+        let shown = AnswerDecisionTests.archiveShown
+        for failure in [AnswerFacts.Failure.network("Transferred a partial file"), .network("transfer timeout: not finished within 300 s")] {
+            // Retried whole when the bytes cannot be told to be the first asked.
+            let whole = range(206, bytes: 40, failure: failure, contentRange: "bytes 1001-1100/5000")
+            guard case .retry(let x) = whole else { return XCTFail("\(whole)") }
+            XCTAssertEqual(range(206, bytes: 40, failure: failure), .salvage(received: 40, retry: x), "\(failure)")
+            XCTAssertEqual(range(206, bytes: 40, failure: failure, contentRange: nil), .retry(x))
+            XCTAssertEqual(range(206, bytes: 0, failure: failure), .retry(x), "nothing came")
+            XCTAssertEqual(range(200, bytes: 40, failure: failure), .retry(x), "not a range answer")
+            // Another version's bytes are never kept: the failure is retried, as before.
+            XCTAssertEqual(range(206, bytes: 40, failure: failure, changed: true), .retry(x))
+        }
+        // Fewer bytes than asked, from the first, as the Content-Range says (a server that caps ranges).
+        let short = AnswerDecision.Retry(exhausted: .resource(rangeError(.badResponse, "HTTP 206 with 60 of the 100 bytes asked (bytes 1000-1099) from \(shown)", 206)))
+        XCTAssertEqual(range(206, bytes: 60, contentRange: "bytes 1000-1059/5000"), .salvage(received: 60, retry: short))
+        XCTAssertEqual(range(206, bytes: 60, contentRange: "bytes 1040-1099/5000"), .retry(short), "the last bytes asked, not the first")
+        XCTAssertEqual(range(206, bytes: 60), .retry(short), "a Content-Range of all the bytes asked over 60 of them")
+    }
+
     func testRangeWithEveryByteAskedIsCut() {
         XCTAssertEqual(range(206), .cut(from: 0))
         // The server ignored Range and sent the file: the bytes asked are cut out of it.

@@ -1546,6 +1546,24 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(fx.manifest("dirshift").filter { $0.kind == "tile" }.count, 0)
     }
 
+    /// A server or proxy that cuts every answer after 50,000 bytes (its headers announcing the
+    /// bytes asked), and one that caps every range at 50,000 bytes (its Content-Range saying
+    /// so): the stamen archive's 85 tiles, 720,035 bytes in one range, still complete byte for
+    /// byte, each answer's whole tiles kept and the rest asked again as a range of its own.
+    /// Before, the range was retried whole and every attempt was cut again: the region failed.
+    func testRangesCutShortKeepTheirWholeTiles() throws {
+        for mode in ["cutoff", "capped"] {
+            let path = "/pmtiles/\(mode)/1/stamen.pmtiles"
+            try downloadStamen(mode, path)
+            // The plan's request, then ranges of at most 50,000 bytes each for 720,035 bytes.
+            let hits = server.hits(path)
+            print("MEASURED: \(mode): \(hits - 1) range requests for 720035 tile bytes cut at 50000")
+            XCTAssertGreaterThanOrEqual(hits - 1, 15, mode)
+            XCTAssertLessThanOrEqual(hits - 1, 40, mode)
+            XCTAssertTrue(fx.log().contains("cut short after"), mode)
+        }
+    }
+
     /// kill -9 mid-download, then a restart: the ranges asked after the restart hold no tile the
     /// manifest already recorded, and the region completes with every tile the reader finds.
     func testResumeAfterKill9FetchesOnlyWhatIsMissing() throws {
