@@ -157,30 +157,41 @@ public struct RateLimiter: Sendable {
 /// turns: one pass of the scheduler offers it to the regions in order (least recently served
 /// first), and once one region's next range does not fit, no region after it in that pass may
 /// take the room that frees up, so a region whose ranges are large is not passed over for ever
-/// by one whose smaller ranges keep the budget nearly full. One range is always allowed when
-/// none is held, however large, so the budget never deadlocks. Pure: the bytes held are passed
-/// in.
+/// by one whose smaller ranges keep the budget nearly full. A region asks for no more once it
+/// holds its share (`limit` over the regions asking for ranges), so a region whose server is
+/// slow does not end up holding the whole budget while a faster one waits. One range
+/// is always allowed when none is held, however large, so the budget never deadlocks. Pure: the
+/// bytes held are passed in.
 public struct RangeBudget: Sendable {
     /// The most bytes of range bodies held at once (`Daemon.maxRangeBytesHeld`).
     public let limit: UInt64
     /// Bytes held now, including the ranges taken in this pass.
     public private(set) var held: UInt64
+    /// What one region may hold before it asks for no more range: `limit` over the regions
+    /// asking for ranges.
+    public let share: UInt64
     /// True once a region's range did not fit in this pass: later regions wait their turn.
     public private(set) var aRegionWaits = false
 
     /// - Parameters:
     ///   - limit: the most bytes held at once.
     ///   - held: the bytes held when the pass begins.
-    public init(limit: UInt64, held: UInt64) {
+    ///   - regions: how many regions ask for ranges (hold some, or have some left to ask).
+    public init(limit: UInt64, held: UInt64, regions: Int = 1) {
         self.limit = limit
         self.held = held
+        share = limit / UInt64(max(1, regions))
     }
 
-    /// True when a range of `size` bytes may be asked now. False when it does not fit, or when a
-    /// region before this one in the pass is waiting for room; a range that does not fit marks
-    /// its region as waiting. Call `take` once the range is asked.
-    public mutating func mayAsk(_ size: UInt64) -> Bool {
+    /// True when a range of `size` bytes may be asked now. False when it does not fit, when a
+    /// region before this one in the pass is waiting for room (a range that does not fit marks
+    /// its region as waiting), or when the region already holds `own` bytes, its `share` or
+    /// more (that region only: the others may take the room). So a region holds at most its
+    /// share plus one range, and the budget is used whole. Call `take` once the range is asked.
+    /// - Parameter own: the bytes of range bodies the asking region holds now.
+    public mutating func mayAsk(_ size: UInt64, own: UInt64 = 0) -> Bool {
         if aRegionWaits { return false }
+        if own > 0 && own >= share { return false }
         if held > 0 && held + size > limit { aRegionWaits = true; return false }
         return true
     }

@@ -214,9 +214,9 @@ extension Daemon {
             // `maxRangeBytesHeld`, taken by the regions in turns; one range is always allowed
             // when none is held, however large.
             let size = d.archiveRanges![d.rangeCursor].length
-            var budget = rangeBudget ?? RangeBudget(limit: Daemon.maxRangeBytesHeld, held: rangeBytesHeld())
+            var budget = rangeBudget ?? RangeBudget(limit: Daemon.maxRangeBytesHeld, held: rangeBytesHeld(), regions: regionsAskingForRanges())
             defer { rangeBudget = budget }
-            guard budget.mayAsk(size), issueRange(r, d, d.rangeCursor, now: now) else { return }
+            guard budget.mayAsk(size, own: rangeBytesHeld(by: d)), issueRange(r, d, d.rangeCursor, now: now) else { return }
             budget.take(size)
             d.rangeCursor += 1
         }
@@ -234,13 +234,26 @@ extension Daemon {
     /// download (all in `live`), and the answers of stopped downloads still being cut
     /// (`strayCuts`).
     func rangeBytesHeld() -> UInt64 {
-        var held = strayCuts.values.reduce(0, +)
-        for r in live.values {
-            guard let d = r.download, let ranges = d.archiveRanges else { continue }
-            for n in d.rangesCutting { held += ranges[n].length }
-            for f in d.inFlight.values { if case .range(let n) = f.item { held += ranges[n].length } }
-        }
+        live.values.reduce(strayCuts.values.reduce(0, +)) { sum, r in sum + (r.download.map { rangeBytesHeld(by: $0) } ?? 0) }
+    }
+
+    /// The bytes of range bodies download `d` holds: its ranges asked and not yet answered, and
+    /// its answers being cut.
+    func rangeBytesHeld(by d: Download) -> UInt64 {
+        guard let ranges = d.archiveRanges else { return 0 }
+        var held: UInt64 = 0
+        for n in d.rangesCutting { held += ranges[n].length }
+        for f in d.inFlight.values { if case .range(let n) = f.item { held += ranges[n].length } }
         return held
+    }
+
+    /// How many downloading regions ask for ranges: with ranges left to ask, or held (for the
+    /// share of `RangeBudget`).
+    func regionsAskingForRanges() -> Int {
+        live.values.filter { r in
+            guard r.state == .downloading, let d = r.download, let ranges = d.archiveRanges else { return false }
+            return d.rangeCursor < ranges.count || !d.rangesCutting.isEmpty || d.inFlight.values.contains { $0.item.isRange }
+        }.count
     }
 
     /// Starts range request `n` of `d.archiveRanges`: one request for the rate limits, carrying

@@ -788,6 +788,18 @@ final class ImportAndLimitTests: XCTestCase {
         XCTAssertTrue(empty.mayAsk(40 * mib), "one range is always allowed when none is held")
         empty.take(40 * mib)
         XCTAssertFalse(empty.mayAsk(1))
+        // Two regions asking: a region that holds its share (3 MiB) or more asks for no more,
+        // and leaves the room to the other (it is not made to wait for it).
+        var shared = RangeBudget(limit: 6 * mib, held: 4 * mib, regions: 2)
+        XCTAssertEqual(shared.share, 3 * mib)
+        XCTAssertFalse(shared.mayAsk(mib, own: 4 * mib), "A, slow, already holds two ranges")
+        XCTAssertFalse(shared.aRegionWaits)
+        XCTAssertTrue(shared.mayAsk(2 * mib, own: 0), "B takes the room")
+        shared.take(2 * mib)
+        var below = RangeBudget(limit: 6 * mib, held: 2 * mib, regions: 2)
+        XCTAssertTrue(below.mayAsk(2 * mib, own: 2 * mib), "below its share, a region asks one more range")
+        var four = RangeBudget(limit: 6 * mib, held: 5 * mib, regions: 4)
+        XCTAssertTrue(four.mayAsk(mib, own: 0), "a first range within the limit, whatever the share")
     }
 }
 

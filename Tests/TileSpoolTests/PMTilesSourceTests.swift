@@ -733,6 +733,44 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(after, 2, "the large range waited until the other region's ranges were all asked")
     }
 
+    /// A PMTiles region from a server sending 1 MB/s a connection beside one from a fast
+    /// server: while both ask for ranges, the slow one asks for no more once it holds its share
+    /// (3 MiB, half the budget), so it holds at most two ranges and the fast one always has
+    /// room (attack round 26 saw a region at 200 KB/s hold all three ranges for 7 s while
+    /// another made no progress). Every tile of both matches the `pmtiles` reader.
+    func testASlowRegionHoldsNoMoreThanItsShareOfRanges() throws {
+        try ExportTools.require([ExportTools.python])
+        let dense = generated.appendingPathComponent("dense.pmtiles").path
+        let box = ["13.0", "52.3", "13.8", "52.7"]
+        _ = try makePMTiles(["dense", dense] + box + ["10", "15", "5"])
+        let want = try XCTUnwrap(try makePMTiles(["region", dense] + box + ["10", "15"])["sha256"] as? [String: String])
+        try fx.drop("a.json", ["id": "a", "tiles": ["pmtiles://" + nginx.url("/slow/dense.pmtiles")],
+                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try waitUntil("the first range of a is cut", timeout: 60) { (self.fx.progress("a")["tilesCompleted"] ?? 0) > 0 }
+        try fx.drop("b.json", ["id": "b", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
+                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try fx.waitForState("b", "completed", timeout: 120)
+        let aWhenBCompleted = fx.progress("a")["tilesCompleted"] ?? 0
+        try fx.waitForState("a", "completed", timeout: 120)
+        for id in ["a", "b"] {
+            var got: [String: String] = [:]
+            for t in fx.manifest(id) where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
+            XCTAssertEqual(got, want, id)
+        }
+        let log = nginx.timingLog()
+        let a = log.filter { $0.uri == "/slow/dense.pmtiles" }.dropFirst(), b = log.filter { $0.uri == "/gen/dense.pmtiles" }.dropFirst()
+        // While b asks for ranges: from its first range to its last.
+        let from = try XCTUnwrap(b.map(\.start).min()), until = try XCTUnwrap(b.map(\.end).max())
+        var events: [(time: Double, change: Int)] = []
+        for r in a where r.end > from && r.start < until { events.append((max(r.start, from), 1)); events.append((min(r.end, until), -1)) }
+        events.sort { x, y in x.time < y.time || (x.time == y.time && x.change < y.change) }
+        var now = 0, most = 0
+        for e in events { now += e.change; most = max(most, now) }
+        print("MEASURED: b's \(b.count) ranges in \(String(format: "%.2f", until - from)) s beside a at 1 MB/s, a holding at most \(most) ranges; a had \(aWhenBCompleted) of \(want.count) tiles when b completed")
+        XCTAssertLessThanOrEqual(most, 2, "a, slow, holds at most its share and one range more")
+        XCTAssertLessThan(aWhenBCompleted, want.count * 3 / 4, "b, fast, did not wait for a")
+    }
+
     /// The stamen archive over the world z0-3 as a `tiles` entry: 85 tiles, each stored object
     /// byte-identical to mapdata/raster/stamen_toner/z/x/y.png; the plan's exact bytes in the
     /// status before and after; one request for the directories and one range for the tiles.
