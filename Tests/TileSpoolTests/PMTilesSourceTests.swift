@@ -664,9 +664,14 @@ final class PMTilesDownloadTests: XCTestCase {
         try fx.drop("\(id).json", ["id": id, "tiles": ["pmtiles://" + nginx.url(location + "dense.pmtiles")],
                                     "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
         try fx.waitForState(id, "completed", timeout: 120)
+        XCTAssertEqual(tileObjects(id), expected)
+    }
+
+    /// The SHA-256 of each tile `id`'s manifest records, by "z/x/y" (the source left out).
+    func tileObjects(_ id: String) -> [String: String] {
         var got: [String: String] = [:]
         for t in fx.manifest(id) where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
-        XCTAssertEqual(got, expected)
+        return got
     }
 
     /// The daemon holds at most 6 MiB of range bodies at once (`Daemon.maxRangeBytesHeld`: three
@@ -716,11 +721,7 @@ final class PMTilesDownloadTests: XCTestCase {
                                  "bounds": spot.map { Double($0)! }, "minZoom": 15, "maxZoom": 15])
         try fx.waitForState("big", "completed", timeout: 120)
         try fx.waitForState("many", "completed", timeout: 120)
-        for (id, want) in [("many", wantDense), ("big", wantBig)] {
-            var got: [String: String] = [:]
-            for t in fx.manifest(id) where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
-            XCTAssertEqual(got, want, id)
-        }
+        for (id, want) in [("many", wantDense), ("big", wantBig)] { XCTAssertEqual(tileObjects(id), want, id) }
         let log = nginx.timingLog()
         let bigRange = try XCTUnwrap(log.filter { $0.uri == "/gen/big.pmtiles" }.max { $0.bytes < $1.bytes })
         XCTAssertGreaterThanOrEqual(bigRange.bytes, 5_000_000)
@@ -752,11 +753,7 @@ final class PMTilesDownloadTests: XCTestCase {
         try fx.waitForState("b", "completed", timeout: 120)
         let aWhenBCompleted = fx.progress("a")["tilesCompleted"] ?? 0
         try fx.waitForState("a", "completed", timeout: 120)
-        for id in ["a", "b"] {
-            var got: [String: String] = [:]
-            for t in fx.manifest(id) where t.kind == "tile" { got[String(t.key.split(separator: "/").dropFirst().joined(separator: "/"))] = t.sha }
-            XCTAssertEqual(got, want, id)
-        }
+        for id in ["a", "b"] { XCTAssertEqual(tileObjects(id), want, id) }
         let log = nginx.timingLog()
         let a = log.filter { $0.uri == "/slow/dense.pmtiles" }.dropFirst(), b = log.filter { $0.uri == "/gen/dense.pmtiles" }.dropFirst()
         // While b asks for ranges: from its first range to its last.
@@ -1281,15 +1278,26 @@ extension PMTilesDownloadTests {
 /// tile source; for `maplibre` and `site` the style points the source at a tile URL template of
 /// tiles the pack holds (MapLibre Native's offline database does not cache range requests).
 final class PMTilesExportTests: XCTestCase {
-    func testExportsOfAnArchiveSourceHoldEveryTile() throws {
-        let mapdata = try MapData.require()
+    var mapdata: URL!
+    var generated: URL!
+    var nginx: NginxServer!
+    var fx: SpoolFixture!
+
+    override func setUpWithError() throws {
+        mapdata = try MapData.require()
         try ExportTools.require([ExportTools.python])
-        let generated = try TestScratch.folder("pmtiles-export")
-        let nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
-        defer { nginx.stop() }
-        let fx = try SpoolFixture()
+        generated = try TestScratch.folder("pmtiles-export")
+        nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
+        fx = try SpoolFixture()
         try fx.start()
-        defer { _ = fx.stop() }
+    }
+
+    override func tearDown() {
+        fx?.stop()
+        nginx?.stop()
+    }
+
+    func testExportsOfAnArchiveSourceHoldEveryTile() throws {
         let archiveURL = nginx.url(PMTilesPlanTests.whitney)
         let style: [String: Any] = ["version": 8, "sources": ["whitney": ["type": "raster", "tileSize": 512, "url": "pmtiles://" + archiveURL]],
                                     "layers": [["id": "w", "type": "raster", "source": "whitney"]]]
@@ -1353,14 +1361,6 @@ extension PMTilesExportTests {
     /// PMTiles export's metadata (read by the `pmtiles` reader) and the site's TileJSON hold the
     /// `vector_layers`, `attribution` and `name` that the `pmtiles` reader finds in the archive.
     func testExportsOfAVectorArchiveKeepItsLayersAndAttribution() throws {
-        let mapdata = try MapData.require()
-        try ExportTools.require([ExportTools.python])
-        let generated = try TestScratch.folder("pmtiles-meta")
-        let nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
-        defer { nginx.stop() }
-        let fx = try SpoolFixture()
-        try fx.start()
-        defer { _ = fx.stop() }
         let archive = generated.appendingPathComponent("vec.pmtiles").path
         _ = try makePMTiles(["write", archive, "3", "9"])
         let read = "import json, sys\nfrom pmtiles.reader import Reader, MmapSource\nprint(json.dumps(Reader(MmapSource(open(sys.argv[1], 'rb'))).metadata()))"
