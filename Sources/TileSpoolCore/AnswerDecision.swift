@@ -88,7 +88,8 @@ public struct RangeAnswerFacts: Sendable {
     /// The tile set's name (`tiles0`, a style's source id), named when the archive changed.
     public var source: String
     /// True when the answer's validator (ETag, else Last-Modified) is not the one pinned at plan
-    /// time (`PMTilesRemote.changed`).
+    /// time, or is missing (`PMTilesRemote.changed`); false for a transfer that failed before
+    /// any answer was read.
     public var versionChanged: Bool
     /// The answer's ETag, quoted in the message when the archive changed (nil: none, or one that
     /// holds a secret).
@@ -305,6 +306,15 @@ public enum AnswerDecision: Sendable, Equatable {
     public static func decideRange(_ f: RangeAnswerFacts) -> RangeDecision {
         let a = f.answer
         let want = Int(f.end - f.start)
+        let s = a.status, shown = a.shownURL
+        // Another version's answer, whole or cut short (attack round 27: one cut short was
+        // retried as a network fault, then failed as one), fails the region.
+        if (a.failure == nil && s == 412) || ((200...299).contains(s) && f.versionChanged) {
+            return .fail(.region(RegionError(
+                code: .archiveChanged,
+                message: "source '\(f.source)': the PMTiles archive \(shown) changed since the region was planned (HTTP \(s)\(f.etag.map { ", ETag \($0)" } ?? "")); no tile of the new version was stored: drop the request again to plan over the new archive",
+                url: shown, httpStatus: s)))
+        }
         if a.failure != nil {
             switch decide(a) {
             case .fail(let x): return .fail(x)
@@ -319,14 +329,7 @@ public enum AnswerDecision: Sendable, Equatable {
             default: break // a failure is always failed or retried
             }
         }
-        let s = a.status, shown = a.shownURL
         let asked = "bytes \(f.start)-\(f.end &- 1)"
-        if s == 412 || ((200...299).contains(s) && f.versionChanged) {
-            return .fail(.region(RegionError(
-                code: .archiveChanged,
-                message: "source '\(f.source)': the PMTiles archive \(shown) changed since the region was planned (HTTP \(s)\(f.etag.map { ", ETag \($0)" } ?? "")); no tile of the new version was stored: drop the request again to plan over the new archive",
-                url: shown, httpStatus: s)))
-        }
         switch s {
         case 206 where a.body.count == want && !ContentRange.holds(f.contentRange, start: f.start, count: want):
             return .retry(Retry(exhausted: .resource(RegionError(

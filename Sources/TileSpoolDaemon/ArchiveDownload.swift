@@ -296,7 +296,10 @@ extension Daemon {
         let facts = RangeAnswerFacts(
             answer: AnswerFacts(url: url, secrets: r.secrets, kind: .tile, failure: res.failure.map(AnswerFacts.Failure.init),
                                 status: res.status, body: res.body, retryAfter: res.retryAfter),
-            start: range.start, end: range.end, source: set.source, versionChanged: PMTilesRemote.changed(pinned, res.freshness),
+            // Headers are read for an answer, and for a 206 cut short (the client keeps its bytes
+            // only then); a transfer that failed otherwise has none to compare.
+            start: range.start, end: range.end, source: set.source,
+            versionChanged: (res.failure == nil || !res.body.isEmpty) && PMTilesRemote.changed(pinned, res.freshness),
             etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 },
             contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 })
         var body = Data()

@@ -230,11 +230,14 @@ public enum PMTilesRemote {
         return []
     }
 
-    /// True when `now` names another version than `pinned` (the ETag moved, or with no ETag the
-    /// Last-Modified moved). A validator absent from one answer is not a change.
+    /// True when `now` may name another version than `pinned`: the pinned ETag is not the
+    /// answer's, or with no ETag pinned, the pinned Last-Modified is not the answer's. An answer
+    /// without the pinned validator counts as a change: it cannot be told to be the same
+    /// version (attack round 27: a proxy that stripped ETag and ignored If-Match had tiles of a
+    /// new archive stored in a region planned over the old one). False when nothing was pinned.
     static func changed(_ pinned: Freshness, _ now: Freshness) -> Bool {
-        if let a = pinned.etag, let b = now.etag { return a != b }
-        if pinned.etag == nil, let a = pinned.lastModified, let b = now.lastModified { return a != b }
+        if let a = pinned.etag { return now.etag != a }
+        if let a = pinned.lastModified { return now.lastModified != a }
         return false
     }
 

@@ -87,6 +87,10 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          that cuts long answers);
                          MODE capped: for every k > N, a 206 of at most the first 50,000 bytes
                          asked, its Content-Range saying so (a server that caps ranges);
+                         MODE stripped: for every k > N, If-Match ignored and no ETag sent (a
+                         proxy that strips validators);
+                         MODE cutchanged: for every k > N, ETag "v2" with If-Match ignored, and
+                         the answer cut as in cutoff (a new version, cut short);
                          MODE slow: as ranged, each request k <= N answered 3 s late
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
@@ -334,10 +338,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(404, b"not registered\n")
         if mode == "slow" and count <= n:
             time.sleep(3)
-        etag = '"v2"' if mode == "changed" and count > n else '"v1"'
-        validators = [("ETag", etag), ("Accept-Ranges", "bytes")] if mode != "noval" else [("Accept-Ranges", "bytes")]
+        etag = '"v2"' if mode in ("changed", "cutchanged") and count > n else '"v1"'
+        stripped = mode == "noval" or (mode == "stripped" and count > n)
+        validators = [("ETag", etag), ("Accept-Ranges", "bytes")] if not stripped else [("Accept-Ranges", "bytes")]
         if_match = self.headers.get("If-Match")
-        if if_match is not None and if_match != etag:
+        ignores = mode in ("stripped", "cutchanged") and count > n
+        if if_match is not None and if_match != etag and not ignores:
             return self.send_body(412, b"precondition failed\n", headers=validators)
         m = re.match(r"^bytes=(\d+)-(\d+)$", self.headers.get("Range") or "")
         if mode == "norange" or m is None:
@@ -349,7 +355,7 @@ class Handler(BaseHTTPRequestHandler):
             b = a + max(0, (b - a + 1) // 2 - 1)
         if mode == "capped" and count > n:
             b = min(b, a + 49_999)
-        if mode == "cutoff" and count > n:
+        if mode in ("cutoff", "cutchanged") and count > n:
             self.send_response(206)
             for name, value in [("Content-Type", "application/octet-stream"), ("Content-Length", str(b - a + 1)),
                                 ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))] + validators:

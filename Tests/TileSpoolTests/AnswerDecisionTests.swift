@@ -289,8 +289,9 @@ final class AnswerDecisionTests: XCTestCase {
             XCTAssertEqual(range(206, bytes: 40, failure: failure, contentRange: nil), .retry(x))
             XCTAssertEqual(range(206, bytes: 0, failure: failure), .retry(x), "nothing came")
             XCTAssertEqual(range(200, bytes: 40, failure: failure), .retry(x), "not a range answer")
-            // Another version's bytes are never kept: the failure is retried, as before.
-            XCTAssertEqual(range(206, bytes: 40, failure: failure, changed: true), .retry(x))
+            // Another version's bytes are never kept: the region fails as for a whole answer.
+            guard case .fail(.region(let e)) = range(206, bytes: 40, failure: failure, changed: true) else { return XCTFail("\(failure)") }
+            XCTAssertEqual(e.code, .archiveChanged)
         }
         // Fewer bytes than asked, from the first, as the Content-Range says (a server that caps ranges).
         let short = AnswerDecision.Retry(exhausted: .resource(rangeError(.badResponse, "HTTP 206 with 60 of the 100 bytes asked (bytes 1000-1099) from \(shown)", 206)))

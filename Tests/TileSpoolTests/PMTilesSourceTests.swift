@@ -1688,4 +1688,22 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(asked[1].headers["If-Match"], "\"v1\"")
         XCTAssertEqual(asked[1].headers["Range"]?.hasPrefix("bytes="), true)
     }
+
+    /// A range answered without the pinned ETag by a server that ignores If-Match (a proxy that
+    /// strips validators), or answered by a new version (ETag "v2") cut short: the version of
+    /// the bytes cannot be told, or is another, so the region fails with `archiveChanged` at
+    /// that answer, and no tile of it is stored (attack round 27: the first kind completed with
+    /// every tile of the new archive, or a mix of both; the second was retried as a network
+    /// fault and failed as `badResponse`).
+    func testAnAnswerWithoutThePinnedVersionFailsTheRegion() throws {
+        for mode in ["stripped", "cutchanged"] {
+            let path = "/pmtiles/\(mode)/1/stamen.pmtiles"
+            try fx.drop("\(mode).json", ["id": mode, "tiles": ["pmtiles://" + server.url(path)],
+                                         "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+            try fx.waitForState(mode, "failed")
+            XCTAssertEqual(fx.errorCode(mode), "archiveChanged", fx.errorMessage(mode) ?? "")
+            XCTAssertEqual(fx.manifest(mode).filter { $0.kind == "tile" }.count, 0, mode)
+            XCTAssertEqual(server.hits(path), 2, "\(mode): the plan's request, then one range, not retried")
+        }
+    }
 }
