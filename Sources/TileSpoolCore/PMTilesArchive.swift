@@ -478,13 +478,22 @@ extension PMTiles {
     public static let maxMetadata = 1 << 20
 
     /// The `exportedMetadataKeys` of an archive's JSON metadata (the bytes after its internal
-    /// compression is undone), as one JSON object's text with sorted keys; nil when the bytes
-    /// are not a JSON object or hold none of those keys. Pure; never throws: metadata that
-    /// cannot be read only leaves the exports without it.
+    /// compression is undone) that have TileJSON's types (strings; `vector_layers` an array of
+    /// objects), as one JSON object's text with sorted keys; nil when the bytes are not a JSON
+    /// object or hold none of those. Pure; never throws: metadata that cannot be read only
+    /// leaves the exports without it.
     public static func exportedMetadata(_ json: [UInt8]) -> String? {
         guard json.count <= maxMetadata, let object = try? JSONKind.parse(Data(json)) as? [String: Any] else { return nil }
         var kept: [String: Any] = [:]
-        for k in exportedMetadataKeys { if let v = object[k], !(v is NSNull) { kept[k] = v } }
+        for k in exportedMetadataKeys {
+            // Values of another type (attack round 27: `"name": 5`, `"vector_layers": "nope"`)
+            // would make the exports' TileJSON invalid: left out.
+            if k == "vector_layers" {
+                if let layers = object[k] as? [Any], layers.allSatisfy({ $0 is [String: Any] }) { kept[k] = layers }
+            } else if let text = object[k] as? String {
+                kept[k] = text
+            }
+        }
         guard !kept.isEmpty else { return nil }
         return String(decoding: JSONKind.serialize(kept), as: UTF8.self)
     }

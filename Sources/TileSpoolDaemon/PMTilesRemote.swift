@@ -180,8 +180,13 @@ public enum PMTilesRemote {
             var stored: [UInt8]
             if metaEnd <= UInt64(first.count) {
                 stored = Array(first[Int(header.metadataOffset)..<Int(metaEnd)])
+            } else if first.count < firstRange {
+                stored = [] // past the end of an archive shorter than the first read: none
             } else {
-                stored = try range(header.metadataOffset, metaEnd)
+                // Never a failure of the plan (attack round 27: metadata placed past the end
+                // failed the region with a 416, called a directory); a changed archive or a
+                // lost network is met again at the next request.
+                stored = (try? range(header.metadataOffset, metaEnd)) ?? []
                 directoryBytes += stored.count
             }
             if header.internalCompression == .gzip { stored = (try? Zlib.inflate(stored, limit: PMTiles.maxMetadata)) ?? [] }

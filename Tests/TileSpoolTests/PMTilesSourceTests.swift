@@ -17,6 +17,24 @@ func makePMTiles(_ args: [String], file: StaticString = #filePath, line: UInt = 
 /// in ../shared/mapdata/pmtiles read through them, every body cut out compared byte for byte with
 /// the identical tiles in mapdata/raster.
 final class PMTilesSourceTests: XCTestCase {
+    /// The metadata exports publish: TileJSON's keys with TileJSON's types, nothing else; nil for
+    /// bytes that are not a JSON object or hold none of them (attack round 27: a number as the
+    /// name and a string as vector_layers reached the PMTiles and site exports).
+    func testExportedMetadataKeepsTileJSONsKeysAndTypes() {
+        func kept(_ text: String) -> [String: Any]? {
+            PMTiles.exportedMetadata(Array(text.utf8)).flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        }
+        let good = kept(#"{"name":"n","attribution":"<a href='x'>OSM</a>","description":"d","version":"1.0","vector_layers":[{"id":"water","fields":{}}],"tilestats":{"a":1},"format":"pbf"}"#)
+        XCTAssertEqual(good.map { Set($0.keys) }, ["name", "attribution", "description", "version", "vector_layers"])
+        XCTAssertEqual((good?["vector_layers"] as? [[String: Any]])?.first?["id"] as? String, "water")
+        let typed = kept(#"{"name":5,"attribution":{"a":1},"description":null,"version":[1],"vector_layers":"nope"}"#)
+        XCTAssertNil(typed, "no value of TileJSON's type")
+        XCTAssertEqual(kept(#"{"name":"n","vector_layers":[1,2]}"#).map { Set($0.keys) }, ["name"])
+        XCTAssertNil(kept("[1,2]"))
+        XCTAssertNil(kept("not json"))
+        XCTAssertNil(PMTiles.exportedMetadata([UInt8](repeating: 0x20, count: PMTiles.maxMetadata + 1)))
+    }
+
     // MARK: TileIds
 
     /// `tile(ofID:)` inverts `tileID(_:)` for every tile of zooms 0-6 and a few deep ones, and
@@ -766,6 +784,23 @@ final class PMTilesDownloadTests: XCTestCase {
         print("MEASURED: b's \(b.count) ranges in \(String(format: "%.2f", until - from)) s beside a at 1 MB/s, a holding at most \(most) ranges; a had \(aWhenBCompleted) of \(want.count) tiles when b completed")
         XCTAssertLessThanOrEqual(most, 2, "a, slow, holds at most its share and one range more")
         XCTAssertLessThan(aWhenBCompleted, want.count * 3 / 4, "b, fast, did not wait for a")
+    }
+
+    /// Metadata the header places past the archive's end (far past, or running past it) is
+    /// passed over: the region is planned and completes with every tile (attack round 27: the
+    /// plan failed with the 416 or the short answer, called a directory).
+    func testMetadataPastTheArchivesEndIsPassedOver() throws {
+        var bytes = try Data(contentsOf: mapdata.appendingPathComponent("pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles"))
+        func put(_ value: UInt64, at offset: Int) { withUnsafeBytes(of: value.littleEndian) { bytes.replaceSubrange(offset..<(offset + 8), with: $0) } }
+        for (name, offset, length) in [("far", UInt64(1_000_000_000), UInt64(35)), ("over", UInt64(bytes.count - 10), UInt64(100_000))] {
+            put(offset, at: 24)
+            put(length, at: 32)
+            try bytes.write(to: generated.appendingPathComponent("\(name).pmtiles"))
+            try fx.drop("\(name).json", ["id": name, "tiles": ["pmtiles://" + nginx.url("/gen/\(name).pmtiles")],
+                                         "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+            try fx.waitForState(name, "completed")
+            XCTAssertEqual(fx.manifest(name).filter { $0.kind == "tile" }.count, 85, name)
+        }
     }
 
     /// The stamen archive over the world z0-3 as a `tiles` entry: 85 tiles, each stored object
