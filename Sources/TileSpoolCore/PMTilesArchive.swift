@@ -466,6 +466,29 @@ extension PMTiles {
     /// most three such bodies, `Daemon.maxRangeBytesHeld`), while at the polite default of 10
     /// requests a second per host ranges still carry 20 MiB/s (4 MiB ranges held RSS near 90 MiB).
     public static let defaultMaxRange: UInt64 = 2 << 20
+    /// The seconds of transfer a range request is sized for, once the region's rate is measured
+    /// (`rangeTarget`): 2.
+    public static let rangeSeconds = 2.0
+    /// The largest range asked before any range of the region has been answered (bytes): 1 MiB,
+    /// so the first ranges asked of a slow server hold at most half the daemon's range budget,
+    /// and a small archive is still one request.
+    public static let firstRange: UInt64 = 1 << 20
+    /// The smallest range asked for a slow link (bytes): 64 KiB.
+    public static let smallestRange: UInt64 = 64 << 10
+
+    /// How long a range request may be (bytes) for a region whose range requests carried
+    /// `rate` bytes a second each (nil: none answered yet): `rangeSeconds` of it, between
+    /// `smallestRange` and `maxRange`; `firstRange` (at most `maxRange`) before any answer.
+    /// Ranges that take seconds at most keep a slow server from holding the daemon's range
+    /// budget long (attack round 27: three 2 MiB ranges at 100 KB/s held it for 20 s while a
+    /// region from a fast server waited) and lose little when cut. Pure.
+    public static func rangeTarget(rate: Double?, maxRange: UInt64) -> UInt64 {
+        guard let rate, rate.isFinite, rate > 0 else { return min(firstRange, maxRange) }
+        let bytes = rate * rangeSeconds
+        let wanted = bytes >= Double(maxRange) ? maxRange : UInt64(max(0, bytes))
+        return min(maxRange, max(smallestRange, wanted))
+    }
+
     /// The most bytes between wanted bodies that the ranges may span in all, as a fraction of the
     /// distinct wanted bytes: 0.1, so the bytes asked are at most 1.1 times the tile bytes.
     public static let defaultMaxWaste = 0.1

@@ -213,6 +213,7 @@ extension Daemon {
             // The daemon's range bodies held (asked, or being cut) stay within
             // `maxRangeBytesHeld`, taken by the regions in turns; one range is always allowed
             // when none is held, however large.
+            splitRange(d, d.rangeCursor)
             let size = d.archiveRanges![d.rangeCursor].length
             var budget = rangeBudget ?? RangeBudget(limit: Daemon.maxRangeBytesHeld, held: rangeBytesHeld(), regions: regionsAskingForRanges())
             defer { rangeBudget = budget }
@@ -220,6 +221,28 @@ extension Daemon {
             budget.take(size)
             d.rangeCursor += 1
         }
+    }
+
+    /// Cuts range `n` (not yet asked) to `PMTiles.rangeTarget` for the download's measured
+    /// rate: its first tiles (at least one, and every tile sharing an offset with a kept one)
+    /// stay at `n`, the others become range `n + 1`. Only ranges from `rangeCursor` on are
+    /// moved, and none of those is asked or referred to yet.
+    func splitRange(_ d: Download, _ n: Int) {
+        let range = d.archiveRanges![n]
+        let target = PMTiles.rangeTarget(rate: d.rangeRate, maxRange: PMTiles.defaultMaxRange)
+        guard range.length > target, range.tiles.count > 1 else { return }
+        let tiles = range.tiles
+        func end(_ k: Int) -> UInt64 { tiles[k].tile.offset + UInt64(tiles[k].tile.length) }
+        // The tiles (sorted by offset) that end within the target, the first at least, and
+        // those sharing an offset (one body, a run) with the last kept.
+        let limit = max(range.start + target, end(0))
+        var k = 1
+        while k < tiles.count && end(k) <= limit { k += 1 }
+        while k < tiles.count && tiles[k].tile.offset == tiles[k - 1].tile.offset { k += 1 }
+        guard k < tiles.count else { return }
+        let keptEnd = (0..<k).map(end).max() ?? range.end
+        d.archiveRanges![n] = ArchiveRange(set: range.set, start: range.start, end: keptEnd, tiles: Array(tiles[..<k]))
+        d.archiveRanges!.insert(ArchiveRange(set: range.set, start: tiles[k].tile.offset, end: range.end, tiles: Array(tiles[k...])), at: n + 1)
     }
 
     /// The most bytes of range bodies the daemon holds at once, over every region: ranges asked
@@ -268,6 +291,7 @@ extension Daemon {
         // region started at once: attack round 8 saw 35 times the limit).
         if limiter.bytesPerSecond != nil { limiter.received(bytes: Int(range.length), now: now) }
         d.lastIssued = now
+        d.rangeAskedAt[n] = now
         let tag = nextTag; nextTag += 1
         let item = WorkItem.range(n)
         d.inFlight[tag] = Fetch(item: item, url: url, kind: .tile, key: "range \(range.start)-\(range.end - 1)", conditional: false)
@@ -287,6 +311,11 @@ extension Daemon {
     /// retry holds the region for a `Retry-After`, as for a tile.
     func handleRange(_ r: Region, _ d: Download, _ res: TransferResult, _ fetch: Fetch, _ n: Int) {
         let range = d.archiveRanges![n]
+        // The rate one range request carries (bytes a second), averaged over the answers.
+        if let asked = d.rangeAskedAt.removeValue(forKey: n), res.body.count > 0, res.status == 206 || res.status == 200 {
+            let rate = Double(min(res.body.count, Int(range.length))) / max(Daemon.now() - asked, 0.001)
+            d.rangeRate = d.rangeRate.map { ($0 + rate) / 2 } ?? rate
+        }
         let set = d.plan!.tileSets[range.set]
         let archive = set.archive!
         let url = archive.url

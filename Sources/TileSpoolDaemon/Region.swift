@@ -138,6 +138,11 @@ final class Download {
     /// collected: each holds a request slot (`fillRanges`) and its bytes count in
     /// `Daemon.maxRangeBytesHeld` until collected.
     var rangesCutting: Set<Int> = []
+    /// When each range under way was asked (`Daemon.now()`), by index in `archiveRanges`.
+    var rangeAskedAt: [Int: Double] = [:]
+    /// The bytes a second one range request of this download carried, measured on the ranges
+    /// answered so far (`PMTiles.rangeTarget`); nil before the first answer.
+    var rangeRate: Double?
     var archiveSpans: [Range<Int>] = []
     /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
     var unchangedArchives: Set<String> = []

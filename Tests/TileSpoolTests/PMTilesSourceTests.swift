@@ -659,6 +659,7 @@ final class PMTilesDownloadTests: XCTestCase {
         nginx = try NginxServer(root: mapdata, extraLocations: """
             location ^~ /gen/ { alias \(generated.path)/; }
             location ^~ /slow/ { alias \(generated.path)/; limit_rate 1m; }
+            location ^~ /slower/ { alias \(generated.path)/; limit_rate 300k; }
             """)
         fx = try SpoolFixture()
         try fx.start()
@@ -784,6 +785,38 @@ final class PMTilesDownloadTests: XCTestCase {
         print("MEASURED: b's \(b.count) ranges in \(String(format: "%.2f", until - from)) s beside a at 1 MB/s, a holding at most \(most) ranges; a had \(aWhenBCompleted) of \(want.count) tiles when b completed")
         XCTAssertLessThanOrEqual(most, 2, "a, slow, holds at most its share and one range more")
         XCTAssertLessThan(aWhenBCompleted, want.count * 3 / 4, "b, fast, did not wait for a")
+    }
+
+    /// Ranges are sized to the rate a region's server gives (`PMTiles.rangeTarget`: two seconds'
+    /// worth, 1 MiB before any answer): from a server sending 300 KB/s a connection, no range of
+    /// the dense archive is over 1 MiB (2 MiB before), so the budget it holds frees every few
+    /// seconds, and a region from a fast server dropped meanwhile completes, every tile right,
+    /// while the slow one is still downloading (attack round 27: one waited 17 s behind three
+    /// 2 MiB ranges at 100 KB/s).
+    func testRangesAreSizedToTheServersRate() throws {
+        try ExportTools.require([ExportTools.python])
+        let dense = generated.appendingPathComponent("dense.pmtiles").path
+        let box = ["13.0", "52.3", "13.8", "52.7"]
+        _ = try makePMTiles(["dense", dense] + box + ["10", "15", "5"])
+        let want = try XCTUnwrap(try makePMTiles(["region", dense] + box + ["10", "15"])["sha256"] as? [String: String])
+        try fx.drop("a.json", ["id": "a", "tiles": ["pmtiles://" + nginx.url("/slower/dense.pmtiles")],
+                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try waitUntil("a's first ranges are cut", timeout: 60) { (self.fx.progress("a")["tilesCompleted"] ?? 0) > 0 }
+        try fx.drop("b.json", ["id": "b", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
+                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try fx.waitForState("b", "completed", timeout: 60)
+        XCTAssertEqual(fx.state("a"), "downloading", "a, slow, is still downloading")
+        XCTAssertEqual(tileObjects("b"), want)
+        try waitUntil("a has asked a range sized to its rate", timeout: 60) {
+            self.nginx.timingLog().filter { $0.uri == "/slower/dense.pmtiles" }.count >= 6
+        }
+        try fx.control("a", "cancel")
+        try fx.waitForState("a", "cancelled")
+        let asked = nginx.timingLog().filter { $0.uri == "/slower/dense.pmtiles" }.dropFirst()
+        let sizes = asked.map(\.bytes)
+        print("MEASURED: ranges from a server at 300 KB/s a connection: \(sizes) bytes")
+        XCTAssertLessThanOrEqual(sizes.max() ?? .max, 1 << 20, "no range over 1 MiB")
+        XCTAssertTrue(sizes.contains { $0 < 800_000 && $0 > 100_000 }, "ranges sized down to a few seconds' worth")
     }
 
     /// Metadata the header places past the archive's end (far past, or running past it) is
