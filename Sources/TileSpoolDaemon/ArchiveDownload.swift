@@ -297,8 +297,8 @@ extension Daemon {
         d.inFlight[tag] = Fetch(item: item, url: url, kind: .tile, key: "range \(range.start)-\(range.end - 1)", conditional: false)
         transfers[tag] = (r.id, item)
         let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
-        http.start(url: url, tag: tag, validators: nil,
-                   headers: r.request.headerList + [("Range", "bytes=\(range.start)-\(range.end - 1)")] + PMTilesRemote.pinHeaders(pinned),
+        http.start(url: url, tag: tag, validators: nil, headers: r.request.headerList,
+                   everyHop: [("Range", "bytes=\(range.start)-\(range.end - 1)")] + PMTilesRemote.pinHeaders(pinned),
                    expectedSize: Int(range.length))
         return true
     }

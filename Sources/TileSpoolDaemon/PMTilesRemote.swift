@@ -61,7 +61,7 @@ public enum PMTilesRemote {
         func pin(_ f: Freshness) throws(RegionError) {
             guard !pinned.hasValidator else { return }
             guard f.hasValidator else {
-                throw RegionError(code: .invalidArchive, message: "source '\(source)': the server sends the PMTiles archive without an ETag or a Last-Modified, so a change while its tiles are fetched could not be told; TileSpool needs one of them to keep one version of the archive", url: url)
+                throw RegionError(code: .invalidArchive, message: "source '\(source)': the server sends the PMTiles archive without a valid ETag (one quoted entity-tag, RFC 9110 section 8.8.3) or a Last-Modified, so a change while its tiles are fetched could not be told; TileSpool needs one of them to keep one version of the archive", url: url)
             }
             pinned = f
         }
@@ -71,11 +71,11 @@ public enum PMTilesRemote {
         /// directory that does not inflate); without (the first read, which may pass the end of
         /// a small archive), the bytes there are.
         func range(_ start: UInt64, _ end: UInt64, exact: Bool = true) throws(RegionError) -> [UInt8] {
-            var h = headers
-            h.append(("Range", "bytes=\(start)-\(end - 1)"))
-            h += pinHeaders(pinned)
+            // The range and the version asked go to every hop of a redirect (the request's own
+            // headers only to the first origin).
+            let asked = [("Range", "bytes=\(start)-\(end - 1)")] + pinHeaders(pinned)
             pace(url)
-            let r = http.fetchAll([url], headers: h)[0]
+            let r = http.fetchAll([url], headers: headers, everyHop: asked)[0]
             requests += 1
             received(r.body.count)
             if case .policyRefused(let why)? = r.failure {

@@ -197,16 +197,20 @@ public final class HTTPClient: @unchecked Sendable {
     /// with `notModified` set, a 200 always with its body. libcurl's `CURLOPT_TIMECONDITION` is
     /// not used: it drops the body of a 200 whose `Last-Modified` did not move.
     /// `headers` (name, value) are sent as well, in the same per-transfer header list, to the
-    /// first URL's origin only (a redirect to another origin drops them); values with CR or LF are
-    /// skipped (they would split the request). `expectedSize` (bytes; 0: unknown), a range
-    /// request's length, is reserved for the body up front (at most the size limit).
-    public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = [], expectedSize: Int = 0) {
+    /// first URL's origin only (a redirect to another origin drops them: they may be credentials);
+    /// `everyHop` (a range request's `Range` and the archive version it is conditional on) go to
+    /// every hop, as the conditional headers do (attack round 28: an archive redirected to another
+    /// host was sent whole for every range). Values with CR or LF are skipped (they would split
+    /// the request). `expectedSize` (bytes; 0: unknown), a range request's length, is reserved for
+    /// the body up front (at most the size limit).
+    public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = [],
+                      everyHop: [(String, String)] = [], expectedSize: Int = 0) {
         let t = makeTransfer()
         t.tag = tag
         t.limit = options.maxObjectSize
         t.expectedSize = expectedSize
         func sendable(_ h: (String, String)) -> Bool { !(h.0 + h.1).contains(where: { $0 == "\r" || $0 == "\n" }) }
-        t.conditional = ConditionalRequest.headers(for: validators).filter(sendable)
+        t.conditional = (ConditionalRequest.headers(for: validators) + everyHop).filter(sendable)
         t.requestHeaders = extra.filter(sendable)
         t.sendsRequestHeaders = true
         t.firstURL = url
@@ -468,8 +472,11 @@ extension HTTPClient {
         var type: UnsafeMutablePointer<CChar>?
         tilespool_easy_getinfo_string(easy, CURLINFO_CONTENT_TYPE, &type)
         out.contentType = type.map { String(cString: $0) }
-        out.etag = value("ETag")
-        out.lastModified = value("Last-Modified")
+        // Every ETag and Last-Modified field, joined: two of them (a proxy adding its own) are no
+        // validator at all, never the first one read alone (attack round 28: `"v1"` then `"v2"`
+        // let a new archive version pass as the pinned one).
+        out.etag = values("ETag")
+        out.lastModified = values("Last-Modified")
         out.maxAge = CacheLifetime.maxAge(value("Cache-Control"))
         if out.maxAge == nil { out.expires = value("Expires") } else { out.age = CacheLifetime.age(value("Age")) }
         if retryAfter { out.retryAfter = value("Retry-After") }
@@ -527,9 +534,10 @@ extension HTTPClient {
 
     /// Fetches `urls` concurrently and waits for all of them (for small jobs such as `tilespool
     /// plan`; the daemon drives transfers from its event loop instead). Results are in `urls` order.
-    public func fetchAll(_ urls: [String], headers: [(String, String)] = []) -> [TransferResult] {
+    /// `headers` and `everyHop` as for `start`.
+    public func fetchAll(_ urls: [String], headers: [(String, String)] = [], everyHop: [(String, String)] = []) -> [TransferResult] {
         var results = [TransferResult?](repeating: nil, count: urls.count)
-        for (i, u) in urls.enumerated() { start(url: u, tag: i, headers: headers) }
+        for (i, u) in urls.enumerated() { start(url: u, tag: i, headers: headers, everyHop: everyHop) }
         while inFlight > 0 {
             wait(timeout: 1, fds: [])
             for r in collect() { results[r.tag] = r }

@@ -91,6 +91,8 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          proxy that strips validators);
                          MODE cutchanged: for every k > N, ETag "v2" with If-Match ignored, and
                          the answer cut as in cutoff (a new version, cut short);
+                         MODE twoetags: for every k > N, two ETag fields, "v1" then "v2", with
+                         If-Match ignored (a proxy that adds its own);
                          MODE slow: as ranged, each request k <= N answered 3 s late
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
@@ -341,8 +343,10 @@ class Handler(BaseHTTPRequestHandler):
         etag = '"v2"' if mode in ("changed", "cutchanged") and count > n else '"v1"'
         stripped = mode == "noval" or (mode == "stripped" and count > n)
         validators = [("ETag", etag), ("Accept-Ranges", "bytes")] if not stripped else [("Accept-Ranges", "bytes")]
+        if mode == "twoetags" and count > n:
+            validators = [("ETag", '"v1"'), ("ETag", '"v2"'), ("Accept-Ranges", "bytes")]
         if_match = self.headers.get("If-Match")
-        ignores = mode in ("stripped", "cutchanged") and count > n
+        ignores = mode in ("stripped", "cutchanged", "twoetags") and count > n
         if if_match is not None and if_match != etag and not ignores:
             return self.send_body(412, b"precondition failed\n", headers=validators)
         m = re.match(r"^bytes=(\d+)-(\d+)$", self.headers.get("Range") or "")

@@ -84,7 +84,8 @@ final class InfraSmokeTests: XCTestCase {
     // MARK: fault server
 
     /// The validators and expiry a response carries, looked up by name in libcurl's header list:
-    /// names in any case, the first of repeated headers, max-age over Expires, an HTTP date.
+    /// names in any case, no ETag when two are sent (which names the body cannot be told; attack
+    /// round 28), max-age over Expires, an HTTP date.
     func testResponseHeadersGiveContentTypeValidatorsAndExpiry() throws {
         let server = try FaultServer()
         defer { server.stop() }
@@ -96,7 +97,7 @@ final class InfraSmokeTests: XCTestCase {
         let cached = results[0], expires = results[1]
         XCTAssertEqual(cached.status, 200)
         XCTAssertEqual(cached.contentType, "image/png")
-        XCTAssertEqual(cached.freshness.etag, "\"v1\"", "the first of two ETag headers")
+        XCTAssertNil(cached.freshness.etag, "two ETag headers are no validator")
         XCTAssertEqual(cached.freshness.lastModified, 1_735_689_600, "Wed, 01 Jan 2025 00:00:00 GMT")
         let e = try XCTUnwrap(cached.freshness.expires)
         XCTAssertTrue((before + 60...after + 60).contains(e), "max-age=60 wins over Expires: \(e)")

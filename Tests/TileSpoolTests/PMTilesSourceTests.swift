@@ -1539,7 +1539,7 @@ final class PMTilesFaultTests: XCTestCase {
         try fx.waitForState("noval", "failed")
         let error = fx.status("noval")?["error"] as? [String: Any]
         XCTAssertEqual(error?["code"] as? String, "invalidArchive")
-        XCTAssertTrue((error?["message"] as? String)?.contains("without an ETag or a Last-Modified") == true, "\(String(describing: error))")
+        XCTAssertTrue((error?["message"] as? String)?.contains("without a valid ETag (one quoted entity-tag, RFC 9110 section 8.8.3) or a Last-Modified") == true, "\(String(describing: error))")
         XCTAssertEqual(fx.manifest("noval").filter { $0.kind == "tile" }.count, 0)
         XCTAssertEqual(server.hits("/pmtiles/noval/0/stamen.pmtiles"), 1, "only the header was asked")
     }
@@ -1572,6 +1572,19 @@ final class PMTilesFaultTests: XCTestCase {
             let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
             XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
         }
+    }
+
+    /// An archive URL that redirects to another host (GitHub release assets, presigned S3 and
+    /// CDN links do): the range and the pinned version go to every hop, so the new host answers
+    /// each request with the bytes asked, not the whole file (attack round 28: every range
+    /// came back as the whole archive, ten times its bytes over the wire).
+    func testARedirectToAnotherHostKeepsTheRangeAndTheVersion() throws {
+        let target = "/pmtiles/ranged/0/stamen.pmtiles"
+        try downloadStamen("redirected", "/redirectto/http/localhost:\(server.port)\(target)")
+        let asked = server.requests().filter { $0.path == target }
+        XCTAssertEqual(asked.count, 2, "the plan's request and one range")
+        XCTAssertTrue(asked.allSatisfy { $0.headers["Range"]?.hasPrefix("bytes=") == true }, "\(asked.map(\.headers))")
+        XCTAssertEqual(asked.last?.headers["If-Match"], "\"v1\"")
     }
 
     /// A server that ignores Range (200 with the whole file, to the plan's request and the
@@ -1764,7 +1777,8 @@ final class PMTilesFaultTests: XCTestCase {
     /// every tile of the new archive, or a mix of both; the second was retried as a network
     /// fault and failed as `badResponse`).
     func testAnAnswerWithoutThePinnedVersionFailsTheRegion() throws {
-        for mode in ["stripped", "cutchanged"] {
+        // And two ETag fields, the pinned one first (attack round 28: the first was read alone).
+        for mode in ["stripped", "cutchanged", "twoetags"] {
             let path = "/pmtiles/\(mode)/1/stamen.pmtiles"
             try fx.drop("\(mode).json", ["id": mode, "tiles": ["pmtiles://" + server.url(path)],
                                          "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
