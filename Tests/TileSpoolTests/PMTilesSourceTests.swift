@@ -754,11 +754,15 @@ final class PMTilesDownloadTests: XCTestCase {
     }
 
     /// A PMTiles region from a server sending 1 MB/s a connection beside one from a fast
-    /// server: while both ask for ranges, the slow one asks for no more once it holds its share
-    /// (3 MiB, half the budget), so it holds at most two ranges and the fast one always has
-    /// room (attack round 26 saw a region at 200 KB/s hold all three ranges for 7 s while
-    /// another made no progress). Every tile of both matches the `pmtiles` reader.
-    func testASlowRegionHoldsNoMoreThanItsShareOfRanges() throws {
+    /// server: the fast one completes while the slow one is still downloading, and the slow one
+    /// holds at most its share (3 MiB, half the budget) and one range more meanwhile (attack
+    /// round 26 saw a region at 200 KB/s hold all three ranges for 7 s while another made no
+    /// progress). When this test was written, before ranges were sized to the server's rate,
+    /// it failed without the share (the fast region waited until the slow one had every tile);
+    /// with rate-sized ranges the turns alone keep the fast one going here, and the share rule
+    /// is covered by `ImportAndLimitTests.testRangeBudgetIsTakenInTurns`. Every tile of both
+    /// matches the `pmtiles` reader.
+    func testASlowRegionDoesNotHoldUpAFastOne() throws {
         try ExportTools.require([ExportTools.python])
         let dense = generated.appendingPathComponent("dense.pmtiles").path
         let box = ["13.0", "52.3", "13.8", "52.7"]
@@ -778,13 +782,13 @@ final class PMTilesDownloadTests: XCTestCase {
         // While b asks for ranges: from its first range to its last.
         let from = try XCTUnwrap(b.map(\.start).min()), until = try XCTUnwrap(b.map(\.end).max())
         var events: [(time: Double, change: Int)] = []
-        for r in a where r.end > from && r.start < until { events.append((max(r.start, from), 1)); events.append((min(r.end, until), -1)) }
+        for r in a where r.end > from && r.start < until { events.append((max(r.start, from), r.bytes)); events.append((min(r.end, until), -r.bytes)) }
         events.sort { x, y in x.time < y.time || (x.time == y.time && x.change < y.change) }
         var now = 0, most = 0
         for e in events { now += e.change; most = max(most, now) }
-        print("MEASURED: b's \(b.count) ranges in \(String(format: "%.2f", until - from)) s beside a at 1 MB/s, a holding at most \(most) ranges; a had \(aWhenBCompleted) of \(want.count) tiles when b completed")
-        XCTAssertLessThanOrEqual(most, 2, "a, slow, holds at most its share and one range more")
-        XCTAssertLessThan(aWhenBCompleted, want.count * 3 / 4, "b, fast, did not wait for a")
+        print("MEASURED: b's \(b.count) ranges in \(String(format: "%.2f", until - from)) s beside a at 1 MB/s, a holding at most \(most) bytes of ranges; a had \(aWhenBCompleted) of \(want.count) tiles when b completed")
+        XCTAssertLessThanOrEqual(most, 5 << 20, "a, slow, holds at most its share (3 MiB) and one range more")
+        XCTAssertLessThan(aWhenBCompleted, want.count, "b, fast, did not wait for a to finish")
     }
 
     /// Ranges are sized to the rate a region's server gives (`PMTiles.rangeTarget`: two seconds'
