@@ -748,9 +748,9 @@ final class PMTilesDownloadTests: XCTestCase {
         let after = denseRanges.filter { $0.start > bigRange.start }.count
         print("MEASURED: \(denseRanges.count) ranges of the dense archive, \(after) asked after the 5 MB range")
         XCTAssertGreaterThanOrEqual(denseRanges.count, 10)
-        // Measured: 4-7 of 13 with turns; 0 without (the 5 MB range fitted only once the
-        // other region had no range left to ask).
-        XCTAssertGreaterThanOrEqual(after, 2, "the large range waited until the other region's ranges were all asked")
+        // Measured: 4-7 of 13 with turns (3 of 18 with ranges sized to the rate); 0 without
+        // (the 5 MB range fitted only once the other region had no range left to ask).
+        XCTAssertGreaterThanOrEqual(after, 1, "the large range waited until the other region's ranges were all asked")
     }
 
     /// A PMTiles region from a server sending 1 MB/s a connection beside one from a fast
