@@ -693,6 +693,39 @@ final class PMTilesDownloadTests: XCTestCase {
         return got
     }
 
+    /// The most `weight` (1: requests; `bytes`: body bytes) of `ranges` under way at one moment
+    /// of `from..<until`, from nginx's timing log (ends sort before starts at the same time).
+    static func mostAtOnce(_ ranges: [NginxServer.TimedEntry], from: Double = -.infinity, until: Double = .infinity,
+                           weight: (NginxServer.TimedEntry) -> Int = { _ in 1 }) -> Int {
+        var events: [(time: Double, change: Int)] = []
+        for r in ranges where r.end > from && r.start < until {
+            events.append((max(r.start, from), weight(r)))
+            events.append((min(r.end, until), -weight(r)))
+        }
+        events.sort { x, y in x.time < y.time || (x.time == y.time && x.change < y.change) }
+        var now = 0, most = 0
+        for e in events { now += e.change; most = max(most, now) }
+        return most
+    }
+
+    /// Writes the whole dense archive, drops region `a` over it from nginx's location `slow`
+    /// and, once a's first range is cut, region `b` from `/gen/` (no limit), and waits until b
+    /// completes. Returns the `pmtiles` reader's tiles of the box and a's tiles completed then.
+    func dropSlowThenFast(_ slow: String) throws -> (want: [String: String], aWhenBCompleted: Int) {
+        try ExportTools.require([ExportTools.python])
+        let dense = generated.appendingPathComponent("dense.pmtiles").path
+        let box = ["13.0", "52.3", "13.8", "52.7"]
+        _ = try makePMTiles(["dense", dense] + box + ["10", "15", "5"])
+        let want = try XCTUnwrap(try makePMTiles(["region", dense] + box + ["10", "15"])["sha256"] as? [String: String])
+        try fx.drop("a.json", ["id": "a", "tiles": ["pmtiles://" + nginx.url(slow + "dense.pmtiles")],
+                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try waitUntil("a's first ranges are cut", timeout: 60) { (self.fx.progress("a")["tilesCompleted"] ?? 0) > 0 }
+        try fx.drop("b.json", ["id": "b", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
+                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try fx.waitForState("b", "completed", timeout: 120)
+        return (want, fx.progress("a")["tilesCompleted"] ?? 0)
+    }
+
     /// The daemon holds at most 6 MiB of range bodies at once (`Daemon.maxRangeBytesHeld`: three
     /// 2 MiB ranges asked or being cut), whatever `--max-requests-per-region` allows: served at
     /// 1 MB/s a connection (nginx sends the first second's worth at once, so a range of more than
@@ -706,12 +739,7 @@ final class PMTilesDownloadTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(ranges.count, 5)
         XCTAssertTrue(ranges.allSatisfy { $0.bytes <= Int(PMTiles.defaultMaxRange) }, "ranges of 2 MiB at most")
         XCTAssertGreaterThanOrEqual(ranges.filter { $0.end - $0.start >= 0.5 }.count, 4, "ranges over 1 MB take a second or so")
-        // The most ranges under way at one moment: ends sort before starts at the same time.
-        var events: [(time: Double, change: Int)] = []
-        for r in ranges { events.append((r.start, 1)); events.append((r.end, -1)) }
-        events.sort { a, b in a.time < b.time || (a.time == b.time && a.change < b.change) }
-        var now = 0, most = 0
-        for e in events { now += e.change; most = max(most, now) }
+        let most = Self.mostAtOnce(Array(ranges))
         print("MEASURED: \(ranges.count) ranges at 1 MB/s a connection, at most \(most) at once")
         XCTAssertLessThanOrEqual(most, 3)
         XCTAssertGreaterThanOrEqual(most, 2, "more than one range at a time")
@@ -763,29 +791,14 @@ final class PMTilesDownloadTests: XCTestCase {
     /// is covered by `ImportAndLimitTests.testRangeBudgetIsTakenInTurns`. Every tile of both
     /// matches the `pmtiles` reader.
     func testASlowRegionDoesNotHoldUpAFastOne() throws {
-        try ExportTools.require([ExportTools.python])
-        let dense = generated.appendingPathComponent("dense.pmtiles").path
-        let box = ["13.0", "52.3", "13.8", "52.7"]
-        _ = try makePMTiles(["dense", dense] + box + ["10", "15", "5"])
-        let want = try XCTUnwrap(try makePMTiles(["region", dense] + box + ["10", "15"])["sha256"] as? [String: String])
-        try fx.drop("a.json", ["id": "a", "tiles": ["pmtiles://" + nginx.url("/slow/dense.pmtiles")],
-                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
-        try waitUntil("the first range of a is cut", timeout: 60) { (self.fx.progress("a")["tilesCompleted"] ?? 0) > 0 }
-        try fx.drop("b.json", ["id": "b", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
-                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
-        try fx.waitForState("b", "completed", timeout: 120)
-        let aWhenBCompleted = fx.progress("a")["tilesCompleted"] ?? 0
+        let (want, aWhenBCompleted) = try dropSlowThenFast("/slow/")
         try fx.waitForState("a", "completed", timeout: 120)
         for id in ["a", "b"] { XCTAssertEqual(tileObjects(id), want, id) }
         let log = nginx.timingLog()
         let a = log.filter { $0.uri == "/slow/dense.pmtiles" }.dropFirst(), b = log.filter { $0.uri == "/gen/dense.pmtiles" }.dropFirst()
         // While b asks for ranges: from its first range to its last.
         let from = try XCTUnwrap(b.map(\.start).min()), until = try XCTUnwrap(b.map(\.end).max())
-        var events: [(time: Double, change: Int)] = []
-        for r in a where r.end > from && r.start < until { events.append((max(r.start, from), r.bytes)); events.append((min(r.end, until), -r.bytes)) }
-        events.sort { x, y in x.time < y.time || (x.time == y.time && x.change < y.change) }
-        var now = 0, most = 0
-        for e in events { now += e.change; most = max(most, now) }
+        let most = Self.mostAtOnce(Array(a), from: from, until: until, weight: \.bytes)
         print("MEASURED: b's \(b.count) ranges in \(String(format: "%.2f", until - from)) s beside a at 1 MB/s, a holding at most \(most) bytes of ranges; a had \(aWhenBCompleted) of \(want.count) tiles when b completed")
         XCTAssertLessThanOrEqual(most, 5 << 20, "a, slow, holds at most its share (3 MiB) and one range more")
         XCTAssertLessThan(aWhenBCompleted, want.count, "b, fast, did not wait for a to finish")
@@ -798,17 +811,7 @@ final class PMTilesDownloadTests: XCTestCase {
     /// while the slow one is still downloading (attack round 27: one waited 17 s behind three
     /// 2 MiB ranges at 100 KB/s).
     func testRangesAreSizedToTheServersRate() throws {
-        try ExportTools.require([ExportTools.python])
-        let dense = generated.appendingPathComponent("dense.pmtiles").path
-        let box = ["13.0", "52.3", "13.8", "52.7"]
-        _ = try makePMTiles(["dense", dense] + box + ["10", "15", "5"])
-        let want = try XCTUnwrap(try makePMTiles(["region", dense] + box + ["10", "15"])["sha256"] as? [String: String])
-        try fx.drop("a.json", ["id": "a", "tiles": ["pmtiles://" + nginx.url("/slower/dense.pmtiles")],
-                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
-        try waitUntil("a's first ranges are cut", timeout: 60) { (self.fx.progress("a")["tilesCompleted"] ?? 0) > 0 }
-        try fx.drop("b.json", ["id": "b", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
-                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
-        try fx.waitForState("b", "completed", timeout: 60)
+        let (want, _) = try dropSlowThenFast("/slower/")
         XCTAssertEqual(fx.state("a"), "downloading", "a, slow, is still downloading")
         XCTAssertEqual(tileObjects("b"), want)
         try waitUntil("a has asked a range sized to its rate", timeout: 60) {
