@@ -458,6 +458,14 @@ extension HTTPClient {
                   let v = h?.pointee.value else { return nil }
             return String(cString: v)
         }
+        /// The field's value when the answer has exactly one field of that name (any case), else
+        /// nil: two are no value at all.
+        func single(_ name: String) -> String? {
+            var h: UnsafeMutablePointer<curl_header>?
+            guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK, let first = h?.pointee,
+                  first.amount == 1, let v = first.value else { return nil }
+            return String(cString: v)
+        }
         func values(_ name: String) -> String? {
             var h: UnsafeMutablePointer<curl_header>?
             guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK, let first = h?.pointee else { return nil }
@@ -472,11 +480,12 @@ extension HTTPClient {
         var type: UnsafeMutablePointer<CChar>?
         tilespool_easy_getinfo_string(easy, CURLINFO_CONTENT_TYPE, &type)
         out.contentType = type.map { String(cString: $0) }
-        // Every ETag and Last-Modified field, joined: two of them (a proxy adding its own) are no
+        // ETag and Last-Modified only when sent once: two of them (a proxy adding its own) are no
         // validator at all, never the first one read alone (attack round 28: `"v1"` then `"v2"`
-        // let a new archive version pass as the pinned one).
-        out.etag = values("ETag")
-        out.lastModified = values("Last-Modified")
+        // let a new archive version pass as the pinned one; round 29: the same with two
+        // Last-Modified, whose joined text parsed as the first date).
+        out.etag = single("ETag")
+        out.lastModified = single("Last-Modified")
         out.maxAge = CacheLifetime.maxAge(value("Cache-Control"))
         if out.maxAge == nil { out.expires = value("Expires") } else { out.age = CacheLifetime.age(value("Age")) }
         if retryAfter { out.retryAfter = value("Retry-After") }

@@ -93,6 +93,9 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          the answer cut as in cutoff (a new version, cut short);
                          MODE twoetags: for every k > N, two ETag fields, "v1" then "v2", with
                          If-Match ignored (a proxy that adds its own);
+                         MODE twolm: no ETag and Last-Modified Wed, 01 Jan 2025 00:00:00 GMT; for
+                         every k > N two Last-Modified fields, that one then a later one, with
+                         If-Unmodified-Since ignored;
                          MODE slow: as ranged, each request k <= N answered 3 s late
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
@@ -345,6 +348,10 @@ class Handler(BaseHTTPRequestHandler):
         validators = [("ETag", etag), ("Accept-Ranges", "bytes")] if not stripped else [("Accept-Ranges", "bytes")]
         if mode == "twoetags" and count > n:
             validators = [("ETag", '"v1"'), ("ETag", '"v2"'), ("Accept-Ranges", "bytes")]
+        if mode == "twolm":
+            validators = [("Last-Modified", "Wed, 01 Jan 2025 00:00:00 GMT"), ("Accept-Ranges", "bytes")]
+            if count > n:
+                validators.insert(1, ("Last-Modified", "Thu, 02 Jan 2025 00:00:00 GMT"))
         if_match = self.headers.get("If-Match")
         ignores = mode in ("stripped", "cutchanged", "twoetags") and count > n
         if if_match is not None and if_match != etag and not ignores:

@@ -104,6 +104,14 @@ final class InfraSmokeTests: XCTestCase {
         XCTAssertEqual(expires.freshness.expires, 1_767_225_600, "Thu, 01 Jan 2026 00:00:00 GMT")
         XCTAssertNil(expires.freshness.etag)
         XCTAssertNil(expires.freshness.lastModified)
+        // Two Last-Modified fields (any case) are no Last-Modified either (attack round 29: the
+        // first date was kept); one is read in any case.
+        try server.registerReply("twolm", headers: [("Last-Modified", "Wed, 01 Jan 2025 00:00:00 GMT"), ("last-modified", "Thu, 02 Jan 2025 00:00:00 GMT")], body: "x")
+        try server.registerReply("onelm", headers: [("last-MODIFIED", "Wed, 01 Jan 2025 00:00:00 GMT")], body: "x")
+        let lm = client.fetchAll([base + "/reply/twolm/1.png", base + "/reply/onelm/1.png"])
+        XCTAssertEqual(lm.map(\.status), [200, 200])
+        XCTAssertNil(lm[0].freshness.lastModified)
+        XCTAssertEqual(lm[1].freshness.lastModified, 1_735_689_600)
     }
 
     /// Cache-Control's lifetime (RFC 9111 section 5.2.2): no-cache and no-store win wherever they

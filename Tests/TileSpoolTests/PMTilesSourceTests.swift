@@ -1784,8 +1784,9 @@ final class PMTilesFaultTests: XCTestCase {
     /// every tile of the new archive, or a mix of both; the second was retried as a network
     /// fault and failed as `badResponse`).
     func testAnAnswerWithoutThePinnedVersionFailsTheRegion() throws {
-        // And two ETag fields, the pinned one first (attack round 28: the first was read alone).
-        for mode in ["stripped", "cutchanged", "twoetags"] {
+        // And two ETag fields, the pinned one first (attack round 28: the first was read alone),
+        // or, with no ETag, two Last-Modified (round 29: the joined text parsed as the first).
+        for mode in ["stripped", "cutchanged", "twoetags", "twolm"] {
             let path = "/pmtiles/\(mode)/1/stamen.pmtiles"
             try fx.drop("\(mode).json", ["id": mode, "tiles": ["pmtiles://" + server.url(path)],
                                          "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
@@ -1794,5 +1795,10 @@ final class PMTilesFaultTests: XCTestCase {
             XCTAssertEqual(fx.manifest(mode).filter { $0.kind == "tile" }.count, 0, mode)
             XCTAssertEqual(server.hits(path), 2, "\(mode): the plan's request, then one range, not retried")
         }
+        // Two Last-Modified from the first answer on: no version to pin, the archive is refused.
+        try fx.drop("twolm0.json", ["id": "twolm0", "tiles": ["pmtiles://" + server.url("/pmtiles/twolm/0/stamen.pmtiles")],
+                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("twolm0", "failed")
+        XCTAssertEqual(fx.errorCode("twolm0"), "invalidArchive", fx.errorMessage("twolm0") ?? "")
     }
 }
