@@ -470,20 +470,21 @@ extension PMTiles {
     /// (`rangeTarget`): 2.
     public static let rangeSeconds = 2.0
     /// The largest range asked before any range of the region has been answered (bytes): 1 MiB,
-    /// so the first ranges asked of a slow server hold at most half the daemon's range budget,
-    /// and a small archive is still one request.
-    public static let firstRange: UInt64 = 1 << 20
+    /// so a small archive is still one request, and the first ranges asked of a slow server
+    /// (as many as the budget holds, six when the region is alone) take half as long as 2 MiB
+    /// ones would.
+    public static let rangeBeforeRate: UInt64 = 1 << 20
     /// The smallest range asked for a slow link (bytes): 64 KiB.
     public static let smallestRange: UInt64 = 64 << 10
 
     /// How long a range request may be (bytes) for a region whose range requests carried
     /// `rate` bytes a second each (nil: none answered yet): `rangeSeconds` of it, between
-    /// `smallestRange` and `maxRange`; `firstRange` (at most `maxRange`) before any answer.
+    /// `smallestRange` and `maxRange`; `rangeBeforeRate` (at most `maxRange`) before any answer.
     /// Ranges that take seconds at most keep a slow server from holding the daemon's range
     /// budget long (attack round 27: three 2 MiB ranges at 100 KB/s held it for 20 s while a
     /// region from a fast server waited) and lose little when cut. Pure.
     public static func rangeTarget(rate: Double?, maxRange: UInt64) -> UInt64 {
-        guard let rate, rate.isFinite, rate > 0 else { return min(firstRange, maxRange) }
+        guard let rate, rate.isFinite, rate > 0 else { return min(rangeBeforeRate, maxRange) }
         let bytes = rate * rangeSeconds
         let wanted = bytes >= Double(maxRange) ? maxRange : UInt64(max(0, bytes))
         return min(maxRange, max(smallestRange, wanted))

@@ -16,6 +16,21 @@ struct ArchiveRange {
     let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
     /// Bytes asked (`end - start`).
     var length: UInt64 { end - start }
+
+    /// This range cut in two where its first tiles (sorted by offset) end within byte `limit` of
+    /// the archive: those tiles, and every tile sharing an offset (one body, a run) with the last
+    /// of them, then the others; nil when no tile or every tile ends within it. With
+    /// `keepingFirst`, the first tile is kept however long (a range is never emptied).
+    func split(within limit: UInt64, keepingFirst: Bool) -> (kept: ArchiveRange, rest: ArchiveRange)? {
+        func tileEnd(_ k: Int) -> UInt64 { tiles[k].tile.offset + UInt64(tiles[k].tile.length) }
+        var k = keepingFirst ? min(1, tiles.count) : 0
+        while k < tiles.count && tileEnd(k) <= limit { k += 1 }
+        while k > 0 && k < tiles.count && tiles[k].tile.offset == tiles[k - 1].tile.offset { k += 1 }
+        guard k > 0, k < tiles.count else { return nil }
+        let keptEnd = (0..<k).map(tileEnd).max() ?? end
+        return (ArchiveRange(set: set, start: start, end: keptEnd, tiles: Array(tiles[..<k])),
+                ArchiveRange(set: set, start: tiles[k].tile.offset, end: end, tiles: Array(tiles[k...])))
+    }
 }
 
 /// A read of a region's PMTiles directories, finished off the loop (`Daemon.startArchiveReads`):
@@ -210,10 +225,10 @@ extension Daemon {
         guard d.archiveRanges != nil else { return }
         while d.inFlight.count + d.rangesCutting.count < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
             if d.nonTileInFlight > 0 || d.cursor < plan.resources.count { return }
+            splitRange(d, d.rangeCursor)
             // The daemon's range bodies held (asked, or being cut) stay within
             // `maxRangeBytesHeld`, taken by the regions in turns; one range is always allowed
             // when none is held, however large.
-            splitRange(d, d.rangeCursor)
             let size = d.archiveRanges![d.rangeCursor].length
             var budget = rangeBudget ?? RangeBudget(limit: Daemon.maxRangeBytesHeld, held: rangeBytesHeld(), regions: regionsAskingForRanges())
             defer { rangeBudget = budget }
@@ -224,25 +239,15 @@ extension Daemon {
     }
 
     /// Cuts range `n` (not yet asked) to `PMTiles.rangeTarget` for the download's measured
-    /// rate: its first tiles (at least one, and every tile sharing an offset with a kept one)
-    /// stay at `n`, the others become range `n + 1`. Only ranges from `rangeCursor` on are
-    /// moved, and none of those is asked or referred to yet.
+    /// rate (`ArchiveRange.split`, the first tile kept however long): the kept part stays at
+    /// `n`, the rest becomes range `n + 1`. Only ranges from `rangeCursor` on are moved, and
+    /// none of those is asked or referred to yet.
     func splitRange(_ d: Download, _ n: Int) {
         let range = d.archiveRanges![n]
         let target = PMTiles.rangeTarget(rate: d.rangeRate, maxRange: PMTiles.defaultMaxRange)
-        guard range.length > target, range.tiles.count > 1 else { return }
-        let tiles = range.tiles
-        func end(_ k: Int) -> UInt64 { tiles[k].tile.offset + UInt64(tiles[k].tile.length) }
-        // The tiles (sorted by offset) that end within the target, the first at least, and
-        // those sharing an offset (one body, a run) with the last kept.
-        let limit = max(range.start + target, end(0))
-        var k = 1
-        while k < tiles.count && end(k) <= limit { k += 1 }
-        while k < tiles.count && tiles[k].tile.offset == tiles[k - 1].tile.offset { k += 1 }
-        guard k < tiles.count else { return }
-        let keptEnd = (0..<k).map(end).max() ?? range.end
-        d.archiveRanges![n] = ArchiveRange(set: range.set, start: range.start, end: keptEnd, tiles: Array(tiles[..<k]))
-        d.archiveRanges!.insert(ArchiveRange(set: range.set, start: tiles[k].tile.offset, end: range.end, tiles: Array(tiles[k...])), at: n + 1)
+        guard range.length > target, let (kept, rest) = range.split(within: range.start + target, keepingFirst: true) else { return }
+        d.archiveRanges![n] = kept
+        d.archiveRanges!.insert(rest, at: n + 1)
     }
 
     /// The most bytes of range bodies the daemon holds at once, over every region: ranges asked
@@ -325,10 +330,9 @@ extension Daemon {
         let facts = RangeAnswerFacts(
             answer: AnswerFacts(url: url, secrets: r.secrets, kind: .tile, failure: res.failure.map(AnswerFacts.Failure.init),
                                 status: res.status, body: res.body, retryAfter: res.retryAfter),
-            // Headers are read for an answer, and for a 206 cut short (the client keeps its bytes
-            // only then); a transfer that failed otherwise has none to compare.
+            // A transfer that failed before its headers were read has no version to compare.
             start: range.start, end: range.end, source: set.source,
-            versionChanged: (res.failure == nil || !res.body.isEmpty) && PMTilesRemote.changed(pinned, res.freshness),
+            versionChanged: res.headersRead && PMTilesRemote.changed(pinned, res.freshness),
             etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 },
             contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 })
         var body = Data()
@@ -338,18 +342,14 @@ extension Daemon {
             // The tiles wholly within the bytes that came are cut; the rest of the range is a
             // range of its own, asked after the others (so each attempt stores at least one
             // tile, and a range never cut short twice at the same place loops).
-            let whole = range.start + UInt64(received)
-            let kept = range.tiles.filter { $0.tile.offset + UInt64($0.tile.length) <= whole }
-            let rest = range.tiles.filter { $0.tile.offset + UInt64($0.tile.length) > whole }
-            if kept.isEmpty || rest.isEmpty {
-                decision = .retry(x)
-            } else {
-                let end = rest.map { $0.tile.offset + UInt64($0.tile.length) }.max() ?? range.end
-                d.archiveRanges!.append(ArchiveRange(set: range.set, start: rest[0].tile.offset, end: end, tiles: rest))
-                Log.info("range \(range.start)-\(range.end - 1) cut short after \(received) of \(range.length) bytes: \(kept.count) whole tiles kept, the other \(rest.count) asked again",
+            if let (kept, rest) = range.split(within: range.start + UInt64(received), keepingFirst: false) {
+                d.archiveRanges!.append(rest)
+                Log.info("range \(range.start)-\(range.end - 1) cut short after \(received) of \(range.length) bytes: \(kept.tiles.count) whole tiles kept, the other \(rest.tiles.count) asked again",
                          region: r.id, state: r.state.rawValue, url: shown(url, r))
-                cutTiles = kept
+                cutTiles = kept.tiles
                 body = res.body[res.body.startIndex..<(res.body.startIndex + received)]
+            } else {
+                decision = .retry(x)
             }
         }
         switch decision {

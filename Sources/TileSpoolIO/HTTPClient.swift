@@ -83,10 +83,13 @@ public struct TransferResult: Sendable {
     /// True when the server answered 304 Not Modified (to a conditional request): the stored copy
     /// is current. Only a 304 sets it; a 200 is always a new body.
     public var notModified = false
-    /// The response's `Content-Type` header (after redirects), if any.
     /// The `Content-Range` field of a 206 answer as received (nil for any other status).
     public var contentRange: String?
+    /// The response's `Content-Type` header (after redirects), if any.
     public var contentType: String?
+    /// True when the answer's headers were read (`freshness`, `contentRange`): every answer, and
+    /// a 206 cut short, whose bytes are kept; false for a transfer that failed otherwise.
+    public var headersRead = false
 }
 
 /// One transfer's state: what its hops send, and the receive state reached from libcurl's write
@@ -383,6 +386,7 @@ public final class HTTPClient: @unchecked Sendable {
         tilespool_easy_getinfo_long(t.easy, CURLINFO_RESPONSE_CODE, &status)
         var r = TransferResult(tag: t.tag, status: status, body: t.body, retryAfter: nil, failure: nil)
         if code == CURLE_OK {
+            r.headersRead = true
             // Retry-After only where it can mean something (not on every tile's 200).
             let h = headers(t.easy, retryAfter: status >= 300 && status != 304, contentRange: status == 206)
             r.freshness = freshness(h)
@@ -425,6 +429,7 @@ public final class HTTPClient: @unchecked Sendable {
         default: break
         }
         if status == 206 && cutShort && !t.tooLarge {
+            r.headersRead = true
             let h = headers(t.easy, retryAfter: false, contentRange: true)
             r.freshness = freshness(h)
             r.contentRange = h.contentRange
@@ -438,8 +443,8 @@ public final class HTTPClient: @unchecked Sendable {
 extension HTTPClient {
     /// The response headers the daemon reads, of the last response (after redirects): the
     /// content type as libcurl parsed it (`CURLINFO_CONTENT_TYPE`), and the first `ETag`,
-    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires`, and (when asked) `Retry-After` and every
-    /// `Content-Range` (a 206's).
+    /// `Last-Modified`, `Cache-Control`, `Age`, `Expires`, and (when asked) `Retry-After` and
+    /// `Content-Range` (a 206's); `ETag`, `Last-Modified` and `Content-Range` only when sent once.
     /// `Expires` is read only when `Cache-Control` gives no lifetime (RFC 9111 section 5.3: it
     /// would be ignored), `Age` only when it does. The corresponding C function is `curl_easy_header` (libcurl's header API, 7.84
     /// and later): one lookup per name (walking every header with `curl_easy_nextheader` costs a
@@ -466,16 +471,6 @@ extension HTTPClient {
                   first.amount == 1, let v = first.value else { return nil }
             return String(cString: v)
         }
-        func values(_ name: String) -> String? {
-            var h: UnsafeMutablePointer<curl_header>?
-            guard curl_easy_header(easy, name, 0, UInt32(CURLH_HEADER), -1, &h) == CURLHE_OK, let first = h?.pointee else { return nil }
-            var all = [first.value.map { String(cString: $0) } ?? ""]
-            for i in 1..<max(1, min(first.amount, 16)) {
-                var next: UnsafeMutablePointer<curl_header>?
-                if curl_easy_header(easy, name, i, UInt32(CURLH_HEADER), -1, &next) == CURLHE_OK, let v = next?.pointee.value { all.append(String(cString: v)) }
-            }
-            return all.joined(separator: ", ")
-        }
         var out = ResponseHeaders()
         var type: UnsafeMutablePointer<CChar>?
         tilespool_easy_getinfo_string(easy, CURLINFO_CONTENT_TYPE, &type)
@@ -489,9 +484,9 @@ extension HTTPClient {
         out.maxAge = CacheLifetime.maxAge(value("Cache-Control"))
         if out.maxAge == nil { out.expires = value("Expires") } else { out.age = CacheLifetime.age(value("Age")) }
         if retryAfter { out.retryAfter = value("Retry-After") }
-        // Every Content-Range field, joined as one list: two of them (a proxy adding its own)
-        // never parse as the one range asked (attack round 25: the first was read alone).
-        if contentRange { out.contentRange = values("Content-Range") }
+        // Likewise Content-Range: two of them (a proxy adding its own) are none, never the one
+        // range asked (attack round 25: the first was read alone).
+        if contentRange { out.contentRange = single("Content-Range") }
         return out
     }
 

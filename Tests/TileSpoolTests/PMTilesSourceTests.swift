@@ -644,10 +644,10 @@ final class PMTilesPlanTests: XCTestCase {
     }
 }
 
-/// The daemon downloading PMTiles sources from nginx: tiles cut from coalesced range requests,
-/// every stored tile compared with an independent witness (the identical files in mapdata/raster,
-/// or the `pmtiles` reader for an archive the test writes), requests counted in nginx's log.
-final class PMTilesDownloadTests: XCTestCase {
+/// A daemon beside nginx serving mapdata and, under `/gen/` (as fast as it goes), `/slow/`
+/// (1 MB/s a connection) and `/slower/` (300 KB/s), the archives a test writes into `generated`:
+/// the setting of the PMTiles download and export tests.
+class PMTilesServedTestCase: XCTestCase {
     var mapdata: URL!
     var nginx: NginxServer!
     var fx: SpoolFixture!
@@ -669,6 +669,12 @@ final class PMTilesDownloadTests: XCTestCase {
         fx?.stop()
         nginx?.stop()
     }
+}
+
+/// The daemon downloading PMTiles sources from nginx: tiles cut from coalesced range requests,
+/// every stored tile compared with an independent witness (the identical files in mapdata/raster,
+/// or the `pmtiles` reader for an archive the test writes), requests counted in nginx's log.
+final class PMTilesDownloadTests: PMTilesServedTestCase {
 
     func archiveRequests(_ path: String) -> [NginxServer.AccessEntry] { nginx.accessLog().filter { $0.path == path } }
 
@@ -1352,24 +1358,10 @@ extension PMTilesDownloadTests {
 /// Exports of a region whose style source is a PMTiles archive: PMTiles and MBTiles as for any
 /// tile source; for `maplibre` and `site` the style points the source at a tile URL template of
 /// tiles the pack holds (MapLibre Native's offline database does not cache range requests).
-final class PMTilesExportTests: XCTestCase {
-    var mapdata: URL!
-    var generated: URL!
-    var nginx: NginxServer!
-    var fx: SpoolFixture!
-
+final class PMTilesExportTests: PMTilesServedTestCase {
     override func setUpWithError() throws {
-        mapdata = try MapData.require()
         try ExportTools.require([ExportTools.python])
-        generated = try TestScratch.folder("pmtiles-export")
-        nginx = try NginxServer(root: mapdata, extraLocations: "location ^~ /gen/ { alias \(generated.path)/; }")
-        fx = try SpoolFixture()
-        try fx.start()
-    }
-
-    override func tearDown() {
-        fx?.stop()
-        nginx?.stop()
+        try super.setUpWithError()
     }
 
     func testExportsOfAnArchiveSourceHoldEveryTile() throws {
