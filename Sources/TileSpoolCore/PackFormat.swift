@@ -112,16 +112,29 @@ public enum LE {
 
 /// A pack file: objects one after the other, each behind a small header.
 ///
-///     offset 0      "TSPACK01" (8 bytes)
+///     offset 0      "TSPACK02" (8 bytes; "TSPACK01" in packs written before 2026-12-07)
 ///     offset 8      records, one per object, in the order written:
 ///                     SHA-256 of the body (32 bytes), body length (u32 LE), the body
 ///     last 16       "TSPACKND" (8 bytes), record count (u32 LE), reserved (u32 LE, 0)
 ///
 /// A pack being written has no end yet; one cut short by a crash is read up to its last whole
 /// record (each record carries its object's name, so every body can be checked). A pack is named
-/// by the SHA-256 of its whole bytes (`packs/<64 hex>.pack`).
+/// (`packs/<64 hex>.pack`) by a SHA-256 its magic decides (docs/store.md, "Pack files"):
+/// "TSPACK02", of its bytes with every body left out (the magic, each record's 36-byte header,
+/// the end), which with each body's own SHA-256 in its header names every byte, as git's pack
+/// names come from their objects' names, without a second pass over the bodies; "TSPACK01", of
+/// its whole bytes.
 public enum PackFormat {
-    public static let magic = Array("TSPACK01".utf8)
+    /// The magic of the packs written now: named by the SHA-256 of their bytes without the bodies.
+    public static let magic = Array("TSPACK02".utf8)
+    /// The magic of packs written before 2026-12-07, read as they are: named by the SHA-256 of
+    /// their whole bytes.
+    public static let wholeNamedMagic = Array("TSPACK01".utf8)
+    /// True when the first 8 of `bytes` are either magic.
+    public static func isMagic<C: Collection>(_ bytes: C) -> Bool where C.Element == UInt8 {
+        let head = Array(bytes.prefix(8))
+        return head == magic || head == wholeNamedMagic
+    }
     public static let endMagic = Array("TSPACKND".utf8)
     /// Bytes of a record's header: the SHA-256 and the length.
     public static let headerSize = 36

@@ -7,10 +7,11 @@ import Glibc
 import TileSpoolCore
 
 /// A pack being written to a local file (`<scratch>/<pid>-<n>.partial`): records are appended
-/// to a 1 MiB buffer; each full buffer is handed to the pack's own serial write queue, which keeps
-/// the SHA-256 of every byte written as it goes and writes the bytes, so the appending thread (the
-/// daemon's loop) neither hashes the pack nor waits for its `write`s, and sealing costs a footer,
-/// an fsync and no second pass. At most `buffersInFlight` buffers wait for the queue (memory stays
+/// to a 1 MiB buffer; each full buffer is handed to the pack's own serial write queue, which
+/// writes the bytes, so the appending thread (the daemon's loop) does not wait for its `write`s.
+/// The pack's name is the SHA-256 of its magic, record headers and end (`PackFormat`), kept as
+/// records are appended (36 bytes each): no pass over the bodies, which the caller has hashed
+/// already to name them, and sealing costs a footer and an fsync. At most `buffersInFlight` buffers wait for the queue (memory stays
 /// bounded when the disk is slower than the network). Its file operations are serialised by its
 /// own lock (the loop appends, the writer thread seals, a reader may read a record meanwhile); a
 /// write that fails is thrown by the next `append`, `read` or `finish`.
@@ -19,8 +20,9 @@ final class PackWriter: @unchecked Sendable {
     let path: String
     private let fd: Int32
     private var buffer: [UInt8] = []
-    /// Only the write queue touches it, and `finish` once the queue is drained.
-    private let hash = SHA256.Stream()
+    /// The SHA-256 of the magic and the record headers appended (the pack's name once the end
+    /// is added); under `io`.
+    private let names = SHA256.Stream()
     private let writes = DispatchQueue(label: "tilespool.pack-writes")
     static let buffersInFlight = 3
     private let slots = DispatchSemaphore(value: PackWriter.buffersInFlight)
@@ -52,6 +54,7 @@ final class PackWriter: @unchecked Sendable {
         buffer.reserveCapacity(1 << 20)
         buffer += PackFormat.magic
         appended = PackFormat.magic.count
+        PackFormat.magic.withUnsafeBytes { names.update($0) }
     }
 
     deinit { Glibc.close(fd) } // a queued write holds `self`: none is left by now
@@ -64,7 +67,9 @@ final class PackWriter: @unchecked Sendable {
         try throwIfFailed()
         positions[digest] = entries.count
         entries.append(PackFormat.Entry(digest: digest, offset: UInt64(appended), length: UInt32(body.count)))
-        buffer += PackFormat.header(digest, length: body.count)
+        let header = PackFormat.header(digest, length: body.count)
+        header.withUnsafeBytes { names.update($0) }
+        buffer += header
         buffer.append(contentsOf: body)
         appended += PackFormat.headerSize + body.count
         bodyBytes += body.count
@@ -88,7 +93,6 @@ final class PackWriter: @unchecked Sendable {
             progress.lock(); let failed = writeError != nil; progress.unlock()
             guard !failed else { return }
             chunk.withUnsafeBytes { raw in
-                hash.update(raw)
                 do throws(SystemError) {
                     try Files.writeAll(fd, raw, path: path)
                     progress.lock(); writtenBytes += raw.count
@@ -137,15 +141,17 @@ final class PackWriter: @unchecked Sendable {
     }
 
     /// Writes the end, flushes and fsyncs the file.
-    /// - Returns: the pack's name: the SHA-256 of its bytes.
+    /// - Returns: the pack's name: the SHA-256 of its bytes without the bodies (`PackFormat`).
     /// - Throws: `SystemError`.
     func finish() throws(SystemError) -> Digest {
         io.lock(); defer { io.unlock() }
-        buffer += PackFormat.footer(count: entries.count)
+        let footer = PackFormat.footer(count: entries.count)
+        footer.withUnsafeBytes { names.update($0) }
+        buffer += footer
         appended += PackFormat.footerSize
         try flushLocked()
         try Files.fsync(fd, path: path)
-        return Digest(bytes: hash.finish())
+        return Digest(bytes: names.finish())
     }
 }
 

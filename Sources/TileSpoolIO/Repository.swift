@@ -2,7 +2,7 @@
 // a store-wide index of where each object is, and the recorder's order "object durable, then
 // index, then manifest line".
 //
-//     packs/<64 hex>.pack   objects, packed (`PackFormat`); named by the SHA-256 of the file
+//     packs/<64 hex>.pack           objects, packed (`PackFormat`); named by a SHA-256 of the file (`packDigest(of:)`)
 //     index/<64 hex>.idx            where objects are (`IndexFormat`); named by its own SHA-256
 //     objects/<2 hex>/<64 hex>      loose objects of earlier versions: read as they are; gc packs them
 //     regions/<id>/...              the regions' files (request, plan, manifest, refresh)
@@ -700,6 +700,26 @@ public final class Repository: @unchecked Sendable {
         data.withUnsafeBytes { Repository.digest(of: $0) } == digest
     }
 
+    /// The name the bytes of a whole pack give it (docs/store.md, "Pack files"): for a
+    /// "TSPACK02" pack the SHA-256 of its magic, every record's 36-byte header and its end (the
+    /// bodies left out: each is named by the SHA-256 in its header); for a "TSPACK01" pack the
+    /// SHA-256 of its whole bytes. Nil when `data` is not a whole pack.
+    static func packDigest(of data: Data) -> Digest? {
+        var headers: [Range<Int>] = []
+        do {
+            try records(data) { _, body in headers.append((body.lowerBound - PackFormat.headerSize)..<body.lowerBound) }
+        } catch { return nil }
+        return data.withUnsafeBytes { raw -> Digest in
+            if raw.prefix(8).elementsEqual(PackFormat.wholeNamedMagic) { return Repository.digest(of: raw) }
+            let names = SHA256.Stream()
+            names.update(UnsafeRawBufferPointer(rebasing: raw[0..<PackFormat.magic.count]))
+            for h in headers { names.update(UnsafeRawBufferPointer(rebasing: raw[h])) }
+            names.update(UnsafeRawBufferPointer(rebasing: raw[(raw.count - PackFormat.footerSize)...]))
+            return Digest(bytes: names.finish())
+        }
+    }
+
+
     /// Where object `sha256` lies in a sealed pack (the copy `read` would use), found in the index
     /// without reading the pack; nil for an object that is loose, only in the open pack, or absent.
     public func location(_ sha256: String) -> ObjectLocation? {
@@ -924,7 +944,7 @@ public final class Repository: @unchecked Sendable {
     /// order, stopping at the end or at the first record cut short or damaged.
     static func scanRecords(fd: Int32, path: String, _ body: (Digest, Data) throws -> Void) throws {
         var magic = [UInt8](repeating: 0, count: PackFormat.magic.count)
-        guard pread(fd, &magic, magic.count, 0) == magic.count, magic == PackFormat.magic else { return }
+        guard pread(fd, &magic, magic.count, 0) == magic.count, PackFormat.isMagic(magic) else { return }
         var st = Glibc.stat()
         guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
         let size = Int(st.st_size)
@@ -978,7 +998,7 @@ public final class Repository: @unchecked Sendable {
     /// - Throws: `SystemError` EINVAL when the bytes are not a whole pack.
     static func records(_ pack: Data, _ body: (Digest, Range<Int>) throws -> Void) throws {
         try pack.withUnsafeBytes { raw in
-            guard raw.count >= PackFormat.magic.count + PackFormat.footerSize, Array(raw[0..<8]) == PackFormat.magic,
+            guard raw.count >= PackFormat.magic.count + PackFormat.footerSize, PackFormat.isMagic(raw[0..<8]),
                   Array(raw[(raw.count - 16)..<(raw.count - 8)]) == PackFormat.endMagic else { throw SystemError("read pack", "", errno: EINVAL) }
             var pos = PackFormat.magic.count
             let end = raw.count - PackFormat.footerSize

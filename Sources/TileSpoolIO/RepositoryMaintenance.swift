@@ -186,7 +186,7 @@ extension Repository {
     }
 
     /// Settles the temp file of a save cut short: a pack (`packs/.tmp-<sha256>.pack-<pid>-<n>`)
-    /// whose bytes are whole and hash to that name is saved under it (its objects may be ones a
+    /// whose bytes are whole and give that name (`Repository.packDigest(of:)`) is saved under it (its objects may be ones a
     /// journal names: the kill came between the pack's write and its rename into place); anything
     /// else (a pack cut short, an index file, a loose object) is removed (index files are made
     /// again from the packs, `indexUnindexedPacks`). The temp file is gone afterwards.
@@ -197,7 +197,7 @@ extension Repository {
         var saved = false
         if f.name.hasPrefix("packs/"), let base = SaveTempName.parse(f.name)?.target {
             if base.hasSuffix(".pack"), let digest = Digest(hex: String(base.dropLast(5))), let data = try backend.load(f.name),
-               Repository.hashes(data, to: digest), (try? Repository.records(data) { _, _ in }) != nil {
+               Repository.packDigest(of: data) == digest {
                 try backend.save(Repository.packName(digest), data, ifAbsent: true)
                 saved = true
             }
@@ -235,8 +235,8 @@ extension Repository {
         return LeftBehind.ownerIsGone(pid)
     }
 
-    /// verify's part (docs/gc.md): every pack read whole and checked (its name is the SHA-256 of
-    /// its bytes; every record's body hashes to its name; every index entry names a record that is
+    /// verify's part (docs/gc.md): every pack read whole and checked (its bytes give its name,
+    /// `Repository.packDigest(of:)`; every record's body hashes to its name; every index entry names a record that is
     /// there), every loose object re-hashed. With `repair`, a damaged pack's good objects are
     /// written into a new pack and the pack is moved to `quarantine/`, a bad loose object too, and
     /// the index is written anew over what is left.
@@ -289,7 +289,7 @@ extension Repository {
             var goodBodies: [(Digest, Range<Int>)] = []
             var bad = false
             var recordsSound = true
-            let whole = Repository.hashes(data, to: name)
+            let whole = Repository.packDigest(of: data) == name
             do {
                 var offset = UInt64(PackFormat.magic.count)
                 try Repository.records(data) { digest, range in

@@ -23,7 +23,8 @@ import os
 import struct
 import sys
 
-PACK_MAGIC, PACK_END, INDEX_MAGIC = b"TSPACK01", b"TSPACKND", b"TSIDX001"
+PACK_MAGIC, PACK_END, INDEX_MAGIC = b"TSPACK02", b"TSPACKND", b"TSIDX001"
+PACK_MAGIC_WHOLE = b"TSPACK01"  # packs written before 2026-12-07: named by their whole bytes
 
 
 def packs(store):
@@ -37,7 +38,11 @@ def packs(store):
 def records(path):
     """(sha256 hex, offset of the body, length, body) of every record of a whole pack."""
     data = open(path, "rb").read()
-    if data[:8] != PACK_MAGIC or data[-16:-8] != PACK_END:
+    return data, records_of(data, path)
+
+
+def records_of(data, path="pack"):
+    if data[:8] not in (PACK_MAGIC, PACK_MAGIC_WHOLE) or data[-16:-8] != PACK_END:
         raise ValueError("%s: not a whole pack" % path)
     count = struct.unpack("<I", data[-8:-4])[0]
     pos, end, out = 8, len(data) - 16, []
@@ -50,7 +55,19 @@ def records(path):
         pos += 36 + length
     if len(out) != count:
         raise ValueError("%s: %d records, the end says %d" % (path, len(out), count))
-    return data, out
+    return out
+
+
+def pack_name(data, recs):
+    """The name a whole pack's bytes give it: TSPACK02, the SHA-256 of the pack without its
+    bodies (magic, each record's 36-byte header, the end); TSPACK01, of its whole bytes."""
+    if data[:8] == PACK_MAGIC_WHOLE:
+        return hashlib.sha256(data).hexdigest()
+    h = hashlib.sha256(data[:8])
+    for _sha, off, _length, _body in recs:
+        h.update(data[off - 36:off])
+    h.update(data[-16:])
+    return h.hexdigest()
 
 
 def index_files(store):
@@ -130,7 +147,7 @@ def main(argv):
             except ValueError as e:
                 faults.append(str(e))
                 continue
-            if hashlib.sha256(data).hexdigest() != os.path.basename(path)[:-5]:
+            if pack_name(data, recs) != os.path.basename(path)[:-5]:
                 faults.append("%s: its bytes do not hash to its name" % path)
             for sha, off, length, body in recs:
                 if hashlib.sha256(body).hexdigest() != sha:
@@ -178,7 +195,7 @@ def main(argv):
             for sha, _off, length, body in kept:
                 out += bytes.fromhex(sha) + struct.pack("<I", length) + body
             out += PACK_END + struct.pack("<II", len(kept), 0)
-            name = hashlib.sha256(out).hexdigest()
+            name = pack_name(bytes(out), records_of(bytes(out)))
             os.makedirs(os.path.join(store, "packs", name[:2]), exist_ok=True)
             with open(os.path.join(store, "packs", name[:2], name + ".pack"), "wb") as f:
                 f.write(out)

@@ -482,6 +482,59 @@ class StoreTests: StoreTestCase {
         try assertEveryObjectReadsBack(names, bs)
     }
 
+    /// A pack is named by the SHA-256 of its bytes without the bodies (magic "TSPACK02", each
+    /// record's 36-byte header, the end: docs/store.md, "Pack files"), so sealing it costs no
+    /// second pass over bodies hashed already; packs an earlier version wrote ("TSPACK01",
+    /// named by their whole bytes) are read, verified, indexed and repacked as they are. In
+    /// either, a byte no record holds (the end's reserved field) is damage that verify names.
+    func testPacksOfBothNamingsAreReadVerifiedAndRepacked() throws {
+        let (_, bs, names) = try sealedStore(25, "naming")
+        let packs = try site.packs()
+        XCTAssertEqual(packs.count, 1)
+        let data = try site.load(packs[0])
+        XCTAssertEqual(Array(data.prefix(8)), Array("TSPACK02".utf8))
+        // The name computed here from the format alone.
+        XCTAssertEqual(packs[0], "packs/\(try XCTUnwrap(formatPackName(data))).pack")
+        XCTAssertNotEqual(packs[0], "packs/\(sha256Hex(data)).pack")
+
+        // The same records as an earlier version wrote them, with no index file (a store of
+        // that version is indexed at start; here by --repair, which the daemon's start shares).
+        var old = data
+        old.replaceSubrange(0..<8, with: Array("TSPACK01".utf8))
+        let oldName = "packs/\(sha256Hex(old)).pack"
+        try site.remove(packs[0])
+        for f in try site.names("index/") { try site.remove(f) }
+        try site.replace(oldName, old)
+        let check = try open().repository.checkObjects(repair: true)
+        XCTAssertEqual(check.bad, [])
+        XCTAssertEqual(check.reindexed, 1)
+        XCTAssertEqual(try site.packs(), [oldName])
+        try assertEveryObjectReadsBack(names, bs)
+
+        // Damage no record holds, in either kind of pack, is named by verify.
+        for name in [oldName] {
+            try site.damage(name) { $0[$0.count - 1] ^= 0x5A }
+            XCTAssertEqual(try open().repository.checkObjects(repair: false).bad, ["\(name): its bytes do not hash to its name"])
+            XCTAssertTrue(try readerVerify().contains("its bytes do not hash to its name"))
+            try site.damage(name) { $0[$0.count - 1] ^= 0x5A }
+        }
+
+        // gc repacks the old pack (two thirds of it dead) into a "TSPACK02" one.
+        let store = try open()
+        let keep = Set(names.prefix(8))
+        let report = try store.collectGarbage(grace: 0, referenced: { keep })
+        XCTAssertEqual(report.objectsRemoved, 17)
+        let after = try site.packs()
+        XCTAssertEqual(after.count, 1)
+        XCTAssertNotEqual(after, [oldName])
+        XCTAssertEqual(Array(try site.load(after[0]).prefix(8)), Array("TSPACK02".utf8))
+        try site.damage(after[0]) { $0[$0.count - 1] ^= 0x5A }
+        XCTAssertEqual(try open().repository.checkObjects(repair: false).bad, ["\(after[0]): its bytes do not hash to its name"])
+        XCTAssertTrue(try readerVerify().contains("its bytes do not hash to its name"))
+        try site.damage(after[0]) { $0[$0.count - 1] ^= 0x5A }
+        try assertEveryObjectReadsBack(Array(names.prefix(8)), Array(bs.prefix(8)))
+    }
+
     /// A gc killed after saving its new pack leaves each object it copied in two packs (and a
     /// store of an earlier version may hold an object loose as well). The next gc counts each
     /// object once ("kept N objects" is the number of distinct objects, not of copies: it said 27
