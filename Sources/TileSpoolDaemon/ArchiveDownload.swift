@@ -321,23 +321,12 @@ extension Daemon {
             let rate = Double(min(res.body.count, Int(range.length))) / max(Daemon.now() - asked, 0.001)
             d.rangeRate = d.rangeRate.map { ($0 + rate) / 2 } ?? rate
         }
-        let set = d.plan!.tileSets[range.set]
-        let archive = set.archive!
-        let url = archive.url
+        let url = d.plan!.tileSets[range.set].archive!.url
         let item = WorkItem.range(n)
         func failTiles(_ f: AnswerDecision.Failure) { failRangeTiles(r, d, n, range.tiles, f) }
-        let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
-        let facts = RangeAnswerFacts(
-            answer: AnswerFacts(url: url, secrets: r.secrets, kind: .tile, failure: res.failure.map(AnswerFacts.Failure.init),
-                                status: res.status, body: res.body, retryAfter: res.retryAfter),
-            // A transfer that failed before its headers were read has no version to compare.
-            start: range.start, end: range.end, source: set.source,
-            versionChanged: res.headersRead && PMTilesRemote.changed(pinned, res.freshness),
-            etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 },
-            contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 })
         var body = Data()
         var cutTiles = range.tiles
-        var decision = AnswerDecision.decideRange(facts)
+        var decision = AnswerDecision.decideRange(rangeFacts(r, d, res, n))
         if case .salvage(let received, let x) = decision {
             // The tiles wholly within the bytes that came are cut; the rest of the range is a
             // range of its own, asked after the others (so each attempt stores at least one
@@ -372,22 +361,95 @@ extension Daemon {
             body = res.body[start..<(start + Int(range.length))]
         }
         d.attempts.removeValue(forKey: item)
-        var freshness = res.freshness
-        if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
         // Cut, decoded, hashed and stored on `cutQueue`, so the loop goes on receiving the other
         // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
         // slot until then (`fillRanges`).
         d.rangesCutting.insert(n)
-        let tiles = cutTiles.filter { !d.done[$0.index] }
-        let job = RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles, freshness: freshness,
-                              gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue, limit: options.http.maxObjectSize,
-                              format: PMTiles.rasterFormat(tileType: archive.tileType))
+        let job = cutJob(r, d, n, cutTiles, res.freshness)
         let store = self.store, mailbox = cutMailbox, writer = self.writer
         let answer = body
         cutQueue.async {
             mailbox.post(job.run(answer, store: store))
             writer.wake()
         }
+    }
+
+    /// The facts of answer `res` to range request `n` for `AnswerDecision.decideRange`: the
+    /// version it names against the one pinned (a transfer that failed before its headers were
+    /// read has none to compare), its ETag and `Content-Range` unless they quote a secret.
+    func rangeFacts(_ r: Region, _ d: Download, _ res: TransferResult, _ n: Int) -> RangeAnswerFacts {
+        let range = d.archiveRanges![n]
+        let set = d.plan!.tileSets[range.set]
+        let archive = set.archive!
+        let pinned = Freshness(etag: archive.etag, lastModified: archive.lastModified)
+        return RangeAnswerFacts(
+            answer: AnswerFacts(url: archive.url, secrets: r.secrets, kind: .tile, failure: res.failure.map(AnswerFacts.Failure.init),
+                                status: res.status, body: res.body, retryAfter: res.retryAfter),
+            start: range.start, end: range.end, source: set.source,
+            versionChanged: res.headersRead && PMTilesRemote.changed(pinned, res.freshness),
+            etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 },
+            contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 })
+    }
+
+    /// The job that cuts `tiles` of range `n` (those not done yet) out of an answer whose
+    /// validators are `freshness` (an ETag quoting a secret left out of the lines).
+    func cutJob(_ r: Region, _ d: Download, _ n: Int, _ tiles: [(index: Int, tile: PMTiles.ArchiveTile)], _ freshness: Freshness) -> RangeCutJob {
+        let range = d.archiveRanges![n]
+        let archive = d.plan!.tileSets[range.set].archive!
+        var freshness = freshness
+        if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
+        return RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles.filter { !d.done[$0.index] },
+                           freshness: freshness, gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue,
+                           limit: options.http.maxObjectSize, format: PMTiles.rasterFormat(tileType: archive.tileType))
+    }
+
+    /// Keeps what the ranges of a download being stopped (a pause, the daemon stopping, the
+    /// network lost) had received, so that a resume asks only for the tiles still missing rather
+    /// than for whole ranges again (round 27: a pause dropped up to `maxRangeBytesHeld`, 6 MiB,
+    /// of bytes received: ten minutes at 10 KB/s). Each range being received is cancelled
+    /// (`HTTPClient.cancelKeepingReceived`) and, when what came is a 206 of the pinned version
+    /// for the first bytes asked (`AnswerDecision.decideRange`'s `salvage`), its whole tiles are
+    /// cut here, on the loop; the ranges being cut on `cutQueue` are waited for. Their stored
+    /// tiles are added to the lines `stopDownload` commits; failures are left for the resume.
+    /// Removes the ranges it cancelled from `d.inFlight` and `transfers`.
+    func keepRangesReceived(_ r: Region, _ d: Download) {
+        guard d.archiveRanges != nil, d.plan != nil else { return }
+        var cuts: [RangeCut] = []
+        if d.inFlight.values.contains(where: { if case .range = $0.item { return true } else { return false } }) {
+            http.receiveArrived() // what the kernel holds already (the pause may come in the same turn)
+        }
+        for (tag, fetch) in d.inFlight {
+            guard case .range(let n) = fetch.item, var res = http.cancelKeepingReceived(tag: tag) else { continue }
+            d.inFlight.removeValue(forKey: tag)
+            transfers.removeValue(forKey: tag)
+            let range = d.archiveRanges![n]
+            // Every byte asked came (the answer was complete, not yet reported): cut as a whole
+            // answer is, its Content-Range checked the same way.
+            if res.headersRead, res.status == 206, res.body.count == Int(range.length) { res.failure = nil }
+            var tiles = range.tiles
+            var received = res.body.count
+            switch AnswerDecision.decideRange(rangeFacts(r, d, res, n)) {
+            case .cut(let from) where res.status == 206 && from == 0:
+                break
+            case .salvage(let bytes, _):
+                guard let (kept, _) = range.split(within: range.start + UInt64(bytes), keepingFirst: false) else { continue }
+                tiles = kept.tiles
+                received = bytes
+            default:
+                continue
+            }
+            let body = res.body[res.body.startIndex..<(res.body.startIndex + received)]
+            cuts.append(cutJob(r, d, n, tiles, res.freshness).run(body, store: store))
+            Log.info("range \(range.start)-\(range.end - 1) stopped after \(received) of \(range.length) bytes: \(tiles.count) whole tiles kept",
+                     region: r.id, state: r.state.rawValue, url: shown(d.plan!.tileSets[range.set].archive!.url, r))
+        }
+        if !d.rangesCutting.isEmpty {
+            cutQueue.sync {}
+            for cut in cutMailbox.take() {
+                if cut.id == r.id && cut.token == d.serial { cuts.append(cut); d.rangesCutting.remove(cut.range) } else { cutMailbox.post(cut) }
+            }
+        }
+        for cut in cuts { recordCut(r, d, cut, storedOnly: true) }
     }
 
     /// Fails `tiles` (of range `n`) as `f` says: each as a tile fails (`failTile`), or the whole
@@ -421,27 +483,36 @@ extension Daemon {
                 continue
             }
             d.rangesCutting.remove(cut.range)
-            guard r.state == .downloading, let plan = d.plan, let ranges = d.archiveRanges else { continue }
-            let range = ranges[cut.range]
-            let set = plan.tileSets[range.set]
-            guard let archive = set.archive else { continue }
-            for (k, outcome) in cut.outcomes.enumerated() {
-                guard r.download === d, r.state == .downloading else { break }
-                let t = cut.tiles[k]
-                guard !d.done[t.index] else { continue }
-                switch outcome {
-                case .stored(let sha256, let bytes):
-                    let line = ManifestLine(kind: .tile, sha256: sha256, bytes: bytes, key: ManifestLine.tileKey(source: set.source, t.tile.tile),
-                                            url: r.secrets.replaced(in: tileURL(archive, t.tile.tile)), freshness: cut.freshness)
-                    addPending(d, .index(t.index), line)
-                case .failed(let why):
-                    let url = shown(archive.url, r)
-                    let e = RegionError(code: .badResponse, message: "tile \(t.tile.tile) of \(url) \(why)", url: url)
-                    failRangeTiles(r, d, cut.range, [t], .resource(e))
-                }
-            }
+            guard r.state == .downloading else { continue }
+            recordCut(r, d, cut, storedOnly: false)
             if let error = cut.storageError, r.download === d { storageFailed(r, error) }
             finishIfDone(r, d)
+        }
+    }
+
+    /// Records the outcomes of `cut`, tile by tile in order: a stored tile's manifest line
+    /// (`addPending`), a tile's own failure (`failTile`) unless `storedOnly` (a download being
+    /// stopped, `keepRangesReceived`: the resume asks those again).
+    func recordCut(_ r: Region, _ d: Download, _ cut: RangeCut, storedOnly: Bool) {
+        guard let plan = d.plan, let ranges = d.archiveRanges, cut.range < ranges.count else { return }
+        let range = ranges[cut.range]
+        let set = plan.tileSets[range.set]
+        guard let archive = set.archive else { return }
+        for (k, outcome) in cut.outcomes.enumerated() {
+            guard r.download === d, storedOnly || r.state == .downloading else { break }
+            let t = cut.tiles[k]
+            guard !d.done[t.index] else { continue }
+            switch outcome {
+            case .stored(let sha256, let bytes):
+                let line = ManifestLine(kind: .tile, sha256: sha256, bytes: bytes, key: ManifestLine.tileKey(source: set.source, t.tile.tile),
+                                        url: r.secrets.replaced(in: tileURL(archive, t.tile.tile)), freshness: cut.freshness)
+                addPending(d, .index(t.index), line)
+            case .failed(let why):
+                guard !storedOnly else { continue }
+                let url = shown(archive.url, r)
+                let e = RegionError(code: .badResponse, message: "tile \(t.tile.tile) of \(url) \(why)", url: url)
+                failRangeTiles(r, d, cut.range, [t], .resource(e))
+            }
         }
     }
 

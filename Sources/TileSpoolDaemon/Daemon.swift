@@ -425,7 +425,7 @@ public final class Daemon {
     func shutdown() {
         Log.info("stopping")
         for r in regions.values where r.download != nil {
-            stopDownload(r)
+            stopDownload(r, keepReceived: true)
             if r.state == .downloading { setState(r, .queued, note: "daemon stopped") }
         }
         cutQueue.sync {} // no range is stored into the pack sealed below, nor after

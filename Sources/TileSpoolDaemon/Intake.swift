@@ -378,7 +378,7 @@ extension Daemon {
         case .swapRefresh:
             break // only an event (`finish`) swaps a refresh in
         case .to(let next):
-            stopDownload(r)
+            stopDownload(r, keepReceived: true)
             // Space was freed, or so the user says: the quota's count of the store is taken again.
             if action == .resume && r.state == .failedStorage { store.recountBeforeNextRefusal() }
             if next == .queued { r.error = nil; r.probeURL = nil }

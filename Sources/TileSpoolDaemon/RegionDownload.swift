@@ -269,13 +269,17 @@ extension Daemon {
     }
 
     /// Stops a region's transfers; by default objects already written enter the manifest first.
-    func stopDownload(_ r: Region, commitPending: Bool = true) {
+    /// With `keepReceived` (a pause, the daemon stopping, the network lost: the region will go
+    /// on), the whole tiles its range requests had received are stored and recorded with them
+    /// (`keepRangesReceived`).
+    func stopDownload(_ r: Region, commitPending: Bool = true, keepReceived: Bool = false) {
         finishCommit() // no batch at the writer still appends to this region's files
         if r.probing {
             for (tag, v) in transfers where v.0 == r.id && v.1 == nil { cancelTransfer(tag); transfers.removeValue(forKey: tag) }
             r.probing = false
         }
         guard let d = r.download else { return }
+        if keepReceived && commitPending { keepRangesReceived(r, d) }
         for tag in d.inFlight.keys { cancelTransfer(tag); transfers.removeValue(forKey: tag) }
         d.inFlight.removeAll()
         // Answers being cut are still held until their cut comes back (`rangeBytesHeld`).
@@ -512,7 +516,7 @@ extension Daemon {
     /// with a growing gap until it answers. Objects already written enter the manifest first
     /// when `commitPending` (not when the store itself is what does not answer).
     func networkLost(_ r: Region, url: String, why: String, commitPending: Bool = true) {
-        stopDownload(r, commitPending: commitPending)
+        stopDownload(r, commitPending: commitPending, keepReceived: true)
         r.error = RegionError(code: .networkError, message: "\(why) (\(shown(url, r)))", url: shown(url, r))
         let next: RegionState
         switch RegionStateMachine.apply(.networkLost, to: r.state, refreshing: r.refreshing) {

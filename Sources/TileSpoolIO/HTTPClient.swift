@@ -320,6 +320,31 @@ public final class HTTPClient: @unchecked Sendable {
         recycle(t)
     }
 
+    /// Stops a transfer under way, as `cancel` does, and returns what it had received, as a
+    /// transfer cut short by the network (`failure` `.network`) is returned by `collect`: a 206
+    /// whose headers were read keeps its body so far, its validators and its `Content-Range`
+    /// (`headersRead`), so that the whole tiles of a range request stopped by a pause or a stop
+    /// are kept (`Daemon.keepRangesReceived`); any other answer has an empty body. Nil for a tag
+    /// not under way.
+    public func cancelKeepingReceived(tag: Int) -> TransferResult? {
+        guard let t = active.removeValue(forKey: tag) else { return nil }
+        byEasy.removeValue(forKey: t.easy)
+        // Read before the handle leaves the multi handle: the status and headers of the
+        // response under way (libcurl keeps them from the end of the header block).
+        let r = result(of: t, code: CURLE_ABORTED_BY_CALLBACK)
+        curl_multi_remove_handle(multi, t.easy)
+        recycle(t)
+        return r
+    }
+
+    /// Reads what has arrived for the transfers under way (`curl_multi_perform`) without
+    /// reporting any: a transfer that finishes here is reported by the next `collect`, or stopped
+    /// with all its bytes by `cancelKeepingReceived`.
+    public func receiveArrived() {
+        var running: Int32 = 0
+        curl_multi_perform(multi, &running)
+    }
+
     /// Returns a finished or cancelled transfer to the idle pool.
     private func recycle(_ t: Transfer) {
         t.body = Data()

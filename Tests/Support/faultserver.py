@@ -97,6 +97,12 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          every k > N two Last-Modified fields, that one then a later one, with
                          If-Unmodified-Since ignored;
                          MODE slow: as ranged, each request k <= N answered 3 s late
+                         MODE stall: request k = N+1, when it asks more than 50,000 bytes, a
+                         206 announcing the bytes asked that sends the first 50,000, waits
+                         until the client's kernel has them all (nothing left in this side's
+                         send queue, SIOCOUTQ), counts a hit of /stalled<path>, then holds
+                         the connection open until the client closes it (60 s at most);
+                         every other request as ranged (a link that stalls mid-range)
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
     /reply/<name>/...    the reply registered as <name> (a JSON document
@@ -117,6 +123,7 @@ Control endpoints (not counted as hits):
 import argparse
 import email.utils
 import errno
+import fcntl
 import gzip
 import json
 import os
@@ -127,6 +134,7 @@ import signal
 import socket
 import struct
 import sys
+import termios
 import threading
 import time
 import urllib.parse
@@ -366,6 +374,29 @@ class Handler(BaseHTTPRequestHandler):
             b = a + max(0, (b - a + 1) // 2 - 1)
         if mode == "capped" and count > n:
             b = min(b, a + 49_999)
+        if mode == "stall" and count == n + 1 and b - a + 1 > 50_000:
+            self.send_response(206)
+            for name, value in [("Content-Type", "application/octet-stream"), ("Content-Length", str(b - a + 1)),
+                                ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))] + validators:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data[a:a + 50_000])
+            self.wfile.flush()
+            sock = self.connection
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+                if queued == 0:
+                    break
+                time.sleep(0.005)
+            self.server.state.hit("/stalled" + path)
+            sock.settimeout(60)
+            try:
+                sock.recv(1)
+            except OSError:
+                pass
+            self.close_connection = True
+            return
         if mode in ("cutoff", "cutchanged") and count > n:
             self.send_response(206)
             for name, value in [("Content-Type", "application/octet-stream"), ("Content-Length", str(b - a + 1)),

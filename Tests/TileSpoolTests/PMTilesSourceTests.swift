@@ -1682,6 +1682,72 @@ final class PMTilesFaultTests: XCTestCase {
         }
     }
 
+    /// A range stalled mid-answer (its first 50,000 of 720,035 bytes received) when the region
+    /// is paused, and when the daemon is stopped: the tiles wholly within those bytes are stored
+    /// and recorded then, byte for byte, and the resume asks none of them again. Before, the
+    /// received bytes were dropped with the transfer and the resume asked the whole range again
+    /// (at 10 KB/s a pause lost up to ten minutes of download).
+    func testAPauseOrStopKeepsTheWholeTilesOfARangeUnderWay() throws {
+        let archive = [UInt8](try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
+        let h = try PMTiles.readHeader(archive)
+        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
+            try PMTiles.readDirectory(try Zlib.inflate(Array(archive[Int(o)..<Int(o + l)]), limit: 1 << 26))
+        }
+        let plan = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
+                                    wanted: PMTiles.tileIDs(rects: PMTiles.cover(GeoBounds(west: -180, south: -85.0511, east: 180, north: 85.0511), minZoom: 0, maxZoom: 3, header: h), shape: nil)) {
+            try directory(h.leafOffset + $0.offset, UInt64($0.length))
+        }
+        XCTAssertEqual(plan.tileCount, 85)
+        try server.registerFile("stamen2.pmtiles", data: Data(archive))
+        for (how, name) in [("pause", "stamen.pmtiles"), ("stop", "stamen2.pmtiles")] {
+            let id = "stall\(how)"
+            let path = "/pmtiles/stall/1/\(name)" // the plan's request, then the range that stalls
+            try fx.drop("\(id).json", ["id": id, "tiles": ["pmtiles://" + server.url(path)],
+                                        "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+            try waitUntil("the range has stalled after 50,000 bytes", timeout: 60) { server.hits("/stalled" + path) == 1 }
+            if how == "pause" {
+                try fx.control(id, "pause")
+                try fx.waitForState(id, "pausedUser")
+            } else {
+                XCTAssertEqual(fx.stop(), 0)
+            }
+            // The range asked, and the tiles wholly within its first 50,000 bytes.
+            let asked = server.requests().filter { $0.path == path }
+            XCTAssertEqual(asked.count, 2)
+            let first = try XCTUnwrap(asked.last?.headers["Range"].flatMap { UInt64($0.dropFirst("bytes=".count).split(separator: "-")[0]) })
+            let within = Set(plan.tiles.filter { $0.offset >= first && $0.offset + UInt64($0.length) <= first + 50_000 }.map { "\($0.tile.z)/\($0.tile.x)/\($0.tile.y)" })
+            XCTAssertGreaterThan(within.count, 0)
+            XCTAssertLessThan(within.count, 85)
+            let kept = fx.manifest(id).filter { $0.kind == "tile" }
+            XCTAssertEqual(Set(kept.map { String($0.key.split(separator: "/").dropFirst().joined(separator: "/")) }), within, how)
+            let held = fx.objectsData(kept.map(\.sha))
+            for t in kept {
+                let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
+                XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
+            }
+            XCTAssertTrue(fx.log().contains("stopped after 50000 of"), how)
+            print("MEASURED: \(how): \(kept.count) of 85 tiles kept from the 50,000 bytes received of a stalled range")
+            if how == "pause" { try fx.control(id, "resume") } else { try fx.start() }
+            try fx.waitForState(id, "completed")
+            fx.assertStoreMatchesManifest(id)
+            let tiles = fx.manifest(id).filter { $0.kind == "tile" }
+            XCTAssertEqual(tiles.count, 85)
+            let all = fx.objectsData(tiles.map(\.sha))
+            for t in tiles {
+                let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
+                XCTAssertEqual(all[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
+            }
+            // The ranges asked after it hold none of the tiles kept.
+            for req in server.requests().filter({ $0.path == path }).dropFirst(2) {
+                let ends = try XCTUnwrap(req.headers["Range"]).dropFirst("bytes=".count).split(separator: "-").compactMap { UInt64($0) }
+                XCTAssertEqual(ends.count, 2)
+                for t in plan.tiles where t.offset >= ends[0] && t.offset + UInt64(t.length) - 1 <= ends[1] {
+                    XCTAssertFalse(within.contains("\(t.tile.z)/\(t.tile.x)/\(t.tile.y)"), "tile \(t.tile) kept at the \(how) and asked again")
+                }
+            }
+        }
+    }
+
     /// kill -9 mid-download, then a restart: the ranges asked after the restart hold no tile the
     /// manifest already recorded, and the region completes with every tile the reader finds.
     func testResumeAfterKill9FetchesOnlyWhatIsMissing() throws {
