@@ -71,6 +71,15 @@ extension Daemon {
     func startArchiveReads(_ r: Region, _ d: Download, style: StyleDocument?) {
         d.archivesReading = true
         archiveReadsRunning.insert(r.id)
+        // Read already by `tilespool get`'s check, for this very request: taken as read.
+        if let read = archivesRead, !r.refreshing,
+           read.serves(id: r.id, request: r.request, sources: Planner.archiveSources(request: r.request, style: style),
+                       maxTiles: options.maxTiles, maxObjectSize: options.http.maxObjectSize) {
+            archivesRead = nil
+            archiveMailbox.post(ArchiveReadResult(id: r.id, token: d.serial, result: .success(read.readings), lastStarts: [:]))
+            writer.wake()
+            return
+        }
         var httpOptions = options.http
         httpOptions.allowedHosts.formUnion(options.allowedHosts)
         let request = r.request, id = r.id, key = d.serial, limits = limiter

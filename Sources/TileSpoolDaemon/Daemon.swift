@@ -72,7 +72,39 @@ public struct DaemonOptions: Sendable {
     /// from the store, and only `requests/<id>.json` and `control/<id>.<action>` are read; every
     /// other region of the store and every other file in the spool is left alone (nil: all).
     public var onlyRegion: String?
+    /// The PMTiles archives `tilespool get` read for its check, taken once in place of reading
+    /// them again when the daemon plans that very request (nil: none).
+    public var archivesRead: ArchivesRead?
     public init(spool: String, store: String) { self.spool = spool; self.store = store }
+}
+
+/// PMTiles archives read before the daemon runs (`tilespool get`'s check): the region's id and
+/// request, the archive sources they were read for (`Planner.archiveSources`: name, URL, style
+/// source), the limits they were planned under (`--max-tiles`, `--max-object-size` in bytes),
+/// and the readings by source name. The daemon plans from them instead of reading each header
+/// and directory a second time when the same region starts with the same request, sources and
+/// limits, and not as a refresh (round 28 counted 22 leaf directories read twice on a 26 MB archive).
+public struct ArchivesRead: Sendable {
+    public var id: String
+    public var request: RegionRequest
+    public var sources: [(source: String, url: String, styleSource: StyleSource?)]
+    public var maxTiles: Int
+    public var maxObjectSize: Int
+    public var readings: [String: PMTilesRemote.Reading]
+    public init(id: String, request: RegionRequest, sources: [(source: String, url: String, styleSource: StyleSource?)],
+                maxTiles: Int, maxObjectSize: Int, readings: [String: PMTilesRemote.Reading]) {
+        self.id = id; self.request = request; self.sources = sources
+        self.maxTiles = maxTiles; self.maxObjectSize = maxObjectSize; self.readings = readings
+    }
+
+    /// True when these readings are what reading `request`'s archives (for `sources`) under
+    /// those limits would give: the same request, sources and limits.
+    func serves(id: String, request: RegionRequest, sources: [(source: String, url: String, styleSource: StyleSource?)],
+                maxTiles: Int, maxObjectSize: Int) -> Bool {
+        id == self.id && request == self.request && maxTiles == self.maxTiles && maxObjectSize == self.maxObjectSize
+            && sources.count == self.sources.count
+            && zip(sources, self.sources).allSatisfy { $0.source == $1.source && $0.url == $1.url && $0.styleSource == $1.styleSource }
+    }
 }
 
 /// The daemon: one event loop over libcurl's multi handle, the inotify fd, a signalfd and the
@@ -129,6 +161,8 @@ public final class Daemon {
     /// Regions whose directory read is under way: at most one each, whatever pauses and resumes
     /// happen meanwhile (attack round 9: each resume started another on a hanging server).
     var archiveReadsRunning: Set<String> = []
+    /// `DaemonOptions.archivesRead`, until taken (once).
+    var archivesRead: ArchivesRead?
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
     /// at a time in arrival order, and their results.
     let cutQueue = DispatchQueue(label: "tilespool.range-cuts")
@@ -148,6 +182,7 @@ public final class Daemon {
     /// - Throws: `SystemError` when the lock is held (EWOULDBLOCK) or a folder cannot be made.
     public init(options: DaemonOptions) throws {
         self.options = options
+        archivesRead = options.archivesRead
         limiter = options.rateLimits
         layout = SpoolLayout(root: options.spool)
         try layout.create()

@@ -111,6 +111,8 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     if let e = checked.overLimit { throw e }
     let request = checked.request, id = request.id
     o.onlyRegion = id
+    // The archives the check read are not read again to plan the same download.
+    if !checked.archivesRead.readings.isEmpty { o.archivesRead = checked.archivesRead }
     let spec = ExportSpec(format: format, source: a.options["--source"], baseURL: a.options["--base-url"])
     if !a.flags.contains("--force"), Files.entryType(output) != .missing {
         throw CommandFailure("\(output) exists: give --force to replace it (nothing downloaded)")

@@ -128,6 +128,9 @@ struct CheckedRequest {
     let overLimit: RegionError?
     /// The hosts `--allow-host` exempts from the tile usage policies (lower case, no trailing dot).
     let allowedHosts: Set<String>
+    /// The PMTiles archives read for the plan (none: empty), what they were read for and under
+    /// which limits (`get` hands them to its daemon: `DaemonOptions.archivesRead`).
+    let archivesRead: ArchivesRead
 
     /// Checks request bytes `data` (its default id from `fileName`, as in `requests/`) with the
     /// options `--allow-host HOST` (repeatable) and `--max-tiles N` of `a`.
@@ -143,6 +146,8 @@ struct CheckedRequest {
         switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
         if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: allowed) { throw e }
         let plan: ResourcePlan
+        let readings: [String: PMTilesRemote.Reading]
+        let sources: [(source: String, url: String, styleSource: StyleSource?)]
         var httpOptions = HTTPOptions()
         httpOptions.allowedHosts = allowed // a redirect to a listed host is refused too
         let http = HTTPClient(options: httpOptions)
@@ -151,6 +156,8 @@ struct CheckedRequest {
             // PMTiles archives (issue 31): header, root and the leaves that meet the region.
             let archives = try PMTilesRemote.readAll(request: request, style: nil, http: http, headers: request.headerList, maxTiles: maxTiles)
             plan = try Planner.plan(request: request, templates: templates, archives: archives.mapValues(\.set))
+            readings = archives
+            sources = Planner.archiveSources(request: request, style: nil)
         case .style(let styleURL):
             // What a server sent (libcurl's text, a Location, a parse error quoting the body) is
             // printed with the request's secrets replaced, as the daemon quotes it (contract.md).
@@ -178,6 +185,8 @@ struct CheckedRequest {
             }
             let archives = try PMTilesRemote.readAll(request: request, style: style, http: http, headers: request.headerList, maxTiles: maxTiles)
             plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives.mapValues(\.set))
+            readings = archives
+            sources = Planner.archiveSources(request: request, style: style)
         }
         // A style's tile servers, sprites, glyphs and data are known only now, as for the daemon.
         if let e = TileUsagePolicy.refusal(plan: plan, allowedHosts: allowed) { throw e }
@@ -189,6 +198,8 @@ struct CheckedRequest {
         self.request = request
         self.plan = plan
         allowedHosts = allowed
+        archivesRead = ArchivesRead(id: request.id, request: request, sources: sources, maxTiles: maxTiles,
+                                    maxObjectSize: httpOptions.maxObjectSize, readings: readings)
         overLimit = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles)
     }
 }

@@ -287,6 +287,31 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertEqual(fx.state("carto"), "completed")
     }
 
+    /// `get` of a PMTiles archive reads its header and directories once: the check's reading is
+    /// what its daemon plans from (round 28 counted 22 leaf directories read twice on a 26 MB
+    /// archive). The stamen archive (85 tiles, its root in the first read, one range): two
+    /// requests in all, and the MBTiles holds the archive's tiles, the served PNG files.
+    func testGetOfAPMTilesArchiveReadsItsDirectoriesOnce() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = fx.root.appendingPathComponent("stamen.json").path
+        try JSONSerialization.data(withJSONObject: ["tiles": ["pmtiles://" + nginx.baseURL + "/pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles"],
+                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+            .write(to: URL(fileURLWithPath: request))
+        let output = fx.root.appendingPathComponent("stamen.mbtiles").path
+        let (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(hits(nginx, "/pmtiles/").values.reduce(0, +), 2, "the header and root once, then one range: \(nginx.accessLog().map(\.path))")
+        let exported = try mbtilesDigests(output)
+        XCTAssertEqual(exported.count, 85)
+        let served = Dictionary(uniqueKeysWithValues: sha256sum(exported.keys.map { mapdata.path + "/raster/stamen_toner/\($0).png" }).map {
+            (String($0.0.dropFirst((mapdata.path + "/raster/stamen_toner/").count).dropLast(4)), $0.1)
+        })
+        XCTAssertEqual(exported, served)
+    }
+
     /// Attack round 5: `get --force` with a symlink at PATH downloaded the whole region, then
     /// refused to write through the symlink. What the export would refuse at PATH is refused
     /// first now: exit 1, nothing asked of the server, the symlink's target untouched.
