@@ -147,10 +147,23 @@ public enum PMTilesRemote {
         // A box or a geometry: rectangles (and the shape); a corridor or parts: rectangles and areas.
         let areas = Planner.archiveAreas(request: request, source: styleSource, header: header)
         let rects = areas?.rects ?? Planner.archiveRects(request: request, source: styleSource, header: header)
-        if let previous, let old = previous.archive, old.url == url, previous.rects == rects,
+        // The metadata (name, attribution, vector_layers, ...: what exports publish as a
+        // TileJSON's; attack round 26 found them dropped), when it lies in the first bytes read,
+        // as the spec's writers lay archives out (nil: none, or not there).
+        let (metaEnd, past) = header.metadataOffset.addingReportingOverflow(header.metadataLength)
+        let metadataWanted = header.metadataLength > 0 && header.metadataLength <= UInt64(PMTiles.maxMetadata) && !past
+        func exported(_ stored: [UInt8]) -> String? {
+            PMTiles.exportedMetadata(header.internalCompression == .gzip ? ((try? Zlib.inflate(stored, limit: PMTiles.maxMetadata)) ?? []) : stored)
+        }
+        let firstMetadata = metadataWanted && metaEnd <= UInt64(first.count)
+            ? exported(Array(first[Int(header.metadataOffset)..<Int(metaEnd)])) : nil
+        if var previous, let old = previous.archive, old.url == url, previous.rects == rects,
            previous.areas == areas?.areas, previous.rectAreas == areas?.rectAreas,
            (old.etag != nil && old.etag == pinned.etag)
             || (old.etag == nil && pinned.etag == nil && old.lastModified != nil && old.lastModified == pinned.lastModified) {
+            // A plan made before archives' metadata was read (2026-12-07) gains it here, when
+            // the first bytes hold it: no request more.
+            if old.metadata == nil, let firstMetadata { previous.archive?.metadata = firstMetadata }
             return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true)
         }
         let wanted: [UInt64]
@@ -171,26 +184,16 @@ public enum PMTilesRemote {
             wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)
         }
         let root = try directory(rootBytes, header)
-        // The metadata (name, attribution, vector_layers, ...: what exports publish as a
-        // TileJSON's; attack round 26 found them dropped): in the first bytes read when the
-        // archive is laid out as the spec's writers lay it out, else one more range.
-        var metadata: String?
-        let (metaEnd, past) = header.metadataOffset.addingReportingOverflow(header.metadataLength)
-        if header.metadataLength > 0, header.metadataLength <= UInt64(PMTiles.maxMetadata), !past {
-            var stored: [UInt8]
-            if metaEnd <= UInt64(first.count) {
-                stored = Array(first[Int(header.metadataOffset)..<Int(metaEnd)])
-            } else if first.count < firstRange {
-                stored = [] // past the end of an archive shorter than the first read: none
-            } else {
-                // Never a failure of the plan (attack round 27: metadata placed past the end
-                // failed the region with a 416, called a directory); a changed archive or a
-                // lost network is met again at the next request.
-                stored = (try? range(header.metadataOffset, metaEnd)) ?? []
-                directoryBytes += stored.count
-            }
-            if header.internalCompression == .gzip { stored = (try? Zlib.inflate(stored, limit: PMTiles.maxMetadata)) ?? [] }
-            metadata = PMTiles.exportedMetadata(stored)
+        // The metadata: in the first bytes read, else one more range.
+        var metadata = firstMetadata
+        if metadataWanted, metaEnd > UInt64(first.count), first.count >= firstRange {
+            // Never a failure of the plan (attack round 27: metadata placed past the end failed
+            // the region with a 416, called a directory); a changed archive or a lost network is
+            // met again at the next request. Past the end of an archive shorter than the first
+            // read: none.
+            let stored = (try? range(header.metadataOffset, metaEnd)) ?? []
+            directoryBytes += stored.count
+            metadata = exported(stored)
         }
         let plan: PMTiles.ArchivePlan
         do {

@@ -669,14 +669,15 @@ class PMTilesServedTestCase: XCTestCase {
         fx?.stop()
         nginx?.stop()
     }
+
+    /// The requests nginx logged for `path`.
+    func archiveRequests(_ path: String) -> [NginxServer.AccessEntry] { nginx.accessLog().filter { $0.path == path } }
 }
 
 /// The daemon downloading PMTiles sources from nginx: tiles cut from coalesced range requests,
 /// every stored tile compared with an independent witness (the identical files in mapdata/raster,
 /// or the `pmtiles` reader for an archive the test writes), requests counted in nginx's log.
 final class PMTilesDownloadTests: PMTilesServedTestCase {
-
-    func archiveRequests(_ path: String) -> [NginxServer.AccessEntry] { nginx.accessLog().filter { $0.path == path } }
 
     /// Writes the dense archive (`make_pmtiles.py dense`, z10-15), downloads `box` of it as region
     /// `id` from nginx's location `from` (`/gen/`, or `/slow/` at 1 MB/s a connection), and
@@ -1465,6 +1466,50 @@ extension PMTilesExportTests {
         let tileJSON = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: paths[2] + "/sources/tiles0.json"))) as? [String: Any])
         sameLayers(tileJSON["vector_layers"], "site TileJSON: \(tileJSON)")
         XCTAssertEqual(tileJSON["attribution"] as? String, attribution)
+    }
+
+    /// A pack planned before archives' metadata was read (its plan has none) gains it at a
+    /// refresh that finds the archive unchanged, from the bytes that one request read (no
+    /// request more): its next MBTiles export has the archive's attribution (sqlite3).
+    func testAnUnchangedRefreshGivesAnOldPlanTheArchivesMetadata() throws {
+        let archive = generated.appendingPathComponent("meta.pmtiles").path
+        _ = try makePMTiles(["write", archive, "3", "9"])
+        try fx.drop("m.json", ["id": "meta", "tiles": ["pmtiles://" + nginx.url("/gen/meta.pmtiles")],
+                               "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2])
+        try fx.waitForState("meta", "completed")
+        let planPath = "\(fx.store)/regions/meta/plan.json"
+        func planMetadata() throws -> String? {
+            let plan = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: planPath))) as? [String: Any])
+            let sets = try XCTUnwrap(plan["tileSets"] as? [[String: Any]], "\(plan.keys)")
+            return (sets.first?["archive"] as? [String: Any])?["metadata"] as? String
+        }
+        let metadata = try XCTUnwrap(try planMetadata())
+        XCTAssertTrue(metadata.contains("attribution"), metadata)
+        // The plan as a daemon before 2026-12-07 wrote it: no metadata.
+        XCTAssertEqual(fx.stop(), 0)
+        var plan = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: planPath))) as? [String: Any])
+        var sets = try XCTUnwrap(plan["tileSets"] as? [[String: Any]])
+        var source = try XCTUnwrap(sets[0]["archive"] as? [String: Any])
+        source.removeValue(forKey: "metadata")
+        sets[0]["archive"] = source
+        plan["tileSets"] = sets
+        try JSONSerialization.data(withJSONObject: plan).write(to: URL(fileURLWithPath: planPath))
+        XCTAssertNil(try planMetadata())
+        try fx.start()
+        let before = archiveRequests("/gen/meta.pmtiles").count
+        let (rc, out) = try fx.cli(["refresh", "meta", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        try waitUntil("the refresh finished", timeout: 60) {
+            fx.events("meta").contains { $0["refresh"] as? String == "finished" }
+                && (fx.status("meta")?["refreshing"] as? Bool) == false && fx.state("meta") == "completed"
+        }
+        XCTAssertEqual(archiveRequests("/gen/meta.pmtiles").count, before + 1, "one request: the header and root, found unchanged")
+        XCTAssertEqual(try planMetadata(), metadata)
+        let output = fx.root.appendingPathComponent("meta.mbtiles").path
+        let (erc, eout) = try fx.cli(["export", "meta", "--format", "mbtiles", "--output", output, "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(erc, 0, eout)
+        let attribution = try XCTUnwrap((try JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any])?["attribution"] as? String)
+        XCTAssertEqual(try sqlite(output, "SELECT value FROM metadata WHERE name = 'attribution'"), attribution)
     }
 }
 
