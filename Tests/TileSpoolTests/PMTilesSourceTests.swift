@@ -1609,13 +1609,19 @@ final class PMTilesFaultTests: XCTestCase {
                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
         try fx.waitForState(id, "completed")
         fx.assertStoreMatchesManifest(id)
+        XCTAssertEqual(try stamenTiles(id).count, 85)
+    }
+
+    /// The tiles region `id`'s manifest records, each checked against mapdata/raster's file.
+    @discardableResult
+    func stamenTiles(_ id: String, file: StaticString = #filePath, line: UInt = #line) throws -> [SpoolFixture.Line] {
         let tiles = fx.manifest(id).filter { $0.kind == "tile" }
-        XCTAssertEqual(tiles.count, 85)
         let held = fx.objectsData(tiles.map(\.sha))
         for t in tiles {
             let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
-            XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
+            XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key, file: file, line: line)
         }
+        return tiles
     }
 
     /// An archive URL that redirects to another host (GitHub release assets, presigned S3 and
@@ -1763,25 +1769,14 @@ final class PMTilesFaultTests: XCTestCase {
             let within = Set(plan.tiles.filter { $0.offset >= first && $0.offset + UInt64($0.length) <= first + 50_000 }.map { "\($0.tile.z)/\($0.tile.x)/\($0.tile.y)" })
             XCTAssertGreaterThan(within.count, 0)
             XCTAssertLessThan(within.count, 85)
-            let kept = fx.manifest(id).filter { $0.kind == "tile" }
+            let kept = try stamenTiles(id)
             XCTAssertEqual(Set(kept.map { String($0.key.split(separator: "/").dropFirst().joined(separator: "/")) }), within, how)
-            let held = fx.objectsData(kept.map(\.sha))
-            for t in kept {
-                let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
-                XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
-            }
             XCTAssertTrue(fx.log().contains("stopped after 50000 of"), how)
             print("MEASURED: \(how): \(kept.count) of 85 tiles kept from the 50,000 bytes received of a stalled range")
             if how == "pause" { try fx.control(id, "resume") } else { try fx.start() }
             try fx.waitForState(id, "completed")
             fx.assertStoreMatchesManifest(id)
-            let tiles = fx.manifest(id).filter { $0.kind == "tile" }
-            XCTAssertEqual(tiles.count, 85)
-            let all = fx.objectsData(tiles.map(\.sha))
-            for t in tiles {
-                let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
-                XCTAssertEqual(all[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
-            }
+            XCTAssertEqual(try stamenTiles(id).count, 85)
             // The ranges asked after it hold none of the tiles kept.
             for req in server.requests().filter({ $0.path == path }).dropFirst(2) {
                 let ends = try XCTUnwrap(req.headers["Range"]).dropFirst("bytes=".count).split(separator: "-").compactMap { UInt64($0) }
