@@ -926,17 +926,23 @@ public final class Repository: @unchecked Sendable {
     private func recoverPartial(_ name: String) throws {
         let fd = try scratchDir.openForReading(name)
         defer { Glibc.close(fd) }
-        var kept = 0
+        var kept = 0, whole = 0
         try Repository.scanRecords(fd: fd, path: scratchDir.display(name)) { digest, body in
+            whole += 1
             lock.lock(); defer { lock.unlock() }
-            if open?.positions[digest] != nil || lookupLocked(digest) != nil { return }
+            // Held already: in the open pack, or in a pack the listing has whole (an index entry
+            // alone is not enough: attack round 30 removed the pack, the index still listed its
+            // objects, and the only copy left, this file, was dropped).
+            if open?.positions[digest] != nil || candidatesLocked(digest).contains(where: { packHoldsLocked($0.pack.digest, $0.entry) }) { return }
             if open == nil { packCounter += 1; open = try PackWriter(dir: scratchDir, name: partialName()) }
             try body.withUnsafeBytes { try open!.append(digest, $0) }
             kept += 1
         }
         if kept > 0 {
             try sync()
-            Log.info("recovered \(kept) objects of a pack a stop cut short")
+            Log.info("recovered \(kept) objects of a pack a stop cut short (\(whole) whole records in \(scratchDir.display(name)))")
+        } else if whole > 0 {
+            Log.info("a pack a stop cut short (\(scratchDir.display(name))) holds \(whole) whole records, every one stored already: removed")
         }
     }
 
@@ -994,22 +1000,30 @@ public final class Repository: @unchecked Sendable {
         return count
     }
 
-    /// Calls `body` with the digest and body range of every record of a whole pack's bytes.
-    /// - Throws: `SystemError` EINVAL when the bytes are not a whole pack.
+    /// Calls `body` with the digest and body range of every record of a pack's bytes, in order
+    /// from offset 8, and throws once they are not a whole pack: a magic or end magic not a
+    /// pack's (before any record), a record that does not fit (after the records before it), or
+    /// an end whose count is not the number of records or whose reserved field is not 0 (after
+    /// every record: attack round 30, such an end under the name its bytes give passed as
+    /// sound). Callers that must not act on part of a pack check it whole first.
+    /// - Throws: `SystemError` EINVAL when the bytes are not a whole pack; what `body` throws.
     static func records(_ pack: Data, _ body: (Digest, Range<Int>) throws -> Void) throws {
         try pack.withUnsafeBytes { raw in
+            let bad = SystemError("read pack", "", errno: EINVAL)
             guard raw.count >= PackFormat.magic.count + PackFormat.footerSize, PackFormat.isMagic(raw[0..<8]),
-                  Array(raw[(raw.count - 16)..<(raw.count - 8)]) == PackFormat.endMagic else { throw SystemError("read pack", "", errno: EINVAL) }
-            var pos = PackFormat.magic.count
+                  let count = PackFormat.count(footer: Array(raw[(raw.count - PackFormat.footerSize)...])) else { throw bad }
+            var pos = PackFormat.magic.count, records = 0
             let end = raw.count - PackFormat.footerSize
             while pos < end {
-                guard pos + PackFormat.headerSize <= end else { throw SystemError("read pack", "", errno: EINVAL) }
+                guard pos + PackFormat.headerSize <= end else { throw bad }
                 let (digest, length) = PackFormat.parseHeader(UnsafeRawBufferPointer(rebasing: raw[pos..<(pos + PackFormat.headerSize)]))
                 let start = pos + PackFormat.headerSize
-                guard start + length <= end else { throw SystemError("read pack", "", errno: EINVAL) }
+                guard start + length <= end else { throw bad }
                 try body(digest, start..<(start + length))
                 pos = start + length
+                records += 1
             }
+            guard records == count, LE.get(raw, raw.count - 4, as: UInt32.self) == 0 else { throw bad }
         }
     }
 }

@@ -102,6 +102,15 @@ extension Repository {
         do {
             for p in repack.sorted(by: { $0.hex < $1.hex }) {
                 guard let f = packFiles[p], let data = try backend.load(f.name) else { continue }
+                // A pack that is not whole (damaged: verify's to report and --repair's to rescue)
+                // stays as it is: its objects are read through the index as before.
+                guard (try? Repository.records(data) { _, _ in }) != nil else {
+                    Log.warning("gc: \(f.name) is not a whole pack: left as it is; run tilespool verify")
+                    repack.remove(p)
+                    let s = stats[p] ?? Stats()
+                    report.objectsRemoved -= s.dead; repackDead -= s.dead; report.objectsKept += s.dead
+                    continue
+                }
                 try Repository.records(data) { digest, range in
                     guard refs.contains(digest.hex), written.insert(digest).inserted, !heldInPack(digest, where: stays) else { return }
                     let body = data.subdata(in: range)
@@ -340,15 +349,14 @@ extension Repository {
             if bad && repair && whole && recordsSound {
                 reindexed[name] = good.map { offset, v in IndexFormat.Entry(digest: v.0, pack: 0, offset: offset, length: v.1) }
             } else if bad && repair {
-                if recordsSound {
-                    // Only the pack's end is damaged (bytes reading records does not use): its
-                    // rewrite can be the very pack, byte for byte, under this name. The damaged
-                    // bytes go to quarantine first, and the rewrite then replaces the file
-                    // (before, the save found the name taken and the move to quarantine lost
-                    // every object of the pack).
-                    _ = try backend.save(Repository.quarantineName(f.name), data, ifAbsent: true)
-                    writer.replacing.insert(name)
-                }
+                // Its rewrite may come out under this very name: byte for byte when only the end
+                // is damaged, and for any damage that leaves every record where the rewrite puts
+                // it, since a "TSPACK02" pack's name is that of its record headers (attack round
+                // 30: 40 stray bytes before the end). So the damaged bytes go to quarantine first,
+                // and a rewrite under this name replaces the file (before, the save found the
+                // name taken, and the move to quarantine lost every object of the pack).
+                _ = try backend.save(Repository.quarantineName(f.name), data, ifAbsent: true)
+                writer.replacing.insert(name)
                 // Its good objects go into a new pack before it is moved aside.
                 for (digest, range) in goodBodies { try writer.append(digest, data.subdata(in: range)) }
                 quarantine.append((f, data))
@@ -439,7 +447,11 @@ extension Repository {
 final class GCPackWriter {
     let repository: Repository
     private var writer: PackWriter?
-    private var counter = 0
+    /// The number of the next pack any `GCPackWriter` of this process writes: unique in the
+    /// process, so a writer never meets the file of one before it that failed (attack round 30:
+    /// a gc that threw left `gc-<pid>-1.partial`, and the next gc in the process failed on it).
+    nonisolated(unsafe) private static var packsStarted = 0
+    private static let packsLock = NSLock()
     private var saved = Set<Digest>()
     /// Names of damaged packs (their copy in quarantine already) that a pack sealed here may
     /// replace when it comes out under the same name (`checkObjects`); any other name taken is
@@ -450,7 +462,10 @@ final class GCPackWriter {
 
     func append(_ digest: Digest, _ body: Data) throws {
         if writer == nil {
-            counter += 1
+            GCPackWriter.packsLock.lock()
+            GCPackWriter.packsStarted += 1
+            let counter = GCPackWriter.packsStarted
+            GCPackWriter.packsLock.unlock()
             let dir = try Directory(path: repository.scratch, followFinal: false)
             writer = try PackWriter(dir: dir, name: "gc-\(getpid())-\(counter).partial")
         }

@@ -44,7 +44,9 @@ def records(path):
 def records_of(data, path="pack"):
     if data[:8] not in (PACK_MAGIC, PACK_MAGIC_WHOLE) or data[-16:-8] != PACK_END:
         raise ValueError("%s: not a whole pack" % path)
-    count = struct.unpack("<I", data[-8:-4])[0]
+    count, reserved = struct.unpack("<II", data[-8:])
+    if reserved != 0:
+        raise ValueError("%s: the end's reserved field is %d, not 0" % (path, reserved))
     pos, end, out = 8, len(data) - 16, []
     while pos < end:
         digest, length = data[pos:pos + 32], struct.unpack("<I", data[pos + 32:pos + 36])[0]

@@ -172,6 +172,24 @@ class StoreTests: StoreTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: site.scratch).filter { $0.hasSuffix(".partial") }, [])
     }
 
+    /// An open pack left by a stop holds the only copy of objects the index lists in a pack that
+    /// is gone (removed, or never saved whole): the next start keeps them from the open pack.
+    /// Before, an index entry alone counted as held, and the open pack was removed with them
+    /// (attack round 30).
+    func testAnOpenPackLeftByAKillIsKeptWhenTheIndexNamesAGonePack() throws {
+        let (_, bs, names) = try sealedStore(20, "gone")
+        let pack = try XCTUnwrap(try site.packs().first)
+        // The same records as a daemon's open pack a kill left (no end yet), and the pack gone.
+        let records = try site.load(pack).dropLast(PackFormat.footerSize)
+        try FileManager.default.createDirectory(atPath: site.scratch, withIntermediateDirectories: true)
+        try Data(records).write(to: URL(fileURLWithPath: site.scratch + "/999999-abc-1.partial"))
+        try site.remove(pack)
+        let store = try open()
+        store.recoverLeftovers()
+        try assertEveryObjectReadsBack(names, bs)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: site.scratch).filter { $0.hasSuffix(".partial") }, [])
+    }
+
     /// A pack saved without its index file (a crash between the two saves) is indexed at the
     /// next start; small index files are merged (whenever four fall in one size tier), every
     /// object still found.
@@ -460,9 +478,9 @@ class StoreTests: StoreTestCase {
         try assertEveryObjectReadsBack(names, bs)
     }
 
-    /// A pack whose records are all sound but whose end is damaged (a byte of the footer's count
-    /// or reserved field, which reading records does not use) does not hash to its name; its
-    /// rewrite by `verify --repair` is the very pack, byte for byte, under that same name. The
+    /// A pack whose records are all sound but whose end is damaged (a byte of the footer's
+    /// reserved field) is not whole; its rewrite by `verify --repair` is the very pack, byte
+    /// for byte, under that same name. The
     /// damaged file was moved to quarantine after the save found the name taken, and every object
     /// of the pack was lost. Now the rewrite replaces the damaged file, whose copy is in quarantine.
     func testRepairOfADamagedPackEndKeepsEveryObject() throws {
@@ -475,7 +493,7 @@ class StoreTests: StoreTestCase {
         try site.replace(packs[0], Data(raw))
         let damaged = try open()
         let check = try damaged.repository.checkObjects(repair: true)
-        XCTAssertEqual(check.bad, ["\(packs[0]): its bytes do not hash to its name"])
+        XCTAssertEqual(check.bad, ["\(packs[0]): not a whole pack"])
         XCTAssertEqual(check.quarantined, 1)
         XCTAssertEqual(try site.load(packs[0]), good, "the pack is whole again under its name")
         XCTAssertEqual(try site.load("quarantine/" + (packs[0] as NSString).lastPathComponent), Data(raw), "the damaged bytes are kept in quarantine")
@@ -511,13 +529,20 @@ class StoreTests: StoreTestCase {
         XCTAssertEqual(try site.packs(), [oldName])
         try assertEveryObjectReadsBack(names, bs)
 
-        // Damage no record holds, in either kind of pack, is named by verify.
-        for name in [oldName] {
+        // A pack's bytes under a name they do not give, and damage no record holds (the end's
+        // reserved field), are named by verify and by the independent reader.
+        func assertNamesAreChecked(_ name: String, file: StaticString = #filePath, line: UInt = #line) throws {
+            let other = "packs/" + String(repeating: "e", count: 64) + ".pack"
+            try site.replace(other, try site.load(name))
+            XCTAssertEqual(try open().repository.checkObjects(repair: false).bad, ["\(other): its bytes do not hash to its name"], file: file, line: line)
+            XCTAssertTrue(try readerVerify().contains("its bytes do not hash to its name"), file: file, line: line)
+            try site.remove(other)
             try site.damage(name) { $0[$0.count - 1] ^= 0x5A }
-            XCTAssertEqual(try open().repository.checkObjects(repair: false).bad, ["\(name): its bytes do not hash to its name"])
-            XCTAssertTrue(try readerVerify().contains("its bytes do not hash to its name"))
+            XCTAssertEqual(try open().repository.checkObjects(repair: false).bad, ["\(name): not a whole pack"], file: file, line: line)
+            XCTAssertTrue(try readerVerify().contains("reserved field"), file: file, line: line)
             try site.damage(name) { $0[$0.count - 1] ^= 0x5A }
         }
+        try assertNamesAreChecked(oldName)
 
         // gc repacks the old pack (two thirds of it dead) into a "TSPACK02" one.
         let store = try open()
@@ -528,11 +553,45 @@ class StoreTests: StoreTestCase {
         XCTAssertEqual(after.count, 1)
         XCTAssertNotEqual(after, [oldName])
         XCTAssertEqual(Array(try site.load(after[0]).prefix(8)), Array("TSPACK02".utf8))
-        try site.damage(after[0]) { $0[$0.count - 1] ^= 0x5A }
-        XCTAssertEqual(try open().repository.checkObjects(repair: false).bad, ["\(after[0]): its bytes do not hash to its name"])
-        XCTAssertTrue(try readerVerify().contains("its bytes do not hash to its name"))
-        try site.damage(after[0]) { $0[$0.count - 1] ^= 0x5A }
+        try assertNamesAreChecked(after[0])
         try assertEveryObjectReadsBack(Array(names.prefix(8)), Array(bs.prefix(8)))
+    }
+
+    /// Attack round 30. (1) Bytes slipped between a pack's last record and its end leave every
+    /// record where a rewrite puts it, so the rewrite by `verify --repair` has the damaged pack's
+    /// name ("TSPACK02": the name of its headers): it replaces the damaged file, whose bytes go
+    /// to quarantine (before, the save found the name taken, the damaged pack went to quarantine
+    /// and every object with it). (2) An end whose record count is not the records', or whose
+    /// reserved field is not 0, is damage even under the name those bytes give (it passed as a
+    /// sound pack); gc leaves such a pack as it is rather than failing on it.
+    func testPacksWithStrayBytesOrAFalseEndAreDamageAndRepairKeepsTheirObjects() throws {
+        let cases: [(String, ([UInt8]) -> [UInt8])] = [
+            ("stray bytes before the end", { Array($0.dropLast(16)) + [UInt8](repeating: 0x4A, count: 40) + Array($0.suffix(16)) }),
+            ("an empty record with a wrong name before the end", { Array($0.dropLast(16)) + [UInt8](repeating: 0xAB, count: 32) + [0, 0, 0, 0] + Array($0.suffix(16)) }),
+            ("a count three more", { var b = $0; b[b.count - 8] &+= 3; return b }),
+            ("a reserved field of 7", { var b = $0; b[b.count - 4] = 7; return b }),
+        ]
+        for (what, forge) in cases {
+            site = try makeSite()
+            defer { if let root = site.root { try? FileManager.default.removeItem(atPath: root) } }
+            let (_, bs, names) = try sealedStore(30, "forged")
+            let pack = try XCTUnwrap(try site.packs().first)
+            let forged = forge([UInt8](try site.load(pack)))
+            // Named as the rule names those bytes when it can (a forger's rename), else kept.
+            let name = formatPackName(Data(forged)).map { "packs/\($0).pack" } ?? pack
+            try site.remove(pack)
+            try site.replace(name, Data(forged))
+            let plain = try open().repository.checkObjects(repair: false)
+            XCTAssertTrue(plain.bad.contains("\(name): not a whole pack"), "\(what): \(plain.bad)")
+            XCTAssertFalse(try readerVerify().isEmpty, what)
+            // gc beside it: the pack stays, nothing fails.
+            XCTAssertNoThrow(try open().collectGarbage(grace: 0, referenced: { Set(names.prefix(5)) }), what)
+            let repaired = try open().repository.checkObjects(repair: true)
+            XCTAssertEqual(repaired.quarantined, 1, what)
+            XCTAssertEqual(try site.load("quarantine/" + (name as NSString).lastPathComponent), Data(forged), "\(what): the damaged bytes kept in quarantine")
+            try assertEveryObjectReadsBack(Array(names.prefix(5)), Array(bs.prefix(5)))
+            for p in try site.packs() { XCTAssertNotEqual(try site.load(p), Data(forged), what) }
+        }
     }
 
     /// A gc killed after saving its new pack leaves each object it copied in two packs (and a
