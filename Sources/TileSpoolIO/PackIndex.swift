@@ -11,10 +11,11 @@ import TileSpoolCore
 /// writes the bytes, so the appending thread (the daemon's loop) does not wait for its `write`s.
 /// The pack's name is the SHA-256 of its magic, record headers and end (`PackFormat`), kept as
 /// records are appended (36 bytes each): no pass over the bodies, which the caller has hashed
-/// already to name them, and sealing costs a footer and an fsync. At most `buffersInFlight` buffers wait for the queue (memory stays
-/// bounded when the disk is slower than the network). Its file operations are serialised by its
-/// own lock (the loop appends, the writer thread seals, a reader may read a record meanwhile); a
-/// write that fails is thrown by the next `append`, `read` or `finish`.
+/// already to name them, and sealing costs a footer and an fsync. At most `buffersInFlight`
+/// buffers wait for the queue (memory stays bounded when the disk is slower than the network).
+/// Its file operations are serialised by its own lock (the loop appends, the writer thread
+/// seals, a reader may read a record meanwhile); a write that fails is thrown by the next
+/// `append`, `read` or `finish`.
 final class PackWriter: @unchecked Sendable {
     private let io = NSLock()
     let path: String
