@@ -148,6 +148,10 @@ func commandGet(_ argv: [String]) throws -> Int32 {
             // The same download: the daemon goes on with it (a re-dropped request would refresh it).
             switch statusNow?.state {
             case .completed? where statusNow?.refreshing == false: alreadyComplete = true; step = .nothing
+            // Its PMTiles archive changed since it was planned: the plan is made again over the
+            // version the check read (a resume would ask the old version and fail again for
+            // good: attack round 31).
+            case .failed? where statusNow?.error?.code == .archiveChanged: step = .drop
             case .failed?, .cancelled?, .pausedUser?, .failedStorage?: step = .resume
             default: step = .nothing
             }

@@ -57,6 +57,15 @@ final class SubmitGetTests: XCTestCase {
     }
 
     /// What the server holds for those tiles: `z/x/y` -> SHA-256 (sha256sum).
+    /// `z/x/y` -> SHA-256 of mapdata/raster/stamen_toner's file of each of `tiles` (the tiles of
+    /// the stamen PMTiles archive, the same bytes).
+    func stamenDigests(_ mapdata: URL, _ tiles: some Sequence<String>) -> [String: String] {
+        let folder = mapdata.path + "/raster/stamen_toner/"
+        return Dictionary(uniqueKeysWithValues: sha256sum(tiles.map { folder + "\($0).png" }).map {
+            (String($0.key.dropFirst(folder.count).dropLast(4)), $0.value)
+        })
+    }
+
     func servedDigests(_ mapdata: URL, maxZoom: Int) -> [String: String] {
         let paths = rasterPaths(maxZoom: maxZoom).map { mapdata.path + $0 }
         var out: [String: String] = [:]
@@ -306,10 +315,34 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertEqual(hits(nginx, "/pmtiles/").values.reduce(0, +), 2, "the header and root once, then one range: \(nginx.accessLog().map(\.path))")
         let exported = try mbtilesDigests(output)
         XCTAssertEqual(exported.count, 85)
-        let served = Dictionary(uniqueKeysWithValues: sha256sum(exported.keys.map { mapdata.path + "/raster/stamen_toner/\($0).png" }).map {
-            (String($0.0.dropFirst((mapdata.path + "/raster/stamen_toner/").count).dropLast(4)), $0.1)
-        })
-        XCTAssertEqual(exported, served)
+        XCTAssertEqual(exported, stamenDigests(mapdata, exported.keys))
+    }
+
+    /// A `get` whose region failed because its PMTiles archive changed (the server's ETag "v1"
+    /// became "v2" after the plan's request: 412 to the range) plans again when run again, over
+    /// the version its check read, and completes; a resume of the old plan failed for good, on
+    /// every later `get` of that spool (attack round 31). The tiles are the served PNG files.
+    func testGetAfterTheArchiveChangedPlansTheNewVersion() throws {
+        let mapdata = try MapData.require()
+        let server = try FaultServer()
+        defer { server.stop() }
+        try server.registerFile("stamen.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent("pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles")))
+        let fx = try SpoolFixture()
+        let request = fx.root.appendingPathComponent("stamen.json").path
+        try JSONSerialization.data(withJSONObject: ["tiles": ["pmtiles://" + server.url("/pmtiles/changed/1/stamen.pmtiles")],
+                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+            .write(to: URL(fileURLWithPath: request))
+        let output = fx.root.appendingPathComponent("stamen.mbtiles").path
+        var (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 4, out)
+        XCTAssertTrue(out.contains("archiveChanged"), out)
+        (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        let asked = server.requests().filter { $0.path == "/pmtiles/changed/1/stamen.pmtiles" }
+        XCTAssertEqual(asked.last?.headers["If-Match"], "\"v2\"", "the range pinned to the version the second check read")
+        let exported = try mbtilesDigests(output)
+        XCTAssertEqual(exported.count, 85)
+        XCTAssertEqual(exported, stamenDigests(mapdata, exported.keys))
     }
 
     /// Attack round 5: `get --force` with a symlink at PATH downloaded the whole region, then
