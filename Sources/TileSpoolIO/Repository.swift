@@ -1000,6 +1000,46 @@ public final class Repository: @unchecked Sendable {
         return count
     }
 
+    /// The records of a damaged pack's bytes from byte `start` on that a walk cannot reach (a
+    /// damaged length field makes it lose its place): at every offset, a 36-byte header whose
+    /// body, as long as the header says, lies within the bytes and hashes to the header's
+    /// SHA-256 is a record, and the search goes on after it. A header is hashed only when the
+    /// header after its body would fit too (or its body ends the file or reaches its 16-byte
+    /// end), and the search stops once it has hashed `budget` times the bytes (each try counted
+    /// 64 bytes at least), so it stays within a few passes over the pack whatever its bytes.
+    /// The records found are whole objects, each named by the SHA-256 of its bytes.
+    /// - Returns: (digest, body range) of each record found, in order.
+    static func findRecords(_ pack: Data, from start: Int, budget: Int = 4) -> [(Digest, Range<Int>)] {
+        pack.withUnsafeBytes { raw in
+            var out: [(Digest, Range<Int>)] = []
+            let size = raw.count
+            let limit = budget * max(size, 1)
+            var spent = 0
+            var p = max(start, PackFormat.magic.count)
+            func length(at q: Int) -> Int { Int(LE.get(raw, q + 32, as: UInt32.self)) }
+            while p + PackFormat.headerSize <= size, spent <= limit {
+                let bodyEnd = p + PackFormat.headerSize + length(at: p)
+                if bodyEnd <= size {
+                    let next = bodyEnd
+                    let chained = next == size || next + PackFormat.footerSize == size
+                        || (next + PackFormat.headerSize <= size && next + PackFormat.headerSize + length(at: next) <= size)
+                    if chained {
+                        spent += max(64, bodyEnd - p)
+                        let body = UnsafeRawBufferPointer(rebasing: raw[(p + PackFormat.headerSize)..<bodyEnd])
+                        let digest = Digest(raw: raw, at: p)
+                        if Repository.digest(of: body) == digest {
+                            out.append((digest, (p + PackFormat.headerSize)..<bodyEnd))
+                            p = bodyEnd
+                            continue
+                        }
+                    }
+                }
+                p += 1
+            }
+            return out
+        }
+    }
+
     /// Calls `body` with the digest and body range of every record of a pack's bytes, in order
     /// from offset 8, and throws once they are not a whole pack: a magic or end magic not a
     /// pack's (before any record), a record that does not fit (after the records before it), or

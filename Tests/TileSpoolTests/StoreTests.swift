@@ -594,6 +594,27 @@ class StoreTests: StoreTestCase {
         }
     }
 
+    /// Attack round 31: a flipped bit in one record's length field, in a pack no index lists (a
+    /// crash between a pack's save and its index's leaves one; so does a damaged index file): a
+    /// walk of the records loses its place there, and the repair lost every record after it.
+    /// They are found again by looking for whole records past that point, so only the record
+    /// whose own header is damaged is lost, and its region is marked by verify (gc.md).
+    func testRepairFindsTheRecordsAfterADamagedLengthInAPackNoIndexLists() throws {
+        let (_, bs, names) = try sealedStore(30, "len")
+        let pack = try XCTUnwrap(try site.packs().first)
+        var raw = [UInt8](try site.load(pack))
+        var pos = PackFormat.magic.count
+        for _ in 0..<10 { pos += PackFormat.headerSize + (Int(raw[pos + 32]) | Int(raw[pos + 33]) << 8 | Int(raw[pos + 34]) << 16 | Int(raw[pos + 35]) << 24) }
+        raw[pos + 32] ^= 0x10 // record 10's length
+        try site.replace(pack, Data(raw))
+        for f in try site.names("index/") { try site.remove(f) }
+        let check = try open().repository.checkObjects(repair: true)
+        XCTAssertTrue(check.bad.contains("\(pack): not a whole pack"), "\(check.bad)")
+        let kept = (0..<30).filter { $0 != 10 }
+        try assertEveryObjectReadsBack(kept.map { names[$0] }, kept.map { bs[$0] })
+        XCTAssertFalse(try open().contains(names[10]), "its header is damaged: lost")
+    }
+
     /// A gc killed after saving its new pack leaves each object it copied in two packs (and a
     /// store of an earlier version may hold an object loose as well). The next gc counts each
     /// object once ("kept N objects" is the number of distinct objects, not of copies: it said 27
