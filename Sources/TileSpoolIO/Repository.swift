@@ -2,7 +2,7 @@
 // a store-wide index of where each object is, and the recorder's order "object durable, then
 // index, then manifest line".
 //
-//     packs/<64 hex>.pack           objects, packed (`PackFormat`); named by a SHA-256 of the file (`packDigest(of:)`)
+//     packs/<64 hex>.pack           objects, packed (`PackFormat`); named by a SHA-256 (`packDigest(of:)`)
 //     index/<64 hex>.idx            where objects are (`IndexFormat`); named by its own SHA-256
 //     objects/<2 hex>/<64 hex>      loose objects of earlier versions: read as they are; gc packs them
 //     regions/<id>/...              the regions' files (request, plan, manifest, refresh)
@@ -718,7 +718,6 @@ public final class Repository: @unchecked Sendable {
             return Digest(bytes: names.finish())
         }
     }
-
 
     /// Where object `sha256` lies in a sealed pack (the copy `read` would use), found in the index
     /// without reading the pack; nil for an object that is loose, only in the open pack, or absent.

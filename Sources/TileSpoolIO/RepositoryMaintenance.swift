@@ -195,10 +195,11 @@ extension Repository {
     }
 
     /// Settles the temp file of a save cut short: a pack (`packs/.tmp-<sha256>.pack-<pid>-<n>`)
-    /// whose bytes are whole and give that name (`Repository.packDigest(of:)`) is saved under it (its objects may be ones a
-    /// journal names: the kill came between the pack's write and its rename into place); anything
-    /// else (a pack cut short, an index file, a loose object) is removed (index files are made
-    /// again from the packs, `indexUnindexedPacks`). The temp file is gone afterwards.
+    /// whose bytes are whole and give that name (`Repository.packDigest(of:)`) is saved under it
+    /// (its objects may be ones a journal names: the kill came between the pack's write and its
+    /// rename into place); anything else (a pack cut short, an index file, a loose object) is
+    /// removed (index files are made again from the packs, `indexUnindexedPacks`). The temp
+    /// file is gone afterwards.
     /// - Returns: true when a pack was saved from it.
     /// - Throws: the backend's error.
     @discardableResult
@@ -245,10 +246,11 @@ extension Repository {
     }
 
     /// verify's part (docs/gc.md): every pack read whole and checked (its bytes give its name,
-    /// `Repository.packDigest(of:)`; every record's body hashes to its name; every index entry names a record that is
-    /// there), every loose object re-hashed. With `repair`, a damaged pack's good objects are
-    /// written into a new pack and the pack is moved to `quarantine/`, a bad loose object too, and
-    /// the index is written anew over what is left.
+    /// `Repository.packDigest(of:)`; every record's body hashes to its name; every index entry
+    /// names a record that is there), every loose object re-hashed. With `repair`, a damaged
+    /// pack's good objects (walked, placed by the index, or found, `Repository.findRecords`) are
+    /// written into a new pack and the pack is moved to `quarantine/`, a bad loose object too,
+    /// and the index is written anew over what is left.
     func checkObjects(repair: Bool) throws -> ObjectCheck {
         var c = ObjectCheck()
         c.present = []
