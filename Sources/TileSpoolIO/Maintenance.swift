@@ -158,7 +158,7 @@ public enum StoreMaintenance {
     /// - Throws: the store's error when it cannot be listed.
     public static func verify(store: any TileStore, status: StatusWriter, repair: Bool) throws -> VerifyReport {
         var report = VerifyReport()
-        let objects = try store.checkObjects(repair: repair)
+        let objects = try store.checkObjects(repair: repair, referenced: { try referenced(store) })
         report.objectsChecked = objects.checked
         report.badObjects = objects.bad
         report.quarantined = objects.quarantined

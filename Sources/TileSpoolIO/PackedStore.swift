@@ -113,5 +113,7 @@ public final class PackedStore: TileStore, @unchecked Sendable {
         return report
     }
 
-    public func checkObjects(repair: Bool) throws -> ObjectCheck { try repository.checkObjects(repair: repair) }
+    public func checkObjects(repair: Bool, referenced: (() throws -> Set<String>)?) throws -> ObjectCheck {
+        try repository.checkObjects(repair: repair, referenced: referenced)
+    }
 }

@@ -251,7 +251,16 @@ extension Repository {
     /// pack's good objects (walked, placed by the index, or found, `Repository.findRecords`) are
     /// written into a new pack and the pack is moved to `quarantine/`, a bad loose object too,
     /// and the index is written anew over what is left.
-    func checkObjects(repair: Bool) throws -> ObjectCheck {
+    func checkObjects(repair: Bool, referenced: (() throws -> Set<String>)? = nil) throws -> ObjectCheck {
+        // The objects the regions name, as digests, read once and only when a damaged pack
+        // needs them (`findRecords`).
+        var wanted: Set<Digest>??
+        func wantedDigests() throws -> Set<Digest>? {
+            if let w = wanted { return w }
+            let w = try referenced.map { Set(try $0().compactMap { Digest(hex: $0) }) }
+            wanted = .some(w)
+            return w
+        }
         var c = ObjectCheck()
         c.present = []
         var hints: [Digest: [(offset: UInt64, length: UInt32, digest: Digest)]] = [:]
@@ -302,6 +311,7 @@ extension Repository {
             var recordsSound = true
             let whole = Repository.packDigest(of: data) == name
             var offset = UInt64(PackFormat.magic.count) // where the walk of the records got to
+            var soundTo = PackFormat.magic.count // the end of the records walked, all sound, from the start
             do {
                 try Repository.records(data) { digest, range in
                     c.checked += 1
@@ -310,6 +320,7 @@ extension Repository {
                         good[offset] = (digest, UInt32(range.count))
                         goodBodies.append((digest, range))
                         c.present?.insert(digest.hex)
+                        if soundTo == Int(offset) { soundTo = range.upperBound }
                     } else {
                         bad = true
                         recordsSound = false
@@ -341,9 +352,11 @@ extension Repository {
                     good[e.offset] = (e.digest, e.length)
                 }
                 // And those no index places either (a damaged length field in a pack no index
-                // lists: attack round 31 lost every record after it): looked for past where the
-                // walk stopped (`Repository.findRecords`).
-                for (digest, range) in Repository.findRecords(data, from: Int(offset)) where !have.contains(digest) {
+                // lists: attack round 31 lost every record after it): looked for past the last
+                // sound record walked from the start (a damaged length that still points inside
+                // the pack makes the walk jump over sound records: round 32), by the names the
+                // regions use when they are given (`Repository.findRecords`).
+                for (digest, range) in Repository.findRecords(data, from: soundTo, named: try wantedDigests()) where !have.contains(digest) {
                     goodBodies.append((digest, range))
                     have.insert(digest)
                     c.present?.insert(digest.hex)

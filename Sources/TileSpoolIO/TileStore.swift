@@ -131,9 +131,16 @@ public protocol TileStore: AnyObject, Sendable {
     /// - Throws: `S3Error` when the bucket cannot be listed (nothing is removed then).
     func collectGarbage(grace: Double, referenced: () throws -> Set<String>) throws -> GCReport
     /// Re-hashes every object; with `repair`, bad ones are moved away (disk: `quarantine/`) or
-    /// deleted (S3).
-    /// - Throws: `S3Error` when the bucket cannot be listed.
-    func checkObjects(repair: Bool) throws -> ObjectCheck
+    /// deleted (S3). `referenced` (the objects the regions name, as gc's mark gives them) is
+    /// called only when a damaged pack holds records neither a walk nor the index places: those
+    /// objects are looked for in it by name (nil: by a bounded search for any whole record).
+    /// - Throws: `S3Error` when the bucket cannot be listed; what `referenced` throws.
+    func checkObjects(repair: Bool, referenced: (() throws -> Set<String>)?) throws -> ObjectCheck
+}
+
+extension TileStore {
+    /// `checkObjects(repair:referenced:)` without the regions' names.
+    public func checkObjects(repair: Bool) throws -> ObjectCheck { try checkObjects(repair: repair, referenced: nil) }
 }
 
 /// What `TileStore.checkObjects` found.

@@ -615,6 +615,40 @@ class StoreTests: StoreTestCase {
         XCTAssertFalse(try open().contains(names[10]), "its header is damaged: lost")
     }
 
+    /// Attack round 32: with the objects the regions name (verify passes gc's mark), the records
+    /// of a damaged pack no index lists are looked for by name at every offset, so no sound
+    /// record is lost for its neighbours' damage: not those a damaged length that still points
+    /// inside the pack jumps over (the search began where the walk stopped, past them), nor one
+    /// just before a second damaged header (a chained search passed it over). Only the records
+    /// whose own headers are damaged are lost.
+    func testRepairByNameKeepsEveryRecordWhoseOwnBytesAreSound() throws {
+        for (what, damaged, delta) in [("a length that points inside the pack", [3], 512), ("two damaged headers", [1, 5], 16)] {
+            site = try makeSite()
+            defer { if let root = site.root { try? FileManager.default.removeItem(atPath: root) } }
+            let (_, bs, names) = try sealedStore(30, "name")
+            let pack = try XCTUnwrap(try site.packs().first)
+            var raw = [UInt8](try site.load(pack))
+            var starts: [Int] = []
+            var pos = PackFormat.magic.count
+            while pos < raw.count - PackFormat.footerSize {
+                starts.append(pos)
+                pos += PackFormat.headerSize + (Int(raw[pos + 32]) | Int(raw[pos + 33]) << 8 | Int(raw[pos + 34]) << 16 | Int(raw[pos + 35]) << 24)
+            }
+            for k in damaged {
+                let l = Int(raw[starts[k] + 32]) | Int(raw[starts[k] + 33]) << 8
+                XCTAssertLessThan(starts[k] + 36 + l + delta, raw.count, "\(what): the damaged length still points inside the pack")
+                raw[starts[k] + 32] = UInt8((l + delta) & 0xFF); raw[starts[k] + 33] = UInt8((l + delta) >> 8)
+            }
+            try site.replace(pack, Data(raw))
+            for f in try site.names("index/") { try site.remove(f) }
+            let check = try open().repository.checkObjects(repair: true, referenced: { Set(names) })
+            XCTAssertTrue(check.bad.contains("\(pack): not a whole pack"), "\(what): \(check.bad)")
+            let kept = (0..<30).filter { !damaged.contains($0) }
+            try assertEveryObjectReadsBack(kept.map { names[$0] }, kept.map { bs[$0] })
+            for k in damaged { XCTAssertFalse(try open().contains(names[k]), "\(what): record \(k)'s header is damaged: lost") }
+        }
+    }
+
     /// A gc killed after saving its new pack leaves each object it copied in two packs (and a
     /// store of an earlier version may hold an object loose as well). The next gc counts each
     /// object once ("kept N objects" is the number of distinct objects, not of copies: it said 27
