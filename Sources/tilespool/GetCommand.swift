@@ -136,9 +136,17 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     try Files.makeDirectories(loc.spool)
     let statusNow = StatusWriter(layout: layout).read(id: id)
     var existing: RegionRequest?
+    // The stored plan pins a version of a PMTiles archive other than the one the check read.
+    var archiveMoved = false
     do {
         let store = try loc.openStore()
-        if store.regionExists(id) { existing = try? store.region(id).loadRequest() }
+        if store.regionExists(id) {
+            existing = try? store.region(id).loadRequest()
+            for set in store.region(id).loadPlan()?.tileSets ?? [] {
+                guard let pinned = set.archive, let read = checked.archivesRead.readings[set.source]?.set.archive else { continue }
+                if pinned.url != read.url || pinned.etag != read.etag || pinned.lastModified != read.lastModified { archiveMoved = true }
+            }
+        }
     }
     enum Step { case nothing, resume, drop }
     var step = Step.drop
@@ -187,11 +195,20 @@ func commandGet(_ argv: [String]) throws -> Int32 {
         }
         var end: RegionEnd?
         var lastCheck = 0.0
+        var replanned = false
         let signalled = daemon.run(until: {
             let now = Date().timeIntervalSince1970
             guard now - lastCheck >= 0.1 else { return false }
             lastCheck = now
             end = follower.check()
+            // A region going on with a plan pinned to a version of its archive other than the
+            // one the check read fails with archiveChanged (a get interrupted before the archive
+            // changed, or its region failed on another spool over this store: round 32): it is
+            // dropped again, once, and planned over the version the check read.
+            if archiveMoved, !replanned, case .failed(let why)? = end, why.hasPrefix(ErrorCode.archiveChanged.rawValue + ":") {
+                replanned = true
+                if (try? writeRequestFile(data, id: id, layout: layout)) == true { end = nil }
+            }
             return end != nil
         })
         follower.draw(force: true)

@@ -343,6 +343,22 @@ final class SubmitGetTests: XCTestCase {
         let exported = try mbtilesDigests(output)
         XCTAssertEqual(exported.count, 85)
         XCTAssertEqual(exported, stamenDigests(mapdata, exported.keys))
+
+        // Round 32: a get on another spool over the same store, the region failed there with
+        // archiveChanged (that spool's status says nothing of it): it goes on with the stored
+        // plan, fails, and is planned again over the version its check read, in the same run.
+        try server.registerFile("stamen2.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent("pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles")))
+        let failing = fx.root.appendingPathComponent("s.json").path
+        try JSONSerialization.data(withJSONObject: ["id": "s", "tiles": ["pmtiles://" + server.url("/pmtiles/changed/1/stamen2.pmtiles")],
+                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+            .write(to: URL(fileURLWithPath: failing))
+        let second = fx.root.appendingPathComponent("s.mbtiles").path
+        (rc, out) = try fx.cli(["get", failing, "--output", second, "--spool", fx.root.appendingPathComponent("spool2").path, "--store", fx.store])
+        XCTAssertEqual(rc, 4, out)
+        (rc, out) = try fx.cli(["get", failing, "--output", second, "--spool", fx.root.appendingPathComponent("spool3").path, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("s: failed"), "the stored plan failed first: \(out)")
+        XCTAssertEqual(try mbtilesDigests(second), exported)
     }
 
     /// Attack round 5: `get --force` with a symlink at PATH downloaded the whole region, then
