@@ -1082,12 +1082,12 @@ public final class Repository: @unchecked Sendable {
     }
 }
 
-/// Where an object lies in a sealed pack (`TileStore.objectLocation`): the pack's name (the SHA-256
-/// of its bytes, lower-case hex: `packs/<pack>.pack`) and the object's body, `length` bytes from
-/// byte `offset` of that file (docs/store.md, "Reading an object"). Ordered by pack, then offset:
-/// the order in which reading a region's objects is sequential.
+/// Where an object lies in a sealed pack (`TileStore.objectLocation`): the pack's name (64
+/// lower-case hex digits, `packs/<pack>.pack`: docs/store.md, "Pack files") and the object's
+/// body, `length` bytes from byte `offset` of that file (docs/store.md, "Reading an object").
+/// Ordered by pack, then offset: the order in which reading a region's objects is sequential.
 public struct ObjectLocation: Sendable, Hashable, Comparable {
-    /// The pack's SHA-256, 64 lower-case hex digits.
+    /// The pack's name, 64 lower-case hex digits.
     public var pack: String
     /// Where the body starts in the pack file, in bytes (its record's offset + 36).
     public var offset: Int
