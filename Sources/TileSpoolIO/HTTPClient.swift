@@ -313,12 +313,7 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     /// Stops a transfer under way; no result is reported for it.
-    public func cancel(tag: Int) {
-        guard let t = active.removeValue(forKey: tag) else { return }
-        byEasy.removeValue(forKey: t.easy)
-        curl_multi_remove_handle(multi, t.easy)
-        recycle(t)
-    }
+    public func cancel(tag: Int) { _ = stop(tag: tag, reading: { _ in () }) }
 
     /// Stops a transfer under way, as `cancel` does, and returns what it had received, as a
     /// transfer cut short by the network (`failure` `.network`) is returned by `collect`: a 206
@@ -327,11 +322,16 @@ public final class HTTPClient: @unchecked Sendable {
     /// are kept (`Daemon.keepRangesReceived`); any other answer has an empty body. Nil for a tag
     /// not under way.
     public func cancelKeepingReceived(tag: Int) -> TransferResult? {
+        stop(tag: tag) { t in result(of: t, code: CURLE_ABORTED_BY_CALLBACK) }
+    }
+
+    /// Stops transfer `tag` under way and returns what `reading` made of it, read before its
+    /// handle leaves the multi handle (the status and headers of the response under way: libcurl
+    /// keeps them from the end of the header block); nil for a tag not under way.
+    private func stop<T>(tag: Int, reading: (Transfer) -> T) -> T? {
         guard let t = active.removeValue(forKey: tag) else { return nil }
         byEasy.removeValue(forKey: t.easy)
-        // Read before the handle leaves the multi handle: the status and headers of the
-        // response under way (libcurl keeps them from the end of the header block).
-        let r = result(of: t, code: CURLE_ABORTED_BY_CALLBACK)
+        let r = reading(t)
         curl_multi_remove_handle(multi, t.easy)
         recycle(t)
         return r

@@ -999,56 +999,32 @@ public final class Repository: @unchecked Sendable {
         return count
     }
 
-    /// The records of a damaged pack's bytes from byte `start` on that a walk cannot reach (a
-    /// damaged length field makes it lose its place). With `named`, every offset whose 32 bytes
-    /// are one of those digests and whose header's body lies within the bytes and hashes to it
-    /// is a record: one set look-up per offset, and no record is missed for its neighbours'
-    /// damage (round 32: a chained search missed a record before a second damaged header, and
-    /// spent its budget on a flat body's long plausible lengths). Without `named`, a bounded
-    /// search for any whole record: a header is hashed only when the header after its body
-    /// would fit too (or its body ends the file or reaches its 16-byte end), until `budget`
-    /// times the bytes are hashed (each try counted 64 bytes at least). The search goes on
-    /// after each record found; each is a whole object, named by the SHA-256 of its bytes.
-    /// - Returns: (digest, body range) of each record found, in order.
-    static func findRecords(_ pack: Data, from start: Int, named: Set<Digest>? = nil, budget: Int = 4) -> [(Digest, Range<Int>)] {
-        pack.withUnsafeBytes { raw in
+    /// The records of objects `named` in a damaged pack's bytes from byte `start` on, which a
+    /// walk cannot reach (a damaged length field makes it lose its place): every offset whose
+    /// 32 bytes are one of those digests and whose header's body lies within the bytes and
+    /// hashes to it is a record, and the search goes on after it. One set look-up per offset and
+    /// a hash only where a name is found, so no record is missed for its neighbours' damage
+    /// (round 32: a search for any plausible header began where the walk stopped, past the
+    /// records a damaged length jumped over, passed over one just before a second damaged
+    /// header, and spent its budget on a flat body's long plausible lengths).
+    /// - Returns: (digest, body range) of each record found, in order; each is a whole object.
+    static func findRecords(_ pack: Data, from start: Int, named: Set<Digest>) -> [(Digest, Range<Int>)] {
+        guard !named.isEmpty else { return [] }
+        return pack.withUnsafeBytes { raw in
             var out: [(Digest, Range<Int>)] = []
             let size = raw.count
+            let firsts = Set(named.map(\.a))
             var p = max(start, PackFormat.magic.count)
-            func length(at q: Int) -> Int { Int(LE.get(raw, q + 32, as: UInt32.self)) }
-            /// The record at `q` when its body lies within the bytes and hashes to its name.
-            func record(at q: Int) -> (Digest, Range<Int>)? {
-                let bodyEnd = q + PackFormat.headerSize + length(at: q)
-                guard bodyEnd <= size else { return nil }
-                let digest = Digest(raw: raw, at: q)
-                let body = UnsafeRawBufferPointer(rebasing: raw[(q + PackFormat.headerSize)..<bodyEnd])
-                return Repository.digest(of: body) == digest ? (digest, (q + PackFormat.headerSize)..<bodyEnd) : nil
-            }
-            if let named {
-                let firsts = Set(named.map(\.a))
-                while p + PackFormat.headerSize <= size {
-                    let first = UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: p, as: UInt64.self))
-                    if firsts.contains(first), named.contains(Digest(raw: raw, at: p)), let r = record(at: p) {
-                        out.append(r)
-                        p = r.1.upperBound
-                    } else {
-                        p += 1
-                    }
+            while p + PackFormat.headerSize <= size {
+                let first = UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: p, as: UInt64.self))
+                let bodyEnd = p + PackFormat.headerSize + Int(LE.get(raw, p + 32, as: UInt32.self))
+                if firsts.contains(first), bodyEnd <= size, case let digest = Digest(raw: raw, at: p), named.contains(digest),
+                   Repository.digest(of: UnsafeRawBufferPointer(rebasing: raw[(p + PackFormat.headerSize)..<bodyEnd])) == digest {
+                    out.append((digest, (p + PackFormat.headerSize)..<bodyEnd))
+                    p = bodyEnd
+                } else {
+                    p += 1
                 }
-                return out
-            }
-            let limit = budget * max(size, 1)
-            var spent = 0
-            while p + PackFormat.headerSize <= size, spent <= limit {
-                let bodyEnd = p + PackFormat.headerSize + length(at: p)
-                let next = bodyEnd
-                let chained = next == size || next + PackFormat.footerSize == size
-                    || (next + PackFormat.headerSize <= size && next + PackFormat.headerSize + length(at: next) <= size)
-                if bodyEnd <= size, chained {
-                    spent += max(64, bodyEnd - p)
-                    if let r = record(at: p) { out.append(r); p = r.1.upperBound; continue }
-                }
-                p += 1
             }
             return out
         }

@@ -253,12 +253,12 @@ extension Repository {
     /// and the index is written anew over what is left.
     func checkObjects(repair: Bool, referenced: (() throws -> Set<String>)? = nil) throws -> ObjectCheck {
         // The objects the regions name, as digests, read once and only when a damaged pack
-        // needs them (`findRecords`).
-        var wanted: Set<Digest>??
-        func wantedDigests() throws -> Set<Digest>? {
-            if let w = wanted { return w }
-            let w = try referenced.map { Set(try $0().compactMap { Digest(hex: $0) }) }
-            wanted = .some(w)
+        // needs them (`findRecords`); none without `referenced`.
+        var wanted: Set<Digest>?
+        func wantedDigests() throws -> Set<Digest> {
+            if let wanted { return wanted }
+            let w = Set(try referenced?().compactMap { Digest(hex: $0) } ?? [])
+            wanted = w
             return w
         }
         var c = ObjectCheck()

@@ -133,7 +133,7 @@ public protocol TileStore: AnyObject, Sendable {
     /// Re-hashes every object; with `repair`, bad ones are moved away (disk: `quarantine/`) or
     /// deleted (S3). `referenced` (the objects the regions name, as gc's mark gives them) is
     /// called only when a damaged pack holds records neither a walk nor the index places: those
-    /// objects are looked for in it by name (nil: by a bounded search for any whole record).
+    /// objects are looked for in it by name (nil: none is).
     /// - Throws: `S3Error` when the bucket cannot be listed; what `referenced` throws.
     func checkObjects(repair: Bool, referenced: (() throws -> Set<String>)?) throws -> ObjectCheck
 }

@@ -156,10 +156,10 @@ func commandGet(_ argv: [String]) throws -> Int32 {
             // The same download: the daemon goes on with it (a re-dropped request would refresh it).
             switch statusNow?.state {
             case .completed? where statusNow?.refreshing == false: alreadyComplete = true; step = .nothing
-            // Its PMTiles archive changed since it was planned: the plan is made again over the
-            // version the check read (a resume would ask the old version and fail again for
-            // good: attack round 31).
-            case .failed? where statusNow?.error?.code == .archiveChanged: step = .drop
+            // Its plan pins a PMTiles archive's version other than the check read (it failed with
+            // archiveChanged): planned again over the version the check read (a resume would ask
+            // the old version and fail again for good: attack round 31).
+            case .failed? where archiveMoved: step = .drop
             case .failed?, .cancelled?, .pausedUser?, .failedStorage?: step = .resume
             default: step = .nothing
             }
@@ -202,8 +202,9 @@ func commandGet(_ argv: [String]) throws -> Int32 {
             lastCheck = now
             end = follower.check()
             // A region going on with a plan pinned to a version of its archive other than the
-            // one the check read fails with archiveChanged (a get interrupted before the archive
-            // changed, or its region failed on another spool over this store: round 32): it is
+            // one the check read, which a request dropped over it now would not replace (not
+            // finished here: a get interrupted before the archive changed, or its region failed
+            // on another spool over this store: round 32), fails with archiveChanged: then it is
             // dropped again, once, and planned over the version the check read.
             if archiveMoved, !replanned, case .failed(let why)? = end, why.hasPrefix(ErrorCode.archiveChanged.rawValue + ":") {
                 replanned = true

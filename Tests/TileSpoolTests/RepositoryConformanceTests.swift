@@ -162,21 +162,30 @@ func checkRepairRescues(_ fresh: (String) throws -> (backend: any Backend, open:
     }
 }
 
+/// Where each record of a pack's bytes starts and its body's length, walked by the format
+/// (docs/store.md, "Pack files": from offset 8, 36-byte headers, up to the 16-byte end), not by
+/// the store's code; nil when the records do not end exactly at the end.
+func packRecords(_ raw: [UInt8]) -> [(start: Int, length: Int)]? {
+    guard raw.count >= 24 else { return nil }
+    var out: [(start: Int, length: Int)] = []
+    var pos = 8
+    while pos < raw.count - 16 {
+        guard pos + 36 <= raw.count - 16 else { return nil }
+        let length = Int(raw[pos + 32]) | Int(raw[pos + 33]) << 8 | Int(raw[pos + 34]) << 16 | Int(raw[pos + 35]) << 24
+        out.append((pos, length))
+        pos += 36 + length
+    }
+    return pos == raw.count - 16 ? out : nil
+}
+
 /// The name docs/store.md ("Pack files") gives the bytes of a "TSPACK02" pack: the SHA-256 of its
 /// 8-byte magic, each record's 36-byte header in order and its 16-byte end, computed here from
 /// the format (not by the store's code); nil for bytes that are not such a pack.
 func formatPackName(_ data: Data) -> String? {
     let raw = [UInt8](data)
-    guard raw.count >= 24, Array(raw[0..<8]) == Array("TSPACK02".utf8) else { return nil }
+    guard raw.count >= 24, Array(raw[0..<8]) == Array("TSPACK02".utf8), let records = packRecords(raw) else { return nil }
     var named = Array(raw[0..<8])
-    var pos = 8
-    while pos < raw.count - 16 {
-        guard pos + 36 <= raw.count - 16 else { return nil }
-        let length = Int(raw[pos + 32]) | Int(raw[pos + 33]) << 8 | Int(raw[pos + 34]) << 16 | Int(raw[pos + 35]) << 24
-        named += raw[pos..<(pos + 36)]
-        pos += 36 + length
-    }
-    guard pos == raw.count - 16 else { return nil }
+    for r in records { named += raw[r.start..<(r.start + 36)] }
     named += raw[(raw.count - 16)...]
     return SHA256.hex(Data(named))
 }

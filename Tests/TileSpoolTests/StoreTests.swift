@@ -597,18 +597,17 @@ class StoreTests: StoreTestCase {
     /// Attack round 31: a flipped bit in one record's length field, in a pack no index lists (a
     /// crash between a pack's save and its index's leaves one; so does a damaged index file): a
     /// walk of the records loses its place there, and the repair lost every record after it.
-    /// They are found again by looking for whole records past that point, so only the record
-    /// whose own header is damaged is lost, and its region is marked by verify (gc.md).
+    /// They are found again by looking past that point for the records of the objects the
+    /// regions name, so only the record whose own header is damaged is lost, and its region is
+    /// marked by verify (gc.md).
     func testRepairFindsTheRecordsAfterADamagedLengthInAPackNoIndexLists() throws {
         let (_, bs, names) = try sealedStore(30, "len")
         let pack = try XCTUnwrap(try site.packs().first)
         var raw = [UInt8](try site.load(pack))
-        var pos = PackFormat.magic.count
-        for _ in 0..<10 { pos += PackFormat.headerSize + (Int(raw[pos + 32]) | Int(raw[pos + 33]) << 8 | Int(raw[pos + 34]) << 16 | Int(raw[pos + 35]) << 24) }
-        raw[pos + 32] ^= 0x10 // record 10's length
+        raw[try XCTUnwrap(packRecords(raw))[10].start + 32] ^= 0x10 // record 10's length
         try site.replace(pack, Data(raw))
         for f in try site.names("index/") { try site.remove(f) }
-        let check = try open().repository.checkObjects(repair: true)
+        let check = try open().repository.checkObjects(repair: true, referenced: { Set(names) })
         XCTAssertTrue(check.bad.contains("\(pack): not a whole pack"), "\(check.bad)")
         let kept = (0..<30).filter { $0 != 10 }
         try assertEveryObjectReadsBack(kept.map { names[$0] }, kept.map { bs[$0] })
@@ -628,12 +627,7 @@ class StoreTests: StoreTestCase {
             let (_, bs, names) = try sealedStore(30, "name")
             let pack = try XCTUnwrap(try site.packs().first)
             var raw = [UInt8](try site.load(pack))
-            var starts: [Int] = []
-            var pos = PackFormat.magic.count
-            while pos < raw.count - PackFormat.footerSize {
-                starts.append(pos)
-                pos += PackFormat.headerSize + (Int(raw[pos + 32]) | Int(raw[pos + 33]) << 8 | Int(raw[pos + 34]) << 16 | Int(raw[pos + 35]) << 24)
-            }
+            let starts = try XCTUnwrap(packRecords(raw)).map(\.start)
             for k in damaged {
                 let l = Int(raw[starts[k] + 32]) | Int(raw[starts[k] + 33]) << 8
                 XCTAssertLessThan(starts[k] + 36 + l + delta, raw.count, "\(what): the damaged length still points inside the pack")

@@ -57,6 +57,13 @@ final class SubmitGetTests: XCTestCase {
     }
 
     /// What the server holds for those tiles: `z/x/y` -> SHA-256 (sha256sum).
+    /// Writes request `json` as `<fx.root>/<name>.json` for `get` and `submit`; its path.
+    func requestFile(_ fx: SpoolFixture, _ name: String, _ json: [String: Any]) throws -> String {
+        let file = fx.root.appendingPathComponent("\(name).json").path
+        try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: file))
+        return file
+    }
+
     /// `z/x/y` -> SHA-256 of mapdata/raster/stamen_toner's file of each of `tiles` (the tiles of
     /// the stamen PMTiles archive, the same bytes).
     func stamenDigests(_ mapdata: URL, _ tiles: some Sequence<String>) -> [String: String] {
@@ -305,10 +312,8 @@ final class SubmitGetTests: XCTestCase {
         let nginx = try NginxServer(root: mapdata)
         defer { nginx.stop() }
         let fx = try SpoolFixture()
-        let request = fx.root.appendingPathComponent("stamen.json").path
-        try JSONSerialization.data(withJSONObject: ["tiles": ["pmtiles://" + nginx.baseURL + "/pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles"],
-                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
-            .write(to: URL(fileURLWithPath: request))
+        let request = try requestFile(fx, "stamen", ["tiles": ["pmtiles://" + nginx.baseURL + "/pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles"],
+                                                     "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
         let output = fx.root.appendingPathComponent("stamen.mbtiles").path
         let (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
@@ -328,10 +333,8 @@ final class SubmitGetTests: XCTestCase {
         defer { server.stop() }
         try server.registerFile("stamen.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent("pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles")))
         let fx = try SpoolFixture()
-        let request = fx.root.appendingPathComponent("stamen.json").path
-        try JSONSerialization.data(withJSONObject: ["tiles": ["pmtiles://" + server.url("/pmtiles/changed/1/stamen.pmtiles")],
-                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
-            .write(to: URL(fileURLWithPath: request))
+        let request = try requestFile(fx, "stamen", ["tiles": ["pmtiles://" + server.url("/pmtiles/changed/1/stamen.pmtiles")],
+                                                     "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
         let output = fx.root.appendingPathComponent("stamen.mbtiles").path
         var (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
         XCTAssertEqual(rc, 4, out)
@@ -348,10 +351,8 @@ final class SubmitGetTests: XCTestCase {
         // archiveChanged (that spool's status says nothing of it): it goes on with the stored
         // plan, fails, and is planned again over the version its check read, in the same run.
         try server.registerFile("stamen2.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent("pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles")))
-        let failing = fx.root.appendingPathComponent("s.json").path
-        try JSONSerialization.data(withJSONObject: ["id": "s", "tiles": ["pmtiles://" + server.url("/pmtiles/changed/1/stamen2.pmtiles")],
-                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
-            .write(to: URL(fileURLWithPath: failing))
+        let failing = try requestFile(fx, "s", ["id": "s", "tiles": ["pmtiles://" + server.url("/pmtiles/changed/1/stamen2.pmtiles")],
+                                                "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
         let second = fx.root.appendingPathComponent("s.mbtiles").path
         (rc, out) = try fx.cli(["get", failing, "--output", second, "--spool", fx.root.appendingPathComponent("spool2").path, "--store", fx.store])
         XCTAssertEqual(rc, 4, out)
@@ -388,10 +389,8 @@ final class SubmitGetTests: XCTestCase {
         let nginx = try NginxServer(root: mapdata)
         defer { nginx.stop() }
         let fx = try SpoolFixture()
-        let request = fx.root.appendingPathComponent("monaco.json").path
-        try JSONSerialization.data(withJSONObject: ["style": nginx.baseURL + "/styles/bright/style.local-template.json",
-                                                    "bounds": [7.409205, 43.72335, 7.448637, 43.75169], "minZoom": 0, "maxZoom": 14])
-            .write(to: URL(fileURLWithPath: request))
+        let request = try requestFile(fx, "monaco", ["style": nginx.baseURL + "/styles/bright/style.local-template.json",
+                                                     "bounds": [7.409205, 43.72335, 7.448637, 43.75169], "minZoom": 0, "maxZoom": 14])
         let output = fx.root.appendingPathComponent("monaco.db").path
         let (rc, out) = try fx.cli(["get", request, "--output", output, "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
