@@ -52,7 +52,8 @@ for cls in "${ordered[@]}"; do
     rc=$(cat "$dir/$cls.rc" 2>/dev/null || echo missing)
     if [ -z "$line" ]; then bad+=("$cls (exit status $rc, no summary: the process died)"); continue; fi
     n=$(sed -E 's/.*Executed ([0-9]+) tests?.*/\1/' <<<"$line")
-    f_=$(sed -E 's/.*with ([0-9]+) failures?.*/\1/' <<<"$line")
+    # "with N failures", also after "with M tests skipped and" (a class whose setUp threw).
+    f_=$(grep -oE '[0-9]+ failures?' <<<"$line" | grep -oE '^[0-9]+' || echo 1)
     tests=$((tests + n)); failures=$((failures + f_))
     [ "$rc" = 0 ] || [ "$f_" -gt 0 ] || bad+=("$cls (exit status $rc)")
 done
