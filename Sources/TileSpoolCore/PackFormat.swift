@@ -8,6 +8,10 @@ import Foundation
 public struct Digest: Hashable, Comparable, Sendable {
     public var a: UInt64, b: UInt64, c: UInt64, d: UInt64
 
+    /// Hashes the first 64 bits only: a SHA-256's bits are uniform, so they spread a
+    /// dictionary's keys as well as all 256 would (equality still compares all of them).
+    public func hash(into hasher: inout Hasher) { hasher.combine(a) }
+
     /// The digest of 64 hex digits (either case); nil for anything else.
     public init?(hex: String) {
         // A native string's UTF-8 is contiguous (`withUTF8`): four words of 16 digits each,

@@ -21,7 +21,7 @@ enum MBTilesExport {
     /// as they are. A body stored as a gzip file is kept as it is, once it is known to inflate
     /// within `pack.maxDecodedBytes` (`RegionPack.checkInflates`).
     /// - Parameters:
-    ///   - stored: the object's bytes as read (`RegionPack.prepareInPackOrder`).
+    ///   - stored: the object's bytes as read (`RegionPack.forEachBodyInPackOrder`, `PreparePipeline`).
     ///   - key: the resource named in an error, made only then (once per body otherwise).
     /// - Throws: `ExportError` for a gzip file that does not inflate within the limit.
     static func tileBytes(_ pack: RegionPack, _ stored: Data, _ sha: String, key: @autoclosure () -> String, format: TileFormat) throws -> [UInt8] {
@@ -56,9 +56,10 @@ enum MBTilesExport {
             var done = 0
             let total = parts.reduce(0) { SaturatingCount.add($0, $1.set.count) }
             for (pack, set) in parts {
-                // Each distinct body of a window read once and gzip-compressed on another thread
-                // while this one writes the rows of the ones before.
-                try pack.forEachBodyInPackOrder(of: set.source, prepare: { sha, key, data in
+                // Each distinct body of a window read once and gzip-compressed on two other
+                // threads while this one writes the rows of the ones before (real vector tiles
+                // cost gzip more than SQLite its rows: docs/benchmarks.md).
+                try pack.forEachBodyInPackOrder(of: set.source, workers: 2, prepare: { sha, key, data in
                     try tileBytes(pack, data, sha, key: key, format: format)
                 }, empty: { (t, _) in
                     done += 1

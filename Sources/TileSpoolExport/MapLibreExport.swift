@@ -78,7 +78,7 @@ enum MapLibreExport {
         try blob(pack, stored: try pack.storedBody(sha, for: key), sha, key)
     }
 
-    /// `blob` of object `sha` whose bytes, as read, are `raw` (`RegionPack.prepareInPackOrder`).
+    /// `blob` of object `sha` whose bytes, as read, are `raw` (`RegionPack.forEachBodyInPackOrder`, `PreparePipeline`).
     static func blob(_ pack: RegionPack, stored raw: [UInt8], _ sha: String, _ key: String) throws -> ([UInt8], Int) {
         guard isGzip(raw) else { return try blob(raw) }
         let z: Zlib.Deflater
@@ -226,8 +226,8 @@ enum MapLibreExport {
                     done += 1
                     if done % 4096 == 0 { try progress?(done, total) }
                 }
-                // Each distinct body of a window read and zlib-compressed once, on another thread.
-                try pack.forEachBodyInPackOrder(of: set.source, prepare: { sha, key, data in
+                // Each distinct body of a window read and zlib-compressed once, on two other threads.
+                try pack.forEachBodyInPackOrder(of: set.source, workers: 2, prepare: { sha, key, data in
                     try blob(pack, stored: [UInt8](data), sha, key)
                 }, empty: { t, line in try row(t, line, nil, 0) }) { _, blob, tiles in
                     for (t, line) in tiles { try row(t, line, blob.0, blob.1) }

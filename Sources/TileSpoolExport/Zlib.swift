@@ -33,7 +33,7 @@ public enum Zlib {
     public static func compress(_ bytes: [UInt8], _ wrapper: Wrapper) throws(ZlibError) -> [UInt8] {
         guard let c = Compressors.shared.take() else { throw ZlibError(message: "libdeflate: out of memory") }
         defer { Compressors.shared.give(c) }
-        return bytes.withUnsafeBufferPointer { inBuf in
+        let out = bytes.withUnsafeBufferPointer { inBuf in
             let bound = wrapper == .gzip ? libdeflate_gzip_compress_bound(c, inBuf.count) : libdeflate_zlib_compress_bound(c, inBuf.count)
             return [UInt8](unsafeUninitializedCapacity: bound) { outBuf, count in
                 // Within the bound libdeflate cannot run out of room (libdeflate.h); 0 would mean it did.
@@ -43,6 +43,9 @@ public enum Zlib {
                 precondition(count > 0, "libdeflate wrote nothing within its own bound")
             }
         }
+        // The buffer is the input's size or more; exports hold thousands of compressed bodies
+        // at once (`PreparePipeline`), so one much smaller is copied to its own size.
+        return out.count * 2 < out.capacity ? Array(out[...]) : out
     }
 
     /// libdeflate compressors at level 6, kept for reuse: one per thread compressing at once at

@@ -282,7 +282,11 @@ public final class RegionFiles: @unchecked Sendable {
     /// - Returns: the bytes up to and including the last newline when a partial line follows it
     ///   (what a cut keeps), else nil.
     /// - Throws: what `body` throws, or `SystemError` "read" when `read` fails.
-    static func scanLines(read: (UnsafeMutablePointer<UInt8>, Int) -> Int, _ body: (ManifestLine) throws -> Void) rethrows -> Int? {
+    static func scanLines(read: (UnsafeMutablePointer<UInt8>, Int) -> Int, skippingTiles: Bool = false, _ body: (ManifestLine) throws -> Void) rethrows -> Int? {
+        // "tile\t": a line of kind tile, passed over unparsed with `skippingTiles`.
+        func isTile(_ l: UnsafeBufferPointer<UInt8>) -> Bool {
+            l.count > 5 && l[0] == 0x74 && l[1] == 0x69 && l[2] == 0x6C && l[3] == 0x65 && l[4] == 0x09
+        }
         let blockSize = 1 << 20
         var carry: [UInt8] = []
         var offset = 0          // bytes of the file consumed up to the last newline
@@ -296,10 +300,11 @@ public final class RegionFiles: @unchecked Sendable {
                 offset += carry.count + (i - start) + 1 // in bytes, before any decoding
                 let line: ManifestLine?
                 if carry.isEmpty {
-                    line = ManifestLine(utf8: UnsafeBufferPointer(start: buf + start, count: i - start))
+                    let raw = UnsafeBufferPointer(start: buf + start, count: i - start)
+                    line = skippingTiles && isTile(raw) ? nil : ManifestLine(utf8: raw)
                 } else {
                     carry.append(contentsOf: UnsafeBufferPointer(start: buf + start, count: i - start))
-                    line = carry.withUnsafeBufferPointer { ManifestLine(utf8: $0) }
+                    line = carry.withUnsafeBufferPointer { skippingTiles && isTile($0) ? nil : ManifestLine(utf8: $0) }
                     carry.removeAll(keepingCapacity: true)
                 }
                 if let line { try body(line) }
@@ -452,7 +457,7 @@ final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
     }
     deinit { close(fd) }
 
-    func forEachLine(_ body: (ManifestLine) throws -> Void) throws {
+    func forEachLine(skippingTiles: Bool, _ body: (ManifestLine) throws -> Void) throws {
         var offset = 0
         var failure: SystemError?
         _ = try RegionFiles.scanLines(read: { buf, n in
@@ -465,7 +470,7 @@ final class FileManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
                 offset += r
                 return r
             }
-        }, body)
+        }, skippingTiles: skippingTiles, body)
         if let failure { throw failure }
         if offset < size { throw SystemError("read", path, errno: EIO) } // shorter than it was: cut meanwhile
     }

@@ -417,10 +417,11 @@ final class S3ManifestSnapshot: ManifestSnapshot, @unchecked Sendable {
     init(objects: [S3Object], version: String, get: @escaping (S3Object) throws -> Data) {
         self.objects = objects; self.version = version; self.get = get
     }
-    func forEachLine(_ body: (ManifestLine) throws -> Void) throws {
+    func forEachLine(skippingTiles: Bool, _ body: (ManifestLine) throws -> Void) throws {
         for o in objects {
             let data = try get(o)
             for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+                if skippingTiles && line.hasPrefix("tile\t") { continue }
                 if let l = ManifestLine(line) { try body(l) }
             }
         }

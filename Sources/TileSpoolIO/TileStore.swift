@@ -249,9 +249,16 @@ public protocol ManifestSnapshot: AnyObject, Sendable {
     /// Names this version of the pack: it differs after any append, swap or rewrite of the
     /// manifest (disk: the file's device, inode, size and mtime; S3: the newest object read).
     var version: String { get }
-    /// Calls `body` for every complete line, in order, as they were when the snapshot was taken.
+    /// Calls `body` for every complete line, in order, as they were when the snapshot was taken;
+    /// with `skippingTiles`, lines of kind `tile` are passed over unparsed (a reader of the
+    /// other resources does not pay for a million tile lines).
     /// - Throws: what `body` throws; the store's error when a part can no longer be read.
-    func forEachLine(_ body: (ManifestLine) throws -> Void) throws
+    func forEachLine(skippingTiles: Bool, _ body: (ManifestLine) throws -> Void) throws
+}
+
+extension ManifestSnapshot {
+    /// `forEachLine(skippingTiles: false, body)`: every line.
+    public func forEachLine(_ body: (ManifestLine) throws -> Void) throws { try forEachLine(skippingTiles: false, body) }
 }
 
 extension RegionStorage {

@@ -1,6 +1,6 @@
 // Issue 30: exports read, hash and prepare (gzip) objects on other threads while the caller writes
-// (`RegionPack.prepareInPackOrder`). Every object reaches the caller once with its own bytes, in
-// pack order with one worker; a failure on either side stops the workers, and none outlives the call.
+// (`PreparePipeline`). Every object reaches the caller once with its own bytes, batches in the
+// order submitted; a failure on either side stops the workers, and none outlives the call.
 import Foundation
 import Glibc
 import XCTest
@@ -34,50 +34,77 @@ final class ExportPipelineTests: XCTestCase {
         XCTAssertLessThanOrEqual(threadCount(), count, "a worker outlived the call", file: file, line: line)
     }
 
+    /// Runs `names` through a `PreparePipeline` in batches of `size`, `prepare` making each
+    /// object's value, and hands `body` each batch's tag (its first name's index) and values.
+    func runPipeline<T: Sendable>(_ store: PackedStore, _ names: [String], batch size: Int, workers: Int, ahead: Int,
+                                  prepare: @escaping @Sendable (Int, Data) throws -> T,
+                                  _ body: (Int, [T]) throws -> Void) throws {
+        let pipeline = PreparePipeline<T, Int>(workers: workers, ahead: ahead)
+        defer { pipeline.stop() }
+        for start in stride(from: 0, to: names.count, by: size) {
+            let shas = Array(names[start..<min(names.count, start + size)])
+            try pipeline.submit(ObjectBatch(store: store, sha256s: shas, locations: nil) { k, data in try prepare(start + k, data) }, tag: start, body)
+        }
+        try pipeline.finish(body)
+    }
+
     /// Every name given (one given three times) reaches `body` once per time given, with the value
-    /// `prepare` made of its own bytes (their SHA-256 and length), with one worker and with two;
-    /// with one, in pack order (the order `readObjects` reads). More bytes than `handoffBytes`
-    /// pass through (the queue is bounded, not the total).
-    func testEveryObjectIsPreparedOnceAndReachesTheCaller() throws {
+    /// `prepare` made of its own bytes (their SHA-256 and length), batches in the order
+    /// submitted and each batch's values in its order of names, with one worker and with two,
+    /// however many batches are under way at once; then no worker is left.
+    func testEveryObjectIsPreparedOnceAndReachesTheCallerInOrder() throws {
         let (store, bodies, names) = try filledStore(1200)
-        XCTAssertGreaterThan(bodies.reduce(0) { $0 + $1.count }, RegionPack.handoffBytes)
         var rng = SeededRandom(seed: 3)
         let asked = (names + [names[5], names[5]]).shuffled(using: &rng)
-        var packOrder: [Int] = []
-        try store.readObjects(asked, at: nil, limit: 1 << 20) { k, _ in packOrder.append(k) }
         let before = threadCount()
-        for workers in [1, 2] {
+        for (workers, ahead, size) in [(1, 1, 100), (2, 3, 37), (2, 8, 1), (3, 2, 500)] {
             var got: [Int] = []
-            try RegionPack.prepareInPackOrder(store, asked, at: nil, workers: workers, prepare: { k, data in
+            try runPipeline(store, asked, batch: size, workers: workers, ahead: ahead, prepare: { k, data in
                 (SHA256.hex(data), data.count, k)
-            }) { k, value in
-                XCTAssertEqual(value.0, asked[k])
-                XCTAssertEqual(value.2, k)
-                XCTAssertEqual(value.1, bodies[names.firstIndex(of: asked[k])!].count)
-                got.append(k)
+            }) { start, values in
+                XCTAssertEqual(start, got.count, "batches come in the order submitted")
+                for (j, value) in values.enumerated() {
+                    XCTAssertEqual(value.2, start + j)
+                    XCTAssertEqual(value.0, asked[start + j])
+                    XCTAssertEqual(value.1, bodies[names.firstIndex(of: asked[start + j])!].count)
+                    got.append(value.2)
+                }
             }
-            XCTAssertEqual(got.sorted(), Array(0..<asked.count), "\(workers) workers")
-            if workers == 1 { XCTAssertEqual(got, packOrder, "one worker: pack order") }
+            XCTAssertEqual(got, Array(0..<asked.count), "\(workers) workers, \(ahead) ahead, batches of \(size)")
             waitForThreads(atMost: before)
         }
     }
 
-    /// A value taken by `body` is released once `body` is done with it: the queue does not keep
-    /// taken values (a body of megabytes each) until it is compacted.
-    func testTakenValuesAreNotHeldByTheQueue() throws {
+    /// The batches of `forEachBodyInPackOrder`: cut at `batchBytes` (a body over it alone) and
+    /// at `packOrderWindow` objects, in the order given, every object once.
+    func testBatchesAreCutByBytesAndCount() {
+        let big = RegionPack.batchBytes
+        let lengths = [big / 2, big / 2, 1, big + 5, 10, 20]
+        let cut = RegionPack.batches([0, 1, 2, 3, 4, 5], length: { lengths[$0] })
+        XCTAssertEqual(cut.map(Array.init), [[0, 1], [2], [3], [4, 5]])
+        let many = Array(0..<(RegionPack.packOrderWindow * 2 + 3))
+        let counted = RegionPack.batches(many, length: { _ in 1 })
+        XCTAssertEqual(counted.map(\.count), [RegionPack.packOrderWindow, RegionPack.packOrderWindow, 3])
+        XCTAssertEqual(counted.flatMap(Array.init), many)
+        XCTAssertEqual(RegionPack.batches([], length: { _ in 1 }).count, 0)
+    }
+
+    /// A batch's values are released once `body` is done with them: the pipeline does not keep
+    /// the values of batches taken (bodies of megabytes each).
+    func testTakenValuesAreNotHeldByThePipeline() throws {
         let (store, _, names) = try filledStore(300)
         final class Box: @unchecked Sendable { let bytes: Data; init(_ d: Data) { bytes = d } }
         weak var previous: Box?
         var checked = 0
-        try RegionPack.prepareInPackOrder(store, names, at: nil, workers: 1, prepare: { _, data in Box(data) }) { _, box in
-            if checked > 0 || previous != nil { XCTAssertNil(previous, "the value taken before is still held") }
-            previous = box
-            checked += 1
+        try runPipeline(store, names, batch: 10, workers: 1, ahead: 2, prepare: { _, data in Box(data) }) { _, boxes in
+            if checked > 0 { XCTAssertNil(previous, "a value of the batch taken before is still held") }
+            previous = boxes.last
+            checked += boxes.count
         }
         XCTAssertEqual(checked, names.count)
     }
 
-    /// What `prepare` throws reaches the caller at that object (the ones before were taken);
+    /// What `prepare` throws reaches the caller at its batch (the batches before were taken);
     /// what `body` throws stops the workers; a name the store does not hold ends the call with
     /// `StoreReadFailure` (ENOENT). After each, no worker is left.
     func testFailuresStopTheWorkersAndReachTheCaller() throws {
@@ -86,23 +113,23 @@ final class ExportPipelineTests: XCTestCase {
         let before = threadCount()
         for workers in [1, 2] {
             var taken = 0
-            XCTAssertThrowsError(try RegionPack.prepareInPackOrder(store, names, at: nil, workers: workers, prepare: { k, data in
+            XCTAssertThrowsError(try runPipeline(store, names, batch: 50, workers: workers, ahead: 3, prepare: { k, data in
                 if k == 300 { throw Boom(at: k) }
                 return data.count
-            }) { _, _ in taken += 1 }) { XCTAssertEqual($0 as? Boom, Boom(at: 300)) }
-            XCTAssertLessThan(taken, names.count)
+            }) { _, values in taken += values.count }) { XCTAssertEqual($0 as? Boom, Boom(at: 300)) }
+            XCTAssertEqual(taken, 300, "the six batches before the one that failed")
             waitForThreads(atMost: before)
 
             taken = 0
-            XCTAssertThrowsError(try RegionPack.prepareInPackOrder(store, names, at: nil, workers: workers, prepare: { _, d in d.count }) { k, _ in
+            XCTAssertThrowsError(try runPipeline(store, names, batch: 50, workers: workers, ahead: 3, prepare: { _, d in d.count }) { start, _ in
                 taken += 1
-                if taken == 10 { throw Boom(at: k) }
-            }) { XCTAssertNotNil($0 as? Boom) }
-            XCTAssertEqual(taken, 10)
+                if taken == 3 { throw Boom(at: start) }
+            }) { XCTAssertEqual($0 as? Boom, Boom(at: 100)) }
+            XCTAssertEqual(taken, 3)
             waitForThreads(atMost: before)
 
             let absent = SHA256.hex(Data("not stored".utf8))
-            XCTAssertThrowsError(try RegionPack.prepareInPackOrder(store, names + [absent], at: nil, workers: workers, prepare: { _, d in d.count }) { _, _ in }) {
+            XCTAssertThrowsError(try runPipeline(store, names + [absent], batch: 50, workers: workers, ahead: 3, prepare: { _, d in d.count }) { _, _ in }) {
                 let failure = ($0 as? RegionPack.StoreReadFailure)?.error as? SystemError
                 XCTAssertEqual(failure?.errno, ENOENT, "\($0)")
             }
