@@ -19,6 +19,7 @@ BENCH_SETTLE (seconds, default 360: see wait_for_quiet_fs), BENCH_PROFILE_MAXZ (
 zoom, default 13), BENCH_BASELINE_BIN (a second tilespool binary in the throughput alternation),
 BENCH_NO_MAPPROXY=1 (throughput without mapproxy-seed). Python 3 standard library only. Results: docs/benchmarks.md.
 """
+import gzip
 import json
 import math
 import os
@@ -27,6 +28,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -65,8 +67,11 @@ REAL_BOUNDS = [9.4717, 47.0484, 9.6357, 47.2706]
 # Scale: 1,013,063 tiles (z8-17) answered 204; the plan case 10,096,310 tiles (z8-18).
 SCALE_BOUNDS, SCALE_MINZ, SCALE_MAXZ = [6.9, 46.3, 9.9, 47.6], 8, (14 if QUICK else 17)
 # The distinct phase (issue 30): the scale region again, as two regions (west and east halves), each
-# tile a distinct body of about 3 KB (its URI, then padding) from nginx's /distinct/ location.
-DISTINCT_PAD = "." * 3000
+# tile a distinct body from nginx's /distinct/ location: a line naming its URI, then one of
+# DISTINCT_POOL_SIZE real vector tiles (uncompressed MVT from ../shared/mapdata, those nearest
+# DISTINCT_NEAR_BYTES), chosen by the row's last digit; about 3 KB, as real tiles compress.
+DISTINCT_POOL_MBTILES = "tiles/liechtenstein.mbtiles"
+DISTINCT_POOL_SIZE, DISTINCT_NEAR_BYTES = 10, 3000
 DISTINCT_WEST = [6.9, 46.3, 8.4, 47.6]
 DISTINCT_EAST = [8.4, 46.3, 9.9, 47.6]
 # An earlier TileSpool (one file per object, before packs) to compare with: BENCH_OLD_BIN.
@@ -326,9 +331,15 @@ http {{
             access_log "{d}/access.log" bench;
         }}
         location /empty/ {{ return 204; }}
-        location /distinct/ {{
+        location ~ "^/distinct/\\d+/\\d+/\\d*(\\d)\\.pbf$" {{
             default_type application/x-protobuf;
-            return 200 "tile $request_uri {pad}";
+            addition_types *;
+            add_before_body /distinct-name/;
+            alias "{pool}/$1.pbf";
+        }}
+        location /distinct-name/ {{
+            internal;
+            return 200 "tile $request_uri\\n";
         }}
     }}
     server {{
@@ -353,7 +364,7 @@ http {{
         }}
     }}
 }}
-""".format(d=d, port=self.port, port_real=self.port_real, pyr=pyramid, mapdata=MAPDATA, pad=DISTINCT_PAD)
+""".format(d=d, port=self.port, port_real=self.port_real, pyr=pyramid, mapdata=MAPDATA, pool=ensure_distinct_pool())
         self.conf = os.path.join(d, "nginx.conf")
         with open(self.conf, "w") as f:
             f.write(conf)
@@ -562,6 +573,30 @@ def size_pool():
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def ensure_distinct_pool():
+    """DISTINCT_POOL_SIZE real vector tiles as uncompressed MVT files 0.pbf, 1.pbf, ... in
+    DATA/distinct-pool (the tiles of DISTINCT_POOL_MBTILES nearest DISTINCT_NEAR_BYTES long); the
+    folder's path."""
+    pool = os.path.join(DATA, "distinct-pool")
+    if os.path.exists(os.path.join(pool, "%d.pbf" % (DISTINCT_POOL_SIZE - 1))):
+        return pool
+    os.makedirs(pool, exist_ok=True)
+    tiles = []
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(MAPDATA, DISTINCT_POOL_MBTILES), uri=True)
+    for z, x, y, data in db.execute("SELECT zoom_level, tile_column, tile_row, tile_data FROM tiles"):
+        data = bytes(data)
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        tiles.append((abs(len(data) - DISTINCT_NEAR_BYTES), z, x, y, data))
+    db.close()
+    if len(tiles) < DISTINCT_POOL_SIZE:
+        raise BenchError("%s has %d tiles, fewer than %d" % (DISTINCT_POOL_MBTILES, len(tiles), DISTINCT_POOL_SIZE))
+    for i, t in enumerate(sorted(tiles)[:DISTINCT_POOL_SIZE]):
+        with open(os.path.join(pool, "%d.pbf" % i), "wb") as f:
+            f.write(t[4])
+    return pool
 
 
 def ensure_pyramid():
@@ -1890,7 +1925,7 @@ def report(results, mach):
         L.append("")
     dt = results.get("distinct")
     if dt:
-        L.append("### A million distinct bodies (issue 30): the scale region as two regions, every tile its own ~3 KB body")
+        L.append("### A million distinct bodies (issue 30): the scale region as two regions, every tile its own ~3 KB body (a line naming it, then a real vector tile)")
         L.append("")
         L.append("West %s and east %s, z%d-%d, downloaded together into a disk store; the payload is the distinct objects' bytes. "
                  "An earlier TileSpool (one file per object, before packs: `%s`) does the same when `BENCH_OLD_BIN` is set." % (
