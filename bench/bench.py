@@ -1536,10 +1536,24 @@ def phase_s3(out, nginx, results):
                     " ".join("%s %.2f" % (k[4:], v) for k, v in sorted(r["server"].items()) if k.startswith("cpu ")),
                     " ".join("%s %d" % kv for kv in sorted(r["rgw_ops"].items())), r["nginx_cpu"], r["other_cpu"] - r["rgw_cpu"]))
         rss = {k: proc_status_kb(p, "VmRSS") for k, p in rgw.pids.items()}
+        # Issue 30's "at most 2 PUTs per 1,000 tiles" on a region larger than the timed one (whose
+        # size curl's one PUT per tile bounds): the whole pyramid into its own bucket, RGW's put
+        # counter from before the daemon starts to after it has stopped (its lease, request,
+        # plan, packs, index files, manifest segments and compaction all counted).
+        whole = rects(TP_BOUNDS, TP_MINZ, PYR_MAXZ)
+        wbodies = pyramid_bodies(pyr, whole)
+        c0 = rgw.counters()
+        run_tilespool_s3(os.path.join(out, "s3-puts"), rgw, "puts-tilespool", nginx.base, whole, wbodies)
+        c1 = rgw.counters()
+        puts = {"tiles": len(wbodies), "put": c1["rgw put"] - c0["rgw put"], "req": c1["rgw req"] - c0["rgw req"]}
+        log("s3: the whole pyramid (%d tiles) into a bucket: %d PUTs (%.2f per 1,000 tiles), %d requests in all (verify's included)" % (
+            puts["tiles"], puts["put"], puts["put"] * 1000.0 / puts["tiles"], puts["req"]))
+        if not KEEP:
+            shutil.rmtree(os.path.join(out, "s3-puts"), ignore_errors=True)
     finally:
         rgw.stop()
     results["s3"] = {"tiles": expect, "zooms": [TP_MINZ, S3_MAXZ], "bounds": TP_BOUNDS, "bytes": sum(b[2] for b in bodies),
-                     "server_rss_kb": rss, "runs": {k: [strip(r) for r in v] for k, v in runs.items()}}
+                     "server_rss_kb": rss, "runs": {k: [strip(r) for r in v] for k, v in runs.items()}, "puts": puts}
 
 
 def pickup_series(spool, req, prefix, count):
@@ -1901,6 +1915,11 @@ def report(results, mach):
         L.append("Requests RGW counted during each side's first run (`perf dump`: req, of which put / get / failed): %s." % "; ".join(
             "%s %s (%s / %s / %s)" % (name, f"{o.get('req', 0):,}", f"{o.get('put', 0):,}", f"{o.get('get', 0):,}", f"{o.get('failed_req', 0):,}")
             for name, o in ops.items()))
+        if s3.get("puts"):
+            p = s3["puts"]
+            L.append("")
+            L.append("The whole pyramid (%s tiles) into its own bucket, from the daemon's start to its stop: %s PUTs, **%.2f per 1,000 tiles** (target <= 2); %s requests in all, `verify`'s included." % (
+                f"{p['tiles']:,}", f"{p['put']:,}", p["put"] * 1000.0 / p["tiles"], f"{p['req']:,}"))
         L.append("")
         L.append("Every run, in order (wall s / tiles/s / CPU s / RGW CPU s / nginx CPU s / CPU s of the rest of the machine, i.e. the noise):")
         L.append("")
