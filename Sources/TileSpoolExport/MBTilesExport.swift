@@ -104,6 +104,11 @@ enum MBTilesExport {
     /// The box and tile zooms the metadata of `parts` state: the union of each part's
     /// `RegionPack.exportBounds` (`GeoBounds.union`) and of its `exportZooms`.
     static func extent(_ parts: [(pack: RegionPack, set: TileSet)]) -> (GeoBounds, ClosedRange<Int>?) {
+        // A region with no planned tile in the subset exports none and states nothing: clipped to
+        // a box it does not meet, its box would be the whole world (attack round 34: a subset
+        // across the antimeridian then stated a centre on the other side of the world).
+        let meeting = parts.filter { $0.pack.plannedTilesInSubset($0.set) > 0 }
+        let parts = meeting.isEmpty ? parts : meeting
         let b = parts.count == 1 ? parts[0].pack.exportBounds : GeoBounds.union(parts.map(\.pack.exportBounds))
         let zs = parts.compactMap { $0.pack.exportZooms($0.set) }
         guard let lo = zs.map(\.lowerBound).min(), let hi = zs.map(\.upperBound).max() else { return (b, nil) }

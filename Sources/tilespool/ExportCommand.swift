@@ -14,7 +14,8 @@ Writes a completed region as a pack a map client opens offline (docs/export.md):
   maplibre   MapLibre Native offline database (iOS addContentsOfURL, Android mergeOfflineRegions)
   mbtiles    MBTiles 1.3 of one tile source (tileserver-gl, martin, QGIS, GDAL)
   pmtiles    PMTiles v3 of one tile source (pmtiles:// in MapLibre GL JS, pmtiles serve)
-  site       a folder for a static web server: style.json, TileJSON, tiles (hard links), sprites,
+  site       a folder for a static web server: style.json, TileJSON, tiles (copied from the packs;
+             hard links to the loose objects of a store written before packs), sprites,
              fonts and an nginx.conf snippet
 
 The export is written in a work folder beside PATH, checked against the region's plan, and

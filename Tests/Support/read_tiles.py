@@ -8,7 +8,7 @@ object:
   differ      the tiles whose bytes differ from the served file (or were not served), at most 20
   differ_count
   sha256      {"z/x/y": sha256 of the decoded bytes} of every tile read
-  meta        MBTiles: the metadata table; PMTiles: the header's zooms and bounds (degrees)
+  meta        MBTiles: the metadata table; PMTiles: the header's zooms, bounds and center (degrees)
 usage: read_tiles.py ARCHIVE SERVED_DIR EXT   (exit 0 when read; the caller judges the numbers)"""
 import gzip, hashlib, json, os, sqlite3, sys
 
@@ -30,6 +30,7 @@ def pmtiles(path):
     h = r.header()
     meta = {"min_zoom": h["min_zoom"], "max_zoom": h["max_zoom"],
             "bounds": [h["min_lon_e7"] / 1e7, h["min_lat_e7"] / 1e7, h["max_lon_e7"] / 1e7, h["max_lat_e7"] / 1e7],
+            "center": [h["center_lon_e7"] / 1e7, h["center_lat_e7"] / 1e7, h["center_zoom"]],
             "addressed_tiles_count": h["addressed_tiles_count"], "metadata": r.metadata()}
     return [((z, x, y), data) for (z, x, y), data in all_tiles(r.get_bytes)], meta
 

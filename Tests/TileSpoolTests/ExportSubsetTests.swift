@@ -123,6 +123,28 @@ final class ExportSubsetTests: XCTestCase {
         let p = try read(am, served: carto)
         XCTAssertEqual(tileSet(p), slippyTiles([170, -10, 180, 10], 3...3).union(slippyTiles([-180, -10, -170, 10], 3...3)))
         XCTAssertEqual(tileSet(p).count, 4, "x 0 and 7, y 3 and 4 at z3")
+
+        // With a second region beside the box (no tile in it), the file holds the same tiles and
+        // states the same box and centre: longitude 180, where the tiles are (attack round 34:
+        // the region beside the box made its stated box the whole world, centre longitude 0).
+        try completeCarto("beside", bounds: [0, 0, 30, 30], zooms: 0...3)
+        for format in ["mbtiles", "pmtiles"] {
+            let one = fx.root.appendingPathComponent("one.\(format)").path, two = fx.root.appendingPathComponent("two.\(format)").path
+            _ = try export(["world", "--format", format, "--output", one, "--bounds", "170,-10,-170,10", "--min-zoom", "3", "--max-zoom", "3"])
+            _ = try export(["world", "beside", "--format", format, "--output", two, "--bounds", "170,-10,-170,10", "--min-zoom", "3", "--max-zoom", "3"])
+            let a = try read(one, served: carto), b = try read(two, served: carto)
+            XCTAssertEqual(tileSet(b), tileSet(p), format)
+            // MBTiles: "lon,lat,zoom" and "w,s,e,n" strings; PMTiles: the header's numbers.
+            func numbers(_ r: [String: Any], _ key: String) -> [Double] {
+                let v = (r["meta"] as? [String: Any])?[key]
+                if let text = v as? String { return text.split(separator: ",").compactMap { Double($0) } }
+                return (v as? [Any] ?? []).compactMap { ($0 as? NSNumber)?.doubleValue }
+            }
+            XCTAssertEqual(numbers(a, "center").first.map(abs), 180, "\(format): \(numbers(a, "center"))")
+            XCTAssertEqual(numbers(b, "center"), numbers(a, "center"), format)
+            XCTAssertEqual(numbers(b, "bounds"), numbers(a, "bounds"), format)
+            XCTAssertEqual(numbers(a, "bounds").count, 4, format)
+        }
     }
 
     /// A style region's site and MapLibre database subset: the documents as for a whole export,
