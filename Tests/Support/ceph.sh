@@ -7,13 +7,24 @@
 # Every wait is bounded; `up` exits non-zero with the tail of the logs when a step does not come up.
 set -euo pipefail
 # The daemons fork into the background: they must not keep the caller's descriptors open (a test
-# runner watching a pipe or socket for this script's end would wait for them).
-for f in /proc/$$/fd/*; do f=${f##*/}; [ "$f" -gt 2 ] 2>/dev/null && eval "exec $f>&-"; done 2>/dev/null || true
+# runner watching a pipe or socket for this script's end would wait for them). Not 0-2, and not
+# 255: bash reads this script through it (close-on-exec, so no daemon inherits it; closed, bash
+# stops at its next read of the script, past the first 4,096 bytes). No redirection on the loop:
+# bash would keep stderr in a spare descriptor during it, which the loop closes, and every
+# message after it (why `up` failed) was lost.
+for f in /proc/$$/fd/*; do
+    f=${f##*/}
+    case $f in 0|1|2|255|*[!0-9]*) continue ;; esac
+    eval "exec $f>&-"
+done
 D=${D:?set D to a fresh folder}
 cmd=${1:?up or down}
 C="-c $D/ceph.conf"
 
 fail() { echo "ceph.sh: $*" >&2; tail -n 20 "$D"/log/*.log >&2 2>/dev/null || true; exit 1; }
+# Any other step that fails (a daemon that cannot bind its port exits 1 and says why only in its
+# log) names itself and shows the logs, instead of `set -e` ending the script without a word.
+trap 'fail "line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
 wait_for() { # seconds, description, command...
     local n=$(( $1 * 5 )) what=$2; shift 2
     for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done

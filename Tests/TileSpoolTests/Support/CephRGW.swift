@@ -47,13 +47,22 @@ final class CephRGW: @unchecked Sendable {
                 throw SupportError("\(tool) not found (run `make deps`: Debian's radosgw ceph-mon ceph-osd ceph-common)")
             }
         }
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-ceph-\(UUID().uuidString)")
-        port = try Loopback.freePort()
-        let monPort = try Loopback.freePort()
-        let (code, out) = CephRGW.script(["up"], env: ["D": directory.path, "RGW_PORT": "\(port)", "MON_PORT": "\(monPort)"])
-        guard code == 0 else {
+        // Two tries, each on fresh ports in a fresh folder: a port found free can be taken by
+        // another process (test classes run four at once) before the mon or radosgw binds it.
+        var failures: [String] = []
+        while true {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tilespool-ceph-\(UUID().uuidString)")
+            let port = try Loopback.freePort()
+            let monPort = try Loopback.freePort()
+            let (code, out) = CephRGW.script(["up"], env: ["D": directory.path, "RGW_PORT": "\(port)", "MON_PORT": "\(monPort)"])
+            if code == 0 {
+                self.directory = directory
+                self.port = port
+                return
+            }
             _ = CephRGW.script(["down"], env: ["D": directory.path])
-            throw SupportError("Ceph RGW did not start (ceph.sh up exited \(code)):\n\(out.suffix(3000))")
+            failures.append("ceph.sh up exited \(code) (RGW port \(port), mon port \(monPort)):\n\(out.suffix(3000))")
+            if failures.count == 2 { throw SupportError("Ceph RGW did not start, twice:\n" + failures.joined(separator: "\n")) }
         }
     }
 
