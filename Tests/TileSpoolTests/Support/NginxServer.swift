@@ -203,13 +203,16 @@ final class NginxServer: @unchecked Sendable {
         // watcher then ends nginx and removes the temp folder: a crashed run leaves nothing.
         // The children get no file descriptors above 2: Foundation's Process watches a socket
         // inherited by the child to see it exit, and a grandchild holding it would hide the exit.
+        // (No redirection on that loop: bash would keep stderr in a spare descriptor during it,
+        // which the loop closes, and nginx would start with no stderr; see ceph.sh.)
         let script = #"""
             close_fds() {
                 local f
                 for f in /proc/$BASHPID/fd/*; do
                     f=${f##*/}
-                    if [ "$f" -gt 2 ]; then eval "exec $f>&-"; fi
-                done 2>/dev/null
+                    case $f in 0|1|2|*[!0-9]*) continue ;; esac
+                    eval "exec $f>&-"
+                done
             }
             exec 3<&0
             ( close_fds; exec "$1" -p "$2" -c "$3" -e "$4" ) </dev/null &
