@@ -88,9 +88,10 @@ extension Daemon {
         let first = Planner.archiveSources(request: request, style: style).first.map { RateLimiter.host(of: $0.url) } ?? ""
         let firstWait = max(0, limiter.admit(host: first, region: id, regionLimit: request.maxRequestsPerSecond, now: Daemon.now()))
         if firstWait > 0 { limiter.charge(host: first, region: id, regionLimit: request.maxRequestsPerSecond, now: Daemon.now()) }
-        let mailbox = archiveMailbox, writer = self.writer, clientOptions = httpOptions, maxTiles = options.maxTiles
+        let mailbox = archiveMailbox, writer = self.writer, maxTiles = options.maxTiles
+        let client = HTTPClient(options: httpOptions)
+        archiveReadClients[id] = client
         archiveQueue.async {
-            let client = HTTPClient(options: clientOptions)
             var last: [Substring: Double] = [:]
             var counted = false
             func pace(_ url: String) {
@@ -98,7 +99,7 @@ extension Daemon {
                 let gap = limits.interval(host: host, regionLimit: request.maxRequestsPerSecond)
                 let until = counted ? (last[host].map { $0 + gap } ?? 0) : Daemon.now() + firstWait
                 counted = true
-                while case let left = until - Daemon.now(), left > 0 { usleep(useconds_t(min(left, 1) * 1_000_000) + 1) }
+                while case let left = until - Daemon.now(), left > 0, !client.isAbandoned { usleep(useconds_t(min(left, 0.1) * 1_000_000) + 1) }
                 last[host] = Daemon.now()
             }
             let result = Result { () throws(RegionError) in
@@ -119,6 +120,7 @@ extension Daemon {
     func collectArchiveReads() {
         for read in archiveMailbox.take() {
             archiveReadsRunning.remove(read.id)
+            archiveReadClients.removeValue(forKey: read.id)
             guard let r = regions[read.id], let d = r.download, r.state == .downloading else { continue }
             guard d.serial == read.token else {
                 // For a download stopped since; the one now waiting reads anew (a refresh or a

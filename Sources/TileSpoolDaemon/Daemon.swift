@@ -161,6 +161,10 @@ public final class Daemon {
     /// Regions whose directory read is under way: at most one each, whatever pauses and resumes
     /// happen meanwhile (attack round 9: each resume started another on a hanging server).
     var archiveReadsRunning: Set<String> = []
+    /// The HTTP client of each directory read under way, by region: a region that stops
+    /// (paused, cancelled, deleted, the daemon stopping) abandons its read (`HTTPClient.abandon`),
+    /// so that a stalled server does not hold it until `--low-speed-time`.
+    var archiveReadClients: [String: HTTPClient] = [:]
     /// `DaemonOptions.archivesRead`, until taken (once).
     var archivesRead: ArchivesRead?
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one

@@ -273,6 +273,9 @@ extension Daemon {
     /// on), the whole tiles its range requests had received are stored and recorded with them
     /// (`keepRangesReceived`).
     func stopDownload(_ r: Region, commitPending: Bool = true, keepReceived: Bool = false) {
+        // A directory read under way gives up at once (its answer is for this download, which
+        // stops): a server stalling it no longer holds the next start until --low-speed-time.
+        archiveReadClients[r.id]?.abandon()
         finishCommit() // no batch at the writer still appends to this region's files
         if r.probing {
             for (tag, v) in transfers where v.0 == r.id && v.1 == nil { cancelTransfer(tag); transfers.removeValue(forKey: tag) }

@@ -352,9 +352,26 @@ public final class HTTPClient: @unchecked Sendable {
         idle.append(t)
     }
 
-    /// Makes a `wait` under way on another thread return at once (`curl_multi_wakeup`, the one
-    /// call of this class that is thread-safe).
+    /// Makes a `wait` under way on another thread return at once (`curl_multi_wakeup`; with
+    /// `abandon`, the calls of this class that are thread-safe).
     public func wakeup() { curl_multi_wakeup(multi) }
+
+    private let abandonLock = NSLock()
+    private var abandoned = false
+    /// True once `abandon` was called.
+    public var isAbandoned: Bool { abandonLock.lock(); defer { abandonLock.unlock() }; return abandoned }
+
+    /// Makes a `fetchAll` under way on another thread give up at once, and every later one return
+    /// at once: their transfers are cancelled and answered `TransferFailure.network("abandoned")`.
+    /// For the daemon, whose region stops while a thread of its own still reads (a PMTiles
+    /// archive's directories): without it, a server that stalls held that thread until
+    /// `--low-speed-time`. Thread-safe; the caller keeps the client alive while it calls it.
+    public func abandon() {
+        abandonLock.lock()
+        abandoned = true
+        abandonLock.unlock()
+        wakeup()
+    }
 
     /// Waits up to `timeout` seconds for network activity or for one of `fds` to become readable
     /// (a negative fd, "none", is left out). The corresponding C function is `curl_multi_poll`.
@@ -568,6 +585,13 @@ extension HTTPClient {
         var results = [TransferResult?](repeating: nil, count: urls.count)
         for (i, u) in urls.enumerated() { start(url: u, tag: i, headers: headers, everyHop: everyHop) }
         while inFlight > 0 {
+            if isAbandoned {
+                for i in results.indices where results[i] == nil {
+                    cancel(tag: i)
+                    results[i] = TransferResult(tag: i, status: 0, body: Data(), failure: .network("abandoned: the region stopped"))
+                }
+                break
+            }
             wait(timeout: 1, fds: [])
             for r in collect() { results[r.tag] = r }
         }

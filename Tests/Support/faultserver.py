@@ -97,6 +97,10 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          every k > N two Last-Modified fields, that one then a later one, with
                          If-Unmodified-Since ignored;
                          MODE slow: as ranged, each request k <= N answered 3 s late
+                         MODE hold: request k = N+1 gets no answer at all: counts a hit of
+                         /held<path>, holds the connection until the client closes it (60 s
+                         at most), then counts a hit of /released<path>; every other request
+                         as ranged (a server that stalls before answering);
                          MODE stall: request k = N+1, when it asks more than 50,000 bytes, a
                          206 announcing the bytes asked that sends the first 50,000, waits
                          until the client's kernel has them all (nothing left in this side's
@@ -351,6 +355,18 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(404, b"not registered\n")
         if mode == "slow" and count <= n:
             time.sleep(3)
+        if mode == "hold" and count == n + 1:
+            # No answer at all: the connection is held until the client closes it (60 s at most).
+            self.server.state.hit("/held" + path)
+            sock = self.connection
+            sock.settimeout(60)
+            try:
+                sock.recv(1)
+            except OSError:
+                pass
+            self.server.state.hit("/released" + path)
+            self.close_connection = True
+            return
         etag = '"v2"' if mode in ("changed", "cutchanged") and count > n else '"v1"'
         stripped = mode == "noval" or (mode == "stripped" and count > n)
         validators = [("ETag", etag), ("Accept-Ranges", "bytes")] if not stripped else [("Accept-Ranges", "bytes")]

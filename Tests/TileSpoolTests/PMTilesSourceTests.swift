@@ -1555,15 +1555,16 @@ final class PMTilesFaultTests: XCTestCase {
 
     /// Attack round 9: each resume of a region whose directory read was still under way started
     /// another read (40 pause-resume cycles on a hanging server: 40 connections and 43 threads).
-    /// At most one read runs per region: three cycles while the header's answer is 3 s late, and
-    /// the archive is asked for its header twice in all (the late read, then one for the download
-    /// now waiting), then for its one range.
+    /// At most one read runs per region, and a pause gives up the one under way: three cycles,
+    /// each while a header read is 3 s late, then a read answered at once; the archive is asked
+    /// for its header once per start (four in all), then for its one range.
     func testPauseAndResumeDuringADirectoryReadStartNoOtherRead() throws {
-        let slow = "/pmtiles/slow/1/stamen.pmtiles"
+        let slow = "/pmtiles/slow/3/stamen.pmtiles" // the first three requests answered 3 s late
         try fx.drop("cycle.json", ["id": "cycle", "tiles": ["pmtiles://" + server.url(slow)],
                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
-        try waitUntil("the archive's header is asked", timeout: 20) { server.hits(slow) >= 1 }
-        for _ in 0..<3 {
+        for k in 1...3 {
+            try waitUntil("header read \(k) is asked", timeout: 20) { server.hits(slow) >= k }
+            XCTAssertEqual(server.hits(slow), k, "one read per start")
             try fx.control("cycle", "pause")
             try fx.waitForState("cycle", "pausedUser", timeout: 20)
             try fx.control("cycle", "resume")
@@ -1571,7 +1572,7 @@ final class PMTilesFaultTests: XCTestCase {
         }
         try fx.waitForState("cycle", "completed", timeout: 30)
         XCTAssertEqual(fx.manifest("cycle").filter { $0.kind == "tile" }.count, 85)
-        XCTAssertEqual(server.hits(slow), 3, "two header reads and one range, whatever the cycles")
+        XCTAssertEqual(server.hits(slow), 5, "four header reads (three given up by the pauses) and one range, whatever the cycles")
     }
 
     /// Attack round 5: an archive served with no ETag and no Last-Modified cannot be pinned (a
@@ -1786,6 +1787,30 @@ final class PMTilesFaultTests: XCTestCase {
                 }
             }
         }
+    }
+
+    /// A pause while the archive's header read gets no answer (the server holds the connection):
+    /// the read is given up at once (the held connection is closed within seconds, though
+    /// `--low-speed-time` is 60 s), and a resume reads the archive again and completes the
+    /// region with its 85 tiles. Before, the read held on until `--low-speed-time`, and the
+    /// resume waited for it.
+    func testAPauseDuringAStalledDirectoryReadGivesItUp() throws {
+        fx.stop()
+        try fx.start(["--low-speed-time", "60"])
+        try server.registerFile("stamen3.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
+        let path = "/pmtiles/hold/0/stamen3.pmtiles" // the first request, the header's, is held
+        try fx.drop("held.json", ["id": "held", "tiles": ["pmtiles://" + server.url(path)],
+                                  "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try waitUntil("the header read is held", timeout: 30) { server.hits("/held" + path) == 1 }
+        XCTAssertEqual(server.hits("/released" + path), 0)
+        try fx.control("held", "pause")
+        try fx.waitForState("held", "pausedUser")
+        try waitUntil("the held read is given up", timeout: 10) { server.hits("/released" + path) == 1 }
+        try fx.control("held", "resume")
+        try fx.waitForState("held", "completed", timeout: 30)
+        XCTAssertEqual(try stamenTiles("held").count, 85)
+        fx.assertStoreMatchesManifest("held")
+        XCTAssertEqual(server.hits("/held" + path), 1, "only the first request was held")
     }
 
     /// kill -9 mid-download, then a restart: the ranges asked after the restart hold no tile the
