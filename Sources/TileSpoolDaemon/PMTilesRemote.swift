@@ -34,7 +34,12 @@ public enum PMTilesRemote {
     /// writers (a leaf holds a few thousand entries of a few bytes each).
     public static let maxDirectory = 64 << 20
 
-    /// Reads the archive at `url` and plans `request` over it.
+    /// How many times a header or directory read whose transfer failed on the way (`.network`,
+    /// `.badResponse`: reset, timed out, cut short) is asked again before the failure stands.
+    public static let readRetries = 2
+
+    /// Reads the archive at `url` and plans `request` over it. A request whose transfer fails
+    /// on the way is asked again up to `readRetries` times (0.5 s, then 1 s later).
     /// - Parameters:
     ///   - source: the tile set's name (`tiles0`, or the style's source id), named in errors.
     ///   - styleSource: the style's source, for a style request (its zooms and tile size).
@@ -70,14 +75,35 @@ public enum PMTilesRemote {
         /// shorter than asked is an error naming that (attack round 18: it was read as a
         /// directory that does not inflate); without (the first read, which may pass the end of
         /// a small archive), the bytes there are.
+        /// Waits 0.5 s times `attempt` before a directory read is asked again, or less when the
+        /// read is abandoned meanwhile (`HTTPClient.abandon`).
+        func backOff(_ attempt: Int) {
+            let until = Date().addingTimeInterval(0.5 * Double(attempt))
+            while Date() < until && !http.isAbandoned { usleep(20_000) }
+        }
         func range(_ start: UInt64, _ end: UInt64, exact: Bool = true) throws(RegionError) -> [UInt8] {
             // The range and the version asked go to every hop of a redirect (the request's own
             // headers only to the first origin).
             let asked = [("Range", "bytes=\(start)-\(end - 1)")] + pinHeaders(pinned)
-            pace(url)
-            let r = http.fetchAll([url], headers: headers, everyHop: asked)[0]
-            requests += 1
-            received(r.body.count)
+            var r: TransferResult
+            var attempt = 0
+            asking: while true {
+                pace(url)
+                r = http.fetchAll([url], headers: headers, everyHop: asked)[0]
+                requests += 1
+                received(r.body.count)
+                // A transfer that failed on the way (the connection dropped mid-answer, reset,
+                // timed out) is asked again, as a tile is, at most `readRetries` times, after
+                // 0.5 s, then 1 s (attack round 35: one dropped answer failed the region).
+                guard let f = r.failure, attempt < readRetries, !http.isAbandoned else { break }
+                switch f {
+                case .network, .badResponse:
+                    attempt += 1
+                    backOff(attempt)
+                default:
+                    break asking
+                }
+            }
             if case .policyRefused(let why)? = r.failure {
                 throw RegionError(code: .policyRefused, message: "source '\(source)': \(shown(why))", url: url)
             }

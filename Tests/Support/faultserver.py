@@ -97,6 +97,9 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          every k > N two Last-Modified fields, that one then a later one, with
                          If-Unmodified-Since ignored;
                          MODE slow: as ranged, each request k <= N answered 3 s late
+                         MODE drop: request k = N+1 gets a 206 announcing the bytes asked, of
+                         which only the first half comes before the connection closes (a link
+                         that drops mid-answer); every other request as ranged;
                          MODE hold: request k = N+1 gets no answer at all: counts a hit of
                          /held<path>, holds the connection until the client closes it (60 s
                          at most), then counts a hit of /released<path>; every other request
@@ -390,6 +393,16 @@ class Handler(BaseHTTPRequestHandler):
             b = a + max(0, (b - a + 1) // 2 - 1)
         if mode == "capped" and count > n:
             b = min(b, a + 49_999)
+        if mode == "drop" and count == n + 1:
+            self.send_response(206)
+            for name, value in [("Content-Type", "application/octet-stream"), ("Content-Length", str(b - a + 1)),
+                                ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))] + validators:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data[a:a + (b - a + 1) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if mode == "stall" and count == n + 1 and b - a + 1 > 50_000:
             self.send_response(206)
             for name, value in [("Content-Type", "application/octet-stream"), ("Content-Length", str(b - a + 1)),

@@ -1789,6 +1789,19 @@ final class PMTilesFaultTests: XCTestCase {
         }
     }
 
+    /// Attack round 35: a connection dropped in the middle of the header's answer failed the
+    /// region (`badResponse`, no retry). A directory read whose transfer fails on the way is
+    /// asked again, as a tile is: the region completes with its 85 tiles, the header asked twice.
+    func testADirectoryReadCutShortIsAskedAgain() throws {
+        let path = "/pmtiles/drop/0/stamen.pmtiles" // the first request, the header's, is cut in half
+        try fx.drop("dropped.json", ["id": "dropped", "tiles": ["pmtiles://" + server.url(path)],
+                                     "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("dropped", "completed", timeout: 30)
+        XCTAssertEqual(try stamenTiles("dropped").count, 85)
+        fx.assertStoreMatchesManifest("dropped")
+        XCTAssertEqual(server.hits(path), 3, "the header twice (the first cut short), then the one range")
+    }
+
     /// A pause while the archive's header read gets no answer (the server holds the connection):
     /// the read is given up at once (the held connection is closed within seconds, though
     /// `--low-speed-time` is 60 s), and a resume reads the archive again and completes the
