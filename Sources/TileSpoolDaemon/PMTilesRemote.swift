@@ -70,17 +70,17 @@ public enum PMTilesRemote {
             }
             pinned = f
         }
-        /// Bytes `start..<end` of the archive, conditional on the pinned version once known.
-        /// With `exact` (a directory, whose place the header or the root gives), an answer
-        /// shorter than asked is an error naming that (attack round 18: it was read as a
-        /// directory that does not inflate); without (the first read, which may pass the end of
-        /// a small archive), the bytes there are.
         /// Waits 0.5 s times `attempt` before a directory read is asked again, or less when the
         /// read is abandoned meanwhile (`HTTPClient.abandon`).
         func backOff(_ attempt: Int) {
             let until = Date().addingTimeInterval(0.5 * Double(attempt))
             while Date() < until && !http.isAbandoned { usleep(20_000) }
         }
+        /// Bytes `start..<end` of the archive, conditional on the pinned version once known.
+        /// With `exact` (a directory, whose place the header or the root gives), an answer
+        /// shorter than asked is an error naming that (attack round 18: it was read as a
+        /// directory that does not inflate); without (the first read, which may pass the end of
+        /// a small archive), the bytes there are.
         func range(_ start: UInt64, _ end: UInt64, exact: Bool = true) throws(RegionError) -> [UInt8] {
             // The range and the version asked go to every hop of a redirect (the request's own
             // headers only to the first origin).

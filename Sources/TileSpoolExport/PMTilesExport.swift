@@ -19,8 +19,8 @@ enum PMTilesExport {
     static let runSize = 1 << 18
     /// The stored bytes of a window of the data section (besides one body): a window of bodies
     /// is read in pack order, then written in TileId order; three are under way at most. 2 MiB
-    /// keeps an export of a million 3 KB bodies at the memory of one window of 8 MiB on one
-    /// thread (165 MiB peak), where three windows of 8 MiB took 195 MiB, at the same speed.
+    /// keeps an export of 507,130 bodies of 3 KB at the memory it had with one window of 8 MiB
+    /// at a time (165 MiB peak), where three windows of 8 MiB took 195 MiB, at the same speed.
     static let dataWindowBytes = 2 << 20
 
     /// A fixed-size record file of (UInt64, UInt64) pairs, read or written in blocks of
