@@ -577,9 +577,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def ensure_distinct_pool():
     """DISTINCT_POOL_SIZE real vector tiles as uncompressed MVT files 0.pbf, 1.pbf, ... in
-    DATA/distinct-pool (the tiles of DISTINCT_POOL_MBTILES nearest DISTINCT_NEAR_BYTES long); the
+    DATA/distinct-pool-<size>-<bytes> (the tiles of DISTINCT_POOL_MBTILES nearest
+    DISTINCT_NEAR_BYTES long: a folder per choice, so that changing one makes a new pool); the
     folder's path."""
-    pool = os.path.join(DATA, "distinct-pool")
+    pool = os.path.join(DATA, "distinct-pool-%d-%d" % (DISTINCT_POOL_SIZE, DISTINCT_NEAR_BYTES))
     if os.path.exists(os.path.join(pool, "%d.pbf" % (DISTINCT_POOL_SIZE - 1))):
         return pool
     os.makedirs(pool, exist_ok=True)

@@ -269,7 +269,7 @@ public enum PMTilesRemote {
     /// without the pinned validator counts as a change: it cannot be told to be the same
     /// version (attack round 27: a proxy that stripped ETag and ignored If-Match had tiles of a
     /// new archive stored in a region planned over the old one). False when nothing was pinned.
-    static func changed(_ pinned: Freshness, _ now: Freshness) -> Bool {
+    public static func changed(_ pinned: Freshness, _ now: Freshness) -> Bool {
         if let a = pinned.etag { return now.etag != a }
         if let a = pinned.lastModified { return now.lastModified != a }
         return false

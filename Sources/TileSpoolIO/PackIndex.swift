@@ -16,14 +16,31 @@ import TileSpoolCore
 /// Its file operations are serialised by its own lock (the loop appends, the writer thread
 /// seals, a reader may read a record meanwhile); a write that fails is thrown by the next
 /// `append`, `read` or `finish`.
+/// The name of a "TSPACK02" pack (docs/store.md, "Pack files"), taken as the pack is read or
+/// written: the SHA-256 of its magic, then each record's 36-byte header in order, then its
+/// 16-byte end; the bodies are left out (each header holds its body's SHA-256). The one place
+/// the rule is written: `PackWriter` feeds it as records are appended, `Repository.packDigest(of:)`
+/// from a whole pack's bytes.
+final class PackName {
+    private let stream = SHA256.Stream()
+    /// Starts with the magic of the packs written now (`PackFormat.magic`).
+    init() { PackFormat.magic.withUnsafeBytes { stream.update($0) } }
+    /// Adds a record's header (`PackFormat.headerSize` bytes).
+    func record(header: UnsafeRawBufferPointer) { stream.update(header) }
+    /// Adds the end (`PackFormat.footerSize` bytes) and gives the name.
+    func finish(end: UnsafeRawBufferPointer) -> Digest {
+        stream.update(end)
+        return Digest(bytes: stream.finish())
+    }
+}
+
 final class PackWriter: @unchecked Sendable {
     private let io = NSLock()
     let path: String
     private let fd: Int32
     private var buffer: [UInt8] = []
-    /// The SHA-256 of the magic and the record headers appended (the pack's name once the end
-    /// is added); under `io`.
-    private let names = SHA256.Stream()
+    /// The pack's name over the record headers appended so far; under `io`.
+    private let name = PackName()
     private let writes = DispatchQueue(label: "tilespool.pack-writes")
     static let buffersInFlight = 3
     private let slots = DispatchSemaphore(value: PackWriter.buffersInFlight)
@@ -55,7 +72,6 @@ final class PackWriter: @unchecked Sendable {
         buffer.reserveCapacity(1 << 20)
         buffer += PackFormat.magic
         appended = PackFormat.magic.count
-        PackFormat.magic.withUnsafeBytes { names.update($0) }
     }
 
     deinit { Glibc.close(fd) } // a queued write holds `self`: none is left by now
@@ -69,7 +85,7 @@ final class PackWriter: @unchecked Sendable {
         positions[digest] = entries.count
         entries.append(PackFormat.Entry(digest: digest, offset: UInt64(appended), length: UInt32(body.count)))
         let header = PackFormat.header(digest, length: body.count)
-        header.withUnsafeBytes { names.update($0) }
+        header.withUnsafeBytes { name.record(header: $0) }
         buffer += header
         buffer.append(contentsOf: body)
         appended += PackFormat.headerSize + body.count
@@ -147,12 +163,11 @@ final class PackWriter: @unchecked Sendable {
     func finish() throws(SystemError) -> Digest {
         io.lock(); defer { io.unlock() }
         let footer = PackFormat.footer(count: entries.count)
-        footer.withUnsafeBytes { names.update($0) }
         buffer += footer
         appended += PackFormat.footerSize
         try flushLocked()
         try Files.fsync(fd, path: path)
-        return Digest(bytes: names.finish())
+        return footer.withUnsafeBytes { name.finish(end: $0) }
     }
 }
 

@@ -711,11 +711,9 @@ public final class Repository: @unchecked Sendable {
         } catch { return nil }
         return data.withUnsafeBytes { raw -> Digest in
             if raw.prefix(8).elementsEqual(PackFormat.wholeNamedMagic) { return Repository.digest(of: raw) }
-            let names = SHA256.Stream()
-            names.update(UnsafeRawBufferPointer(rebasing: raw[0..<PackFormat.magic.count]))
-            for h in headers { names.update(UnsafeRawBufferPointer(rebasing: raw[h])) }
-            names.update(UnsafeRawBufferPointer(rebasing: raw[(raw.count - PackFormat.footerSize)...]))
-            return Digest(bytes: names.finish())
+            let name = PackName()
+            for h in headers { name.record(header: UnsafeRawBufferPointer(rebasing: raw[h])) }
+            return name.finish(end: UnsafeRawBufferPointer(rebasing: raw[(raw.count - PackFormat.footerSize)...]))
         }
     }
 

@@ -138,11 +138,6 @@ public protocol TileStore: AnyObject, Sendable {
     func checkObjects(repair: Bool, referenced: (() throws -> Set<String>)?) throws -> ObjectCheck
 }
 
-extension TileStore {
-    /// `checkObjects(repair:referenced:)` without the regions' names.
-    public func checkObjects(repair: Bool) throws -> ObjectCheck { try checkObjects(repair: repair, referenced: nil) }
-}
-
 /// What `TileStore.checkObjects` found.
 public struct ObjectCheck: Sendable {
     public var checked = 0

@@ -144,7 +144,11 @@ func commandGet(_ argv: [String]) throws -> Int32 {
             existing = try? store.region(id).loadRequest()
             for set in store.region(id).loadPlan()?.tileSets ?? [] {
                 guard let pinned = set.archive, let read = checked.archivesRead.readings[set.source]?.set.archive else { continue }
-                if pinned.url != read.url || pinned.etag != read.etag || pinned.lastModified != read.lastModified { archiveMoved = true }
+                // The daemon's own test of an answer against the version pinned.
+                if pinned.url != read.url || PMTilesRemote.changed(Freshness(etag: pinned.etag, lastModified: pinned.lastModified),
+                                                                   Freshness(etag: read.etag, lastModified: read.lastModified)) {
+                    archiveMoved = true
+                }
             }
         }
     }
