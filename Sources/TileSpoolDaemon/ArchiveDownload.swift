@@ -137,7 +137,7 @@ extension Daemon {
             switch read.result {
             case .failure(let e):
                 if e.code == .networkError {
-                    networkLost(r, url: archiveURL(r, style: style, shown: e.url), why: e.message)
+                    networkLost(r, url: archiveURL(r, style: style, shown: e.url), why: e.message, archive: true)
                 } else if style != nil && (e.code == .tileLimitExceeded || e.code == .policyRefused) {
                     refuseLate(r, e)
                 } else {
@@ -472,7 +472,7 @@ extension Daemon {
         let e: RegionError
         switch f {
         case .region(let x): fail(r, x); return
-        case .networkLost(let why): networkLost(r, url: archive.url, why: why); return
+        case .networkLost(let why): networkLost(r, url: archive.url, why: why, archive: true); return
         case .resource(let x): e = x
         }
         for (i, t) in tiles {

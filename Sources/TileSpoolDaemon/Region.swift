@@ -67,6 +67,8 @@ final class Region {
     var lastStatusWrite = 0.0
     /// While `pausedNetwork`: the URL to probe, when, and the current probe gap.
     var probeURL: String?
+    /// The URL to probe is a PMTiles archive: the probe asks for its first byte only.
+    var probeArchive = false
     var nextProbe = 0.0
     var probeGap = 1.0
     var probing = false

@@ -503,6 +503,10 @@ extension Daemon {
     /// (`HTTPClient` reports at most this already, an overflowing number as this).
     static let maxRetryAfter = RetryAfter.maximum
 
+    /// The most body bytes a probe of a `pausedNetwork` region takes (64 KiB): any answer says
+    /// the server is back, so a longer body is cut there (an answer all the same).
+    static let probeBodyLimit = 64 << 10
+
     /// Schedules another attempt with capped exponential backoff (or the server's Retry-After), or
     /// calls `exhausted` when the attempts are used up.
     func retry(_ r: Region, _ d: Download, _ item: WorkItem, after: Double?, exhausted: () -> Void) {
@@ -516,9 +520,10 @@ extension Daemon {
     }
 
     /// The server of `url` does not answer: the region becomes `pausedNetwork` and probes `url`
-    /// with a growing gap until it answers. Objects already written enter the manifest first
-    /// when `commitPending` (not when the store itself is what does not answer).
-    func networkLost(_ r: Region, url: String, why: String, commitPending: Bool = true) {
+    /// with a growing gap until it answers (`archive`: `url` is a PMTiles archive, whose probe
+    /// asks for one byte). Objects already written enter the manifest first when `commitPending`
+    /// (not when the store itself is what does not answer).
+    func networkLost(_ r: Region, url: String, why: String, commitPending: Bool = true, archive: Bool = false) {
         stopDownload(r, commitPending: commitPending, keepReceived: true)
         r.error = RegionError(code: .networkError, message: "\(why) (\(shown(url, r)))", url: shown(url, r))
         let next: RegionState
@@ -528,6 +533,7 @@ extension Daemon {
         default: return
         }
         r.probeURL = url
+        r.probeArchive = archive
         r.probeGap = max(0.5, min(options.retryDelay, options.maxProbeInterval))
         r.nextProbe = Daemon.now() + r.probeGap
         setState(r, next)

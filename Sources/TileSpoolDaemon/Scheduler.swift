@@ -31,8 +31,12 @@ extension Daemon {
                 r.probing = true
                 let tag = nextTag; nextTag += 1
                 transfers[tag] = (r.id, nil)
-                // A probe is a request of the region like any other: with its headers.
-                http.start(url: url, tag: tag, headers: r.request.headerList)
+                // A probe is a request of the region like any other: with its headers. Any answer
+                // will do, so its body is cut at `Daemon.probeBodyLimit`, and an archive's probe
+                // asks for one byte (before, it fetched the archive up to --max-object-size: 32
+                // MiB of a metered link at each recovery).
+                http.start(url: url, tag: tag, headers: r.request.headerList,
+                           everyHop: r.probeArchive ? [("Range", "bytes=0-0")] : [], limit: Daemon.probeBodyLimit)
             }
         }
     }

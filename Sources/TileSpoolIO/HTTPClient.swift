@@ -205,12 +205,14 @@ public final class HTTPClient: @unchecked Sendable {
     /// every hop, as the conditional headers do (attack round 28: an archive redirected to another
     /// host was sent whole for every range). Values with CR or LF are skipped (they would split
     /// the request). `expectedSize` (bytes; 0: unknown), a range request's length, is reserved for
-    /// the body up front (at most the size limit).
+    /// the body up front (at most the size limit). `limit` (bytes) lowers the size limit
+    /// (`HTTPOptions.maxObjectSize`) for this transfer: a longer body ends it, answered
+    /// `TransferFailure.badResponse`.
     public func start(url: String, tag: Int, validators: Freshness? = nil, headers extra: [(String, String)] = [],
-                      everyHop: [(String, String)] = [], expectedSize: Int = 0) {
+                      everyHop: [(String, String)] = [], expectedSize: Int = 0, limit: Int? = nil) {
         let t = makeTransfer()
         t.tag = tag
-        t.limit = options.maxObjectSize
+        t.limit = min(options.maxObjectSize, limit ?? .max)
         t.expectedSize = expectedSize
         func sendable(_ h: (String, String)) -> Bool { !(h.0 + h.1).contains(where: { $0 == "\r" || $0 == "\n" }) }
         t.conditional = (ConditionalRequest.headers(for: validators) + everyHop).filter(sendable)
@@ -446,7 +448,7 @@ public final class HTTPClient: @unchecked Sendable {
         let text = String(cString: curl_easy_strerror(code))
         switch code {
         case CURLE_WRITE_ERROR where t.tooLarge, CURLE_FILESIZE_EXCEEDED:
-            r.failure = .badResponse("body larger than \(options.maxObjectSize) bytes")
+            r.failure = .badResponse("body larger than \(t.limit) bytes")
         case CURLE_PARTIAL_FILE, CURLE_BAD_CONTENT_ENCODING, CURLE_WRITE_ERROR:
             r.failure = .badResponse(text)
         case CURLE_OUT_OF_MEMORY:

@@ -110,6 +110,10 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          send queue, SIOCOUTQ), counts a hit of /stalled<path>, then holds
                          the connection open until the client closes it (60 s at most);
                          every other request as ranged (a link that stalls mid-range)
+                         MODE stallgone: request k = N+1 as in stall; every request k > N+1,
+                         while the document <name>.gone holds "1", closes the connection
+                         without an answer (a server gone, while a range it was sending
+                         hangs); as ranged once <name>.gone holds anything else
     /lastmodified/...    like /ok with Last-Modified Wed, 01 Jan 2025 00:00:00 GMT and no ETag;
                          304 when If-Modified-Since is not before it
     /reply/<name>/...    the reply registered as <name> (a JSON document
@@ -358,6 +362,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(404, b"not registered\n")
         if mode == "slow" and count <= n:
             time.sleep(3)
+        if mode == "stallgone" and count > n + 1 and self.server.state.document(name + ".gone") == b"1":
+            self.close_connection = True
+            return
         if mode == "hold" and count == n + 1:
             # No answer at all: the connection is held until the client closes it (60 s at most).
             self.server.state.hit("/held" + path)
@@ -403,7 +410,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        if mode == "stall" and count == n + 1 and b - a + 1 > 50_000:
+        if mode in ("stall", "stallgone") and count == n + 1 and b - a + 1 > 50_000:
             self.send_response(206)
             for name, value in [("Content-Type", "application/octet-stream"), ("Content-Length", str(b - a + 1)),
                                 ("Content-Range", "bytes %d-%d/%d" % (a, b, len(data)))] + validators:

@@ -1740,17 +1740,8 @@ final class PMTilesFaultTests: XCTestCase {
     /// received bytes were dropped with the transfer and the resume asked the whole range again
     /// (at 10 KB/s a pause lost up to ten minutes of download).
     func testAPauseOrStopKeepsTheWholeTilesOfARangeUnderWay() throws {
-        let archive = [UInt8](try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
-        let h = try PMTiles.readHeader(archive)
-        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
-            try PMTiles.readDirectory(try Zlib.inflate(Array(archive[Int(o)..<Int(o + l)]), limit: 1 << 26))
-        }
-        let plan = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
-                                    wanted: PMTiles.tileIDs(rects: PMTiles.cover(GeoBounds(west: -180, south: -85.0511, east: 180, north: 85.0511), minZoom: 0, maxZoom: 3, header: h), shape: nil)) {
-            try directory(h.leafOffset + $0.offset, UInt64($0.length))
-        }
-        XCTAssertEqual(plan.tileCount, 85)
-        try server.registerFile("stamen2.pmtiles", data: Data(archive))
+        let plan = try stamenPlan()
+        try server.registerFile("stamen2.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
         for (how, name) in [("pause", "stamen.pmtiles"), ("stop", "stamen2.pmtiles")] {
             let id = "stall\(how)"
             let path = "/pmtiles/stall/1/\(name)" // the plan's request, then the range that stalls
@@ -1785,6 +1776,78 @@ final class PMTilesFaultTests: XCTestCase {
                 for t in plan.tiles where t.offset >= ends[0] && t.offset + UInt64(t.length) - 1 <= ends[1] {
                     XCTAssertFalse(within.contains("\(t.tile.z)/\(t.tile.x)/\(t.tile.y)"), "tile \(t.tile) kept at the \(how) and asked again")
                 }
+            }
+        }
+    }
+
+    /// The plan of the whole stamen archive (85 tiles), read here with the daemon's own
+    /// directory reader (the tiles' offsets and lengths in the archive).
+    func stamenPlan() throws -> PMTiles.ArchivePlan {
+        let archive = [UInt8](try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
+        let h = try PMTiles.readHeader(archive)
+        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
+            try PMTiles.readDirectory(try Zlib.inflate(Array(archive[Int(o)..<Int(o + l)]), limit: 1 << 26))
+        }
+        let plan = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
+                                    wanted: PMTiles.tileIDs(rects: PMTiles.cover(GeoBounds(west: -180, south: -85.0511, east: 180, north: 85.0511), minZoom: 0, maxZoom: 3, header: h), shape: nil)) {
+            try directory(h.leafOffset + $0.offset, UInt64($0.length))
+        }
+        XCTAssertEqual(plan.tileCount, 85)
+        return plan
+    }
+
+    /// The network lost while a range is under way: one range stalls after its first 50,000
+    /// bytes while the server closes every other connection unanswered; once their retry is
+    /// spent the region pauses for the network (`pausedNetwork`), and the tiles wholly within
+    /// the stalled range's bytes are stored and recorded then, byte for byte, as a pause keeps
+    /// them. The probes ask for one byte of the archive (`Range: bytes=0-0`), not the archive
+    /// (before, each recovery fetched it up to --max-object-size). When the server answers again
+    /// the region completes without asking any kept tile again. Ranges are at most 100,000
+    /// bytes here (`--max-object-size`), so several are under way at once.
+    func testANetworkLostKeepsTheWholeTilesOfTheRangesUnderWay() throws {
+        let plan = try stamenPlan()
+        let limit: UInt64 = 100_000
+        let ranges = PMTiles.coalesce(plan.tiles, maxRange: limit)
+        // Whichever range the server gets second is the one that stalls: each asks more than
+        // the 50,000 bytes the stall sends.
+        XCTAssertGreaterThanOrEqual(ranges.count, 3)
+        XCTAssertTrue(ranges.allSatisfy { $0.end - $0.start > 50_000 }, "\(ranges.map { $0.end - $0.start })")
+        fx.stop()
+        try fx.start(["--max-object-size", "\(limit)", "--max-retries", "1"])
+        try server.register("stamen.pmtiles.gone", json: "1")
+        let path = "/pmtiles/stallgone/1/stamen.pmtiles"
+        try fx.drop("gone.json", ["id": "gone", "tiles": ["pmtiles://" + server.url(path)],
+                                  "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("gone", "pausedNetwork", timeout: 60)
+        XCTAssertEqual(server.hits("/stalled" + path), 1)
+        XCTAssertEqual(fx.errorCode("gone"), "networkError")
+        XCTAssertTrue(fx.log().contains("stopped after 50000 of"))
+        // The tiles kept are those wholly within the first 50,000 bytes of a range asked.
+        let kept = Set(try stamenTiles("gone").map { String($0.key.split(separator: "/").dropFirst().joined(separator: "/")) })
+        XCTAssertGreaterThan(kept.count, 0)
+        XCTAssertLessThan(kept.count, 85)
+        XCTAssertEqual(fx.storeFaults(), "")
+        XCTAssertEqual(fx.progress("gone")["tilesCompleted"], kept.count, "the status counts the tiles kept")
+        let firsts = server.requests().filter { $0.path == path }.compactMap { $0.headers["Range"].flatMap { UInt64($0.dropFirst("bytes=".count).split(separator: "-")[0]) } }
+        let withins = firsts.map { first in
+            Set(plan.tiles.filter { $0.offset >= first && $0.offset + UInt64($0.length) <= first + 50_000 }.map { "\($0.tile.z)/\($0.tile.x)/\($0.tile.y)" })
+        }
+        XCTAssertTrue(withins.contains(kept), "\(kept.sorted()) is no range's first 50,000 bytes")
+        print("MEASURED: network lost: \(kept.count) of 85 tiles kept from the 50,000 bytes received of a stalled range")
+        // A probe while the server is still gone asks for one byte.
+        let asked = server.requests().filter { $0.path == path }.count
+        try waitUntil("a probe", timeout: 30) { server.requests().filter { $0.path == path }.count > asked }
+        XCTAssertEqual(server.requests().filter { $0.path == path }.last?.headers["Range"], "bytes=0-0")
+        try server.register("stamen.pmtiles.gone", json: "0")
+        let healed = server.requests().filter { $0.path == path }.count
+        try fx.waitForState("gone", "completed", timeout: 60)
+        XCTAssertEqual(try stamenTiles("gone").count, 85)
+        fx.assertStoreMatchesManifest("gone")
+        for req in server.requests().filter({ $0.path == path }).dropFirst(healed) {
+            let ends = try XCTUnwrap(req.headers["Range"]).dropFirst("bytes=".count).split(separator: "-").compactMap { UInt64($0) }
+            XCTAssertEqual(ends.count, 2)
+            for t in plan.tiles where t.offset >= ends[0] && t.offset + UInt64(t.length) - 1 <= ends[1] {
+                XCTAssertFalse(kept.contains("\(t.tile.z)/\(t.tile.x)/\(t.tile.y)"), "tile \(t.tile) kept at the network loss and asked again")
             }
         }
     }
