@@ -96,6 +96,51 @@ public enum JSONKind {
         return nil
     }
 
+    /// The first key that appears twice in one object of the JSON text `data`, with the byte
+    /// offset of its second appearance (from the first byte of `data`); nil when the keys of
+    /// every object differ. Keys are compared as the strings they name, escapes undone (`"a"`
+    /// and `"\u0061"` are one key), each key's text decoded by `JSONSerialization` as a
+    /// fragment. RFC 8259 section 4: the names within an object should be unique, and what a
+    /// reader makes of repeated ones "is unpredictable" (Foundation keeps the last). Call on
+    /// text `JSONSerialization` has read: strings and escapes are skipped as in `nestingDepth`,
+    /// and a key is a string after `{` or after a `,` within an object. O(n) in the bytes.
+    public static func repeatedKey(_ data: Data) -> (key: String, offset: Int)? {
+        let bytes = [UInt8](data)
+        var open: [Set<String>?] = [] // per open container: its keys so far; nil for an array
+        var expectKey = false
+        var i = 0
+        while i < bytes.count {
+            let b = bytes[i]
+            switch b {
+            case UInt8(ascii: "\""):
+                let start = i
+                var escaped = false
+                i += 1
+                while i < bytes.count {
+                    if escaped { escaped = false } else if bytes[i] == UInt8(ascii: "\\") { escaped = true } else if bytes[i] == UInt8(ascii: "\"") { break }
+                    i += 1
+                }
+                if expectKey, var keys = open.last ?? nil {
+                    let literal = Data(bytes[start...min(i, bytes.count - 1)])
+                    if let key = (try? JSONSerialization.jsonObject(with: literal, options: [.fragmentsAllowed])) as? String {
+                        if keys.contains(key) { return (key, start) }
+                        keys.insert(key)
+                        open[open.count - 1] = keys
+                    }
+                    expectKey = false
+                }
+            case UInt8(ascii: "{"): open.append(Set<String>()); expectKey = true
+            case UInt8(ascii: "["): open.append(nil); expectKey = false
+            case UInt8(ascii: "}"), UInt8(ascii: "]"): _ = open.popLast(); expectKey = false
+            case UInt8(ascii: ","): expectKey = (open.last ?? nil) != nil
+            case UInt8(ascii: ":"): expectKey = false
+            default: break
+            }
+            i += 1
+        }
+        return nil
+    }
+
     /// The line and column, both from 1, of the byte at `offset` in `data`, as an editor shows
     /// them: a line ends at each LF; a column counts characters (UTF-8 sequences: continuation
     /// bytes do not count), a tab or a CR as one. An offset at or past the end gives the position
@@ -130,8 +175,11 @@ public enum JSONKind {
     /// `maxDepth` and a trailing comma (RFC 8259 allows none; `JSONSerialization` on Linux
     /// accepts one). Throws `JSONDocumentError` with a message fit for a status file, naming the
     /// line and column of the fault (e.g. `not valid JSON: Invalid value at line 3, column 12`,
-    /// `not valid JSON: trailing comma at line 4, column 9 (before ']')`).
-    public static func parse(_ data: Data, maxDepth: Int = JSONKind.maxDepth) throws(JSONDocumentError) -> Any {
+    /// `not valid JSON: trailing comma at line 4, column 9 (before ']')`). With `uniqueKeys` (a
+    /// document people write, such as a request: not a style, whose readers take repeated keys),
+    /// a key repeated in one object is refused too (`repeatedKey`): `ambiguous JSON: the key
+    /// 'maxZoom' appears twice in one object, at line 3, column 3`.
+    public static func parse(_ data: Data, maxDepth: Int = JSONKind.maxDepth, uniqueKeys: Bool = false) throws(JSONDocumentError) -> Any {
         if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
             throw JSONDocumentError(message: "empty")  // read as "the request is empty", "the style is empty"
         }
@@ -152,6 +200,10 @@ public enum JSONKind {
         if let comma = trailingComma(text) {
             let (line, column) = position(ofByte: comma.offset, in: text)
             throw JSONDocumentError(message: "not valid JSON: trailing comma at line \(line), column \(column) (before '\(Character(Unicode.Scalar(comma.closer)))')")
+        }
+        if uniqueKeys, let repeated = repeatedKey(text) {
+            let (line, column) = position(ofByte: repeated.offset, in: text)
+            throw JSONDocumentError(message: "ambiguous JSON: the key '\(repeated.key)' appears twice in one object, at line \(line), column \(column)")
         }
         return value
     }

@@ -270,7 +270,7 @@ public enum RequestValidator {
     /// The id a refused request file's status is written under: its `id` field when that is a
     /// valid id, else the id its file name gives; nil when neither gives one.
     public static func statusID(_ data: Data?, fileName: String) -> String? {
-        if let data, data.count <= maxFileSize, let o = (try? JSONKind.parse(data)) as? [String: Any],
+        if let data, data.count <= maxFileSize, let o = (try? JSONKind.parse(data, uniqueKeys: true)) as? [String: Any],
            let s = o["id"] as? String, isValidID(s) {
             return s
         }
@@ -379,7 +379,7 @@ public enum RequestValidator {
         func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
         if data.count > maxSize { throw bad("the request file is larger than \(maxSize) bytes") }
         let parsed: Any
-        do { parsed = try JSONKind.parse(data) } catch { throw bad("the request is \(error.message)") }
+        do { parsed = try JSONKind.parse(data, uniqueKeys: true) } catch { throw bad("the request is \(error.message)") }
         guard var o = parsed as? [String: Any] else {
             throw bad("the request must be a JSON object, not a JSON \(JSONKind.name(parsed))")
         }

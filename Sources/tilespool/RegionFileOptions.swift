@@ -34,7 +34,9 @@ enum RegionFileOptions {
         if geometry != nil && corridor != nil { throw UsageError("give --geometry or --corridor, not both") }
         if corridor != nil && buffer == nil { throw UsageError("--corridor FILE needs --buffer-meters N (metres on either side of the line)") }
         if geometry != nil && buffer != nil { throw UsageError("--buffer-meters goes with --corridor FILE, not --geometry") }
-        guard var o = (try? JSONKind.parse(requestData)) as? [String: Any] else {
+        let parsed: Any
+        do { parsed = try JSONKind.parse(requestData, uniqueKeys: true) } catch { throw CommandFailure("the request is \(error.message)") }
+        guard var o = parsed as? [String: Any] else {
             throw CommandFailure("the request is not a JSON object; --geometry and --corridor add to a request object")
         }
         let named = ["bounds", "geometry", "corridor", "parts"].filter { o[$0] != nil }

@@ -135,6 +135,30 @@ final class JSONTextTests: XCTestCase {
         XCTAssertEqual(message("[\"abc"), "not valid JSON: Unexpected end of file during JSON parse.")
     }
 
+    /// Attack round 35: a request with a key twice (`"maxZoom": 3, "maxZoom": 1`) was accepted
+    /// and the last value taken without a word (RFC 8259 section 4 leaves a reader's choice
+    /// "unpredictable"). It is refused, naming the key and where it appears the second time;
+    /// keys are compared as the strings they name, and keys alike in different objects, or
+    /// inside strings, are not repeats.
+    func testAKeyRepeatedInOneObjectIsRefused() {
+        let request = #"{"tiles": ["http://h/{z}/{x}/{y}.png"], "bounds": [0, 0, 1, 1],"# + "\n \"maxZoom\": 3, \"minZoom\": 0, \"maxZoom\": 1}"
+        XCTAssertThrowsError(try RequestValidator.validate(Data(request.utf8), fileName: "t.json")) { e in
+            XCTAssertEqual((e as? RegionError)?.message, "the request is ambiguous JSON: the key 'maxZoom' appears twice in one object, at line 2, column 30")
+            XCTAssertEqual((e as? RegionError)?.code, .invalidRequest)
+        }
+        // The same request with the key once is valid.
+        XCTAssertNoThrow(try RequestValidator.validate(Data(request.replacingOccurrences(of: #", "maxZoom": 1"#, with: "").utf8), fileName: "t.json"))
+        func repeated(_ text: String) -> String? { JSONKind.repeatedKey(Data(text.utf8))?.key }
+        XCTAssertEqual(repeated(#"{"a": 1, "a": 2}"#), "a", "an escape names the same key")
+        XCTAssertEqual(repeated(#"{"x": {"b": [1, {"c": 1, "c": 2}]}}"#), "c", "in a nested object")
+        XCTAssertEqual(JSONKind.repeatedKey(Data(#"[{"a": 1}, {"b": "a", "b": 2}]"#.utf8))?.offset, 22)
+        XCTAssertNil(repeated(#"{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}"#), "the same key in different objects")
+        XCTAssertNil(repeated(#"{"a": ""a": 1, "a"", "b": ["a", "a"]}"#), "keys in strings and strings in arrays")
+        XCTAssertNil(repeated(#"{"a": 1, "A": 2, "a ": 3}"#), "keys differ by case or space")
+        // Through the id a refused request's status is written under: a repeated `id` names none.
+        XCTAssertEqual(RequestValidator.statusID(Data(#"{"id": "one", "id": "two"}"#.utf8), fileName: "file.json"), "file")
+    }
+
     func testTrailingCommasAreRefusedWithTheirPosition() {
         XCTAssertEqual(message("{\"a\": [1, 2,\n]}"), "not valid JSON: trailing comma at line 1, column 12 (before ']')")
         XCTAssertEqual(message("{\"a\": 1,}"), "not valid JSON: trailing comma at line 1, column 8 (before '}')")
