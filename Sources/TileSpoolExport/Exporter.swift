@@ -250,8 +250,15 @@ public enum Exporter {
             try place(work, "out", in: parent, name, path: path, format: spec.format, force: force)
         } catch {
             let message = (error as? ExportError)?.message ?? "\(spec.format.rawValue) export of '\(pack.id)': \(error)"
-            // Messages name the output, not the descriptor path the writers were given.
-            throw ExportError(message.replacingOccurrences(of: temp, with: path))
+            // Messages name the output, not the descriptor path the writers were given; a file
+            // of a writer's own work folder (PMTiles' sorted runs) is named as such (attack round
+            // 34: a full disk's message named `PATH.work/run0`, a file that never existed).
+            var text = message
+            if let re = try? NSRegularExpression(pattern: NSRegularExpression.escapedPattern(for: temp + ".work/") + "([^:/]+)") {
+                text = re.stringByReplacingMatches(in: text, range: NSRange(text.startIndex..., in: text),
+                                                   withTemplate: "$1 in the work folder beside " + NSRegularExpression.escapedTemplate(for: path))
+            }
+            throw ExportError(text.replacingOccurrences(of: temp, with: path))
         }
         result.path = path
         result.pack = pack.version
