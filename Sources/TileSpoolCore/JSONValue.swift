@@ -96,17 +96,20 @@ public enum JSONKind {
         return nil
     }
 
-    /// The first key that appears twice in one object of the JSON text `data`, with the byte
-    /// offset of its second appearance (from the first byte of `data`); nil when the keys of
-    /// every object differ. Keys are compared as the strings they name, escapes undone (`"a"`
-    /// and `"\u0061"` are one key), each key's text decoded by `JSONSerialization` as a
-    /// fragment. RFC 8259 section 4: the names within an object should be unique, and what a
-    /// reader makes of repeated ones "is unpredictable" (Foundation keeps the last). Call on
+    /// The first key that appears twice in one object of the JSON text `data`, as first
+    /// written (`first`) and again (`key`), with the byte offset of its second appearance (from
+    /// the first byte of `data`); nil when the keys of every object differ. Keys are compared as
+    /// the parsed object compares them (Swift's `String` equality): escapes undone (`"a"` and
+    /// `"\u0061"` are one key) and Unicode canonical equivalents equal (`"\u00e9"` and
+    /// `"e\u0301"`, é precomposed and decomposed, are one key: the object keeps one of them),
+    /// each key's text decoded by `JSONSerialization` as a fragment. RFC 8259 section 4: the
+    /// names within an object should be unique, and what a reader makes of repeated ones "is
+    /// unpredictable" (Foundation keeps the last). Call on
     /// text `JSONSerialization` has read: strings and escapes are skipped as in `nestingDepth`,
     /// and a key is a string after `{` or after a `,` within an object. O(n) in the bytes.
-    public static func repeatedKey(_ data: Data) -> (key: String, offset: Int)? {
+    public static func repeatedKey(_ data: Data) -> (key: String, first: String, offset: Int)? {
         let bytes = [UInt8](data)
-        var open: [Set<String>?] = [] // per open container: its keys so far; nil for an array
+        var open: [[String: String]?] = [] // per open container: its keys so far, as first written; nil for an array
         var expectKey = false
         var i = 0
         while i < bytes.count {
@@ -123,13 +126,13 @@ public enum JSONKind {
                 if expectKey, var keys = open.last ?? nil {
                     let literal = Data(bytes[start...min(i, bytes.count - 1)])
                     if let key = (try? JSONSerialization.jsonObject(with: literal, options: [.fragmentsAllowed])) as? String {
-                        if keys.contains(key) { return (key, start) }
-                        keys.insert(key)
+                        if let first = keys[key] { return (key, first, start) }
+                        keys[key] = key
                         open[open.count - 1] = keys
                     }
                     expectKey = false
                 }
-            case UInt8(ascii: "{"): open.append(Set<String>()); expectKey = true
+            case UInt8(ascii: "{"): open.append([:]); expectKey = true
             case UInt8(ascii: "["): open.append(nil); expectKey = false
             case UInt8(ascii: "}"), UInt8(ascii: "]"): _ = open.popLast(); expectKey = false
             case UInt8(ascii: ","): expectKey = (open.last ?? nil) != nil
@@ -203,7 +206,11 @@ public enum JSONKind {
         }
         if uniqueKeys, let repeated = repeatedKey(text) {
             let (line, column) = position(ofByte: repeated.offset, in: text)
-            throw JSONDocumentError(message: "ambiguous JSON: the key '\(repeated.key)' appears twice in one object, at line \(line), column \(column)")
+            // Two spellings Unicode counts as one text: each shown as its code points.
+            func points(_ s: String) -> String { s.unicodeScalars.map { String(format: "U+%04X", $0.value) }.joined(separator: " ") }
+            let spelling = Array(repeated.first.unicodeScalars) == Array(repeated.key.unicodeScalars) ? ""
+                : " (as \(points(repeated.first)) and as \(points(repeated.key)), one text in Unicode)"
+            throw JSONDocumentError(message: "ambiguous JSON: the key '\(repeated.key)' appears twice in one object\(spelling), at line \(line), column \(column)")
         }
         return value
     }

@@ -327,6 +327,13 @@ extension Daemon {
     /// retry holds the region for a `Retry-After`, as for a tile.
     func handleRange(_ r: Region, _ d: Download, _ res: TransferResult, _ fetch: Fetch, _ n: Int) {
         let range = d.archiveRanges![n]
+        // The range's bytes were debited when it was asked; an answer larger than that (a 200
+        // with the whole file: the server ignored Range) is debited for the rest, so the next
+        // ranges wait (attack round 36: 21 times --max-bytes-per-second, the whole archive for
+        // each range).
+        if limiter.bytesPerSecond != nil, res.body.count > Int(range.length) {
+            limiter.received(bytes: res.body.count - Int(range.length), now: Daemon.now())
+        }
         // The rate one range request carries (bytes a second), averaged over the answers.
         if let asked = d.rangeAskedAt.removeValue(forKey: n), res.body.count > 0, res.status == 206 || res.status == 200 {
             let rate = Double(min(res.body.count, Int(range.length))) / max(Daemon.now() - asked, 0.001)

@@ -341,7 +341,11 @@ extension Daemon {
         let bad = RegionError(code: .invalidRequest, message: "a refresh control file is empty or holds {\"maxAge\": SECONDS} (a number >= 0)")
         guard let data = try? Files.readRegularFile(path, limit: 4096) else { return .failure(bad) }
         if data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return .success(nil) }
-        guard let o = (try? JSONKind.parse(data, uniqueKeys: true)) as? [String: Any], Set(o.keys).isSubset(of: ["maxAge"]) else { return .failure(bad) }
+        let parsed: Any
+        do { parsed = try JSONKind.parse(data, uniqueKeys: true) } catch {
+            return .failure(RegionError(code: .invalidRequest, message: "the refresh control file is \(error.message); it is empty or holds {\"maxAge\": SECONDS}"))
+        }
+        guard let o = parsed as? [String: Any], Set(o.keys).isSubset(of: ["maxAge"]) else { return .failure(bad) }
         guard let v = o["maxAge"], !(v is NSNull) else { return .success(nil) }
         guard let n = JSONKind.number(v), n >= 0, n.isFinite else { return .failure(bad) }
         return .success(n)

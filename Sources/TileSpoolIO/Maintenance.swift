@@ -166,7 +166,10 @@ public enum StoreMaintenance {
         report.tempFiles = objects.tempFiles
         report.unindexedPacks = objects.unindexedPacks
         report.foreignEntries = objects.foreignEntries
-        for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") { report.tempFiles.append("status/" + name) }
+        for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") {
+            if let pid = SaveTempName.parse(name)?.pid, !LeftBehind.ownerIsGone(pid) { continue } // a status being written
+            report.tempFiles.append("status/" + name)
+        }
 
         for id in try store.regionIDs().sorted() {
             let files = store.region(id)

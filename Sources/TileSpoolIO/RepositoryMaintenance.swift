@@ -236,6 +236,17 @@ extension Repository {
         return n
     }
 
+    /// The process writing scratch file `name` (in `tmp/`), from its name: a daemon's open pack
+    /// `<pid>-<tag>-<n>.partial`, a repack's `gc-<pid>-<n>.partial`, an index merge's
+    /// `index-merge-<pid>-<n>.partial`; nil for any other name.
+    static func scratchOwner(_ name: String) -> pid_t? {
+        guard name.hasSuffix(".partial") else { return nil }
+        var parts = name.dropLast(".partial".count).split(separator: "-", omittingEmptySubsequences: false)
+        if parts.first == "gc" { parts.removeFirst() } else if parts.starts(with: ["index", "merge"]) { parts.removeFirst(2) }
+        guard parts.count >= 2, let pid = pid_t(parts[0]), pid > 0 else { return nil }
+        return pid
+    }
+
     /// True for `gc-<pid>-<n>.partial` when process `pid` does not exist (kill(2) with signal 0
     /// answers ESRCH) and is not this one. The scratch folder is local to one host, so the pid is
     /// of this host; a pid used again by another process only keeps the file until the grace period.
@@ -443,13 +454,18 @@ extension Repository {
             }
             try reloadIndexes()
         }
-        // Whatever the scratch folder holds but its index copies: packs in flight (a running
-        // daemon's) or left by a stop.
+        // Whatever the scratch folder holds but its index copies and the files of a process that
+        // still runs (a running daemon's open pack, a gc's repack: in flight, not left over;
+        // attack round 36: `verify` from cron beside the daemon reported its open pack).
         for name in (try? Directory(path: scratch, followFinal: false))?.list() ?? [] where name != "index-cache" {
+            if let pid = Repository.scratchOwner(name), !LeftBehind.ownerIsGone(pid) { continue }
             c.tempFiles.append("tmp/" + name)
         }
-        // Temp files of saves cut short (or in flight, beside a running daemon) in the store's folders.
-        for f in (try? storeLeftovers()) ?? [] { c.tempFiles.append(f.name) }
+        // Temp files of saves cut short in the store's folders (not those of a save in flight).
+        for f in (try? storeLeftovers()) ?? [] {
+            if let pid = SaveTempName.parse(f.name)?.pid, !LeftBehind.ownerIsGone(pid) { continue }
+            c.tempFiles.append(f.name)
+        }
         c.foreignEntries = try ["packs/", "index/", "objects/"].flatMap { try backend.foreignEntries(prefix: $0) }
         // Files in packs/ and index/ whose names TileSpool never gives (`packs/<sha256>.pack`,
         // `index/<sha256>.idx`): never read, so what they hold is not in the store (attack round

@@ -199,9 +199,10 @@ class State:
             return n
 
     def log_request(self, path, headers):
-        """Appends {"path", "headers": {name: value}} as one JSON line to requests.log."""
+        """Appends {"path", "headers": {name: value}, "time": seconds since 1970 when its
+        headers were read} as one JSON line to requests.log."""
         with self.lock:
-            self.requests_file.write(json.dumps({"path": path, "headers": headers}, sort_keys=True) + "\n")
+            self.requests_file.write(json.dumps({"path": path, "headers": headers, "time": time.time()}, sort_keys=True) + "\n")
             self.requests_file.flush()
 
     def count(self, path):

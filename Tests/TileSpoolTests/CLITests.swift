@@ -6,6 +6,28 @@ import XCTest
 /// The command line as a shell script uses it: status text and JSON, control commands, plan,
 /// --help, and options before or after arguments.
 final class CLITests: FaultServerSpoolTestCase {
+    /// Attack round 36: `verify` run beside the daemon (from cron) reported the daemon's open
+    /// pack (`tmp/<pid>-<tag>-<n>.partial`) as a temp file left over, a fault: exit 1 on a sound
+    /// store. A file whose process still runs is in flight: verify beside a download reports no
+    /// fault; once the daemon is killed (kill -9), its open pack is left over and named.
+    func testVerifyBesideARunningDownloadNamesNoFileInFlight() throws {
+        // A long sync interval keeps the open pack open (a sync seals it) while verify runs.
+        try fx.start(["--sync-interval", "30"])
+        try fx.drop("v.json", server.tilesRequest(["/slow/30/v/{z}/{x}/{y}.png"], id: "v", maxZoom: 5))
+        try waitUntil("the daemon has an open pack", timeout: 60) {
+            ((try? FileManager.default.contentsOfDirectory(atPath: self.fx.store + "/tmp")) ?? []).contains { $0.hasSuffix(".partial") }
+        }
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(fx.state("v"), "downloading", "verify ran beside the download")
+        XCTAssertFalse(out.contains("temp file left over"), out)
+        XCTAssertTrue(out.contains(" 0 faults"), out)
+        XCTAssertEqual(rc, 0, out)
+        fx.kill9()
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("temp file left over: tmp/") && out.contains(".partial"), out)
+    }
+
     func testControlAndStatusWithOptionsOnEitherSideOfTheID() throws {
         try fx.start()
         try fx.drop("c.json", server.tilesRequest(["/slow/30/cli/{z}/{x}/{y}.png"], id: "c", maxZoom: 4))

@@ -1852,6 +1852,29 @@ final class PMTilesFaultTests: XCTestCase {
         }
     }
 
+    /// Attack round 36: a server that ignores Range sends the whole archive (720,035 bytes) for
+    /// each range request; only the range's own bytes were debited from --max-bytes-per-second,
+    /// so the ranges went one a second, 21 times the limit in that round. The bytes beyond the
+    /// range are debited when the answer comes: at 250,000 bytes a second each range after the
+    /// first waits for the whole file the one before brought, and the region completes with
+    /// every tile right.
+    func testAServerIgnoringRangeKeepsTheByteLimit() throws {
+        fx.stop()
+        let limit = 250_000.0, file = 720_035.0
+        try fx.start(["--max-bytes-per-second", "\(Int(limit))"])
+        let path = "/pmtiles/norange/0/stamen.pmtiles"
+        try downloadStamen("limited", path)
+        let starts = Array(server.requestTimes(path).dropFirst()) // the plan's request, then the ranges
+        XCTAssertGreaterThanOrEqual(starts.count, 3, "720,035 bytes in ranges of at most 250,000")
+        // A bucket of one second's worth: range k + 1 starts once the k whole files before it
+        // are paid for, less the bucket's depth.
+        for k in 1..<starts.count {
+            let due = (Double(k) * file - limit) / limit
+            XCTAssertGreaterThanOrEqual(starts[k] - starts[0], due - 0.1, "range \(k + 1) of \(starts.count) started before the bytes before it were paid for")
+        }
+        print("MEASURED: Range ignored at \(Int(limit)) B/s: \(starts.count) ranges over \(String(format: "%.2f", starts.last! - starts[0])) s, the files before the last at \(String(format: "%.0f", Double(starts.count - 1) * file / max(starts.last! - starts[0], 0.001))) B/s")
+    }
+
     /// Attack round 35: a connection dropped in the middle of the header's answer failed the
     /// region (`badResponse`, no retry). A directory read whose transfer fails on the way is
     /// asked again, as a tile is: the region completes with its 85 tiles, the header asked twice.

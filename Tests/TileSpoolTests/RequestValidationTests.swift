@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import TileSpoolCore
+@testable import TileSpoolDaemon
 
 /// A table of request validation cases: each bad request must fail with `invalidRequest` and a
 /// message naming the field; each good one must give the expected values.
@@ -157,6 +158,22 @@ final class JSONTextTests: XCTestCase {
         XCTAssertNil(repeated(#"{"a": 1, "A": 2, "a ": 3}"#), "keys differ by case or space")
         // Through the id a refused request's status is written under: a repeated `id` names none.
         XCTAssertEqual(RequestValidator.statusID(Data(#"{"id": "one", "id": "two"}"#.utf8), fileName: "file.json"), "file")
+        // Attack round 36: keys equal as Unicode text (canonical equivalents: the parsed object
+        // keeps one of them) are one key, and the message shows both spellings as code points;
+        // keys only compatible (the ligature fi and "fi"), or differing by a NUL, are two keys.
+        func parsed(_ text: String) -> String? {
+            do { _ = try JSONKind.parse(Data(text.utf8), uniqueKeys: true); return nil } catch { return error.message }
+        }
+        XCTAssertEqual(parsed(#"{"\u00e9": 1, "e\u0301": 2}"#),
+                       "ambiguous JSON: the key 'e\u{301}' appears twice in one object (as U+00E9 and as U+0065 U+0301, one text in Unicode), at line 1, column 15")
+        XCTAssertEqual(parsed(#"{"a": 1, "\u0061": 2}"#), "ambiguous JSON: the key 'a' appears twice in one object, at line 1, column 10")
+        XCTAssertNil(parsed(#"{"\ufb01": 1, "fi": 2, "a\u0000": 3, "a": 4}"#))
+        // A refresh control file: its message names the ambiguity.
+        let control = FileManager.default.temporaryDirectory.appendingPathComponent("refresh-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: control) }
+        XCTAssertNoThrow(try Data(#"{"maxAge": 1, "\u006daxAge": 2}"#.utf8).write(to: control))
+        guard case .failure(let e) = Daemon.refreshMaxAge(control.path) else { return XCTFail("a repeated maxAge is refused") }
+        XCTAssertEqual(e.message, "the refresh control file is ambiguous JSON: the key 'maxAge' appears twice in one object, at line 1, column 15; it is empty or holds {\"maxAge\": SECONDS}")
     }
 
     func testTrailingCommasAreRefusedWithTheirPosition() {

@@ -172,6 +172,17 @@ final class FaultServer: @unchecked Sendable {
         return counts
     }
 
+    /// When each request for `path` came (seconds since 1970, as the server read its headers),
+    /// in the order they came.
+    func requestTimes(_ path: String) -> [Double] {
+        guard let data = try? Data(contentsOf: stateDirectory.appendingPathComponent("requests.log")) else { return [] }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { line in
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  o["path"] as? String == path, let t = o["time"] as? Double else { return nil }
+            return t
+        }
+    }
+
     /// Every counted request in arrival order: its path and request headers (names as sent),
     /// from the server's `requests.log`.
     func requests() -> [(path: String, headers: [String: String])] {
