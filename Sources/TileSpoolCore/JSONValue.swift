@@ -144,6 +144,42 @@ public enum JSONKind {
         return nil
     }
 
+    /// The byte offset of the first `\\uXXXX` escape in a string of the JSON text `data` that
+    /// names a lone UTF-16 surrogate (a high one, D800-DBFF, not followed by an escaped low one,
+    /// DC00-DFFF, or a low one alone), with its four hex digits; nil when there is none. RFC 8259
+    /// section 8.2: such a string names no Unicode text; `JSONSerialization` refuses it without a
+    /// position ("Unexpected end of file during string parse"), so `parse` finds it with this
+    /// scan (strings and escapes skipped as in `nestingDepth`).
+    public static func loneSurrogate(_ data: Data) -> (offset: Int, digits: String)? {
+        let bytes = [UInt8](data)
+        func unit(at i: Int) -> UInt32? {
+            guard i + 5 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else { return nil }
+            return UInt32(String(decoding: bytes[(i + 2)...(i + 5)], as: UTF8.self), radix: 16)
+        }
+        var inString = false
+        var i = 0
+        while i < bytes.count {
+            let b = bytes[i]
+            if !inString {
+                if b == UInt8(ascii: "\"") { inString = true }
+                i += 1
+                continue
+            }
+            if b == UInt8(ascii: "\"") { inString = false; i += 1; continue }
+            guard b == UInt8(ascii: "\\") else { i += 1; continue }
+            guard let u = unit(at: i) else { i += 2; continue } // another escape: two bytes
+            let digits = String(decoding: bytes[(i + 2)...(i + 5)], as: UTF8.self)
+            if (0xDC00...0xDFFF).contains(u) { return (i, digits) }
+            if (0xD800...0xDBFF).contains(u) {
+                guard let low = unit(at: i + 6), (0xDC00...0xDFFF).contains(low) else { return (i, digits) }
+                i += 12
+                continue
+            }
+            i += 6
+        }
+        return nil
+    }
+
     /// The line and column, both from 1, of the byte at `offset` in `data`, as an editor shows
     /// them: a line ends at each LF; a column counts characters (UTF-8 sequences: continuation
     /// bytes do not count), a tab or a CR as one. An offset at or past the end gives the position
@@ -198,6 +234,11 @@ public enum JSONKind {
             value = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
         } catch {
             let detail = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String
+            // Foundation names a lone surrogate without a position (and as an end of file).
+            if let d = detail, d.contains("surrogate") || d.contains("no high character"), let lone = loneSurrogate(text) {
+                let (line, column) = position(ofByte: lone.offset, in: text)
+                throw JSONDocumentError(message: "not valid JSON: a lone UTF-16 surrogate \\u\(lone.digits) at line \(line), column \(column) (it names no character)")
+            }
             throw JSONDocumentError(message: "not valid JSON" + (detail.map { ": " + withLineAndColumn($0, in: text) } ?? ""))
         }
         if let comma = trailingComma(text) {

@@ -134,6 +134,11 @@ final class JSONTextTests: XCTestCase {
         XCTAssertEqual(message("[NaN]"), "not valid JSON: Invalid value at line 1, column 2")
         XCTAssertEqual(message("['a']"), "not valid JSON: Invalid value at line 1, column 2")
         XCTAssertEqual(message("[\"abc"), "not valid JSON: Unexpected end of file during JSON parse.")
+        // Attack round 36: a lone surrogate was "Unexpected end of file" without a position.
+        XCTAssertEqual(message(#"{"a": "ok \"\\\ud83d\ude00", "b": "\ud800x"}"#), #"not valid JSON: a lone UTF-16 surrogate \ud800 at line 1, column 36 (it names no character)"#)
+        XCTAssertEqual(message("{\n \"\\udc00\": 1}"), #"not valid JSON: a lone UTF-16 surrogate \udc00 at line 2, column 3 (it names no character)"#)
+        XCTAssertEqual(message(#"["\uD800\u0041"]"#), #"not valid JSON: a lone UTF-16 surrogate \uD800 at line 1, column 3 (it names no character)"#)
+        XCTAssertNil(JSONKind.loneSurrogate(Data(#"["\\ud800", "\ud83d\ude00"]"#.utf8)), "an escaped backslash, then a pair")
     }
 
     /// Attack round 35: a request with a key twice (`"maxZoom": 3, "maxZoom": 1`) was accepted
