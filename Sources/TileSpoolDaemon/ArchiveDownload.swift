@@ -344,6 +344,7 @@ extension Daemon {
         func failTiles(_ f: AnswerDecision.Failure) { failRangeTiles(r, d, n, range.tiles, f) }
         var body = Data()
         var cutTiles = range.tiles
+        var wholeFile = false // `body` is the archive from its first byte
         var decision = AnswerDecision.decideRange(rangeFacts(r, d, res, n))
         if case .salvage(let received, let x) = decision {
             // The tiles wholly within the bytes that came are cut; the rest of the range is a
@@ -377,13 +378,31 @@ extension Daemon {
             // server ignored Range.
             let start = res.body.startIndex + from
             body = res.body[start..<(start + Int(range.length))]
+            if res.status == 200 {
+                // The server ignored Range and sent the file (from its first byte): the ranges
+                // of this archive not yet asked whose bytes it holds are cut from it too, and
+                // never asked, so such a server costs the file once, not once a range.
+                var more: [(index: Int, tile: PMTiles.ArchiveTile)] = []
+                while let ranges = d.archiveRanges, d.rangeCursor < ranges.count, ranges[d.rangeCursor].set == range.set,
+                      ranges[d.rangeCursor].end <= UInt64(res.body.count) {
+                    more += ranges[d.rangeCursor].tiles
+                    d.rangeCursor += 1
+                }
+                if !more.isEmpty {
+                    Log.info("the server ignored Range: \(range.tiles.count + more.count) tiles cut from its whole answer, \(more.count) of them of ranges not asked",
+                             region: r.id, state: r.state.rawValue, url: shown(url, r))
+                    cutTiles += more
+                    body = res.body
+                    wholeFile = true
+                }
+            }
         }
         d.attempts.removeValue(forKey: item)
         // Cut, decoded, hashed and stored on `cutQueue`, so the loop goes on receiving the other
         // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
         // slot until then (`fillRanges`).
         d.rangesCutting.insert(n)
-        let job = cutJob(r, d, n, cutTiles, res.freshness)
+        let job = cutJob(r, d, n, cutTiles, res.freshness, start: wholeFile ? 0 : nil)
         let store = self.store, mailbox = cutMailbox, writer = self.writer
         let answer = body
         cutQueue.async {
@@ -410,13 +429,14 @@ extension Daemon {
     }
 
     /// The job that cuts `tiles` of range `n` (those not done yet) out of an answer whose
-    /// validators are `freshness` (an ETag quoting a secret left out of the lines).
-    func cutJob(_ r: Region, _ d: Download, _ n: Int, _ tiles: [(index: Int, tile: PMTiles.ArchiveTile)], _ freshness: Freshness) -> RangeCutJob {
+    /// validators are `freshness` (an ETag quoting a secret left out of the lines), and whose
+    /// first byte is the range's first, or archive byte `start` when given (0: the whole file).
+    func cutJob(_ r: Region, _ d: Download, _ n: Int, _ tiles: [(index: Int, tile: PMTiles.ArchiveTile)], _ freshness: Freshness, start: UInt64? = nil) -> RangeCutJob {
         let range = d.archiveRanges![n]
         let archive = d.plan!.tileSets[range.set].archive!
         var freshness = freshness
         if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
-        return RangeCutJob(id: r.id, token: d.serial, range: n, start: range.start, tiles: tiles.filter { !d.done[$0.index] },
+        return RangeCutJob(id: r.id, token: d.serial, range: n, start: start ?? range.start, tiles: tiles.filter { !d.done[$0.index] },
                            freshness: freshness, gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue,
                            limit: options.http.maxObjectSize, format: PMTiles.rasterFormat(tileType: archive.tileType))
     }
