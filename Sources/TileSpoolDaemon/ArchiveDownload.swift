@@ -42,6 +42,9 @@ struct ArchiveReadResult: Sendable {
     let result: Result<[String: PMTilesRemote.Reading], RegionError>
     /// When the last request to each host started (`Daemon.now()`), for the limiter.
     let lastStarts: [String: Double]
+    /// The body bytes the reads received, whole: an answer that ignored Range and the answers of
+    /// failed attempts included (for the byte limit).
+    let received: Int
 }
 
 extension Daemon {
@@ -76,7 +79,8 @@ extension Daemon {
            read.serves(id: r.id, request: r.request, sources: Planner.archiveSources(request: r.request, style: style),
                        maxTiles: options.maxTiles, maxObjectSize: options.http.maxObjectSize) {
             archivesRead = nil
-            archiveMailbox.post(ArchiveReadResult(id: r.id, token: d.serial, result: .success(read.readings), lastStarts: [:]))
+            archiveMailbox.post(ArchiveReadResult(id: r.id, token: d.serial, result: .success(read.readings), lastStarts: [:],
+                                                  received: read.readings.values.reduce(0) { $0 + $1.directoryBytes }))
             writer.wake()
             return
         }
@@ -94,6 +98,7 @@ extension Daemon {
         archiveQueue.async {
             var last: [Substring: Double] = [:]
             var counted = false
+            var received = 0
             func pace(_ url: String) {
                 let host = RateLimiter.host(of: url)
                 let gap = limits.interval(host: host, regionLimit: request.maxRequestsPerSecond)
@@ -104,10 +109,11 @@ extension Daemon {
             }
             let result = Result { () throws(RegionError) in
                 try PMTilesRemote.readAll(request: request, style: style, http: client, headers: request.headerList, maxTiles: maxTiles,
-                                          previous: previous, pace: pace)
+                                          previous: previous, pace: pace, received: { received += $0 })
             }
             mailbox.post(ArchiveReadResult(id: id, token: key, result: result,
-                                           lastStarts: Dictionary(uniqueKeysWithValues: last.map { (String($0.key), $0.value) })))
+                                           lastStarts: Dictionary(uniqueKeysWithValues: last.map { (String($0.key), $0.value) }),
+                                           received: received))
             writer.wake()
         }
     }
@@ -121,6 +127,10 @@ extension Daemon {
         for read in archiveMailbox.take() {
             archiveReadsRunning.remove(read.id)
             archiveReadClients.removeValue(forKey: read.id)
+            // Every byte received counts against the byte limit, the read's outcome whatever
+            // (attack round 37: a directory read answered 200 with the whole archive counted as
+            // the 16 KiB it used, and the ranges went at once, 2.2 times the limit).
+            if limiter.bytesPerSecond != nil { limiter.received(bytes: read.received, now: Daemon.now()) }
             guard let r = regions[read.id], let d = r.download, r.state == .downloading else { continue }
             guard d.serial == read.token else {
                 // For a download stopped since; the one now waiting reads anew (a refresh or a
@@ -144,7 +154,6 @@ extension Daemon {
                     fail(r, e)
                 }
             case .success(let readings):
-                for (_, reading) in readings { limiter.received(bytes: reading.directoryBytes, now: Daemon.now()) }
                 d.unchangedArchives = Set(readings.filter { $0.value.unchanged }.map { ManifestLine.sanitizeKey($0.key) })
                 for (name, reading) in readings {
                     Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)

@@ -106,6 +106,21 @@ public enum LeftBehind {
         guard pid > 0, pid != getpid() else { return false }
         return kill(pid, 0) != 0 && errno == ESRCH
     }
+
+    /// Whether a file whose name carries `pid` is being written now, for `verify`'s report of
+    /// files left over (never for removing anything: that is `ownerIsGone`'s, which keeps any
+    /// live process's file): `pid` holds one of the daemon's locks (`lockHolders`, the pids
+    /// `SpoolLock.holder` read from `daemon.lock` files that are held: a lock is seen across PID
+    /// namespaces, so a daemon in a container counts), or is a process of this PID namespace
+    /// that runs TileSpool (`/proc/<pid>/comm` starts with `tilespool`). So a live process that
+    /// is not TileSpool (a pid used again after a reboot, pid 1 in a planted name) does not hide
+    /// a file a killed daemon left (attack round 37).
+    public static func inFlight(_ pid: pid_t, lockHolders: Set<pid_t>) -> Bool {
+        guard pid > 0 else { return false }
+        if lockHolders.contains(pid) || pid == getpid() { return true }
+        guard let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) else { return false }
+        return comm.hasPrefix("tilespool")
+    }
 }
 
 /// The temp names a local save uses (`Directory.tempName`: `.tmp-<name>-<pid>-<n>`).

@@ -33,6 +33,9 @@ public struct VerifyReport: Sendable {
     public var foreignEntries: [String] = []
     /// Regions whose status counts disagree with their manifest.
     public var countMismatches: [String] = []
+    /// "regions/<id>: error" for regions that could not be checked (not a folder, unreadable, a
+    /// repair's rewrite that failed): faults; the other regions are checked all the same.
+    public var uncheckedRegions: [String] = []
     public var quarantined = 0
     /// Packs indexed again from their own records (sound, but listed wrongly by the index).
     public var reindexed = 0
@@ -44,6 +47,7 @@ public struct VerifyReport: Sendable {
     public var unreadablePlans: [String] = []
     public var faults: Int {
         badObjects.count + missingObjects.count + tempFiles.count + foreignEntries.count + countMismatches.count + unreadablePlans.count
+            + uncheckedRegions.count
     }
 }
 
@@ -163,86 +167,102 @@ public enum StoreMaintenance {
         report.badObjects = objects.bad
         report.quarantined = objects.quarantined
         report.reindexed = objects.reindexed
-        report.tempFiles = objects.tempFiles
         report.unindexedPacks = objects.unindexedPacks
         report.foreignEntries = objects.foreignEntries
-        for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") {
-            if let pid = SaveTempName.parse(name)?.pid, !LeftBehind.ownerIsGone(pid) { continue } // a status being written
+        // Temp files of a process still writing them (the daemon's open pack, a status being
+        // written, a save or a gc under way) are in flight, not left over (attack rounds 36 and
+        // 37: `verify` from cron beside the daemon named its open pack, a fault).
+        let holders = Set([status.layout.lock, store.lockPath].compactMap { $0.flatMap { SpoolLock.holder(path: $0) } })
+        func inFlight(_ name: String) -> Bool {
+            let last = String(name.split(separator: "/").last ?? "")
+            guard let pid = name.hasPrefix("tmp/") ? Repository.scratchOwner(last) : SaveTempName.parse(last)?.pid else { return false }
+            return LeftBehind.inFlight(pid, lockHolders: holders)
+        }
+        report.tempFiles = objects.tempFiles.filter { !inFlight($0) }
+        for name in Files.list(status.layout.status) where name.hasPrefix(".tmp-") && !inFlight("status/" + name) {
             report.tempFiles.append("status/" + name)
         }
 
         for id in try store.regionIDs().sorted() {
-            let files = store.region(id)
-            // A refresh's swap cut short is finished first, as the daemon's next start would
-            // (only with --repair: the daemon is stopped then, and verify alone changes nothing).
-            if repair, (try? files.finishInterruptedRefreshCommit()) == true {
-                report.refreshesFinished.append(id)
-            }
-            report.manifestsChecked += 1
-            let own = try checkManifest(files, id: id, label: id, store: store, objects: objects, report: &report)
-            let st = status.read(id: id)
-            var mismatch = false
-            if let st, st.state == .completed {
-                let plan = files.loadPlan()
-                let planned = plan?.count
-                if plan == nil && files.readFailure == nil {
-                    report.unreadablePlans.append("\(id): plan.json is missing or unreadable (not a plan, or a value out of range); the daemon downloads the region again")
+            // A region that cannot be checked (a file or a symlink planted in regions/, a folder
+            // that cannot be read, a manifest that cannot be rewritten) is named and verify goes
+            // on with the others (attack round 37: one plain file there stopped verify before it
+            // reported anything, a truncated pack included).
+            do {
+                let files = store.region(id)
+                // A refresh's swap cut short is finished first, as the daemon's next start would
+                // (only with --repair: the daemon is stopped then, and verify alone changes nothing).
+                if repair, (try? files.finishInterruptedRefreshCommit()) == true {
+                    report.refreshesFinished.append(id)
                 }
-                if st.progress.resourcesCompleted != own.lines || (planned != nil && planned != own.lines) {
-                    mismatch = true
-                    report.countMismatches.append("\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(own.lines)" + (planned.map { ", plan has \($0)" } ?? ""))
-                }
-            }
-            // The pack a refresh under way is making: a later swap installs it, so a line naming a
-            // damaged or missing object there is as bad as one in the pack in use.
-            let refresh = files.refreshStorage
-            var refreshDropped = 0
-            if refresh !== files, files.refreshUnderWay() != nil {
+                let own = try checkManifest(files, id: id, label: id, store: store, objects: objects, report: &report)
                 report.manifestsChecked += 1
-                let r = try checkManifest(refresh, id: id, label: id + " (refresh)", store: store, objects: objects, report: &report)
-                refreshDropped = r.dropped.count
-                if repair && !r.dropped.isEmpty {
-                    // The refresh fetches them again when it goes on (they are no longer recorded).
-                    try refresh.replaceManifest(r.kept)
-                }
-            }
-            if repair {
-                // Journal lines naming a bad object: a restart re-hashes them anyway (and skips
-                // them); they are dropped here so that nothing recorded names a quarantined object.
-                for f in refresh === files ? [files] : [files, refresh] {
-                    var text: [UInt8] = [], dropped = 0
-                    f.readJournal { line in
-                        if let s = line.sha256, objects.badNames.contains(s) { dropped += 1 } else { text += Array(line.text.utf8) }
+                let st = status.read(id: id)
+                var mismatch = false
+                if let st, st.state == .completed {
+                    let plan = files.loadPlan()
+                    let planned = plan?.count
+                    if plan == nil && files.readFailure == nil {
+                        report.unreadablePlans.append("\(id): plan.json is missing or unreadable (not a plan, or a value out of range); the daemon downloads the region again")
                     }
-                    if dropped > 0 { f.replaceJournal(with: text[...]) }
+                    if st.progress.resourcesCompleted != own.lines || (planned != nil && planned != own.lines) {
+                        mismatch = true
+                        report.countMismatches.append("\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(own.lines)" + (planned.map { ", plan has \($0)" } ?? ""))
+                    }
                 }
-            }
-            if repair && (!own.dropped.isEmpty || mismatch) {
-                // The status first, then the manifest: a repair killed in between leaves a
-                // region marked failed whose manifest still names what it dropped (missing
-                // objects now: a second repair drops them), never a `completed` status over a
-                // shorter manifest. The counts are the kept lines' (the same however often this
-                // runs); a region `completed` with fewer lines than its plan is marked too.
-                if var st {
-                    let why = own.dropped.isEmpty
-                        ? "its manifest holds \(own.lines) resources, not the \(st.progress.resourcesExpected) planned; resume fetches the rest"
-                        : "\(own.dropped.count) resources were damaged or missing in the store; resume fetches them again"
-                    st.state = .failed
-                    st.refreshing = false
-                    st.error = RegionError(code: .storeDamaged, message: why)
-                    st.progress = st.progress.recounted(own.kept)
-                    st.updatedAt = Date()
-                    status.record(st, note: "verify --repair")
+                // The pack a refresh under way is making: a later swap installs it, so a line naming a
+                // damaged or missing object there is as bad as one in the pack in use.
+                let refresh = files.refreshStorage
+                var refreshDropped = 0
+                if refresh !== files, files.refreshUnderWay() != nil {
+                    let r = try checkManifest(refresh, id: id, label: id + " (refresh)", store: store, objects: objects, report: &report)
+                    report.manifestsChecked += 1
+                    refreshDropped = r.dropped.count
+                    if repair && !r.dropped.isEmpty {
+                        // The refresh fetches them again when it goes on (they are no longer recorded).
+                        try refresh.replaceManifest(r.kept)
+                    }
                 }
-                // A rewrite that fails stops verify with its error (exit 1): the manifest still
-                // names what was dropped, and a second repair retries.
-                if !own.dropped.isEmpty { try files.replaceManifest(own.kept) }
-                // The region is failed now: a refresh under way would swap in a pack over a
-                // manifest that is being fetched again; it goes (resume downloads what is missing).
-                if refresh !== files { files.abandonRefresh() }
-                report.regionsMarked.append(id)
-            } else if repair && refreshDropped > 0 {
-                report.regionsMarked.append(id + " (refresh)")
+                if repair {
+                    // Journal lines naming a bad object: a restart re-hashes them anyway (and skips
+                    // them); they are dropped here so that nothing recorded names a quarantined object.
+                    for f in refresh === files ? [files] : [files, refresh] {
+                        var text: [UInt8] = [], dropped = 0
+                        f.readJournal { line in
+                            if let s = line.sha256, objects.badNames.contains(s) { dropped += 1 } else { text += Array(line.text.utf8) }
+                        }
+                        if dropped > 0 { f.replaceJournal(with: text[...]) }
+                    }
+                }
+                if repair && (!own.dropped.isEmpty || mismatch) {
+                    // The status first, then the manifest: a repair killed in between leaves a
+                    // region marked failed whose manifest still names what it dropped (missing
+                    // objects now: a second repair drops them), never a `completed` status over a
+                    // shorter manifest. The counts are the kept lines' (the same however often this
+                    // runs); a region `completed` with fewer lines than its plan is marked too.
+                    if var st {
+                        let why = own.dropped.isEmpty
+                            ? "its manifest holds \(own.lines) resources, not the \(st.progress.resourcesExpected) planned; resume fetches the rest"
+                            : "\(own.dropped.count) resources were damaged or missing in the store; resume fetches them again"
+                        st.state = .failed
+                        st.refreshing = false
+                        st.error = RegionError(code: .storeDamaged, message: why)
+                        st.progress = st.progress.recounted(own.kept)
+                        st.updatedAt = Date()
+                        status.record(st, note: "verify --repair")
+                    }
+                    // A rewrite that fails stops verify with its error (exit 1): the manifest still
+                    // names what was dropped, and a second repair retries.
+                    if !own.dropped.isEmpty { try files.replaceManifest(own.kept) }
+                    // The region is failed now: a refresh under way would swap in a pack over a
+                    // manifest that is being fetched again; it goes (resume downloads what is missing).
+                    if refresh !== files { files.abandonRefresh() }
+                    report.regionsMarked.append(id)
+                } else if repair && refreshDropped > 0 {
+                    report.regionsMarked.append(id + " (refresh)")
+                }
+            } catch {
+                report.uncheckedRegions.append("regions/\(id): \(error)")
             }
         }
         return report

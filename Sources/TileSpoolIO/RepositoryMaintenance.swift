@@ -229,7 +229,8 @@ extension Repository {
         guard let dir = try? Directory(path: scratch, followFinal: false) else { return 0 }
         var n = 0
         for name in dir.list() where name.hasSuffix(".partial") {
-            guard let st = dir.status(name) else { continue }
+            // Only the regular files TileSpool writes there; anything else is foreign (verify).
+            guard let st = dir.status(name), st.st_mode & S_IFMT == S_IFREG else { continue }
             guard now - Double(st.st_mtim.tv_sec) >= grace || Repository.isOrphanedGCPack(name) else { continue }
             if dir.remove(name) { n += 1 }
         }
@@ -239,7 +240,7 @@ extension Repository {
     /// The process writing scratch file `name` (in `tmp/`), from its name: a daemon's open pack
     /// `<pid>-<tag>-<n>.partial`, a repack's `gc-<pid>-<n>.partial`, an index merge's
     /// `index-merge-<pid>-<n>.partial`; nil for any other name.
-    static func scratchOwner(_ name: String) -> pid_t? {
+    public static func scratchOwner(_ name: String) -> pid_t? {
         guard name.hasSuffix(".partial") else { return nil }
         var parts = name.dropLast(".partial".count).split(separator: "-", omittingEmptySubsequences: false)
         if parts.first == "gc" { parts.removeFirst() } else if parts.starts(with: ["index", "merge"]) { parts.removeFirst(2) }
@@ -454,19 +455,19 @@ extension Repository {
             }
             try reloadIndexes()
         }
-        // Whatever the scratch folder holds but its index copies and the files of a process that
-        // still runs (a running daemon's open pack, a gc's repack: in flight, not left over;
-        // attack round 36: `verify` from cron beside the daemon reported its open pack).
-        for name in (try? Directory(path: scratch, followFinal: false))?.list() ?? [] where name != "index-cache" {
-            if let pid = Repository.scratchOwner(name), !LeftBehind.ownerIsGone(pid) { continue }
-            c.tempFiles.append("tmp/" + name)
+        // Whatever the scratch folder holds but its index copies: packs in flight (a running
+        // daemon's: `StoreMaintenance.verify` leaves those out) or left by a stop. What no
+        // TileSpool process makes there (a symlink, a folder, a FIFO) is foreign, whatever its
+        // name (attack round 37: a symlink named with a live pid was never reported).
+        if let dir = try? Directory(path: scratch, followFinal: false) {
+            for name in dir.list() where name != "index-cache" {
+                let type = dir.entryType(name)
+                if type == .regular { c.tempFiles.append("tmp/" + name) } else if type != .missing { c.foreignEntries.append("tmp/\(name) (\(type))") }
+            }
         }
-        // Temp files of saves cut short in the store's folders (not those of a save in flight).
-        for f in (try? storeLeftovers()) ?? [] {
-            if let pid = SaveTempName.parse(f.name)?.pid, !LeftBehind.ownerIsGone(pid) { continue }
-            c.tempFiles.append(f.name)
-        }
-        c.foreignEntries = try ["packs/", "index/", "objects/"].flatMap { try backend.foreignEntries(prefix: $0) }
+        // Temp files of saves cut short (or in flight) in the store's folders.
+        for f in (try? storeLeftovers()) ?? [] { c.tempFiles.append(f.name) }
+        c.foreignEntries += try ["packs/", "index/", "objects/"].flatMap { try backend.foreignEntries(prefix: $0) }
         // Files in packs/ and index/ whose names TileSpool never gives (`packs/<sha256>.pack`,
         // `index/<sha256>.idx`): never read, so what they hold is not in the store (attack round
         // 9: a pack renamed `.pack.bak` was not named, and repair dropped its objects' lines). A

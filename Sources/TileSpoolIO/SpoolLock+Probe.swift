@@ -23,6 +23,14 @@ extension SpoolLock {
         throw e
     }
 
+    /// The pid the holder of the lock at `path` wrote in it (`SpoolLock.init`), when the lock is
+    /// held now; nil when it is not held, the file is missing, or holds no pid. A process in
+    /// another PID namespace (a container sharing the spool) wrote its pid there as it sees it.
+    public static func holder(path: String) -> pid_t? {
+        guard (try? isHeld(path: path)) == true, let text = try? Files.readRegularFile(path, limit: 64) else { return nil }
+        return pid_t(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
     /// True when `a` and `b` name the same existing file (same device and inode, through any
     /// symbolic links in their folders), e.g. the spool's and the store's `daemon.lock` when
     /// `--spool` and `--store` are one folder. A second `flock` of that file from the same process

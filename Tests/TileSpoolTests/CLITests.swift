@@ -28,6 +28,70 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertTrue(out.contains("temp file left over: tmp/") && out.contains(".partial"), out)
     }
 
+    /// Attack round 37: which temp files `verify` calls in flight. A planted name with the pid of
+    /// a live process that is not TileSpool (pid 1) hid the file, and a symlink named so was
+    /// never reported; a daemon in another PID namespace (a container: its pid, as the held
+    /// `daemon.lock` records it, names no process here) had its open pack named. Now the holder
+    /// of a held lock, by the pid in the lock file, is in flight; another process only when it
+    /// runs TileSpool; and what is not a regular file in tmp/ is foreign, whatever its name.
+    func testVerifyTellsFilesInFlightFromFilesLeftOver() throws {
+        try fx.start()
+        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t", maxZoom: 2))
+        try fx.waitForState("t", "completed")
+        fx.stop()
+        let tmp = fx.store + "/tmp", lock = fx.store + "/daemon.lock"
+        XCTAssertTrue(FileManager.default.createFile(atPath: tmp + "/1-abc-1.partial", contents: Data(count: 100)))
+        XCTAssertTrue(FileManager.default.createFile(atPath: tmp + "/999999-ns-1.partial", contents: Data(count: 100)))
+        let link = "\(getpid())-l-1.partial"
+        XCTAssertEqual(symlink("/etc/hostname", tmp + "/" + link), 0)
+        // The store's lock held by a process whose pid, as it wrote it, is 999999.
+        try Data("999999\n".utf8).write(to: URL(fileURLWithPath: lock))
+        let holder = Process() // one process that holds the lock and ends with it (no child keeps it)
+        holder.executableURL = URL(fileURLWithPath: "/bin/bash")
+        holder.arguments = ["-c", "exec 9<>\"$0\" && flock -x 9 && exec sleep 60", lock]
+        try holder.run()
+        defer { if holder.isRunning { holder.terminate(); holder.waitUntilExit() } }
+        try waitUntil("the lock is held", timeout: 10) { (try? SpoolLock.isHeld(path: lock)) == true }
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("temp file left over: tmp/1-abc-1.partial"), out)
+        XCTAssertTrue(out.contains("entry TileSpool did not make (left alone; remove it by hand): tmp/\(link) (symlink)"), out)
+        XCTAssertFalse(out.contains("999999-ns-1.partial"), "the lock holder's open pack is in flight: \(out)")
+        XCTAssertTrue(out.contains(" 2 faults"), out)
+        holder.terminate()
+        holder.waitUntilExit()
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertTrue(out.contains("temp file left over: tmp/999999-ns-1.partial"), out)
+        XCTAssertTrue(out.contains(" 3 faults"), out)
+        // gc never follows nor removes the symlink (foreign), whatever its age.
+        (rc, out) = try fx.cli(["gc", "--grace", "0", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(Files.entryType(tmp + "/" + link), .symlink)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: tmp + "/1-abc-1.partial"), "left over and past the grace period: removed")
+    }
+
+    /// Attack round 37: a plain file, a symlink or a dotfile in regions/ stopped verify (`open
+    /// .../regions/evil: ENOTDIR`) before it reported anything, a missing object included. Each
+    /// such entry is named (`region not checked: regions/<name>: ...`), a fault, and the other
+    /// regions are checked all the same.
+    func testVerifyNamesARegionItCannotCheckAndGoesOn() throws {
+        try fx.start()
+        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t", maxZoom: 2))
+        try fx.waitForState("t", "completed")
+        fx.stop()
+        let regions = fx.store + "/regions"
+        XCTAssertTrue(FileManager.default.createFile(atPath: regions + "/plainfile", contents: Data("hi\n".utf8)))
+        XCTAssertTrue(FileManager.default.createFile(atPath: regions + "/.DS_Store", contents: Data()))
+        XCTAssertEqual(symlink(fx.root.path, regions + "/evil"), 0)
+        let gone = try XCTUnwrap(fx.manifest("t").first { $0.kind == "tile" && $0.sha != "-" })
+        XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "drop", fx.store, gone.sha]).0, 0)
+        let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        for name in ["plainfile", ".DS_Store", "evil"] { XCTAssertTrue(out.contains("region not checked: regions/\(name): "), out) }
+        XCTAssertTrue(out.contains("missing object: t: \(gone.key)"), out)
+        XCTAssertTrue(out.contains("1 manifests"), "region t was checked: \(out)")
+    }
+
     func testControlAndStatusWithOptionsOnEitherSideOfTheID() throws {
         try fx.start()
         try fx.drop("c.json", server.tilesRequest(["/slow/30/cli/{z}/{x}/{y}.png"], id: "c", maxZoom: 4))
