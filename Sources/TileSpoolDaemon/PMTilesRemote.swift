@@ -81,7 +81,12 @@ public enum PMTilesRemote {
         /// shorter than asked is an error naming that (attack round 18: it was read as a
         /// directory that does not inflate); without (the first read, which may pass the end of
         /// a small archive), the bytes there are.
+        /// The whole file, once a server that ignores Range sent it (a 200): the next reads are
+        /// cut from it rather than asked (attack round 38: every leaf directory's read brought
+        /// the whole archive again, 135 times a 1.7 MB archive with 131 leaves).
+        var whole: [UInt8]?
         func range(_ start: UInt64, _ end: UInt64, exact: Bool = true) throws(RegionError) -> [UInt8] {
+            if let whole { return try cut(whole, start, end, exact: exact) }
             // The range and the version asked go to every hop of a redirect (the request's own
             // headers only to the first origin).
             let asked = [("Range", "bytes=\(start)-\(end - 1)")] + pinHeaders(pinned)
@@ -133,16 +138,21 @@ public enum PMTilesRemote {
                 return body
             case 200:
                 // The server ignored Range and sent the whole file (bounded by the client's
-                // largest body): the bytes asked are cut out of it.
+                // largest body): the bytes asked are cut out of it, and so are the next reads'.
                 try pin(r.freshness)
-                if exact && body.count < Int(end) {
-                    throw RegionError(code: .invalidArchive, message: "source '\(source)': the PMTiles archive is \(body.count) bytes, shorter than its directory at bytes \(start)-\(end - 1)", url: url, httpStatus: 200)
-                }
-                guard Int(start) <= body.count else { return [] }
-                return Array(body[Int(start)..<min(body.count, Int(end))])
+                whole = body
+                return try cut(body, start, end, exact: exact)
             default:
                 throw RegionError(code: .httpError, message: "source '\(source)': HTTP \(r.status) for the PMTiles archive", url: url, httpStatus: r.status)
             }
+        }
+        /// Bytes `start..<end` of the whole file `file` (`range`'s, for a 200).
+        func cut(_ file: [UInt8], _ start: UInt64, _ end: UInt64, exact: Bool) throws(RegionError) -> [UInt8] {
+            if exact && file.count < Int(end) {
+                throw RegionError(code: .invalidArchive, message: "source '\(source)': the PMTiles archive is \(file.count) bytes, shorter than its directory at bytes \(start)-\(end - 1)", url: url, httpStatus: 200)
+            }
+            guard Int(start) <= file.count else { return [] }
+            return Array(file[Int(start)..<min(file.count, Int(end))])
         }
         func invalid(_ e: PMTiles.ArchiveError) -> RegionError {
             RegionError(code: .invalidArchive, message: "source '\(source)': \(e.message)", url: url)

@@ -189,6 +189,12 @@ public enum StoreMaintenance {
             // on with the others (attack round 37: one plain file there stopped verify before it
             // reported anything, a truncated pack included).
             do {
+                // A name the daemon never gives a region (a dot-folder, one with a space): it
+                // skips such a folder, so its manifest counts for nothing (attack round 38).
+                guard RequestValidator.isValidID(id) else {
+                    report.uncheckedRegions.append("regions/\(id): not a region id (the daemon skips it)")
+                    continue
+                }
                 let files = store.region(id)
                 // A refresh's swap cut short is finished first, as the daemon's next start would
                 // (only with --repair: the daemon is stopped then, and verify alone changes nothing).

@@ -83,11 +83,14 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertTrue(FileManager.default.createFile(atPath: regions + "/plainfile", contents: Data("hi\n".utf8)))
         XCTAssertTrue(FileManager.default.createFile(atPath: regions + "/.DS_Store", contents: Data()))
         XCTAssertEqual(symlink(fx.root.path, regions + "/evil"), 0)
+        // Attack round 38: folders under names the daemon never gives a region, which it skips.
+        for name in [".hidden", "bad name"] { try FileManager.default.createDirectory(atPath: regions + "/" + name, withIntermediateDirectories: false) }
         let gone = try XCTUnwrap(fx.manifest("t").first { $0.kind == "tile" && $0.sha != "-" })
         XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "drop", fx.store, gone.sha]).0, 0)
         let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
         for name in ["plainfile", ".DS_Store", "evil"] { XCTAssertTrue(out.contains("region not checked: regions/\(name): "), out) }
+        for name in [".hidden", "bad name"] { XCTAssertTrue(out.contains("region not checked: regions/\(name): not a region id (the daemon skips it)"), out) }
         XCTAssertTrue(out.contains("missing object: t: \(gone.key)"), out)
         XCTAssertTrue(out.contains("1 manifests"), "region t was checked: \(out)")
     }

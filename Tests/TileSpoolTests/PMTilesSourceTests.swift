@@ -1886,6 +1886,28 @@ final class PMTilesFaultTests: XCTestCase {
         print("MEASURED: Range ignored at \(Int(limit)) B/s: two archives in 4 requests; the second range \(String(format: "%.2f", b - a)) s after the first")
     }
 
+    /// Attack round 38: a server that ignores Range sent the whole archive for each directory
+    /// read, the header's and every leaf's (135 times a 1.7 MB archive with 131 leaves). The
+    /// first whole answer serves the other directory reads: the plan of an archive with leaf
+    /// directories costs one request, and its counts are the `pmtiles` reader's.
+    func testAServerIgnoringRangeSendsTheArchiveOnceForItsDirectories() throws {
+        let dir = try TestScratch.folder("pmtiles-norange-leaves")
+        let archive = dir.appendingPathComponent("gen.pmtiles").path
+        _ = try PMTilesPlanTests.writeArchiveWithLeaves(archive)
+        let witness = try makePMTiles(["region", archive, "-180", "-85.0511", "180", "85.0511", "0", "7"])
+        try server.registerFile("gen.pmtiles", data: try Data(contentsOf: URL(fileURLWithPath: archive)))
+        let path = "/pmtiles/norange/0/gen.pmtiles"
+        let request = fx.root.appendingPathComponent("leaves.json")
+        try JSONSerialization.data(withJSONObject: ["id": "leaves", "tiles": ["pmtiles://" + server.url(path)],
+                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 7] as [String: Any]).write(to: request)
+        let (rc, out) = try fx.cli(["plan", request.path, "--json"])
+        let doc = (try? JSONSerialization.jsonObject(with: Data(out.utf8))) as? [String: Any]
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(doc?["tiles"] as? Int, witness["tiles"] as? Int, out)
+        XCTAssertEqual(doc?["tileBytes"] as? Int, witness["tile_bytes"] as? Int, out)
+        XCTAssertEqual(server.hits(path), 1, "the header's request brought the file; no leaf was asked")
+    }
+
     /// Attack round 35: a connection dropped in the middle of the header's answer failed the
     /// region (`badResponse`, no retry). A directory read whose transfer fails on the way is
     /// asked again, as a tile is: the region completes with its 85 tiles, the header asked twice.
