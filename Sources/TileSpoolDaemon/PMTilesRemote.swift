@@ -112,6 +112,11 @@ public enum PMTilesRemote {
             if case .policyRefused(let why)? = r.failure {
                 throw RegionError(code: .policyRefused, message: "source '\(source)': \(shown(why))", url: url)
             }
+            if case .badResponse(let why)? = r.failure, r.status == 200, why.hasPrefix("body larger than") {
+                // A 200 to a range request: the server sent the whole file, over the limit (attack
+                // round 38: the message did not say the server ignored Range).
+                throw RegionError(code: .badResponse, message: "source '\(source)': the server ignored Range and sent the whole PMTiles archive, which is larger than the largest body accepted (\(why.dropFirst("body larger than ".count)), --max-object-size); raise it, or serve the archive from a server that honours Range", url: url, httpStatus: 200)
+            }
             if let f = r.failure {
                 var code = ErrorCode.networkError
                 switch f { case .badResponse: code = .badResponse; case .refused: code = .httpError; default: break }

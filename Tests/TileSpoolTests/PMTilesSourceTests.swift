@@ -1647,6 +1647,17 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(fx.objects().count, 80, "one object per distinct tile body")
         XCTAssertFalse(fx.storeObjects().values.contains { $0.size == size }, "the whole archive is not an object")
         XCTAssertEqual(server.hits(path), 2)
+        // The whole file over the largest body accepted: the region fails, its message saying
+        // that the server ignored Range (attack round 38: "body larger than 70000 bytes" alone).
+        fx.stop()
+        try fx.start(["--max-object-size", "70000"])
+        try server.registerFile("stamen2.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
+        try fx.drop("toolarge.json", ["id": "toolarge", "tiles": ["pmtiles://" + server.url("/pmtiles/norange/0/stamen2.pmtiles")],
+                                      "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("toolarge", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("toolarge"), "badResponse")
+        XCTAssertTrue(fx.errorMessage("toolarge")?.contains("the server ignored Range and sent the whole PMTiles archive, which is larger than the largest body accepted (70000 bytes, --max-object-size)") == true,
+                      fx.errorMessage("toolarge") ?? "")
     }
 
     /// A leaf directory answered with half its bytes: the region fails naming the short answer
