@@ -81,6 +81,13 @@ public enum TerminalText {
         return out
     }
 
+    /// A name from a document quoted inside a one-line message (a JSON key, a field name): as
+    /// `safe`, and the newline and tab written as `\u{A}` and `\u{9}` too, so that a name cannot
+    /// add a line to a status, a `.error` file or a terminal (attack round 39).
+    public static func inline(_ s: String) -> String {
+        safe(s).replacingOccurrences(of: "\n", with: "\\u{A}").replacingOccurrences(of: "\t", with: "\\u{9}")
+    }
+
     /// JSON text `json` with every character `safe` would escape written as a JSON escape
     /// (`\u2028`, `\u001b`: RFC 8259 section 7), so that the document is still valid JSON with
     /// the same value and shows on a terminal as what it is. Such characters only occur inside

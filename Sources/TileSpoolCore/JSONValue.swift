@@ -251,7 +251,7 @@ public enum JSONKind {
             func points(_ s: String) -> String { s.unicodeScalars.map { String(format: "U+%04X", $0.value) }.joined(separator: " ") }
             let spelling = Array(repeated.first.unicodeScalars) == Array(repeated.key.unicodeScalars) ? ""
                 : " (as \(points(repeated.first)) and as \(points(repeated.key)), one text in Unicode)"
-            throw JSONDocumentError(message: "ambiguous JSON: the key '\(repeated.key)' appears twice in one object\(spelling), at line \(line), column \(column)")
+            throw JSONDocumentError(message: "ambiguous JSON: the key '\(TerminalText.inline(repeated.key))' appears twice in one object\(spelling), at line \(line), column \(column)")
         }
         return value
     }

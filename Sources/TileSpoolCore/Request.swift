@@ -244,9 +244,12 @@ public enum RequestValidator {
                                                         + RequestField.all.map(\.name))
 
     /// Header names a request's `headers` may not set: libcurl and the daemon set them
-    /// (framing, conditional requests, content decoding). Lower-case.
+    /// (framing, conditional requests, content decoding, a PMTiles archive's range requests and
+    /// the version they are pinned to: attack round 39 saw a user's `If-Match` answered 412 and
+    /// read as the archive changing). Lower-case.
     static let reservedHeaders: Set<String> = ["host", "content-length", "transfer-encoding", "connection",
-                                               "if-none-match", "if-modified-since", "accept-encoding", "te", "upgrade"]
+                                               "if-none-match", "if-modified-since", "accept-encoding", "te", "upgrade",
+                                               "range", "if-range", "if-match", "if-unmodified-since"]
 
     /// True when `id` matches `[A-Za-z0-9][A-Za-z0-9._-]{0,127}` (so it is also a safe file name).
     public static func isValidID(_ id: String) -> Bool {
@@ -386,7 +389,7 @@ public enum RequestValidator {
         if MapLibreRegionDefinition.isDefinition(o) { o = try MapLibreRegionDefinition.canonical(o) }
         let unknown = Set(o.keys).subtracting(knownFields).sorted()
         if !unknown.isEmpty {
-            throw bad("unknown field\(unknown.count > 1 ? "s" : "") \(unknown.map { "'\($0)'" }.joined(separator: ", ")); known fields are \(knownFields.sorted().joined(separator: ", "))")
+            throw bad("unknown field\(unknown.count > 1 ? "s" : "") \(unknown.map { "'\(TerminalText.inline($0))'" }.joined(separator: ", ")); known fields are \(knownFields.sorted().joined(separator: ", "))")
         }
 
         // id

@@ -76,7 +76,13 @@ public struct RequestField: Sendable {
             guard obj.count <= 32 else { throw bad("headers: at most 32 headers") }
             let token = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
             var headers: [String: String] = [:]
-            for (name, value) in obj {
+            var names: [String: String] = [:] // lower-cased -> as given
+            for (name, value) in obj.sorted(by: { $0.key < $1.key }) {
+                // Header names are case-insensitive (RFC 9110 section 5.1): two spellings of one
+                // name would both be sent, one header twice (attack round 39).
+                if let other = names.updateValue(name, forKey: name.lowercased()) {
+                    throw bad("headers: '\(other)' and '\(name)' name one header (header names are case-insensitive, RFC 9110 section 5.1); give it once")
+                }
                 guard !name.isEmpty, name.utf8.count <= 64, name.utf8.allSatisfy(token.contains) else {
                     throw bad("headers: '\(name.prefix(64))' is not a valid header name (RFC 9110 token)")
                 }

@@ -343,6 +343,10 @@ extension Daemon {
         if limiter.bytesPerSecond != nil, res.body.count > Int(range.length) {
             limiter.received(bytes: res.body.count - Int(range.length), now: Daemon.now())
         }
+        if let e = PMTilesRemote.wholeArchiveTooLarge(res, source: d.plan!.tileSets[range.set].source, url: shown(d.plan!.tileSets[range.set].archive!.url, r)) {
+            fail(r, e)
+            return
+        }
         // The rate one range request carries (bytes a second), averaged over the answers.
         if let asked = d.rangeAskedAt.removeValue(forKey: n), res.body.count > 0, res.status == 206 || res.status == 200 {
             let rate = Double(min(res.body.count, Int(range.length))) / max(Daemon.now() - asked, 0.001)

@@ -65,6 +65,10 @@ public enum StoreMaintenance {
     static func referenced(_ store: any TileStore) throws -> Set<String> {
         var refs = Set<String>()
         for id in try store.regionIDs() {
+            // An entry that is neither a region id nor a folder (a `.DS_Store`, an editor's swap
+            // file) holds no manifest: passed over (attack round 39: one stopped every gc). A
+            // folder, or a region id that cannot be opened (a symlink), still stops gc.
+            if !RequestValidator.isValidID(id) && !store.regionExists(id) { continue }
             let region = store.region(id)
             for files in region.refreshStorage === region ? [region] : [region.refreshStorage, region] {
                 files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }

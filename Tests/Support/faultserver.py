@@ -70,6 +70,8 @@ trailing segments such as /3/4/5.png are part of the tile URL). Bodies are deter
                          MODE changed: from k > N on the archive is a new version, ETag "v2"
                          (same bytes), so a client pinning "v1" gets 412;
                          MODE norange: Range ignored, 200 with the whole file, always;
+                         MODE laternorange: as ranged for k <= N, as norange for k > N (a
+                         server that honours Range for the directories only);
                          MODE truncated: for N < k <= N+2 a 206 with only the first half of the
                          bytes asked (a consistent Content-Range and Content-Length);
                          MODE 416: for N < k <= N+2 a 416 (Content-Range bytes */LENGTH);
@@ -392,7 +394,7 @@ class Handler(BaseHTTPRequestHandler):
         if if_match is not None and if_match != etag and not ignores:
             return self.send_body(412, b"precondition failed\n", headers=validators)
         m = re.match(r"^bytes=(\d+)-(\d+)$", self.headers.get("Range") or "")
-        if mode == "norange" or m is None:
+        if mode == "norange" or (mode == "laternorange" and count > n) or m is None:
             return self.send_body(200, data, "application/octet-stream", headers=validators)
         a, b = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
         if a >= len(data) or (mode == "416" and n < count <= n + 2):

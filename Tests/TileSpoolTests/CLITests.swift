@@ -93,6 +93,15 @@ final class CLITests: FaultServerSpoolTestCase {
         for name in [".hidden", "bad name"] { XCTAssertTrue(out.contains("region not checked: regions/\(name): not a region id (the daemon skips it)"), out) }
         XCTAssertTrue(out.contains("missing object: t: \(gone.key)"), out)
         XCTAssertTrue(out.contains("1 manifests"), "region t was checked: \(out)")
+        // gc passes over what is neither a region id nor a folder (attack round 39: a .DS_Store
+        // stopped every gc); a region id it cannot open (the symlink, the plain file) still stops it.
+        var (grc, gout) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(grc, 1, gout)
+        XCTAssertTrue(gout.contains("regions/evil") && !gout.contains(".DS_Store"), gout)
+        try FileManager.default.removeItem(atPath: regions + "/evil")
+        try FileManager.default.removeItem(atPath: regions + "/plainfile")
+        (grc, gout) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(grc, 0, gout)
     }
 
     func testControlAndStatusWithOptionsOnEitherSideOfTheID() throws {

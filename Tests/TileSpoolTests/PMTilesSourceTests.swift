@@ -1658,6 +1658,18 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(fx.errorCode("toolarge"), "badResponse")
         XCTAssertTrue(fx.errorMessage("toolarge")?.contains("the server ignored Range and sent the whole PMTiles archive, which is larger than the largest body accepted (70000 bytes, --max-object-size)") == true,
                       fx.errorMessage("toolarge") ?? "")
+        // The same for the tile ranges of a server that honours Range for the directories only:
+        // the region fails at the first such answer, its ranges not asked again (attack round 39:
+        // each was retried, about 60 whole files of 10 MB before the region failed).
+        let later = "/pmtiles/laternorange/1/stamen2.pmtiles"
+        try fx.drop("later.json", ["id": "later", "tiles": ["pmtiles://" + server.url(later)],
+                                   "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("later", "failed", timeout: 30)
+        XCTAssertEqual(fx.errorCode("later"), "badResponse")
+        XCTAssertTrue(fx.errorMessage("later")?.contains("the server ignored Range and sent the whole PMTiles archive") == true, fx.errorMessage("later") ?? "")
+        // The plan's request, then at most the ranges asked at once (8 a region), none again.
+        XCTAssertLessThanOrEqual(server.hits(later), 9)
+        print("MEASURED: a Range-ignoring server over --max-object-size: \(server.hits(later)) requests before the region failed")
     }
 
     /// A leaf directory answered with half its bytes: the region fails naming the short answer

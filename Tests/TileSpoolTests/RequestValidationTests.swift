@@ -17,6 +17,10 @@ final class RequestValidationTests: XCTestCase {
         let cases: [(String, String)] = [
             ("", "empty"),
             ("   \n", "empty"),
+            // Attack round 39: headers the daemon sets for PMTiles ranges, and one header twice.
+            ("{" + okBody + ",\"headers\":{\"If-Match\":\"*\"}}", "headers: If-Match is set by the daemon"),
+            ("{" + okBody + ",\"headers\":{\"range\":\"bytes=0-1\"}}", "headers: range is set by the daemon"),
+            ("{" + okBody + ",\"headers\":{\"X-A\":\"1\",\"x-a\":\"2\"}}", "'X-A' and 'x-a' name one header"),
             ("not json", "not valid JSON"),
             ("[1,2]", "JSON object"),
             ("\"a string\"", "JSON object"),
@@ -173,6 +177,8 @@ final class JSONTextTests: XCTestCase {
                        "ambiguous JSON: the key 'e\u{301}' appears twice in one object (as U+00E9 and as U+0065 U+0301, one text in Unicode), at line 1, column 15")
         XCTAssertEqual(parsed(#"{"a": 1, "\u0061": 2}"#), "ambiguous JSON: the key 'a' appears twice in one object, at line 1, column 10")
         XCTAssertNil(parsed(#"{"\ufb01": 1, "fi": 2, "a\u0000": 3, "a": 4}"#))
+        // A key with a line feed adds no line to the message (attack round 39).
+        XCTAssertEqual(parsed(#"{"a\nb": 1, "a\nb": 2}"#), "ambiguous JSON: the key 'a\\u{A}b' appears twice in one object, at line 1, column 13")
         // A refresh control file: its message names the ambiguity.
         let control = FileManager.default.temporaryDirectory.appendingPathComponent("refresh-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: control) }
