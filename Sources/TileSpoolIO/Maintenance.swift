@@ -51,6 +51,12 @@ public struct VerifyReport: Sendable {
     }
 }
 
+/// An entry of `<store>/regions/` that gc cannot read as a region (`StoreMaintenance.referenced`),
+/// with what to do about it.
+public struct RegionEntryError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+}
+
 /// Garbage collection and verification of a store, either backend. Both only read manifests; gc
 /// removes objects no manifest references, with a protocol that is safe beside running daemons
 /// (docs/gc.md; the backend's part is `TileStore.collectGarbage`): an object younger than the
@@ -69,12 +75,18 @@ public enum StoreMaintenance {
             // file) holds no manifest: passed over (attack round 39: one stopped every gc). A
             // folder, or a region id that cannot be opened (a symlink), still stops gc.
             if !RequestValidator.isValidID(id) && !store.regionExists(id) { continue }
+            // What cannot be opened as a folder says so, and what to do (attack round 40: the
+            // message was `open .../regions/x: ENOTDIR` alone).
+            func explained(_ e: Error) -> Error {
+                guard let s = e as? SystemError, s.errno == ENOTDIR || s.errno == ELOOP else { return e }
+                return RegionEntryError(description: "\(s): regions/\(TerminalText.inline(id)) is not a region folder (a symlink, which gc never follows, or a file), so gc stops and removes nothing; remove it, or put the region's folder itself there, then run gc again")
+            }
             let region = store.region(id)
             for files in region.refreshStorage === region ? [region] : [region.refreshStorage, region] {
                 files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }
-                if let e = files.readFailure { throw e }
+                if let e = files.readFailure { throw explained(e) }
                 files.readJournal { line in if let s = line.sha256 { refs.insert(s) } }
-                if let e = files.readFailure { throw e }
+                if let e = files.readFailure { throw explained(e) }
             }
         }
         return refs
@@ -196,7 +208,7 @@ public enum StoreMaintenance {
                 // A name the daemon never gives a region (a dot-folder, one with a space): it
                 // skips such a folder, so its manifest counts for nothing (attack round 38).
                 guard RequestValidator.isValidID(id) else {
-                    report.uncheckedRegions.append("regions/\(id): not a region id (the daemon skips it)")
+                    report.uncheckedRegions.append("regions/\(TerminalText.inline(id)): not a region id (the daemon skips it)")
                     continue
                 }
                 let files = store.region(id)
@@ -272,7 +284,7 @@ public enum StoreMaintenance {
                     report.regionsMarked.append(id + " (refresh)")
                 }
             } catch {
-                report.uncheckedRegions.append("regions/\(id): \(error)")
+                report.uncheckedRegions.append("regions/\(TerminalText.inline(id)): \(TerminalText.inline("\(error)"))")
             }
         }
         return report

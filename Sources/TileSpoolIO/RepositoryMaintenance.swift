@@ -462,7 +462,15 @@ extension Repository {
         if let dir = try? Directory(path: scratch, followFinal: false) {
             for name in dir.list() where name != "index-cache" {
                 let type = dir.entryType(name)
-                if type == .regular { c.tempFiles.append("tmp/" + name) } else if type != .missing { c.foreignEntries.append("tmp/\(name) (\(type))") }
+                if type == .regular && name.hasSuffix(".partial") {
+                    c.tempFiles.append("tmp/" + name)
+                } else if type == .regular {
+                    // No TileSpool process names a file so there: neither gc nor a daemon start
+                    // removes it (attack round 40: reported as left over, cleared by nothing).
+                    c.foreignEntries.append("tmp/\(name) (a file under a name TileSpool never gives)")
+                } else if type != .missing {
+                    c.foreignEntries.append("tmp/\(name) (\(type))")
+                }
             }
         }
         // Temp files of saves cut short (or in flight) in the store's folders.

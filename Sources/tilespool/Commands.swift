@@ -254,14 +254,15 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     for b in r.badObjects { out("bad object (content does not hash to its name): \(b)") }
     for id in r.refreshesFinished { out("finished the refresh swap of \(id) that was cut short") }
     for m in r.missingObjects { out("missing object: \(m)") }
-    for t in r.tempFiles { out("temp file left over: \(TerminalText.safe(t))") }
-    for e in r.foreignEntries { out("entry TileSpool did not make (left alone; remove it by hand): \(TerminalText.safe(e))") }
+    // One line each, whatever the names hold (a line feed in a planted name adds no line: attack round 40).
+    for t in r.tempFiles { out("temp file left over: \(TerminalText.inline(t))") }
+    for e in r.foreignEntries { out("entry TileSpool did not make (left alone; remove it by hand): \(TerminalText.inline(e))") }
     for p in r.unindexedPacks {
         out("pack no index lists (sound; cat and exports find its objects once gc, verify --repair or a daemon start indexes it): \(p)")
     }
     for c in r.countMismatches { out("count mismatch: \(c)") }
     for p in r.unreadablePlans { out("unreadable plan: \(p)") }
-    for u in r.uncheckedRegions { out("region not checked: \(TerminalText.safe(u))") }
+    for u in r.uncheckedRegions { out("region not checked: \(u)") }
     if repair { out("repair: quarantined \(r.quarantined) files (damaged packs and loose objects, in quarantine/); packs indexed again: \(r.reindexed); regions marked for re-download: \(r.regionsMarked.isEmpty ? "none" : r.regionsMarked.joined(separator: ", "))") }
     out("verify: \(r.objectsChecked) objects, \(r.manifestsChecked) manifests, \(r.linesChecked) lines checked; \(r.faults) faults")
     return r.faults == 0 ? 0 : 1

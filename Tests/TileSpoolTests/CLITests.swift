@@ -84,20 +84,23 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertTrue(FileManager.default.createFile(atPath: regions + "/.DS_Store", contents: Data()))
         XCTAssertEqual(symlink(fx.root.path, regions + "/evil"), 0)
         // Attack round 38: folders under names the daemon never gives a region, which it skips.
-        for name in [".hidden", "bad name"] { try FileManager.default.createDirectory(atPath: regions + "/" + name, withIntermediateDirectories: false) }
+        for name in [".hidden", "bad name", "nl\nx"] { try FileManager.default.createDirectory(atPath: regions + "/" + name, withIntermediateDirectories: false) }
         let gone = try XCTUnwrap(fx.manifest("t").first { $0.kind == "tile" && $0.sha != "-" })
         XCTAssertEqual(try runTool("/usr/bin/python3", [SpoolFixture.storeReader, "drop", fx.store, gone.sha]).0, 0)
         let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
         for name in ["plainfile", ".DS_Store", "evil"] { XCTAssertTrue(out.contains("region not checked: regions/\(name): "), out) }
-        for name in [".hidden", "bad name"] { XCTAssertTrue(out.contains("region not checked: regions/\(name): not a region id (the daemon skips it)"), out) }
+        for name in [".hidden", "bad name", "nl\\u{A}x"] { XCTAssertTrue(out.contains("region not checked: regions/\(name): not a region id (the daemon skips it)"), out) }
+        // Attack round 40: a line feed in a planted name adds no line (a fake summary, say).
+        XCTAssertFalse(out.split(separator: "\n").contains { $0.hasPrefix("x: ") }, out)
         XCTAssertTrue(out.contains("missing object: t: \(gone.key)"), out)
         XCTAssertTrue(out.contains("1 manifests"), "region t was checked: \(out)")
         // gc passes over what is neither a region id nor a folder (attack round 39: a .DS_Store
         // stopped every gc); a region id it cannot open (the symlink, the plain file) still stops it.
         var (grc, gout) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(grc, 1, gout)
-        XCTAssertTrue(gout.contains("regions/evil") && !gout.contains(".DS_Store"), gout)
+        XCTAssertTrue(gout.contains("regions/evil is not a region folder (a symlink, which gc never follows, or a file), so gc stops and removes nothing; remove it"), gout)
+        XCTAssertFalse(gout.contains(".DS_Store"), gout)
         try FileManager.default.removeItem(atPath: regions + "/evil")
         try FileManager.default.removeItem(atPath: regions + "/plainfile")
         (grc, gout) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
