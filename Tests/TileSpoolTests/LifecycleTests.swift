@@ -203,11 +203,16 @@ final class LifecycleTests: FaultServerSpoolTestCase {
             XCTAssertTrue(FileManager.default.createFile(atPath: fx.spool + "/control/" + name, contents: Data()))
         }
         try fx.start()
+        // Each refusal moves the file, then writes its `.error` (a temp file, then a rename):
+        // wait for both folders, not for control/ alone (a CI run read rejected/ while the last
+        // `.error` was still under its temp name).
+        let refused = Set(hostile.flatMap { [String($0.dropFirst()), String($0.dropFirst()) + ".error"] })
         try waitUntil("the hostile names refused", timeout: 30) {
             (try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/control"))?.isEmpty == true
+                && Set((try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected")) ?? []) == refused
         }
         let rejected = Set(try FileManager.default.contentsOfDirectory(atPath: fx.spool + "/rejected"))
-        XCTAssertEqual(rejected, Set(hostile.flatMap { [String($0.dropFirst()), String($0.dropFirst()) + ".error"] }))
+        XCTAssertEqual(rejected, refused)
         XCTAssertEqual(fx.log().components(separatedBy: "is no control file TileSpool took").count - 1, 2)
         XCTAssertTrue(fx.log().contains("names region 'ghost', which does not exist"))
         XCTAssertEqual(fx.state("r"), "completed")
