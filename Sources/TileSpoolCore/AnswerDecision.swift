@@ -96,12 +96,16 @@ public struct RangeAnswerFacts: Sendable {
     public var etag: String?
     /// The answer's `Content-Range` field as received (read for a 206 only; nil: none).
     public var contentRange: String?
+    /// The size limit (bytes, `--max-object-size`) the body was cut at, when it was; nil
+    /// otherwise.
+    public var cutAtLimit: Int?
 
     /// The facts of one range answer; see each property.
     public init(answer: AnswerFacts, start: UInt64, end: UInt64, source: String, versionChanged: Bool, etag: String? = nil,
-                contentRange: String? = nil) {
+                contentRange: String? = nil, cutAtLimit: Int? = nil) {
         self.answer = answer; self.start = start; self.end = end; self.source = source
         self.versionChanged = versionChanged; self.etag = etag; self.contentRange = contentRange
+        self.cutAtLimit = cutAtLimit
     }
 }
 
@@ -289,6 +293,15 @@ public enum AnswerDecision: Sendable, Equatable {
         return .record(.body)
     }
 
+    /// The region's error when a server that ignores Range sends a PMTiles archive larger than
+    /// the largest body accepted (`limit` bytes, `--max-object-size`), to a tile range
+    /// (`decideRange`) or a directory read (`PMTilesRemote.read`): attack round 39 saw each range
+    /// retried, about 60 whole files of 10 MB, and round 38 a message that said "body larger
+    /// than N bytes" alone.
+    public static func wholeArchiveTooLarge(source: String, url: String, limit: Int) -> RegionError {
+        RegionError(code: .badResponse, message: "source '\(source)': the server ignored Range and sent the whole PMTiles archive, which is larger than the largest body accepted (\(limit) bytes, --max-object-size); raise it, or serve the archive from a server that honours Range", url: url, httpStatus: 200)
+    }
+
     /// What the answer to a PMTiles range request (bytes `start..<end`) means, in this order:
     /// 1. No HTTP answer: as `decide` (`refused` and `policyRefused` fail the region, `network`
     ///    is retried then pauses it, `badResponse` is retried then each tile fails).
@@ -298,7 +311,9 @@ public enum AnswerDecision: Sendable, Equatable {
     /// 3. 206 Partial Content (RFC 9110 section 15.3.7) with exactly the bytes asked: cut from 0;
     ///    with fewer or more: retried, then each tile fails (`badResponse`).
     /// 4. 200 with at least `end` bytes (the server ignored Range and sent the file, up to the
-    ///    client's largest body): cut from `start`; a shorter 200: retried, then `badResponse`.
+    ///    client's largest body): cut from `start`; a shorter 200: retried, then `badResponse`;
+    ///    a 200 cut at the largest body (`cutAtLimit`): the region fails at once
+    ///    (`wholeArchiveTooLarge`), as asking again would bring the whole file again.
     /// 5. 429 and 5xx: retried after `Retry-After` (which holds the region), 416 Range Not
     ///    Satisfiable (RFC 9110 section 15.5.17) retried with backoff alone; then each tile
     ///    fails (`httpError`).
@@ -314,6 +329,11 @@ public enum AnswerDecision: Sendable, Equatable {
                 code: .archiveChanged,
                 message: "source '\(f.source)': the PMTiles archive \(shown) changed since the region was planned (HTTP \(s)\(f.etag.map { ", ETag \($0)" } ?? "")); no tile of the new version was stored: drop the request again to plan over the new archive",
                 url: shown, httpStatus: s)))
+        }
+        // A 200 cut at the largest body accepted: the server ignored Range and sends the whole
+        // archive, over the limit, to every request; asking again would only bring it again.
+        if s == 200, let limit = f.cutAtLimit {
+            return .fail(.region(wholeArchiveTooLarge(source: f.source, url: shown, limit: limit)))
         }
         if a.failure != nil {
             switch decide(a) {

@@ -48,25 +48,60 @@ public enum JSONKind {
         return "value"
     }
 
+    /// A lexical token of JSON text (`forEachToken`): a string, quotes included (`start` is the
+    /// offset of its opening quote, `end` one past its closing one, or the end of the text for
+    /// one never closed), one of the punctuation bytes `{ } [ ] , :`, or any other byte outside
+    /// strings and whitespace (numbers, `true`, stray bytes).
+    enum Token {
+        case string(start: Int, end: Int)
+        case punctuation(UInt8, offset: Int)
+        case other(offset: Int)
+    }
+
+    /// Calls `body` with each token of the JSON text `bytes` in order, until it returns false:
+    /// the one walk over strings and their escapes (`\"` does not end a string) behind the
+    /// checks `parse` adds to `JSONSerialization` (nesting, trailing commas, repeated keys, lone
+    /// surrogates). Works on any bytes, well-formed JSON or not; O(n).
+    static func forEachToken(_ bytes: [UInt8], _ body: (Token) -> Bool) {
+        var i = 0
+        while i < bytes.count {
+            let b = bytes[i]
+            let token: Token
+            switch b {
+            case 0x20, 0x0A, 0x0D, 0x09:
+                i += 1
+                continue
+            case UInt8(ascii: "\""):
+                let start = i
+                var escaped = false
+                i += 1
+                while i < bytes.count {
+                    let c = bytes[i]
+                    i += 1
+                    if escaped { escaped = false } else if c == UInt8(ascii: "\\") { escaped = true } else if c == UInt8(ascii: "\"") { break }
+                }
+                token = .string(start: start, end: i)
+            case UInt8(ascii: "{"), UInt8(ascii: "}"), UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: ","), UInt8(ascii: ":"):
+                token = .punctuation(b, offset: i)
+                i += 1
+            default:
+                token = .other(offset: i)
+                i += 1
+            }
+            if !body(token) { return }
+        }
+    }
+
     /// The deepest nesting of arrays and objects in the JSON text `data`, counted without parsing
-    /// (strings and escapes are skipped). Used to refuse absurdly nested input before
-    /// `JSONSerialization` recurses into it.
+    /// (`forEachToken`). Used to refuse absurdly nested input before `JSONSerialization`
+    /// recurses into it.
     public static func nestingDepth(_ data: Data) -> Int {
         var depth = 0, deepest = 0
-        var inString = false, escaped = false
-        for b in data {
-            if inString {
-                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch b {
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "["), UInt8(ascii: "{"):
-                depth += 1
-                deepest = max(deepest, depth)
-            case UInt8(ascii: "]"), UInt8(ascii: "}"): depth -= 1
-            default: break
-            }
+        forEachToken([UInt8](data)) { t in
+            guard case .punctuation(let b, _) = t else { return true }
+            if b == UInt8(ascii: "[") || b == UInt8(ascii: "{") { depth += 1; deepest = max(deepest, depth) }
+            if b == UInt8(ascii: "]") || b == UInt8(ascii: "}") { depth -= 1 }
+            return true
         }
         return deepest
     }
@@ -74,26 +109,21 @@ public enum JSONKind {
     /// The byte offset of the first trailing comma in the JSON text `data` (a `,` followed by
     /// nothing but whitespace up to a `]` or `}`), outside strings, and that closing byte; nil when
     /// there is none. RFC 8259 (sections 4 and 5) allows no such comma; Foundation's
-    /// `JSONSerialization` on Linux accepts it, so `parse` refuses it with this scan (strings and
-    /// escapes are skipped as in `nestingDepth`). Offsets count from the first byte of `data`.
+    /// `JSONSerialization` on Linux accepts it, so `parse` refuses it with this scan
+    /// (`forEachToken`). Offsets count from the first byte of `data`.
     public static func trailingComma(_ data: Data) -> (offset: Int, closer: UInt8)? {
-        var inString = false, escaped = false
         var comma: Int?
-        for (i, b) in data.enumerated() {
-            if inString {
-                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true } else if b == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch b {
-            case 0x20, 0x0A, 0x0D, 0x09: continue
-            case UInt8(ascii: ","): comma = i
-            case UInt8(ascii: "]"), UInt8(ascii: "}"):
-                if let c = comma { return (c, b) }
-            case UInt8(ascii: "\""): inString = true; comma = nil
+        var found: (offset: Int, closer: UInt8)?
+        forEachToken([UInt8](data)) { t in
+            switch t {
+            case .punctuation(UInt8(ascii: ","), let offset): comma = offset
+            case .punctuation(let b, _) where b == UInt8(ascii: "]") || b == UInt8(ascii: "}"):
+                if let c = comma { found = (c, b); return false }
             default: comma = nil
             }
+            return true
         }
-        return nil
+        return found
     }
 
     /// The first key that appears twice in one object of the JSON text `data`, as first
@@ -104,44 +134,37 @@ public enum JSONKind {
     /// `"e\u0301"`, é precomposed and decomposed, are one key: the object keeps one of them),
     /// each key's text decoded by `JSONSerialization` as a fragment. RFC 8259 section 4: the
     /// names within an object should be unique, and what a reader makes of repeated ones "is
-    /// unpredictable" (Foundation keeps the last). Call on
-    /// text `JSONSerialization` has read: strings and escapes are skipped as in `nestingDepth`,
-    /// and a key is a string after `{` or after a `,` within an object. O(n) in the bytes.
+    /// unpredictable" (Foundation keeps the last). Call on text `JSONSerialization` has read:
+    /// a key is a string (`forEachToken`) after `{` or after a `,` within an object. O(n) in
+    /// the bytes.
     public static func repeatedKey(_ data: Data) -> (key: String, first: String, offset: Int)? {
         let bytes = [UInt8](data)
         var open: [[String: String]?] = [] // per open container: its keys so far, as first written; nil for an array
         var expectKey = false
-        var i = 0
-        while i < bytes.count {
-            let b = bytes[i]
-            switch b {
-            case UInt8(ascii: "\""):
-                let start = i
-                var escaped = false
-                i += 1
-                while i < bytes.count {
-                    if escaped { escaped = false } else if bytes[i] == UInt8(ascii: "\\") { escaped = true } else if bytes[i] == UInt8(ascii: "\"") { break }
-                    i += 1
+        var found: (key: String, first: String, offset: Int)?
+        forEachToken(bytes) { t in
+            switch t {
+            case .string(let start, let end):
+                if expectKey, var keys = open.last ?? nil,
+                   let key = (try? JSONSerialization.jsonObject(with: Data(bytes[start..<end]), options: [.fragmentsAllowed])) as? String {
+                    if let first = keys[key] { found = (key, first, start); return false }
+                    keys[key] = key
+                    open[open.count - 1] = keys
                 }
-                if expectKey, var keys = open.last ?? nil {
-                    let literal = Data(bytes[start...min(i, bytes.count - 1)])
-                    if let key = (try? JSONSerialization.jsonObject(with: literal, options: [.fragmentsAllowed])) as? String {
-                        if let first = keys[key] { return (key, first, start) }
-                        keys[key] = key
-                        open[open.count - 1] = keys
-                    }
-                    expectKey = false
+                expectKey = false
+            case .punctuation(let b, _):
+                switch b {
+                case UInt8(ascii: "{"): open.append([:]); expectKey = true
+                case UInt8(ascii: "["): open.append(nil); expectKey = false
+                case UInt8(ascii: "}"), UInt8(ascii: "]"): _ = open.popLast(); expectKey = false
+                case UInt8(ascii: ","): expectKey = (open.last ?? nil) != nil
+                default: expectKey = false
                 }
-            case UInt8(ascii: "{"): open.append([:]); expectKey = true
-            case UInt8(ascii: "["): open.append(nil); expectKey = false
-            case UInt8(ascii: "}"), UInt8(ascii: "]"): _ = open.popLast(); expectKey = false
-            case UInt8(ascii: ","): expectKey = (open.last ?? nil) != nil
-            case UInt8(ascii: ":"): expectKey = false
-            default: break
+            case .other: break
             }
-            i += 1
+            return true
         }
-        return nil
+        return found
     }
 
     /// The byte offset of the first `\\uXXXX` escape in a string of the JSON text `data` that
@@ -149,35 +172,32 @@ public enum JSONKind {
     /// DC00-DFFF, or a low one alone), with its four hex digits; nil when there is none. RFC 8259
     /// section 8.2: such a string names no Unicode text; `JSONSerialization` refuses it without a
     /// position ("Unexpected end of file during string parse"), so `parse` finds it with this
-    /// scan (strings and escapes skipped as in `nestingDepth`).
+    /// scan of each string's escapes (strings from `forEachToken`).
     public static func loneSurrogate(_ data: Data) -> (offset: Int, digits: String)? {
         let bytes = [UInt8](data)
-        func unit(at i: Int) -> UInt32? {
-            guard i + 5 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else { return nil }
+        func unit(at i: Int, before end: Int) -> UInt32? {
+            guard i + 6 <= end, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else { return nil }
             return UInt32(String(decoding: bytes[(i + 2)...(i + 5)], as: UTF8.self), radix: 16)
         }
-        var inString = false
-        var i = 0
-        while i < bytes.count {
-            let b = bytes[i]
-            if !inString {
-                if b == UInt8(ascii: "\"") { inString = true }
-                i += 1
-                continue
+        var found: (offset: Int, digits: String)?
+        forEachToken(bytes) { t in
+            guard case .string(let start, let end) = t else { return true }
+            var i = start + 1
+            while i < end {
+                guard bytes[i] == UInt8(ascii: "\\") else { i += 1; continue }
+                guard let u = unit(at: i, before: end) else { i += 2; continue } // another escape: two bytes
+                let digits = String(decoding: bytes[(i + 2)...(i + 5)], as: UTF8.self)
+                if (0xDC00...0xDFFF).contains(u) { found = (i, digits); return false }
+                if (0xD800...0xDBFF).contains(u) {
+                    guard let low = unit(at: i + 6, before: end), (0xDC00...0xDFFF).contains(low) else { found = (i, digits); return false }
+                    i += 12
+                    continue
+                }
+                i += 6
             }
-            if b == UInt8(ascii: "\"") { inString = false; i += 1; continue }
-            guard b == UInt8(ascii: "\\") else { i += 1; continue }
-            guard let u = unit(at: i) else { i += 2; continue } // another escape: two bytes
-            let digits = String(decoding: bytes[(i + 2)...(i + 5)], as: UTF8.self)
-            if (0xDC00...0xDFFF).contains(u) { return (i, digits) }
-            if (0xD800...0xDBFF).contains(u) {
-                guard let low = unit(at: i + 6), (0xDC00...0xDFFF).contains(low) else { return (i, digits) }
-                i += 12
-                continue
-            }
-            i += 6
+            return true
         }
-        return nil
+        return found
     }
 
     /// The line and column, both from 1, of the byte at `offset` in `data`, as an editor shows

@@ -343,10 +343,6 @@ extension Daemon {
         if limiter.bytesPerSecond != nil, res.body.count > Int(range.length) {
             limiter.received(bytes: res.body.count - Int(range.length), now: Daemon.now())
         }
-        if let e = PMTilesRemote.wholeArchiveTooLarge(res, source: d.plan!.tileSets[range.set].source, url: shown(d.plan!.tileSets[range.set].archive!.url, r)) {
-            fail(r, e)
-            return
-        }
         // The rate one range request carries (bytes a second), averaged over the answers.
         if let asked = d.rangeAskedAt.removeValue(forKey: n), res.body.count > 0, res.status == 206 || res.status == 200 {
             let rate = Double(min(res.body.count, Int(range.length))) / max(Daemon.now() - asked, 0.001)
@@ -438,7 +434,8 @@ extension Daemon {
             start: range.start, end: range.end, source: set.source,
             versionChanged: res.headersRead && PMTilesRemote.changed(pinned, res.freshness),
             etag: res.freshness.etag.flatMap { quotesSecret($0, r) ? nil : $0 },
-            contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 })
+            contentRange: res.contentRange.map { quotesSecret($0, r) ? "(a value quoting a secret)" : $0 },
+            cutAtLimit: res.cutAtLimit)
     }
 
     /// The job that cuts `tiles` of range `n` (those not done yet) out of an answer whose

@@ -38,17 +38,6 @@ public enum PMTilesRemote {
     /// `.badResponse`: reset, timed out, cut short) is asked again before the failure stands.
     public static let readRetries = 2
 
-    /// The region's error when answer `r` to a range request is a 200 cut at the largest body
-    /// accepted: the server ignored Range and sent the whole archive, over `--max-object-size`.
-    /// Asking again would only bring the whole archive again (attack round 39: about 60 whole
-    /// files of 10 MB before the region failed), and the message says why (round 38: it said
-    /// "body larger than N bytes" alone). Nil for any other answer.
-    /// - Parameters: source: the source's name; url: the archive's URL as messages show it.
-    public static func wholeArchiveTooLarge(_ r: TransferResult, source: String, url: String) -> RegionError? {
-        guard case .badResponse(let why)? = r.failure, r.status == 200, why.hasPrefix("body larger than ") else { return nil }
-        return RegionError(code: .badResponse, message: "source '\(source)': the server ignored Range and sent the whole PMTiles archive, which is larger than the largest body accepted (\(why.dropFirst("body larger than ".count)), --max-object-size); raise it, or serve the archive from a server that honours Range", url: url, httpStatus: 200)
-    }
-
     /// Reads the archive at `url` and plans `request` over it. A request whose transfer fails
     /// on the way is asked again up to `readRetries` times (0.5 s, then 1 s later).
     /// - Parameters:
@@ -123,7 +112,7 @@ public enum PMTilesRemote {
             if case .policyRefused(let why)? = r.failure {
                 throw RegionError(code: .policyRefused, message: "source '\(source)': \(shown(why))", url: url)
             }
-            if let e = wholeArchiveTooLarge(r, source: source, url: url) { throw e }
+            if r.status == 200, let limit = r.cutAtLimit { throw AnswerDecision.wholeArchiveTooLarge(source: source, url: url, limit: limit) }
             if let f = r.failure {
                 var code = ErrorCode.networkError
                 switch f { case .badResponse: code = .badResponse; case .refused: code = .httpError; default: break }

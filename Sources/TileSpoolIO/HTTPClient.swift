@@ -90,6 +90,9 @@ public struct TransferResult: Sendable {
     /// True when the answer's headers were read (`freshness`, `contentRange`): every answer, and
     /// a 206 cut short, whose bytes are kept; false for a transfer that failed otherwise.
     public var headersRead = false
+    /// The size limit (bytes) the body passed, when the transfer was ended there (`failure` is
+    /// then `.badResponse`); nil otherwise.
+    public var cutAtLimit: Int?
 }
 
 /// One transfer's state: what its hops send, and the receive state reached from libcurl's write
@@ -449,6 +452,7 @@ public final class HTTPClient: @unchecked Sendable {
         switch code {
         case CURLE_WRITE_ERROR where t.tooLarge, CURLE_FILESIZE_EXCEEDED:
             r.failure = .badResponse("body larger than \(t.limit) bytes")
+            r.cutAtLimit = t.limit
         case CURLE_PARTIAL_FILE, CURLE_BAD_CONTENT_ENCODING, CURLE_WRITE_ERROR:
             r.failure = .badResponse(text)
         case CURLE_OUT_OF_MEMORY:

@@ -208,7 +208,7 @@ public enum StoreMaintenance {
                 // A name the daemon never gives a region (a dot-folder, one with a space): it
                 // skips such a folder, so its manifest counts for nothing (attack round 38).
                 guard RequestValidator.isValidID(id) else {
-                    report.uncheckedRegions.append("regions/\(TerminalText.inline(id)): not a region id (the daemon skips it)")
+                    report.uncheckedRegions.append("regions/\(id): not a region id (the daemon skips it)")
                     continue
                 }
                 let files = store.region(id)
@@ -284,7 +284,7 @@ public enum StoreMaintenance {
                     report.regionsMarked.append(id + " (refresh)")
                 }
             } catch {
-                report.uncheckedRegions.append("regions/\(TerminalText.inline(id)): \(TerminalText.inline("\(error)"))")
+                report.uncheckedRegions.append("regions/\(id): \(error)")
             }
         }
         return report

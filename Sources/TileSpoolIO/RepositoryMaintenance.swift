@@ -252,8 +252,7 @@ extension Repository {
     /// answers ESRCH) and is not this one. The scratch folder is local to one host, so the pid is
     /// of this host; a pid used again by another process only keeps the file until the grace period.
     static func isOrphanedGCPack(_ name: String) -> Bool {
-        let parts = name.split(separator: "-")
-        guard parts.count == 3, parts[0] == "gc", let pid = Int32(parts[1]) else { return false }
+        guard name.hasPrefix("gc-"), let pid = scratchOwner(name) else { return false }
         return LeftBehind.ownerIsGone(pid)
     }
 

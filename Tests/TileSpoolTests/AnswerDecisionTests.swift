@@ -245,11 +245,22 @@ final class AnswerDecisionTests: XCTestCase {
 
     /// An answer to the range request for bytes 1000..<1100 of the archive.
     func range(_ status: Int, bytes: Int = 100, failure: AnswerFacts.Failure? = nil, retryAfter: Double? = nil,
-               changed: Bool = false, etag: String? = nil, contentRange: String? = "bytes 1000-1099/5000") -> RangeDecision {
+               changed: Bool = false, etag: String? = nil, contentRange: String? = "bytes 1000-1099/5000", cutAtLimit: Int? = nil) -> RangeDecision {
         let a = AnswerFacts(url: AnswerDecisionTests.archiveURL, kind: .tile, failure: failure, status: status,
                             body: Data(repeating: 7, count: bytes), retryAfter: retryAfter)
         return AnswerDecision.decideRange(RangeAnswerFacts(answer: a, start: 1000, end: 1100, source: "basemap", versionChanged: changed, etag: etag,
-                                                           contentRange: contentRange))
+                                                           contentRange: contentRange, cutAtLimit: cutAtLimit))
+    }
+
+    /// A 200 cut at the largest body accepted (the server ignored Range; the archive is over
+    /// --max-object-size) fails the region at once: asking again brings the whole file again
+    /// (attack round 39). A 206 cut at the limit is not: its whole tiles are kept, the rest asked again.
+    func testAWholeArchiveOverTheLimitFailsTheRegion() {
+        let shown = AnswerDecisionTests.archiveShown
+        XCTAssertEqual(range(200, bytes: 900, failure: .badResponse("body larger than 900 bytes"), cutAtLimit: 900),
+                       .fail(.region(RegionError(code: .badResponse, message: "source 'basemap': the server ignored Range and sent the whole PMTiles archive, which is larger than the largest body accepted (900 bytes, --max-object-size); raise it, or serve the archive from a server that honours Range", url: shown, httpStatus: 200))))
+        XCTAssertEqual(range(206, bytes: 90, failure: .badResponse("body larger than 90 bytes"), cutAtLimit: 90),
+                       range(206, bytes: 90, failure: .badResponse("body larger than 90 bytes")), "a 206 cut at the limit is decided as before")
     }
 
     /// A 206 whose Content-Range is not the bytes asked (shifted, another length, absent, not a
