@@ -216,9 +216,17 @@ extension Repository {
         return saved
     }
 
-    /// The temp files of saves cut short in the store's own folders (`Backend.leftovers`).
+    /// The temp files of saves cut short in the store's own folders (`Backend.leftovers`): packs,
+    /// index files, loose objects, and the files of each region (`regions/<id>/`, its `refresh/`
+    /// included: a request, plan, manifest or failed list a kill -9 caught before its rename;
+    /// the CI run of c19de50 found a region's `.tmp-plan.json-<pid>-<n>` left for good). Only
+    /// folders named by a region id are looked into: what else is in `regions/` is not ours.
     func storeLeftovers() throws -> [BackendFile] {
         try ["packs/", "index/", "objects/"].flatMap { try backend.leftovers(prefix: $0) }
+            + backend.leftovers(prefix: "regions/").filter { f in
+                let parts = f.name.split(separator: "/", omittingEmptySubsequences: false)
+                return parts.count >= 3 && RequestValidator.isValidID(String(parts[1]))
+            }
     }
 
     /// Removes the scratch folder's leftover packs older than `grace` (no writer is on them), and

@@ -273,7 +273,7 @@ final class LocalRepackTests: RepackCrashTestCase {
     /// place left `.tmp-<name>-<pid>-<n>` in the store's folders, never reported nor removed (a
     /// pack's is up to 64 MiB). verify reports such files; gc settles them at once when their
     /// process is gone (a whole pack saved under its name, anything else removed), and keeps a
-    /// live process's young one (a save in flight).
+    /// live process's young one (a save in flight). A region's files are saved the same way.
     func testTempFilesOfSavesCutShortAreReportedAndRemoved() throws {
         let site = try makeSite("store")
         let store = root + "/store"
@@ -283,7 +283,11 @@ final class LocalRepackTests: RepackCrashTestCase {
         try gone.run()
         gone.waitUntilExit()
         let dead = gone.processIdentifier, alive = getpid()
-        let planted = ["packs/ab/.tmp-\(String(repeating: "a", count: 64)).pack-\(dead)-1", "index/.tmp-\(String(repeating: "b", count: 64)).idx-\(dead)-2"]
+        // A region's plan caught before its rename too (the CI run of c19de50: one was left in
+        // regions/<id>/ for good, credentials and all, since only packs/, index/ and objects/
+        // were looked into).
+        let planted = ["packs/ab/.tmp-\(String(repeating: "a", count: 64)).pack-\(dead)-1", "index/.tmp-\(String(repeating: "b", count: 64)).idx-\(dead)-2",
+                       "regions/keep/.tmp-plan.json-\(dead)-5"]
         let live = "index/.tmp-\(String(repeating: "c", count: 64)).idx-\(alive)-3"
         try FileManager.default.createDirectory(atPath: store + "/packs/ab", withIntermediateDirectories: true)
         for rel in planted + [live] { try Data(count: 4096).write(to: URL(fileURLWithPath: store + "/" + rel)) }
@@ -301,7 +305,7 @@ final class LocalRepackTests: RepackCrashTestCase {
         XCTAssertTrue(vout.contains("missing object: "), "the pack under its temp name is not found: \(vout)")
         let (grc, gout) = try tilespool(site, ["gc"])
         XCTAssertEqual(grc, 0, gout)
-        XCTAssertTrue(gout.contains("removed 3 temp files"), gout)
+        XCTAssertTrue(gout.contains("removed 4 temp files"), gout)
         for rel in planted + [packTemp] { XCTAssertFalse(FileManager.default.fileExists(atPath: store + "/" + rel), rel) }
         XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + pack), "the whole pack is saved under its name")
         XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + live), "a live process's young temp file stays")
