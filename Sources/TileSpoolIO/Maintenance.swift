@@ -127,7 +127,8 @@ public enum StoreMaintenance {
     }
 
     /// Removes unreferenced objects older than `grace` seconds and temp files older than `grace`
-    /// (the store's, and the spool's status temp files).
+    /// (the store's, and the spool's status temp files), and at once the temp files of a
+    /// `submit` that is gone (`requests/.tmp-<id>.json-<pid>-<n>`).
     /// - Throws: the store's error when it cannot be listed or a manifest cannot be read.
     public static func gc(store: any TileStore, spool: SpoolLayout?, grace: Double) throws -> GCReport {
         var report = try store.collectGarbage(grace: grace) { try referenced(store) }
@@ -136,6 +137,15 @@ public enum StoreMaintenance {
             for name in Files.list(spool.status) where name.hasPrefix(".tmp-") {
                 let p = spool.status + "/" + name
                 if let m = mtime(p), now - m >= grace { Files.remove(p); report.tempFilesRemoved += 1 }
+            }
+            // A `submit` killed before its rename leaves `requests/.tmp-<id>.json-<pid>-<n>`,
+            // which the daemon never reads (a dotfile): removed once its process is gone. Other
+            // dotfiles there (an editor's) are the user's; so is anything but a regular file.
+            if let requests = try? Directory(path: spool.requests, followFinal: false) {
+                for name in requests.list() where SaveTempName.parse(name) != nil && SaveTempName.isOrphaned(name) {
+                    guard let st = requests.status(name), (st.st_mode & S_IFMT) == S_IFREG else { continue }
+                    if requests.remove(name) { report.tempFilesRemoved += 1 }
+                }
             }
         }
         return report

@@ -70,6 +70,27 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: tmp + "/1-abc-1.partial"), "left over and past the grace period: removed")
     }
 
+    /// A `submit` killed between writing its request and renaming it leaves a dotfile in
+    /// requests/ that the daemon never reads: gc removes it once its process is gone, and leaves
+    /// a live process's and the user's own dotfiles alone.
+    func testGCRemovesTheTempFileOfASubmitThatIsGone() throws {
+        try fx.start() // makes the spool and the store
+        fx.stop()
+        let requests = fx.spool + "/requests"
+        let gone = Process()
+        gone.executableURL = URL(fileURLWithPath: "/bin/true")
+        try gone.run()
+        gone.waitUntilExit()
+        let dead = ".tmp-a.json-\(gone.processIdentifier)-3", live = ".tmp-b.json-\(getpid())-4", users = [".a.json.swp", ".tmp-notes"]
+        for name in [dead, live] + users { XCTAssertTrue(FileManager.default.createFile(atPath: requests + "/" + name, contents: Data("{}".utf8))) }
+        XCTAssertEqual(mkfifo(requests + "/.tmp-c.json-\(gone.processIdentifier)-5", 0o600), 0)
+        let (rc, out) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("removed 1 temp file"), out)
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: requests)),
+                       Set([live, ".tmp-c.json-\(gone.processIdentifier)-5"] + users))
+    }
+
     /// Attack round 37: a plain file, a symlink or a dotfile in regions/ stopped verify (`open
     /// .../regions/evil: ENOTDIR`) before it reported anything, a missing object included. Each
     /// such entry is named (`region not checked: regions/<name>: ...`), a fault, and the other
