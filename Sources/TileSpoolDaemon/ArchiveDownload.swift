@@ -154,7 +154,10 @@ extension Daemon {
                     fail(r, e)
                 }
             case .success(let readings):
-                d.unchangedArchives = Set(readings.filter { $0.value.unchanged }.map { ManifestLine.sanitizeKey($0.key) })
+                d.unchangedArchives = [:]
+                for (name, reading) in readings where reading.unchanged {
+                    d.unchangedArchives[ManifestLine.sanitizeKey(name)] = reading.revalidation ?? Freshness(fetched: ManifestLine.roundedToMilliseconds(Date().timeIntervalSince1970))
+                }
                 for (name, reading) in readings {
                     Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
                 }
@@ -216,8 +219,14 @@ extension Daemon {
                 let i = bases[s] + j
                 guard !d.done[i] else { continue }
                 // A refresh of an unchanged archive: the pack's line is kept, nothing is asked.
-                if d.unchangedArchives.contains(set.source), let prev = d.previousLine(.tile, ManifestLine.tileKey(source: set.source, t.tile)), !prev.failed {
-                    addPending(d, .index(i), prev)
+                // The one request that found the archive unchanged revalidated its tiles, as a
+                // 304 revalidates a tile: the line takes that answer's fetch time (and expiry),
+                // so the refresh counts them checked and unchanged, not kept unasked.
+                if let answer = d.unchangedArchives[set.source], let prev = d.previousLine(.tile, ManifestLine.tileKey(source: set.source, t.tile)), !prev.failed {
+                    var line = prev
+                    line.freshness.fetched = answer.fetched ?? ManifestLine.roundedToMilliseconds(Date().timeIntervalSince1970)
+                    if let expires = answer.expires { line.freshness.expires = expires }
+                    addPending(d, .index(i), line)
                     continue
                 }
                 missing.append((i, t))

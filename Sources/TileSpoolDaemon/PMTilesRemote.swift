@@ -26,6 +26,9 @@ public enum PMTilesRemote {
         /// ETag, or Last-Modified without one, same rectangles): `set` is `previous`, and no
         /// leaf directory was read.
         public var unchanged = false
+        /// For an unchanged archive, the freshness of the answer that found it so (its `fetched`
+        /// and `expires` go to the tile lines kept, as a 304's go to a tile's line).
+        public var revalidation: Freshness?
     }
 
     /// Bytes asked first: the header and, in any archive written to the spec, the root directory.
@@ -201,7 +204,7 @@ public enum PMTilesRemote {
             // A plan made before archives' metadata was read (2026-12-07) gains it here, when
             // the first bytes hold it: no request more.
             if old.metadata == nil, let firstMetadata { previous.archive?.metadata = firstMetadata }
-            return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true)
+            return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true, revalidation: pinned)
         }
         let wanted: [UInt64]
         if let areas {

@@ -146,8 +146,9 @@ final class Download {
     /// answered so far (`PMTiles.rangeTarget`); nil before the first answer.
     var rangeRate: Double?
     var archiveSpans: [Range<Int>] = []
-    /// Archive tile sets found unchanged since the pack's plan (a refresh): their lines are kept.
-    var unchangedArchives: Set<String> = []
+    /// Archive tile sets found unchanged since the pack's plan (a refresh), by source, with the
+    /// freshness of the answer that found them so: their lines are kept, revalidated by it.
+    var unchangedArchives: [String: Freshness] = [:]
     /// The tile sets of the PMTiles archives the plan needs, by source, once their directories
     /// are read (`collectArchiveReads`); nil before. `archivesReading`: a read is under way.
     var archiveSets: [String: TileSet]?

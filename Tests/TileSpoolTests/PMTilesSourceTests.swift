@@ -1286,14 +1286,35 @@ final class PMTilesDownloadTests: PMTilesServedTestCase {
                     && (fx.status("r")?["refreshing"] as? Bool) == false && fx.state("r") == "completed"
             }
         }
+        /// The `fetched` field (the ninth) of each tile line.
+        func fetchedTimes() throws -> [Double] {
+            let text = try String(contentsOfFile: fx.store + "/regions/r/manifest.tsv", encoding: .utf8)
+            var out: [Double] = []
+            for line in text.split(separator: "\n") {
+                let f = line.split(separator: "\t", omittingEmptySubsequences: false)
+                if f.count == 9 && f[0] == "tile" { out.append(Double(f[8]) ?? -1) }
+            }
+            return out
+        }
+        let fetchedBefore = try XCTUnwrap(try fetchedTimes().max())
         try refresh(1)
         XCTAssertEqual(archiveRequests("/gen/stamen.pmtiles").count, 3, "one request: the header and root, found unchanged")
         XCTAssertEqual(fx.manifest("r").filter { $0.kind == "tile" }.map { "\($0.key) \($0.sha)" }.sorted(), tiles)
+        // That one request revalidated every tile, as a 304 revalidates one: the refresh counts
+        // them checked and unchanged (it said "0 checked" before), and each line's fetch time is
+        // the answer's.
+        XCTAssertEqual([fx.progress("r")["resourcesChecked"], fx.progress("r")["resourcesUnchanged"], fx.progress("r")["resourcesChanged"]], [85, 85, 0])
+        XCTAssertEqual(fx.events("r").last { $0["refresh"] as? String == "finished" }?["resourcesUnchanged"] as? Int, 85)
+        let fetchedAfter = try fetchedTimes()
+        XCTAssertEqual(fetchedAfter.count, 85)
+        XCTAssertTrue(fetchedAfter.allSatisfy { $0 > fetchedBefore }, "\(fetchedAfter.min() ?? 0) <= \(fetchedBefore)")
         // The same bytes under a new modification time: nginx's ETag changes.
         try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(100)], ofItemAtPath: file.path)
         try refresh(2)
         XCTAssertEqual(archiveRequests("/gen/stamen.pmtiles").count, 5, "planned again (one request) and its one range asked")
         XCTAssertEqual(fx.manifest("r").filter { $0.kind == "tile" }.map { "\($0.key) \($0.sha)" }.sorted(), tiles)
+        XCTAssertEqual([fx.progress("r")["resourcesChecked"], fx.progress("r")["resourcesUnchanged"], fx.progress("r")["resourcesChanged"]], [85, 85, 0],
+                       "the same bytes under a new version: asked again, unchanged")
         fx.assertStoreMatchesManifest("r")
     }
 
