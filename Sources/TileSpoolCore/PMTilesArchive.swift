@@ -177,7 +177,9 @@ extension PMTiles {
             let offset: UInt64
             if o == 0 {
                 guard i > 0 else { throw ArchiveError("a PMTiles directory's first offset is relative") }
-                offset = out[i - 1].offset + UInt64(out[i - 1].length)
+                let (next, over) = out[i - 1].offset.addingReportingOverflow(UInt64(out[i - 1].length))
+                guard !over else { throw ArchiveError("a PMTiles directory's offsets pass 2^64 (entry \(i))") }
+                offset = next
             } else {
                 offset = o - 1
             }
@@ -402,11 +404,18 @@ extension PMTiles {
                     if header.dataLength > 0 && (over || bodyEnd > header.dataLength) {
                         throw ArchiveError("a PMTiles directory entry (TileId \(e.tileID)) names bytes \(e.offset)..<\(e.offset &+ UInt64(e.length)) of the tile data, which holds \(header.dataLength) bytes")
                     }
+                    // A body's bytes in the file end before 2^63, as a stored plan's must
+                    // (`ArchiveSource.damage`): an offset near 2^64 crashed `plan` and the daemon
+                    // (arithmetic overflow, 2026-12-07), which the range arithmetic never meets now.
+                    let (at, past) = header.dataOffset.addingReportingOverflow(e.offset)
+                    guard !past, at <= UInt64(Int64.max) - UInt64(e.length) else {
+                        throw ArchiveError("a PMTiles directory entry (TileId \(e.tileID)) names a body at data offset \(header.dataOffset) + \(e.offset), past 2^63 bytes: no file is that large")
+                    }
                     let end = e.tileID &+ UInt64(e.runLength)
                     var k = lowerBound(e.tileID)
                     while k < wanted.count && wanted[k] < end {
                         if let t = tile(ofID: wanted[k]) {
-                            tiles.append(ArchiveTile(tile: t, offset: header.dataOffset &+ e.offset, length: e.length))
+                            tiles.append(ArchiveTile(tile: t, offset: at, length: e.length))
                         }
                         k += 1
                     }

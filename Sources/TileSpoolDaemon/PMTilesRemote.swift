@@ -176,7 +176,10 @@ public enum PMTilesRemote {
         let header: PMTiles.Header
         do { header = try PMTiles.readHeader(first) } catch { throw invalid(error) }
         var rootBytes: [UInt8]
-        let rootEnd = header.rootOffset + header.rootLength
+        // The header's numbers are the server's: a sum past 2^64 is damage, never a trap
+        // (2026-12-07: rootOffset 2^64 - 1 crashed `plan` and the daemon).
+        let (rootEnd, rootPast) = header.rootOffset.addingReportingOverflow(header.rootLength)
+        guard !rootPast else { throw invalid(PMTiles.ArchiveError("the root directory's place (\(header.rootOffset) + \(header.rootLength) bytes) passes 2^64")) }
         if rootEnd <= UInt64(first.count) {
             rootBytes = Array(first[Int(header.rootOffset)..<Int(rootEnd)])
         } else {
@@ -239,8 +242,15 @@ public enum PMTilesRemote {
         do {
             plan = try PMTiles.plan(header: header, root: root, wanted: wanted) { (e) throws(RegionError) in
                 guard e.length <= UInt32(maxDirectory) else { throw invalid(PMTiles.ArchiveError("a leaf directory is \(e.length) bytes")) }
-                let start = header.leafOffset + e.offset
-                let bytes = try range(start, start + UInt64(e.length))
+                let (start, past) = header.leafOffset.addingReportingOverflow(e.offset)
+                let (end, endPast) = start.addingReportingOverflow(UInt64(e.length))
+                guard !past, !endPast else {
+                    throw invalid(PMTiles.ArchiveError("a leaf directory's place (\(header.leafOffset) + \(e.offset), \(e.length) bytes) passes 2^64"))
+                }
+                // A leaf within the first bytes read (a small archive's directories lie together
+                // at its start, as the spec's writers lay them out) is cut from them, not asked.
+                if end <= UInt64(first.count) { return try directory(Array(first[Int(start)..<Int(end)]), header) }
+                let bytes = try range(start, end)
                 directoryBytes += bytes.count
                 return try directory(bytes, header)
             }

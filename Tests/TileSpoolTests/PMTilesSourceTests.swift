@@ -215,6 +215,11 @@ final class PMTilesSourceTests: XCTestCase {
         // TileIds not increasing (a zero delta after the first), a zero length.
         XCTAssertNotNil(refusal([2, 5, 0, 1, 1, 3, 3, 1, 0]))
         XCTAssertNotNil(refusal([1, 5, 1, 0, 1]))
+        // A relative offset whose sum passes 2^64 is damage, not a trap (2026-12-07).
+        var far: [UInt8] = [], v = UInt64.max - 4 // offset 2^64 - 6, stored plus one
+        while v >= 0x80 { far.append(UInt8(v & 0x7F) | 0x80); v >>= 7 }
+        far.append(UInt8(v))
+        XCTAssertEqual(refusal([2, 0, 1, 1, 1, 10, 10] + far + [0]), "a PMTiles directory's offsets pass 2^64 (entry 1)")
     }
 
     // MARK: Planner
@@ -640,6 +645,20 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertTrue(asked.allSatisfy { $0.status == 206 }, "\(asked)")
         XCTAssertGreaterThanOrEqual(asked.count, 2, "\(asked)")
         XCTAssertLessThan(asked.count, 1 + leaves, "\(asked)")
+        // Exactly: the first 16 KiB, then each leaf that meets the region and does not lie
+        // wholly within them (one that does is cut from those bytes, not asked again).
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: archive)))
+        let h = try PMTiles.readHeader(bytes)
+        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
+            try PMTiles.readDirectory(try Zlib.inflate(Array(bytes[Int(o)..<Int(o + l)]), limit: 1 << 26))
+        }
+        let local = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
+                                     wanted: PMTiles.tileIDs(rects: PMTiles.cover(GeoBounds(west: 1.3, south: 2.7, east: 37.1, north: 41.9), minZoom: 0, maxZoom: 7, header: h), shape: nil)) {
+            try directory(h.leafOffset + $0.offset, UInt64($0.length))
+        }
+        let within = local.leavesRead.filter { h.leafOffset + $0.offset + UInt64($0.length) <= UInt64(PMTilesRemote.firstRange) }
+        XCTAssertGreaterThan(within.count, 0, "a leaf lies within the first 16 KiB: \(local.leavesRead)")
+        XCTAssertEqual(asked.count, 1 + local.leavesRead.count - within.count, "\(asked)")
         print("MEASURED: plan of \(witness["tiles"] ?? 0) tiles over an archive of \(leaves) leaves: \(asked.count) requests, \(asked.reduce(0) { $0 + $1.bytes }) bytes")
     }
 }
@@ -1316,6 +1335,53 @@ final class PMTilesDownloadTests: PMTilesServedTestCase {
         XCTAssertEqual([fx.progress("r")["resourcesChecked"], fx.progress("r")["resourcesUnchanged"], fx.progress("r")["resourcesChanged"]], [85, 85, 0],
                        "the same bytes under a new version: asked again, unchanged")
         fx.assertStoreMatchesManifest("r")
+    }
+
+    /// Offsets near 2^64 in an archive's header or directories (2026-12-07: a root directory at
+    /// offset 2^64 - 1 crashed `plan` and the daemon, arithmetic overflow): each region fails
+    /// with `invalidArchive` naming the damage, and the daemon goes on to complete the next one.
+    func testOffsetsNear2To64FailTheRegionNotTheDaemon() throws {
+        func varint(_ v: UInt64) -> [UInt8] {
+            var v = v, out: [UInt8] = []
+            while v >= 0x80 { out.append(UInt8(v & 0x7F) | 0x80); v >>= 7 }
+            return out + [UInt8(v)]
+        }
+        func archive(_ name: String, _ edit: (inout PMTiles.Header) -> Void, root: [UInt8]) throws {
+            var h = PMTiles.Header()
+            h.internalCompression = .none; h.tileCompression = .none; h.tileType = 2; h.maxZoom = 2
+            h.rootLength = UInt64(root.count); h.leafOffset = 1000; h.dataOffset = 2000
+            edit(&h)
+            try Data(h.bytes + root + [UInt8](repeating: 0, count: 3000)).write(to: generated.appendingPathComponent(name))
+        }
+        let near = UInt64.max - 5
+        let tile = PMTiles.serializeDirectory([.init(tileID: 0, offset: 0, length: 10, runLength: 1)])
+        try archive("rootpast.pmtiles", { $0.rootOffset = UInt64.max }, root: tile)
+        try archive("leafpast.pmtiles", { _ in }, root: PMTiles.serializeDirectory([.init(tileID: 0, offset: near, length: 20, runLength: 0)]))
+        try archive("bodypast.pmtiles", { $0.dataLength = 0 }, root: PMTiles.serializeDirectory([.init(tileID: 0, offset: near, length: 10, runLength: 1)]))
+        // Two entries, the second's offset relative (0): the first's end passes 2^64.
+        try archive("relpast.pmtiles", { _ in }, root: [2] + [0, 1] + [1, 1] + [10, 10] + varint(near + 1) + [0])
+        let cases = ["rootpast": "the root directory's place", "leafpast": "a leaf directory's place",
+                     "bodypast": "past 2^63 bytes", "relpast": "offsets pass 2^64"]
+        for (name, _) in cases {
+            try fx.drop("\(name).json", ["id": name, "tiles": ["pmtiles://" + nginx.url("/gen/\(name).pmtiles")],
+                                          "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 2])
+        }
+        for (name, text) in cases {
+            try fx.waitForState(name, "failed")
+            XCTAssertEqual(fx.errorCode(name), "invalidArchive", name)
+            XCTAssertTrue(fx.errorMessage(name)?.contains(text) == true, "\(name): \(fx.errorMessage(name) ?? "")")
+        }
+        try fx.drop("ok.json", ["id": "ok", "tiles": ["pmtiles://" + nginx.url("/pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles")],
+                                "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("ok", "completed")
+        XCTAssertEqual(fx.manifest("ok").filter { $0.kind == "tile" }.count, 5)
+        // `plan` says the same, without a trap.
+        let request = generated.appendingPathComponent("p.json")
+        try JSONSerialization.data(withJSONObject: ["id": "p", "tiles": ["pmtiles://" + nginx.url("/gen/rootpast.pmtiles")],
+                                                    "bounds": [0, 0, 1, 1], "minZoom": 0, "maxZoom": 2]).write(to: request)
+        let (rc, out) = try fx.cli(["plan", request.path, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("invalidArchive") && out.contains("the root directory's place"), out)
     }
 
     /// A v1 archive fails the region with `invalidArchive` naming the version and the source.
