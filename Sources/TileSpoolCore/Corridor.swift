@@ -33,6 +33,10 @@ public struct Corridor: Sendable, Equatable, Codable {
     public static let earthRadius = 6378137.0
     /// The widest buffer a corridor may have, in metres (100 km).
     public static let maxBufferMeters = 100_000.0
+    /// The narrowest buffer, in metres: 1 m, below the width of a tile at zoom 24 (2.4 m at
+    /// the equator). A buffer of 1e-15 m made a station count past `Int.max`, which trapped
+    /// the daemon (a review of 2026-12-07).
+    public static let minBufferMeters = 1.0
     /// The most positions a corridor's line may have (as a geometry's, `RegionShape.maxPositions`).
     public static let maxPositions = RegionShape.maxPositions
     /// The most stations (samples along the line, `bufferMeters / 4` apart) a corridor may have:
@@ -62,7 +66,7 @@ public struct Corridor: Sendable, Equatable, Codable {
         if !unknown.isEmpty { return .failure("unknown field \(unknown.map { "'\($0)'" }.joined(separator: ", ")); give 'line' and 'bufferMeters'") }
         guard let bv = o["bufferMeters"] else { return .failure("bufferMeters: missing; give the buffer in metres, e.g. 1000") }
         guard let d = JSONKind.number(bv), !JSONKind.isBool(bv) else { return .failure("bufferMeters: must be a number of metres, not a \(JSONKind.name(bv))") }
-        guard d.isFinite, d > 0 else { return .failure("bufferMeters: \(d) must be a finite number greater than 0") }
+        guard d.isFinite, d >= minBufferMeters else { return .failure("bufferMeters: \(d) must be a finite number of at least \(Int(minBufferMeters)) m") }
         guard d <= maxBufferMeters else { return .failure("bufferMeters: \(d) is more than \(Int(maxBufferMeters)) m; give a narrower buffer or use a geometry") }
         guard let lv = o["line"] else { return .failure("line: missing; give a GeoJSON LineString or MultiLineString") }
         let lines: [[[Double]]]

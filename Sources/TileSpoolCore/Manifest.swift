@@ -228,7 +228,10 @@ public struct ManifestLine: Sendable, Equatable {
             }
             return v
         }
-        guard let z = number(cuts[2], cuts[1]), let x = number(cuts[1], cuts[0]), let y = number(cuts[0], u.endIndex) else { return nil }
+        // A tile of zoom 0...30 within its zoom, as no other key names one (a review of
+        // 2026-12-07: a planted `src/63/0/0` line trapped `plan --estimate`, `1 << 63`).
+        guard let z = number(cuts[2], cuts[1]), let x = number(cuts[1], cuts[0]), let y = number(cuts[0], u.endIndex),
+              z <= 30, x < 1 << z, y < 1 << z else { return nil }
         return (String(key[..<cuts[2]]), TileID(z: z, x: x, y: y))
     }
 }

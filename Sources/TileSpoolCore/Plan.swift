@@ -323,6 +323,27 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                 }
                 guard n >= 0, n <= r.count else { return "tile set '\(set.source)': count \(n) for a rectangle of \(r.count) tiles" }
             }
+            // Positions and buffers as a request's are checked (a review of 2026-12-07: a shape
+            // longitude of 1e300 or a corridor buffer of 1e-300 in a plan trapped the daemon at
+            // start, converting to Int, before any request could be refused).
+            func usable(_ line: [[Double]]) -> Bool {
+                line.allSatisfy { $0.count >= 2 && $0[0].isFinite && $0[1].isFinite && abs($0[0]) <= 360 && abs($0[1]) <= 90 }
+            }
+            var shapes = set.shape.map { [$0] } ?? []
+            for a in set.areas ?? [] {
+                switch a {
+                case .all: break
+                case .shape(let s): shapes.append(s)
+                case .corridor(let c):
+                    guard c.lines.allSatisfy(usable), c.bufferMeters >= Corridor.minBufferMeters, c.bufferMeters <= Corridor.maxBufferMeters,
+                          c.stationCount <= Corridor.maxStations else {
+                        return "tile set '\(set.source)': a corridor's line or buffer is out of range"
+                    }
+                }
+            }
+            for shape in shapes where !shape.polygons.allSatisfy({ $0.allSatisfy(usable) }) {
+                return "tile set '\(set.source)': a shape's position is not a longitude and latitude in range"
+            }
             if let archive = set.archive {
                 // `ArchiveSource.init(from:)` checked the tiles; each rectangle counts those it plans.
                 var counts = [Int](repeating: 0, count: set.rects.count)
@@ -341,7 +362,7 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                     guard areas.indices.contains(a.area) else { return "tile set '\(set.source)': area \(a.area) of \(areas.count)" }
                     if case .corridor(let c) = areas[a.area] {
                         guard let p = a.piece, c.lines.indices.contains(p.line), c.lines[p.line].count >= 2,
-                              c.bufferMeters > 0, c.bufferMeters <= Corridor.maxBufferMeters,
+                              c.bufferMeters >= Corridor.minBufferMeters, c.bufferMeters <= Corridor.maxBufferMeters,
                               p.from >= 0, p.from <= p.to else {
                             return "tile set '\(set.source)': a corridor rectangle's stretch of line is out of range"
                         }

@@ -17,8 +17,16 @@ extension Daemon {
         for (folder, name, _) in dated.sorted(by: { ($0.2, $0.1) < ($1.2, $1.1) }) { handleFile(folder: folder, name: name) }
     }
 
-    /// An entry's modification time in nanoseconds since 1970 (the order files are taken in).
-    static func mtime(_ st: stat) -> Int { Int(st.st_mtim.tv_sec) * 1_000_000_000 + Int(st.st_mtim.tv_nsec) }
+    /// An entry's modification time in nanoseconds since 1970 (the order files are taken in),
+    /// saturating: a time past 2262 or before 1677 (a `touch -d 2300-01-01`, a bogus mtime kept by
+    /// `cp -p`) counts as the last or first nanosecond an Int holds, never an overflow (a file
+    /// dropped so crashed the daemon at every rescan, 2026-12-07).
+    static func mtime(_ st: stat) -> Int {
+        let (ns, over) = Int(st.st_mtim.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        if over { return st.st_mtim.tv_sec < 0 ? Int.min : Int.max }
+        let (sum, past) = ns.addingReportingOverflow(Int(st.st_mtim.tv_nsec))
+        return past ? Int.max : sum
+    }
 
     /// The files of `folder` to handle, with their mtimes (ns); misnamed requests are refused here.
     private func datedEntries(_ folder: String) -> [(String, Int)] {

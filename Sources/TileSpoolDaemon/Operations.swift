@@ -231,7 +231,9 @@ extension Daemon {
                  perRegion { r in
                      let p = r.progress
                      guard p.resourcesExpectedIsPrecise, p.resourcesCompleted > 0 else { return nil }
-                     return Int((Double(p.bytesCompleted) * Double(p.resourcesExpected) / Double(p.resourcesCompleted)).rounded())
+                     // Counts read back from a status file may be anything: never past 2^53.
+                     let v = (Double(p.bytesCompleted) * Double(p.resourcesExpected) / Double(p.resourcesCompleted)).rounded()
+                     return v.isFinite ? Int(max(0, min(v, 9e15))) : nil
                  })
         m.family("tilespool_region_unique_bytes", .gauge, "Bytes of the objects only this region references.", perRegion { $0.uniqueBytes })
         m.family("tilespool_http_requests_total", .counter, "HTTP transfers finished, by outcome (status class, or network, bad_response, refused).",

@@ -89,6 +89,12 @@ public enum PMTilesRemote {
         /// the whole archive again, 135 times a 1.7 MB archive with 131 leaves).
         var whole: [UInt8]?
         func range(_ start: UInt64, _ end: UInt64, exact: Bool = true) throws(RegionError) -> [UInt8] {
+            // A place the header or a directory gives past 2^63 bytes (no file is that large)
+            // is damage, before any Int conversion of it (a review of 2026-12-07: a root at
+            // 2^63 served by a server that ignores Range trapped in `cut`).
+            guard start <= end, end <= UInt64(Int64.max) else {
+                throw invalid(PMTiles.ArchiveError("the archive places a directory or its metadata at bytes \(start)-\(end), past 2^63"))
+            }
             if let whole { return try cut(whole, start, end, exact: exact) }
             // The range and the version asked go to every hop of a redirect (the request's own
             // headers only to the first origin).

@@ -127,12 +127,23 @@ public enum LeftBehind {
 public enum SaveTempName {
     /// The name being saved and the process saving it, from temp file `name` (its last path
     /// segment), or nil when it is not one.
+    /// Strict, as `Directory.tempName` writes them (attack round 41: `+999999`, `0999999`, a
+    /// date in place of the pid, or a name holding a line feed passed as temp names, so gc
+    /// removed user files named so): the pid and the counter are decimal digits without a sign
+    /// or a leading zero, the pid at most 10 digits, and the name is not empty and holds no
+    /// control character.
     public static func parse(_ name: String) -> (target: String, pid: pid_t)? {
         let last = name.split(separator: "/").last.map(String.init) ?? name
         guard last.hasPrefix(".tmp-") else { return nil }
         let parts = last.dropFirst(5).split(separator: "-", omittingEmptySubsequences: false)
-        guard parts.count >= 3, let pid = pid_t(parts[parts.count - 2]), pid > 0, Int(parts[parts.count - 1]) != nil else { return nil }
-        return (parts.dropLast(2).joined(separator: "-"), pid)
+        func decimal(_ s: Substring, digits: Int) -> Bool {
+            !s.isEmpty && s.count <= digits && s.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } && (s == "0" || s.first != "0")
+        }
+        guard parts.count >= 3, decimal(parts[parts.count - 2], digits: 10), decimal(parts[parts.count - 1], digits: 19),
+              let pid = pid_t(parts[parts.count - 2]), pid > 0, Int(parts[parts.count - 1]) != nil else { return nil }
+        let target = parts.dropLast(2).joined(separator: "-")
+        guard !target.isEmpty, !target.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else { return nil }
+        return (target, pid)
     }
 
     /// True when temp file `name` belongs to a process that is gone (`LeftBehind.ownerIsGone`).

@@ -77,16 +77,22 @@ public enum StoreMaintenance {
             if !RequestValidator.isValidID(id) && !store.regionExists(id) { continue }
             // What cannot be opened as a folder says so, and what to do (attack round 40: the
             // message was `open .../regions/x: ENOTDIR` alone).
-            func explained(_ e: Error) -> Error {
+            // The entry named is the one that failed: the region's folder, or its `refresh`
+            // (attack round 41: a symlink at regions/<id>/refresh was blamed on regions/<id>).
+            func explained(_ e: Error, refresh: Bool) -> Error {
                 guard let s = e as? SystemError, s.errno == ENOTDIR || s.errno == ELOOP else { return e }
+                if refresh {
+                    return RegionEntryError(description: "\(s): regions/\(TerminalText.inline(id))/refresh is not a folder (a symlink, which gc never follows, or a file), so gc stops and removes nothing; remove it (no refresh of \(TerminalText.inline(id)) is under way without its folder), then run gc again")
+                }
                 return RegionEntryError(description: "\(s): regions/\(TerminalText.inline(id)) is not a region folder (a symlink, which gc never follows, or a file), so gc stops and removes nothing; remove it, or put the region's folder itself there, then run gc again")
             }
             let region = store.region(id)
             for files in region.refreshStorage === region ? [region] : [region.refreshStorage, region] {
+                let refresh = files !== region && store.regionExists(id)
                 files.readManifest { line in if let s = line.sha256 { refs.insert(s) } }
-                if let e = files.readFailure { throw explained(e) }
+                if let e = files.readFailure { throw explained(e, refresh: refresh) }
                 files.readJournal { line in if let s = line.sha256 { refs.insert(s) } }
-                if let e = files.readFailure { throw explained(e) }
+                if let e = files.readFailure { throw explained(e, refresh: refresh) }
             }
         }
         return refs
@@ -142,7 +148,11 @@ public enum StoreMaintenance {
             // which the daemon never reads (a dotfile): removed once its process is gone. Other
             // dotfiles there (an editor's) are the user's; so is anything but a regular file.
             if let requests = try? Directory(path: spool.requests, followFinal: false) {
-                for name in requests.list() where SaveTempName.parse(name) != nil && SaveTempName.isOrphaned(name) {
+                // Only `.tmp-<id>.json-<pid>-<n>` with a region id, as `submit` names them
+                // (attack round 41: any `.tmp-<x>-<number>-<n>` went, a user's backups among them).
+                for name in requests.list() where SaveTempName.isOrphaned(name) {
+                    guard let target = SaveTempName.parse(name)?.target, target.hasSuffix(".json"),
+                          RequestValidator.isValidID(String(target.dropLast(5))) else { continue }
                     guard let st = requests.status(name), (st.st_mode & S_IFMT) == S_IFREG else { continue }
                     if requests.remove(name) { report.tempFilesRemoved += 1 }
                 }

@@ -144,7 +144,8 @@ public final class Repository: @unchecked Sendable {
         let listed = try backend.list(prefix: "index/").filter { $0.name.hasSuffix(".idx") }
         let sizes = try listPackSizes()
         var kept: [IndexFile] = []
-        var bloom = DigestBloom(capacity: 2 * listed.reduce(0) { $0 + max(0, ($1.size - 1100) / IndexFormat.entrySize) })
+        let entries = listed.reduce(0) { SaturatingCount.add($0, max(0, ($1.size - 1100) / IndexFormat.entrySize)) }
+        var bloom = DigestBloom(capacity: SaturatingCount.add(entries, entries))
         lock.lock(); let known = Dictionary(indexes.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }); lock.unlock()
         for f in listed {
             guard let digest = Repository.indexDigest(ofName: f.name) else { continue }
@@ -861,7 +862,7 @@ public final class Repository: @unchecked Sendable {
         guard (try? ensureLoaded()) != nil, let packs = try? backend.list(prefix: "packs/"), let idx = try? backend.list(prefix: "index/"),
               let loose = try? backend.list(prefix: "objects/") else { return nil }
         lock.lock(); let objects = indexes.reduce(0) { $0 + $1.count }; lock.unlock()
-        return (objects + loose.count, (packs + idx + loose).reduce(0) { $0 + $1.size })
+        return (SaturatingCount.add(objects, loose.count), (packs + idx + loose).reduce(0) { SaturatingCount.add($0, $1.size) })
     }
 
     public var added: (objects: Int, bytes: Int) { lock.lock(); defer { lock.unlock() }; return addedLocked() }

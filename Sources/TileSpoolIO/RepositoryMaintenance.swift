@@ -224,8 +224,11 @@ extension Repository {
     func storeLeftovers() throws -> [BackendFile] {
         try ["packs/", "index/", "objects/"].flatMap { try backend.leftovers(prefix: $0) }
             + backend.leftovers(prefix: "regions/").filter { f in
+                // Only a save's temp name (`SaveTempName`, strict): anything else named `.tmp-*`
+                // in a region's folder was not made by TileSpool, and is neither named nor
+                // removed (attack round 41: verify named such files for good).
                 let parts = f.name.split(separator: "/", omittingEmptySubsequences: false)
-                return parts.count >= 3 && RequestValidator.isValidID(String(parts[1]))
+                return parts.count >= 3 && RequestValidator.isValidID(String(parts[1])) && SaveTempName.parse(f.name) != nil
             }
     }
 

@@ -79,6 +79,8 @@ public struct S3Error: Error, Sendable, CustomStringConvertible {
 /// One object of a listing: its key (without the config's prefix), size in bytes and
 /// `LastModified` (seconds since 1970).
 public struct S3Object: Sendable, Equatable {
+    /// The largest size a listing reports (S3's largest object, 5 TiB, in bytes).
+    public static let maxSize = 5 << 40
     public var key: String
     public var size: Int
     public var lastModified: Double
@@ -415,7 +417,10 @@ private final class ListingParser: NSObject, XMLParserDelegate {
     func parser(_ parser: XMLParser, didEndElement e: String, namespaceURI: String?, qualifiedName: String?) {
         switch e {
         case "Key": current?.key = text.hasPrefix(strip) ? String(text.dropFirst(strip.count)) : text
-        case "Size": current?.size = Int(text) ?? 0
+        // Digits only, at most S3's largest object (5 TiB): a size from the endpoint is never a
+        // sign or a number whose sums overflow (a review of 2026-12-07: Int.min trapped the
+        // index's sizing at every load).
+        case "Size": current?.size = text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) ? min(Int(text.prefix(19)) ?? 0, S3Object.maxSize) : 0
         case "LastModified": current?.lastModified = S3Time.parse(text) ?? 0
         case "Contents": if let c = current { objects.append(c) }; current = nil
         case "IsTruncated": truncated = text == "true"

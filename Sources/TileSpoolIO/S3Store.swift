@@ -77,10 +77,16 @@ public struct ManifestSegments: Sendable, Equatable {
 
     /// The number of a segment or compacted object's key (`.../0000000042.tsv` or
     /// `.../0000000042.all.tsv`), and whether it is compacted; nil for any other key.
+    /// The number is up to 10 decimal digits, as the keys are written, without a sign (a review
+    /// of 2026-12-07: a planted `9223372036854775807.tsv` made `next` overflow at every read).
     public static func parse(_ key: String) -> (number: Int, compacted: Bool)? {
         let name = key.split(separator: "/").last ?? ""
-        if name.hasSuffix(".all.tsv"), let n = Int(name.dropLast(8)) { return (n, true) }
-        if name.hasSuffix(".tsv"), let n = Int(name.dropLast(4)) { return (n, false) }
+        func number(_ s: Substring) -> Int? {
+            guard !s.isEmpty, s.count <= 10, s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+            return Int(s)
+        }
+        if name.hasSuffix(".all.tsv"), let n = number(name.dropLast(8)) { return (n, true) }
+        if name.hasSuffix(".tsv"), let n = number(name.dropLast(4)) { return (n, false) }
         return nil
     }
 
@@ -217,7 +223,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         guard layout.read.count > 1, let last = layout.read.last, let (n, _) = ManifestSegments.parse(last.key) else { return 0 }
         // The joined bytes are held in memory: a manifest above this stays in pieces (about
         // 400,000 resources), read as before.
-        guard layout.read.reduce(0, { $0 + $1.size }) <= S3RegionFiles.maxCompactedBytes else { return 0 }
+        guard layout.read.reduce(0, { SaturatingCount.add($0, $1.size) }) <= S3RegionFiles.maxCompactedBytes else { return 0 }
         try putCompacted(number: n, try joined(layout.read)) // 412: made already, from the same segments
         return layout.read.count
     }
@@ -443,7 +449,7 @@ extension S3RegionFiles: RefreshSwapSteps {
 
     func commitMark() throws -> Int? {
         guard let data = try client({ c in try c.get(refreshCommitKey) }) else { return nil }
-        guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0 else {
+        guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0, n <= 9_999_999_999 else {
             throw S3Error(message: "\(store.location)/\(refreshCommitKey) is not a commit mark")
         }
         return n

@@ -55,7 +55,7 @@ func commandStatus(_ argv: [String]) throws -> Int32 {
             first = false
             FileHandle.standardOutput.write(Data((lead + TerminalText.safe(statusText(list) + unreadable) + "\n").utf8))
             if !list.contains(where: { movingStates.contains($0.state) }) { return 0 }
-            usleep(useconds_t(interval * 1_000_000))
+            Thread.sleep(forTimeInterval: interval) // any --interval (usleep's argument is 32 bits)
         }
     }
     guard let (list, unreadable) = load() else { err("tilespool: \(missing(a.positionals[0]))"); return 1 }
@@ -76,14 +76,16 @@ func statusText(_ list: [RegionStatus]) -> String {
     var lines: [String] = []
     for st in list {
         let p = st.progress
-        let fraction = p.resourcesExpected > 0 ? Double(p.resourcesCompleted) / Double(p.resourcesExpected) : 0
+        // A status file is read as it is: a count out of range (a damaged or planted file) draws
+        // an empty or full bar, never a negative one (a review of 2026-12-07: a trap).
+        let fraction = p.resourcesExpected > 0 ? max(0, min(1, Double(p.resourcesCompleted) / Double(p.resourcesExpected))) : 0
         let width = 20
         let filled = min(width, Int(fraction * Double(width)))
         let bar = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"
         var line = "\(st.id)  \(st.state.rawValue)\(st.refreshing ? " (refreshing)" : "")  \(bar) \(String(format: "%5.1f%%", fraction * 100))"
         if st.state == .downloading {
             line += "  " + (st.tilesPerSecond.map { String(format: "%.1f tiles/s", $0) } ?? "- tiles/s")
-            line += "  " + (st.bytesPerSecond.map { formatBytes(Int($0)) + "/s" } ?? "- B/s")
+            line += "  " + (st.bytesPerSecond.map { formatBytes(displayCount($0)) + "/s" } ?? "- B/s")
             line += "  ETA " + (st.etaSeconds.map { formatDuration($0) } ?? "-")
         }
         line += "  resources \(p.resourcesCompleted)/\(p.resourcesExpected)\(p.resourcesExpectedIsPrecise ? "" : "+")"
@@ -100,9 +102,13 @@ func statusText(_ list: [RegionStatus]) -> String {
     return lines.joined(separator: "\n")
 }
 
+/// `value` as an Int for display: 0 for NaN or below 0, at most 10^15 (a rate or an ETA read from
+/// a status file, which may be damaged: `Int(1e300)` traps).
+func displayCount(_ value: Double) -> Int { value.isFinite ? Int(max(0, min(value.rounded(.up), 1e15))) : 0 }
+
 /// `65` -> `1m05s`, `3700` -> `1h01m40s`, `12` -> `12s`.
 func formatDuration(_ seconds: Double) -> String {
-    let t = Int(seconds.rounded(.up))
+    let t = displayCount(seconds)
     let h = t / 3600, m = t / 60 % 60, s = t % 60
     if h > 0 { return String(format: "%dh%02dm%02ds", h, m, s) }
     if m > 0 { return String(format: "%dm%02ds", m, s) }

@@ -163,5 +163,5 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
 func fileIdentity(_ path: String) -> [Int]? {
     var st = stat()
     guard stat(path, &st) == 0 else { return nil }
-    return [Int(st.st_dev), Int(st.st_ino), Int(st.st_mtim.tv_sec), Int(st.st_mtim.tv_nsec)]
+    return [Int(truncatingIfNeeded: st.st_dev), Int(truncatingIfNeeded: st.st_ino), Int(st.st_mtim.tv_sec), Int(st.st_mtim.tv_nsec)]
 }

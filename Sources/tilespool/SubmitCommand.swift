@@ -233,7 +233,7 @@ final class RegionFollower {
         lastDraw = now
         let p = st.progress
         var line = "\(id): \(st.state.rawValue) \(p.tilesCompleted)/\(p.tilesExpected > 0 ? String(p.tilesExpected) : "?") tiles, \(formatBytes(p.bytesCompleted))"
-        if let bps = st.bytesPerSecond { line += ", \(formatBytes(Int(bps)))/s" }
+        if let bps = st.bytesPerSecond { line += ", \(formatBytes(displayCount(bps)))/s" }
         if let eta = st.etaSeconds { line += ", ETA \(formatDuration(eta))" }
         // \r, the line, then clear to the end of the line (a shorter line leaves nothing behind).
         FileHandle.standardError.write(Data(("\r" + TerminalText.safe(line) + "\u{1B}[K").utf8))

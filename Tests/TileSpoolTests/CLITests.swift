@@ -70,6 +70,29 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: tmp + "/1-abc-1.partial"), "left over and past the grace period: removed")
     }
 
+    /// A status file with counts and rates no daemon writes (damaged, or planted): `status`
+    /// draws it, never traps (a review of 2026-12-07: a negative bar, `Int(1e300)`).
+    func testStatusDrawsAStatusFileWithNumbersOutOfRange() throws {
+        try fx.start()
+        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t", maxZoom: 1))
+        try fx.waitForState("t", "completed")
+        fx.stop()
+        let path = fx.spool + "/status/t.json"
+        for (completed, rate) in [(-1, 1e300), (Int.max, -1e300)] {
+            var doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+            var progress = try XCTUnwrap(doc["progress"] as? [String: Any])
+            progress["resourcesCompleted"] = completed
+            doc["progress"] = progress
+            doc["state"] = "downloading"
+            doc["bytesPerSecond"] = rate
+            doc["etaSeconds"] = rate
+            try JSONSerialization.data(withJSONObject: doc).write(to: URL(fileURLWithPath: path))
+            let (rc, out) = try fx.cli(["status", "--spool", fx.spool, "--store", fx.store])
+            XCTAssertEqual(rc, 0, out)
+            XCTAssertTrue(out.contains("t  downloading  ["), out)
+        }
+    }
+
     /// A `submit` killed between writing its request and renaming it leaves a dotfile in
     /// requests/ that the daemon never reads: gc removes it once its process is gone, and leaves
     /// a live process's and the user's own dotfiles alone.
@@ -81,14 +104,20 @@ final class CLITests: FaultServerSpoolTestCase {
         gone.executableURL = URL(fileURLWithPath: "/bin/true")
         try gone.run()
         gone.waitUntilExit()
-        let dead = ".tmp-a.json-\(gone.processIdentifier)-3", live = ".tmp-b.json-\(getpid())-4", users = [".a.json.swp", ".tmp-notes"]
+        let pid = gone.processIdentifier
+        // Attack round 41: names that look like temp names but that submit never gives (not
+        // `<region id>.json`, a pid with a sign or a leading zero, a date for a pid, a line feed)
+        // are the user's, whatever process their number names.
+        let dead = ".tmp-a.json-\(pid)-3", live = ".tmp-b.json-\(getpid())-4"
+        let users = [".a.json.swp", ".tmp-notes", ".tmp-backup-20261207-1", ".tmp-europe.geojson-\(pid)-1", ".tmp-foo.json-+\(pid)-1",
+                     ".tmp-foo.json-0\(pid)-1", ".tmp-bad id.json-\(pid)-1", ".tmp-a\nb.json-\(pid)-6", ".tmp-.json-\(pid)-1", ".tmp--\(pid)-1"]
         for name in [dead, live] + users { XCTAssertTrue(FileManager.default.createFile(atPath: requests + "/" + name, contents: Data("{}".utf8))) }
-        XCTAssertEqual(mkfifo(requests + "/.tmp-c.json-\(gone.processIdentifier)-5", 0o600), 0)
+        XCTAssertEqual(mkfifo(requests + "/.tmp-c.json-\(pid)-5", 0o600), 0)
         let (rc, out) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.contains("removed 1 temp file"), out)
         XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: requests)),
-                       Set([live, ".tmp-c.json-\(gone.processIdentifier)-5"] + users))
+                       Set([live, ".tmp-c.json-\(pid)-5"] + users))
     }
 
     /// Attack round 37: a plain file, a symlink or a dotfile in regions/ stopped verify (`open

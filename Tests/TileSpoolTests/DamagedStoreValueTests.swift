@@ -140,6 +140,19 @@ final class DamagedStoreValueTests: XCTestCase {
 }
 
 /// `ResourcePlan` decoding refuses a plan that could not have been planned.
+/// Numbers read from files that may be damaged or planted, which once trapped (a review of
+/// 2026-12-07): each is refused or bounded, never an overflow.
+final class BoundedNumberTests: XCTestCase {
+    /// A manifest key's tile beyond zoom 30 or outside its zoom is no tile key (a planted
+    /// `src/63/0/0` trapped `plan --estimate` at `1 << 63`).
+    func testTileKeysOutsideTheZoomsAreNotTiles() {
+        XCTAssertEqual(ManifestLine.parseTileKey("src/30/1073741823/0")?.1, TileID(z: 30, x: (1 << 30) - 1, y: 0))
+        for key in ["src/63/0/0", "src/31/0/0", "src/2/4/0", "src/2/0/4", "src/9999999999/0/0"] {
+            XCTAssertNil(ManifestLine.parseTileKey(key), key)
+        }
+    }
+}
+
 final class PlanDecodingTests: XCTestCase {
     func plan(_ rect: TileRect, counts: [Int]? = nil) throws -> Data {
         // Made over a good rectangle, then given `rect` as it is (a bad one's count could trap).

@@ -610,6 +610,21 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertTrue(out.contains("pmtiles://https://REDACTED@"), out)
     }
 
+    /// The plan of `box` at `minZoom...maxZoom` over the gzip-directory archive at `path`, read
+    /// from the file here (the directories the daemon should ask for: `leavesRead`), and its header.
+    static func localPlan(_ path: String, _ box: GeoBounds, minZoom: Int, maxZoom: Int) throws -> (PMTiles.Header, PMTiles.ArchivePlan) {
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        let h = try PMTiles.readHeader(bytes)
+        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
+            try PMTiles.readDirectory(try Zlib.inflate(Array(bytes[Int(o)..<Int(o + l)]), limit: 1 << 26))
+        }
+        let plan = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
+                                    wanted: PMTiles.tileIDs(rects: PMTiles.cover(box, minZoom: minZoom, maxZoom: maxZoom, header: h), shape: nil)) {
+            try directory(h.leafOffset + $0.offset, UInt64($0.length))
+        }
+        return (h, plan)
+    }
+
     /// Writes the z0-7 archive of `make_pmtiles.py write` (seed 42) at `path` and checks that it
     /// has leaf directories; what the script printed (`tiles`, `entries`, `leaf_directory_length`...).
     static func writeArchiveWithLeaves(_ path: String, file: StaticString = #filePath, line: UInt = #line) throws -> [String: Any] {
@@ -647,15 +662,7 @@ final class PMTilesPlanTests: XCTestCase {
         XCTAssertLessThan(asked.count, 1 + leaves, "\(asked)")
         // Exactly: the first 16 KiB, then each leaf that meets the region and does not lie
         // wholly within them (one that does is cut from those bytes, not asked again).
-        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: archive)))
-        let h = try PMTiles.readHeader(bytes)
-        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
-            try PMTiles.readDirectory(try Zlib.inflate(Array(bytes[Int(o)..<Int(o + l)]), limit: 1 << 26))
-        }
-        let local = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
-                                     wanted: PMTiles.tileIDs(rects: PMTiles.cover(GeoBounds(west: 1.3, south: 2.7, east: 37.1, north: 41.9), minZoom: 0, maxZoom: 7, header: h), shape: nil)) {
-            try directory(h.leafOffset + $0.offset, UInt64($0.length))
-        }
+        let (h, local) = try PMTilesPlanTests.localPlan(archive, GeoBounds(west: 1.3, south: 2.7, east: 37.1, north: 41.9), minZoom: 0, maxZoom: 7)
         let within = local.leavesRead.filter { h.leafOffset + $0.offset + UInt64($0.length) <= UInt64(PMTilesRemote.firstRange) }
         XCTAssertGreaterThan(within.count, 0, "a leaf lies within the first 16 KiB: \(local.leavesRead)")
         XCTAssertEqual(asked.count, 1 + local.leavesRead.count - within.count, "\(asked)")
@@ -1135,15 +1142,7 @@ final class PMTilesDownloadTests: PMTilesServedTestCase {
         let expected = try XCTUnwrap(witness["sha256"] as? [String: String])
         let tileBytes = try XCTUnwrap(witness["tile_bytes"] as? Int)
         // The directory requests the plan makes: the first 16 KiB, then each leaf that meets the region.
-        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: archive)))
-        let h = try PMTiles.readHeader(bytes)
-        func directory(_ o: UInt64, _ l: UInt64) throws -> [PMTiles.Entry] {
-            try PMTiles.readDirectory(try Zlib.inflate(Array(bytes[Int(o)..<Int(o + l)]), limit: 1 << 26))
-        }
-        let local = try PMTiles.plan(header: h, root: try directory(h.rootOffset, h.rootLength),
-                                     wanted: PMTiles.tileIDs(rects: PMTiles.cover(GeoBounds(west: 13.1, south: 52.35, east: 13.7, north: 52.65), minZoom: 10, maxZoom: 15, header: h), shape: nil)) {
-            try directory(h.leafOffset + $0.offset, UInt64($0.length))
-        }
+        let (_, local) = try PMTilesPlanTests.localPlan(archive, GeoBounds(west: 13.1, south: 52.35, east: 13.7, north: 52.65), minZoom: 10, maxZoom: 15)
         let directoryRequests = 1 + local.leavesRead.count
 
         let started = Date()
@@ -1619,6 +1618,39 @@ final class PMTilesFaultTests: XCTestCase {
     override func tearDown() {
         fx?.stop()
         server?.stop()
+    }
+
+    /// A server that ignores Range, with an archive whose header places its root directory or
+    /// its leaves at 2^63 (a review of 2026-12-07: the whole file's bytes were cut at
+    /// `Int(2^63)`, a trap that ended the daemon): the region fails with `invalidArchive`
+    /// naming the place; metadata placed there is passed over, as metadata past the end is.
+    func testPlacesPast2To63FromAServerIgnoringRangeFailTheRegionNotTheDaemon() throws {
+        let root = PMTiles.serializeDirectory([.init(tileID: 0, offset: 0, length: 10, runLength: 1)])
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0] // the PNG signature: the one tile's 10 bytes
+        func archive(_ edit: (inout PMTiles.Header) -> Void, root: [UInt8]) -> Data {
+            var h = PMTiles.Header()
+            h.internalCompression = .none; h.tileType = 2; h.maxZoom = 2
+            h.rootLength = UInt64(root.count); h.leafOffset = 1000; h.dataOffset = 20_000; h.dataLength = 10
+            edit(&h)
+            let head = h.bytes + root
+            return Data(head + [UInt8](repeating: 0, count: 20_000 - head.count) + png)
+        }
+        let at63 = UInt64(1) << 63
+        try server.registerFile("root63.pmtiles", data: archive({ $0.rootOffset = at63; $0.rootLength = 16 }, root: root))
+        try server.registerFile("leaf63.pmtiles", data: archive({ $0.leafOffset = at63 }, root: PMTiles.serializeDirectory([.init(tileID: 0, offset: 0, length: 20, runLength: 0)])))
+        try server.registerFile("meta63.pmtiles", data: archive({ $0.metadataOffset = at63; $0.metadataLength = 100 }, root: root))
+        for name in ["root63", "leaf63", "meta63"] {
+            try fx.drop("\(name).json", ["id": name, "tiles": ["pmtiles://" + server.url("/pmtiles/norange/0/\(name).pmtiles")],
+                                          "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 0])
+        }
+        for name in ["root63", "leaf63"] {
+            try fx.waitForState(name, "failed")
+            XCTAssertEqual(fx.errorCode(name), "invalidArchive", name)
+            XCTAssertTrue(fx.errorMessage(name)?.contains("past 2^63") == true, "\(name): \(fx.errorMessage(name) ?? "")")
+        }
+        try waitUntil("meta63 ends", timeout: 60) { ["completed", "failed"].contains(fx.state("meta63") ?? "") }
+        XCTAssertEqual(fx.state("meta63"), "completed", fx.errorMessage("meta63") ?? "")
+        XCTAssertEqual(fx.objectsData(fx.manifest("meta63").map(\.sha)).values.first, Data(png))
     }
 
     /// Attack round 8: an archive server that answers the directory requests slowly stalled the

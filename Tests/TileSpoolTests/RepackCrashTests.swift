@@ -291,6 +291,11 @@ final class LocalRepackTests: RepackCrashTestCase {
         let live = "index/.tmp-\(String(repeating: "c", count: 64)).idx-\(alive)-3"
         try FileManager.default.createDirectory(atPath: store + "/packs/ab", withIntermediateDirectories: true)
         for rel in planted + [live] { try Data(count: 4096).write(to: URL(fileURLWithPath: store + "/" + rel)) }
+        // Named like temp files but not as TileSpool names them (attack round 41: verify named
+        // them for good and gc removed some): neither named nor removed.
+        let foreign = ["regions/keep/.tmp-notes-12ab-1", "regions/keep/.tmp-manifest.tsv-+\(dead)-1", "regions/keep/.tmp-a\tb-\(dead)-7",
+                       "regions/keep/.tmp-plan.json-0\(dead)-1"]
+        for rel in foreign { try Data("mine".utf8).write(to: URL(fileURLWithPath: store + "/" + rel)) }
         // A whole pack still under its temp name (the kill came between its write and its rename):
         // its objects are referenced; gc saves it under its name rather than removing it.
         let pack = try XCTUnwrap(try packFiles(site).first)
@@ -309,6 +314,14 @@ final class LocalRepackTests: RepackCrashTestCase {
         for rel in planted + [packTemp] { XCTAssertFalse(FileManager.default.fileExists(atPath: store + "/" + rel), rel) }
         XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + pack), "the whole pack is saved under its name")
         XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + live), "a live process's young temp file stays")
+        for rel in foreign { XCTAssertTrue(FileManager.default.fileExists(atPath: store + "/" + rel), rel) }
+        XCTAssertFalse(vout.contains(".tmp-notes") || vout.contains("+\(dead)") || vout.contains("0\(dead)-1") || vout.contains("a\\u{9}b"), vout)
+        // A symlink at regions/keep/refresh stops gc, which names it, not the region's folder.
+        XCTAssertEqual(symlink(root, store + "/regions/keep/refresh"), 0)
+        let (src, sout) = try tilespool(site, ["gc"])
+        XCTAssertEqual(src, 1, sout)
+        XCTAssertTrue(sout.contains("regions/keep/refresh is not a folder"), sout)
+        XCTAssertEqual(unlink(store + "/regions/keep/refresh"), 0)
         try FileManager.default.removeItem(atPath: store + "/" + live)
         let (crc, cout) = try tilespool(site, ["verify"])
         XCTAssertEqual(crc, 0, cout)

@@ -134,6 +134,12 @@ final class S3ClientTests: CephTestCase {
         // After gc removed the covered segments, a new segment follows the compacted object's number.
         XCTAssertEqual(ManifestSegments(listing: [o("0000000007.all.tsv")]).next, 8)
         XCTAssertEqual(ManifestSegments(listing: []).next, 0)
+        // A planted key whose number no segment has (past 10 digits, a sign) is another key:
+        // `next` overflowed on Int.max (a review of 2026-12-07).
+        for name in ["9223372036854775807.tsv", "+0000000005.tsv", "99999999999.all.tsv", "-1.tsv", ".tsv"] {
+            XCTAssertNil(ManifestSegments.parse("regions/r/manifest/" + name), name)
+        }
+        XCTAssertEqual(ManifestSegments(listing: [o("0000000001.tsv"), o("9223372036854775807.tsv")]).next, 2)
     }
 
     func testConfigFromURLAndEnvironment() throws {

@@ -87,6 +87,27 @@ final class TrustAttackTests: FaultServerSpoolTestCase {
         XCTAssertTrue(String(decoding: bytes, as: UTF8.self).contains(#"unknown field '\u{1B}]0;owned\u{7}\u{9B}31m'"#), String(decoding: bytes, as: UTF8.self))
     }
 
+    /// A request and a control file whose modification times lie past 2262 or before 1677 (a
+    /// `touch -d 2300-01-01`, a bogus mtime kept by `cp -p`): their times in nanoseconds do not
+    /// fit an Int, which trapped the daemon at every rescan (a review of 2026-12-07). Both are
+    /// taken, by the daemon's first scan, and the daemon goes on.
+    func testFilesWithModificationTimesOutsideAnIntOfNanosecondsAreTaken() throws {
+        let requests = fx.spool + "/requests", tmp = fx.spool + "/.far"
+        try FileManager.default.createDirectory(atPath: requests, withIntermediateDirectories: true)
+        for (name, year) in [("future.json", 2300.0), ("past.json", -400.0)] {
+            let id = String(name.dropLast(5))
+            try JSONSerialization.data(withJSONObject: server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: id, maxZoom: 1)).write(to: URL(fileURLWithPath: tmp))
+            let seconds = (year - 1970) * 365.2425 * 86400
+            var times = [timespec(tv_sec: Int(seconds), tv_nsec: 0), timespec(tv_sec: Int(seconds), tv_nsec: 0)]
+            XCTAssertEqual(utimensat(AT_FDCWD, tmp, &times, 0), 0, "the filesystem takes the time")
+            XCTAssertEqual(rename(tmp, requests + "/" + name), 0)
+        }
+        try fx.start() // found by the scan at start, not by an inotify event
+        try fx.waitForState("future", "completed")
+        try fx.waitForState("past", "completed")
+        XCTAssertEqual(fx.daemon?.isRunning, true, fx.log().suffix(2000).description)
+    }
+
     /// `status/` or `rejected/` swapped for a symlink while the daemon runs: nothing lands in the
     /// folder the link points to.
     func testSpoolFoldersSwappedForSymlinksAreNotFollowed() throws {
