@@ -36,6 +36,11 @@ public struct StyleDocument: Sendable, Equatable {
     public static let maxFontstacks = 1_000
     /// The most sprites a style may list (each costs 4 files).
     public static let maxSprites = 1_000
+    /// The most bytes the URLs and keys of a style's own resources (style, TileJSON, sprites,
+    /// glyph ranges, data) may take in a plan: 32 MiB. Glyph ranges multiply a fontstack's name
+    /// by 130 or 256, so 1,000 fontstacks of 8,000 characters grew the daemon past 9 GB, and the
+    /// plan with them (attack round 42); real styles take a few hundred KiB.
+    public static let maxResourceBytes = 32 << 20
 
     public var sources: [StyleSource]
     /// Sprite base URLs with their ids (`""` for a single sprite string): clients append `.json`,
@@ -276,20 +281,38 @@ public enum Planner {
     public static func plan(request: RegionRequest, styleURL: String, style: StyleDocument,
                             tileJSONs: [String: TileJSON], archives: [String: TileSet] = [:]) throws(RegionError) -> ResourcePlan {
         var resources = [PlannedResource(kind: .style, key: "style", url: styleURL)]
+        var resourceBytes = styleURL.utf8.count
+        /// Counts `n` resources of about `bytes` each (URL and key) against
+        /// `StyleDocument.maxResourceBytes`, before they are made.
+        func budget(_ n: Int, _ bytes: Int) throws(RegionError) {
+            resourceBytes = SaturatingCount.add(resourceBytes, n.multipliedReportingOverflow(by: bytes).overflow ? Int.max : n * bytes)
+            guard resourceBytes <= StyleDocument.maxResourceBytes else {
+                throw RegionError(code: .invalidStyle, message: "style: its sprites, glyph ranges and other resources would take more than \(StyleDocument.maxResourceBytes >> 20) MiB of URLs (\(style.fontstacks.count) fontstacks, \(style.sprites.count) sprites); real styles take a few hundred KiB", url: styleURL)
+            }
+        }
         for src in style.sources where src.tileJSONURL != nil {
+            try budget(1, src.tileJSONURL!.utf8.count + src.name.utf8.count)
             resources.append(PlannedResource(kind: .source, key: src.name, url: src.tileJSONURL!))
         }
         for sprite in style.sprites {
+            try budget(4, sprite.url.utf8.count + sprite.id.utf8.count + 20)
             let prefix = sprite.id.isEmpty ? "" : sprite.id + ":"
             for suffix in [".json", ".png", "@2x.json", "@2x.png"] {
                 resources.append(PlannedResource(kind: .sprite, key: prefix + "sprite" + suffix, url: spriteURL(sprite.url, suffix)))
             }
         }
         if let glyphs = style.glyphs {
+            let fontstackTokens = glyphs.components(separatedBy: "{fontstack}").count - 1
             for stack in style.fontstacks {
                 let joined = stack.joined(separator: ",")
                 let encoded = percentEncode(joined)
-                for start in GlyphRanges.starts(includeIdeographs: request.includeIdeographs) {
+                let starts = GlyphRanges.starts(includeIdeographs: request.includeIdeographs)
+                // One URL's size (they differ only by the range's few digits) times the ranges,
+                // counted before any is made (a template may name {fontstack} many times).
+                let (grown, over) = encoded.utf8.count.multipliedReportingOverflow(by: fontstackTokens)
+                let one = over ? Int.max : SaturatingCount.add(glyphs.utf8.count + joined.utf8.count + 12, grown)
+                try budget(starts.count, one)
+                for start in starts {
                     let range = GlyphRanges.name(start)
                     let url = glyphs.replacingOccurrences(of: "{fontstack}", with: encoded)
                         .replacingOccurrences(of: "{range}", with: range)
@@ -298,7 +321,10 @@ public enum Planner {
             }
         }
         for src in style.sources {
-            if let d = src.dataURL { resources.append(PlannedResource(kind: .data, key: src.name, url: d)) }
+            if let d = src.dataURL {
+                try budget(1, d.utf8.count + src.name.utf8.count)
+                resources.append(PlannedResource(kind: .data, key: src.name, url: d))
+            }
         }
         var planned: [(source: String, template: TileURLTemplate, rects: [TileRect], archive: TileSet?)] = []
         var areaPlanned: [(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])] = []

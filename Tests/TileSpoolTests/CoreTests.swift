@@ -156,6 +156,30 @@ final class PlannerTests: XCTestCase {
         XCTAssertEqual(plan.tileCount, 4 + 16 + 64)
     }
 
+    /// Attack round 42: 1,000 fontstacks of 8,000 characters (an 8 MB style) made 130,000 glyph
+    /// URLs of about 24 KB each, and the daemon grew past 9 GB planning them. The style's own
+    /// resources may take 32 MiB of URLs: such a style is refused before they are made, as is a
+    /// glyph template naming {fontstack} many times; a style of ordinary names plans as before.
+    func testAStyleWhoseGlyphURLsWouldTakeMoreThan32MiBIsRefused() throws {
+        func style(stacks: Int, nameLength: Int, glyphs: String = "http://h/{fontstack}/{range}.pbf") throws -> StyleDocument {
+            let layers = (0..<stacks).map { i -> [String: Any] in
+                ["id": "l\(i)", "type": "symbol", "source": "s", "layout": ["text-field": "x", "text-font": ["F\(i)-" + String(repeating: " ", count: nameLength)]]]
+            }
+            let doc: [String: Any] = ["version": 8, "glyphs": glyphs, "layers": layers,
+                                      "sources": ["s": ["type": "vector", "tiles": ["http://h/t/{z}/{x}/{y}.pbf"], "maxzoom": 0]]]
+            return try StyleDocument(data: JSONSerialization.data(withJSONObject: doc), baseURL: "http://h/style.json")
+        }
+        let req = RegionRequest(id: "f", source: .style("http://h/style.json"), bounds: GeoBounds(west: -10, south: -10, east: 10, north: 10), minZoom: 0, maxZoom: 0)
+        for refused in [try style(stacks: 1000, nameLength: 8000), try style(stacks: 10, nameLength: 10, glyphs: "http://h/" + String(repeating: "{fontstack}", count: 100_000) + "/{range}.pbf")] {
+            XCTAssertThrowsError(try Planner.plan(request: req, styleURL: "http://h/style.json", style: refused, tileJSONs: [:])) { e in
+                XCTAssertEqual((e as? RegionError)?.code, .invalidStyle)
+                XCTAssertTrue((e as? RegionError)?.message.contains("more than 32 MiB of URLs") == true, "\(e)")
+            }
+        }
+        let fine = try Planner.plan(request: req, styleURL: "http://h/style.json", style: try style(stacks: 1000, nameLength: 20), tileJSONs: [:])
+        XCTAssertEqual(fine.resources.filter { $0.kind == .glyphs }.count, 130_000)
+    }
+
     func testTilesRequestUsesTileZooms() {
         let req = RegionRequest(id: "t", source: .tiles(["http://h/{z}/{x}/{y}.png"]),
                                 bounds: GeoBounds(west: -180, south: -85, east: 180, north: 85), minZoom: 0, maxZoom: 3)
