@@ -33,10 +33,6 @@ public struct Corridor: Sendable, Equatable, Codable {
     public static let earthRadius = 6378137.0
     /// The widest buffer a corridor may have, in metres (100 km).
     public static let maxBufferMeters = 100_000.0
-    /// The narrowest buffer, in metres: 1 m, below the width of a tile at zoom 24 (2.4 m at
-    /// the equator). A buffer of 1e-15 m made a station count past `Int.max`, which trapped
-    /// the daemon (a review of 2026-12-07).
-    public static let minBufferMeters = 1.0
     /// The most positions a corridor's line may have (as a geometry's, `RegionShape.maxPositions`).
     public static let maxPositions = RegionShape.maxPositions
     /// The most stations (samples along the line, `bufferMeters / 4` apart) a corridor may have:
@@ -66,7 +62,7 @@ public struct Corridor: Sendable, Equatable, Codable {
         if !unknown.isEmpty { return .failure("unknown field \(unknown.map { "'\($0)'" }.joined(separator: ", ")); give 'line' and 'bufferMeters'") }
         guard let bv = o["bufferMeters"] else { return .failure("bufferMeters: missing; give the buffer in metres, e.g. 1000") }
         guard let d = JSONKind.number(bv), !JSONKind.isBool(bv) else { return .failure("bufferMeters: must be a number of metres, not a \(JSONKind.name(bv))") }
-        guard d.isFinite, d >= minBufferMeters else { return .failure("bufferMeters: \(d) must be a finite number of at least \(Int(minBufferMeters)) m") }
+        guard d.isFinite, d > 0 else { return .failure("bufferMeters: \(d) must be a finite number greater than 0") }
         guard d <= maxBufferMeters else { return .failure("bufferMeters: \(d) is more than \(Int(maxBufferMeters)) m; give a narrower buffer or use a geometry") }
         guard let lv = o["line"] else { return .failure("line: missing; give a GeoJSON LineString or MultiLineString") }
         let lines: [[[Double]]]
@@ -77,7 +73,8 @@ public struct Corridor: Sendable, Equatable, Codable {
         let c = Corridor(lines: lines, bufferMeters: d)
         let stations = c.stationCount
         if stations > maxStations {
-            return .failure("the line is too long for a buffer of \(d) m: \(stations) stations \(c.spacing) m apart, at most \(maxStations); give a wider buffer or split the route")
+            let shown = stations >= maxSegmentSteps ? "more than \(maxSegmentSteps)" : "\(stations)"
+            return .failure("the line is too long for a buffer of \(d) m: \(shown) stations \(c.spacing) m apart, at most \(maxStations); give a wider buffer or split the route")
         }
         return .success(c)
     }
@@ -192,21 +189,35 @@ public struct Corridor: Sendable, Equatable, Codable {
         let p = unwrapped(l)
         var start = [0]
         start.reserveCapacity(p.count)
-        for k in 1..<p.count {
-            let steps = max(1, Int((Corridor.segmentLengthBound(p[k - 1], p[k]) / spacing).rounded(.up)))
-            start.append(start[k - 1] + steps)
+        for k in 1..<max(1, p.count) {
+            start.append(start[k - 1] + steps(p[k - 1], p[k]))
         }
         return Stations(positions: p, start: start)
     }
 
-    /// The number of stations of all lines.
+    /// The most stations one segment counts (10^15): past it the count is a bound, not exact.
+    static let maxSegmentSteps = 1_000_000_000_000_000
+
+    /// The stations a segment from `a` to `b` takes: at least 1, at most `maxSegmentSteps`
+    /// (never an overflow: a review of 2026-12-07 found a buffer of 1e-15 m trapped here,
+    /// `Int(4.5e20)`, and a spacing of 0 over a segment of length 0 gave NaN).
+    func steps(_ a: [Double], _ b: [Double]) -> Int {
+        let q = (Corridor.segmentLengthBound(a, b) / spacing).rounded(.up)
+        guard q >= 1 else { return 1 } // also NaN
+        return q >= Double(Corridor.maxSegmentSteps) ? Corridor.maxSegmentSteps : Int(q)
+    }
+
+    /// The number of stations of all lines, more than `maxStations` when there are too many
+    /// (the count stops there). A line of fewer than 2 positions counts 1.
     public var stationCount: Int {
         var n = 0
         for l in lines.indices {
             let p = unwrapped(l)
             n += 1
-            for k in 1..<p.count { n += max(1, Int((Corridor.segmentLengthBound(p[k - 1], p[k]) / spacing).rounded(.up))) }
-            if n > Corridor.maxStations { return n }
+            for k in 1..<max(1, p.count) {
+                n += steps(p[k - 1], p[k])
+                if n > Corridor.maxStations { return n }
+            }
         }
         return n
     }
@@ -238,7 +249,7 @@ public struct Corridor: Sendable, Equatable, Codable {
     /// Holds one line's station table at a time; returns one entry per piece.
     public func pieces(z: Int) -> [(piece: Piece, rects: [TileRect])] {
         var out: [(Piece, [TileRect])] = []
-        let per = max(1, Int(pieceLength(z: z) / spacing))
+        let per = max(1, Int(min(pieceLength(z: z) / spacing, Double(Corridor.maxStations + 1))))
         for l in lines.indices {
             let st = stations(l)
             var g = 0

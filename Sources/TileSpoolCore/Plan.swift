@@ -306,7 +306,10 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
     /// tile set's source named once; a `pmtiles://` set with its archive, and every archive tile
     /// planned by one of the set's rectangles, whose counts are exactly the tiles each plans
     /// (attack rounds 22 and 23: a plan whose rectangles and archive tiles disagree left a region
-    /// downloading for ever, or completed with manifest lines no export accepted).
+    /// downloading for ever, or completed with manifest lines no export accepted); every shape
+    /// and corridor position a finite longitude and latitude (±360, ±90), each line of at least
+    /// 2 positions, a corridor buffer of 0 < N <= 100 km over at most `Corridor.maxStations`
+    /// stations, and a corridor rectangle's stretch within its line.
     public var damage: String? {
         var sources = Set<String>()
         for set in tileSets {
@@ -327,7 +330,7 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
             // longitude of 1e300 or a corridor buffer of 1e-300 in a plan trapped the daemon at
             // start, converting to Int, before any request could be refused).
             func usable(_ line: [[Double]]) -> Bool {
-                line.allSatisfy { $0.count >= 2 && $0[0].isFinite && $0[1].isFinite && abs($0[0]) <= 360 && abs($0[1]) <= 90 }
+                line.count >= 2 && line.allSatisfy { $0.count >= 2 && $0[0].isFinite && $0[1].isFinite && abs($0[0]) <= 360 && abs($0[1]) <= 90 }
             }
             var shapes = set.shape.map { [$0] } ?? []
             for a in set.areas ?? [] {
@@ -335,7 +338,7 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                 case .all: break
                 case .shape(let s): shapes.append(s)
                 case .corridor(let c):
-                    guard c.lines.allSatisfy(usable), c.bufferMeters >= Corridor.minBufferMeters, c.bufferMeters <= Corridor.maxBufferMeters,
+                    guard !c.lines.isEmpty, c.lines.allSatisfy(usable), c.bufferMeters > 0, c.bufferMeters <= Corridor.maxBufferMeters,
                           c.stationCount <= Corridor.maxStations else {
                         return "tile set '\(set.source)': a corridor's line or buffer is out of range"
                     }
@@ -362,7 +365,7 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                     guard areas.indices.contains(a.area) else { return "tile set '\(set.source)': area \(a.area) of \(areas.count)" }
                     if case .corridor(let c) = areas[a.area] {
                         guard let p = a.piece, c.lines.indices.contains(p.line), c.lines[p.line].count >= 2,
-                              c.bufferMeters >= Corridor.minBufferMeters, c.bufferMeters <= Corridor.maxBufferMeters,
+                              c.bufferMeters > 0, c.bufferMeters <= Corridor.maxBufferMeters,
                               p.from >= 0, p.from <= p.to else {
                             return "tile set '\(set.source)': a corridor rectangle's stretch of line is out of range"
                         }

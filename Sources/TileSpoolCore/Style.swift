@@ -274,7 +274,8 @@ public enum Planner {
     ///   tile limits, `RequestValidator.tileLimitError`, before anything is sized by it).
     /// - Throws: `RegionError` `tileLimitExceeded` when the request has a shape and the plan's
     ///   bounding rectangles span more than `RegionShape.maxPlanIndexSpace` tiles (checked before
-    ///   the shape's tiles are counted, row by row).
+    ///   the shape's tiles are counted, row by row); `invalidStyle` when the URLs and keys of the
+    ///   style's own resources would take more than `StyleDocument.maxResourceBytes`.
     ///   - archives: the tile set of every PMTiles source (`archiveSources`), by source name,
     ///     made from its directories (`TileSet.init(source:archive:rects:shape:)` over
     ///     `archiveRects`). A PMTiles source missing here is left out of the plan.
@@ -295,7 +296,7 @@ public enum Planner {
             resources.append(PlannedResource(kind: .source, key: src.name, url: src.tileJSONURL!))
         }
         for sprite in style.sprites {
-            try budget(4, sprite.url.utf8.count + sprite.id.utf8.count + 20)
+            try budget(4, sprite.url.utf8.count + 8 + sprite.id.utf8.count + 15) // URL and key suffixes: at most 8 and 15 bytes
             let prefix = sprite.id.isEmpty ? "" : sprite.id + ":"
             for suffix in [".json", ".png", "@2x.json", "@2x.png"] {
                 resources.append(PlannedResource(kind: .sprite, key: prefix + "sprite" + suffix, url: spriteURL(sprite.url, suffix)))
@@ -310,7 +311,7 @@ public enum Planner {
                 // One URL's size (they differ only by the range's few digits) times the ranges,
                 // counted before any is made (a template may name {fontstack} many times).
                 let (grown, over) = encoded.utf8.count.multipliedReportingOverflow(by: fontstackTokens)
-                let one = over ? Int.max : SaturatingCount.add(glyphs.utf8.count + joined.utf8.count + 12, grown)
+                let one = over ? Int.max : SaturatingCount.add(glyphs.utf8.count + joined.utf8.count + 24, grown) // a range's name twice, at most 11 bytes each
                 try budget(starts.count, one)
                 for start in starts {
                     let range = GlyphRanges.name(start)

@@ -218,15 +218,14 @@ extension Daemon {
                 guard let j = where_.index(of: t.tile) else { continue }
                 let i = bases[s] + j
                 guard !d.done[i] else { continue }
-                // A refresh of an unchanged archive: the pack's line is kept, nothing is asked.
-                // The one request that found the archive unchanged revalidated its tiles, as a
-                // 304 revalidates a tile: the line takes that answer's fetch time (and expiry),
-                // so the refresh counts them checked and unchanged, not kept unasked.
+                // A refresh of an unchanged archive: no tile is asked. The one request that found
+                // the archive unchanged revalidated its tiles as a 304 revalidates a tile
+                // (`Refresh.revalidated`: its validators, expiry and fetch time where it sent
+                // them), so the refresh counts them checked and unchanged, not kept unasked.
                 if let answer = d.unchangedArchives[set.source], let prev = d.previousLine(.tile, ManifestLine.tileKey(source: set.source, t.tile)), !prev.failed {
-                    var line = prev
-                    line.freshness.fetched = answer.fetched ?? ManifestLine.roundedToMilliseconds(Date().timeIntervalSince1970)
-                    if let expires = answer.expires { line.freshness.expires = expires }
-                    addPending(d, .index(i), line)
+                    var response = answer
+                    if response.fetched == nil { response.fetched = ManifestLine.roundedToMilliseconds(Date().timeIntervalSince1970) }
+                    addPending(d, .index(i), Refresh.revalidated(prev, url: prev.url, response: response))
                     continue
                 }
                 missing.append((i, t))

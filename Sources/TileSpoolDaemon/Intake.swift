@@ -37,16 +37,20 @@ extension Daemon {
             var st = stat()
             guard lstat(folder + "/" + name, &st) == 0 else { return nil }
             let mtime = Daemon.mtime(st)
+            // Left unmodified a while; a time more than a minute ahead (a `touch -d 2300-01-01`)
+            // is no write under way either, and would otherwise never settle.
+            let t = Double(mtime) / 1e9
+            let settled = now - t >= options.settleTime || t > now + 60
             if (st.st_mode & S_IFMT) == S_IFREG {
                 switch Files.isOpenForWriting(folder + "/" + name) {
                 case true?: return nil
                 case false?: break
-                case nil: if now - Double(mtime) / 1e9 < options.settleTime { return nil }
+                case nil: if !settled { return nil }
                 }
                 // A request file not named *.json is refused only here, settled (closed and left
                 // unmodified a while), never on its close event: foo.json.tmp may become foo.json.
                 if folder == layout.requests && !name.hasSuffix(".json") {
-                    if now - Double(mtime) / 1e9 >= options.settleTime { misnamed.append(name) }
+                    if settled { misnamed.append(name) }
                     return nil
                 }
             }

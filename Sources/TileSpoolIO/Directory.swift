@@ -130,7 +130,7 @@ public final class Directory: @unchecked Sendable {
 
     /// A temp name for `name` in this folder, unique to this process and call: `.tmp-<name
     /// (shortened)>-<pid>-<counter>`.
-    static func tempName(for name: String) -> String {
+    public static func tempName(for name: String) -> String {
         let n = Directory.counter.next()
         var base = name
         while base.utf8.count > 180 { base.removeLast() }

@@ -145,15 +145,17 @@ public enum StoreMaintenance {
                 if let m = mtime(p), now - m >= grace { Files.remove(p); report.tempFilesRemoved += 1 }
             }
             // A `submit` killed before its rename leaves `requests/.tmp-<id>.json-<pid>-<n>`,
-            // which the daemon never reads (a dotfile): removed once its process is gone. Other
-            // dotfiles there (an editor's) are the user's; so is anything but a regular file.
+            // which the daemon never reads (a dotfile): removed once its process is gone and it is
+            // a minute old (a submit in another PID namespace, which kill(2) does not see here,
+            // renames its file within seconds). Other dotfiles there (an editor's) are the user's;
+            // so is anything but a regular file.
             if let requests = try? Directory(path: spool.requests, followFinal: false) {
                 // Only `.tmp-<id>.json-<pid>-<n>` with a region id, as `submit` names them
                 // (attack round 41: any `.tmp-<x>-<number>-<n>` went, a user's backups among them).
                 for name in requests.list() where SaveTempName.isOrphaned(name) {
-                    guard let target = SaveTempName.parse(name)?.target, target.hasSuffix(".json"),
-                          RequestValidator.isValidID(String(target.dropLast(5))) else { continue }
-                    guard let st = requests.status(name), (st.st_mode & S_IFMT) == S_IFREG else { continue }
+                    guard let target = SaveTempName.parse(name)?.target, RequestValidator.id(fromFileName: target) != nil,
+                          let st = requests.status(name), (st.st_mode & S_IFMT) == S_IFREG,
+                          now - Double(st.st_mtim.tv_sec) >= 60 else { continue }
                     if requests.remove(name) { report.tempFilesRemoved += 1 }
                 }
             }

@@ -444,13 +444,13 @@ struct DigestBloom {
     private(set) var count = 0
     static let k = 7
 
-    /// A filter for `capacity` objects (at least 65,536).
     /// The largest capacity sized (2^27 entries, 160 MiB of bits): the index files of stores
     /// over 67 million objects size no larger filter (it has more false positives there, each
     /// a lookup in the index), and a planted sparse index file (`truncate -s 16T`) asked for
     /// terabytes (a review of 2026-12-07).
     static let maxCapacity = 1 << 27
 
+    /// A filter for `capacity` objects (at least 65,536, at most `maxCapacity`).
     init(capacity: Int) {
         self.capacity = min(max(capacity, 1 << 16), DigestBloom.maxCapacity)
         bits = [UInt64](repeating: 0, count: (self.capacity * 10 + 63) / 64)

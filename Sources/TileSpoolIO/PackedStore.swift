@@ -108,7 +108,8 @@ public final class PackedStore: TileStore, @unchecked Sendable {
         try collectGarbage(grace: grace, now: Date().timeIntervalSince1970, referenced: referenced)
     }
     public func collectGarbage(grace: Double, now: Double, referenced: () throws -> Set<String>) throws -> GCReport {
-        var report = try repository.collectGarbage(grace: grace, now: now, referenced: referenced)
+        let holders = Set([lockPath].compactMap { $0.flatMap { SpoolLock.holder(path: $0) } })
+        var report = try repository.collectGarbage(grace: grace, now: now, lockHolders: holders, referenced: referenced)
         if !(backend is LocalBackend) { report.segmentsRemoved = try S3RegionFiles.removeObsoleteSegments(backend, grace: grace, now: now) }
         return report
     }

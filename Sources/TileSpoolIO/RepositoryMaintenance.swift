@@ -32,8 +32,12 @@ extension Repository {
     /// running download has just decided to use.
     /// `now` (seconds since 1970) is the clock ages are taken against: the present, or a later
     /// moment in tests that need files older than a bucket lets them be made.
+    /// `lockHolders` are the pids that hold a `daemon.lock` of the store (as the lock file records
+    /// them): their temp files are in flight, even when no process here has that pid (a daemon in
+    /// a container sharing the store).
     /// - Throws: the backend's error (nothing is removed before the new files are saved).
-    func collectGarbage(grace: Double, now: Double = Date().timeIntervalSince1970, referenced: () throws -> Set<String>) throws -> GCReport {
+    func collectGarbage(grace: Double, now: Double = Date().timeIntervalSince1970, lockHolders: Set<pid_t> = [],
+                        referenced: () throws -> Set<String>) throws -> GCReport {
         var report = GCReport()
         try indexUnindexedPacks()
         try reloadIndexes()
@@ -185,8 +189,10 @@ extension Repository {
         report.tempFilesRemoved += removeStaleScratch(olderThan: grace, now: now)
         // Temp files of saves cut short (a pack or index file written but not renamed into place
         // when its process was killed): removed once older than the grace period, or at once when
-        // their process is gone. A save in flight is neither.
-        for f in try storeLeftovers() where now - f.modified >= grace || SaveTempName.isOrphaned(f.name) {
+        // their process is gone. A save in flight is neither; nor is a save by the pid a held
+        // lock records (a daemon in another PID namespace: kill(2) does not see it here).
+        for f in try storeLeftovers() where now - f.modified >= grace
+            || (SaveTempName.isOrphaned(f.name) && !lockHolders.contains(SaveTempName.parse(f.name)?.pid ?? 0)) {
             if try settleLeftover(f) { report.bytesFreed -= f.size } // a whole pack: saved under its name
             report.tempFilesRemoved += 1
             report.bytesFreed += f.size

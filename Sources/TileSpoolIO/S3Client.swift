@@ -420,7 +420,10 @@ private final class ListingParser: NSObject, XMLParserDelegate {
         // Digits only, at most S3's largest object (5 TiB): a size from the endpoint is never a
         // sign or a number whose sums overflow (a review of 2026-12-07: Int.min trapped the
         // index's sizing at every load).
-        case "Size": current?.size = text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) ? min(Int(text.prefix(19)) ?? 0, S3Object.maxSize) : 0
+        case "Size":
+            let digits = text.drop { $0 == "0" }
+            current?.size = !text.isEmpty && text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+                ? (digits.count > 13 ? S3Object.maxSize : min(Int(digits) ?? 0, S3Object.maxSize)) : 0
         case "LastModified": current?.lastModified = S3Time.parse(text) ?? 0
         case "Contents": if let c = current { objects.append(c) }; current = nil
         case "IsTruncated": truncated = text == "true"

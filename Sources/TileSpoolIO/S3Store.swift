@@ -75,6 +75,16 @@ public struct ManifestSegments: Sendable, Equatable {
     /// The number the next segment gets.
     public var next = 0
 
+    /// The largest segment number a key holds (10 digits).
+    public static let maxNumber = 9_999_999_999
+
+    /// `n` (0 ... `maxNumber`) as a key writes it: 10 decimal digits, zero-padded (in 64 bits:
+    /// `%010d` is 32).
+    public static func number(_ n: Int) -> String {
+        let digits = String(n)
+        return String(repeating: "0", count: max(0, 10 - digits.count)) + digits
+    }
+
     /// The number of a segment or compacted object's key (`.../0000000042.tsv` or
     /// `.../0000000042.all.tsv`), and whether it is compacted; nil for any other key.
     /// The number is up to 10 decimal digits, as the keys are written, without a sign (a review
@@ -264,8 +274,13 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         guard !bytes.isEmpty else { return }
         if nextSegment == nil { nextSegment = try layout().next }
         let n = nextSegment!
+        // Keys hold 10 digits (`ManifestSegments.parse`): a listing at 9999999999 (planted; no
+        // manifest has that many segments) stops appends rather than write keys never read.
+        guard n <= ManifestSegments.maxNumber else {
+            throw S3Error(message: "\(store.location)/\(base)manifest/ has a segment numbered \(n - 1): no segment can follow it; remove the keys that are not this region's")
+        }
         let data = Data(((n == 0 ? ManifestLine.header : "")).utf8) + Data(bytes)
-        let key = base + "manifest/" + String(format: "%010d.tsv", n)
+        let key = base + "manifest/" + ManifestSegments.number(n) + ".tsv"
         var outcome = try client { c in try c.put(key, data, ifNoneMatch: true) }
         // A retried PUT whose first attempt was written but not answered finds its own segment.
         if outcome == .alreadyExists, (try? client { c in try c.get(key) }) == data { outcome = .created }
@@ -382,7 +397,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     /// it from) is removed instead: false, the pack as it was.
     public func finishInterruptedRefreshCommit() throws -> Bool { try RefreshSwap.finishInterrupted(self) }
 
-    private func compactedKey(_ number: Int) -> String { base + "manifest/" + String(format: "%010d.all.tsv", number) }
+    private func compactedKey(_ number: Int) -> String { base + "manifest/" + ManifestSegments.number(number) + ".all.tsv" }
 
     /// The refreshed segments, concatenated, as `manifest/<number>.all.tsv`, unless there already.
     /// - Throws: `S3Error`; also when the refresh has no segment (a swap never writes an empty
@@ -449,7 +464,7 @@ extension S3RegionFiles: RefreshSwapSteps {
 
     func commitMark() throws -> Int? {
         guard let data = try client({ c in try c.get(refreshCommitKey) }) else { return nil }
-        guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0, n <= 9_999_999_999 else {
+        guard let o = (try? JSONKind.parse(data)) as? [String: Any], let n = (o["manifestNumber"] as? NSNumber)?.intValue, n >= 0, n <= ManifestSegments.maxNumber else {
             throw S3Error(message: "\(store.location)/\(refreshCommitKey) is not a commit mark")
         }
         return n

@@ -110,8 +110,10 @@ func displayCount(_ value: Double) -> Int { value.isFinite ? Int(max(0, min(valu
 func formatDuration(_ seconds: Double) -> String {
     let t = displayCount(seconds)
     let h = t / 3600, m = t / 60 % 60, s = t % 60
-    if h > 0 { return String(format: "%dh%02dm%02ds", h, m, s) }
-    if m > 0 { return String(format: "%dm%02ds", m, s) }
+    // Interpolated, not `%d` (32 bits: attack round 42 saw "ETA -1395096463h46m40s" for 10^15 s).
+    func two(_ v: Int) -> String { v < 10 ? "0\(v)" : "\(v)" }
+    if h > 0 { return "\(h)h\(two(m))m\(two(s))s" }
+    if m > 0 { return "\(m)m\(two(s))s" }
     return "\(s)s"
 }
 

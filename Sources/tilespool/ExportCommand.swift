@@ -124,7 +124,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         guard now - lastDraw >= 0.2 || done >= total else { return }
         lastDraw = now
         let pct = total > 0 ? 100 * Double(min(done, total)) / Double(total) : 100
-        FileHandle.standardError.write(Data(String(format: "\rexport %@: %d/%d tiles (%.0f%%)", ids.joined(separator: "+"), done, total, pct).utf8))
+        FileHandle.standardError.write(Data("\rexport \(ids.joined(separator: "+")): \(done)/\(total) tiles (\(String(format: "%.0f", pct))%)".utf8))
     }
     let started = Date()
     let result: ExportResult

@@ -119,7 +119,7 @@ func writeRequestFile(_ data: Data, id: String, layout: SpoolLayout) throws -> B
         throw error
     }
     let name = id + ".json"
-    let tmp = ".tmp-\(name)-\(getpid())-\(Int.random(in: 0..<Int(Int32.max)))"
+    let tmp = Directory.tempName(for: name) // the one form of temp names (`SaveTempName` reads it)
     let fd = try folder.createFile(tmp)
     do throws(SystemError) {
         try Files.writeAll(fd, data, path: folder.display(tmp))

@@ -90,6 +90,8 @@ final class CLITests: FaultServerSpoolTestCase {
             let (rc, out) = try fx.cli(["status", "--spool", fx.spool, "--store", fx.store])
             XCTAssertEqual(rc, 0, out)
             XCTAssertTrue(out.contains("t  downloading  ["), out)
+            // At most 10^15 s, in 64 bits (`%d` printed -1395096463h46m40s: attack round 42).
+            XCTAssertTrue(out.contains(rate > 0 ? "ETA 277777777777h46m40s" : "ETA 0s"), out)
         }
     }
 
@@ -112,12 +114,18 @@ final class CLITests: FaultServerSpoolTestCase {
         let users = [".a.json.swp", ".tmp-notes", ".tmp-backup-20261207-1", ".tmp-europe.geojson-\(pid)-1", ".tmp-foo.json-+\(pid)-1",
                      ".tmp-foo.json-0\(pid)-1", ".tmp-bad id.json-\(pid)-1", ".tmp-a\nb.json-\(pid)-6", ".tmp-.json-\(pid)-1", ".tmp--\(pid)-1"]
         for name in [dead, live] + users { XCTAssertTrue(FileManager.default.createFile(atPath: requests + "/" + name, contents: Data("{}".utf8))) }
+        // A minute old, as gc asks (a younger one may be a submit in another PID namespace).
+        let young = ".tmp-y.json-\(pid)-9"
+        XCTAssertTrue(FileManager.default.createFile(atPath: requests + "/" + young, contents: Data("{}".utf8)))
+        for name in [dead, live] + users {
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-120)], ofItemAtPath: requests + "/" + name)
+        }
         XCTAssertEqual(mkfifo(requests + "/.tmp-c.json-\(pid)-5", 0o600), 0)
         let (rc, out) = try fx.cli(["gc", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.contains("removed 1 temp file"), out)
         XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: requests)),
-                       Set([live, ".tmp-c.json-\(pid)-5"] + users))
+                       Set([live, young, ".tmp-c.json-\(pid)-5"] + users))
     }
 
     /// Attack round 37: a plain file, a symlink or a dotfile in regions/ stopped verify (`open

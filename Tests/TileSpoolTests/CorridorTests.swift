@@ -296,12 +296,14 @@ final class CorridorTests: XCTestCase {
         XCTAssertThrowsError(try JSONDecoder().decode(ResourcePlan.self, from: JSONEncoder().encode(broken)))
         // A buffer or a position no request could give (a review of 2026-12-07: they trapped
         // the daemon at start, converting to Int, rather than making the plan unreadable).
-        for edit: (inout Corridor) -> Void in [{ $0.bufferMeters = 1e-300 }, { $0.lines[0][0][0] = 1e300 }] {
+        for edit: (inout Corridor) -> Void in [{ $0.bufferMeters = 1e-300 }, { $0.lines[0][0][0] = 1e300 }, { $0.lines[0] = [] }, { $0.lines = [] }] {
             broken = plan
             guard case .corridor(var c)? = broken.tileSets[0].areas?.first else { return XCTFail("a corridor area") }
             edit(&c)
             broken.tileSets[0].areas![0] = .corridor(c)
-            XCTAssertThrowsError(try JSONDecoder().decode(ResourcePlan.self, from: JSONEncoder().encode(broken)))
+            XCTAssertThrowsError(try JSONDecoder().decode(ResourcePlan.self, from: JSONEncoder().encode(broken))) { e in
+                XCTAssertTrue("\(e)".contains("a corridor's line or buffer is out of range"), "\(e)")
+            }
         }
     }
 
@@ -315,14 +317,16 @@ final class CorridorTests: XCTestCase {
         }
         let line: [String: Any] = ["type": "LineString", "coordinates": [[0, 0], [1, 1]]]
         XCTAssertNil(message(["corridor": ["line": line, "bufferMeters": 1000]]))
-        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 0]]), "corridor: bufferMeters: 0.0 must be a finite number of at least 1 m")
-        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": -5]]), "corridor: bufferMeters: -5.0 must be a finite number of at least 1 m")
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 0]]), "corridor: bufferMeters: 0.0 must be a finite number greater than 0")
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": -5]]), "corridor: bufferMeters: -5.0 must be a finite number greater than 0")
         // A review of 2026-12-07: 1e-15 m made 4.5e20 stations, past Int.max (a trap, not a
-        // refusal); 5e-324 a spacing of 0 and, over a zero-length line, NaN.
-        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 1e-15]]), "corridor: bufferMeters: 1e-15 must be a finite number of at least 1 m")
-        XCTAssertEqual(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [0, 0]]], "bufferMeters": 5e-324]]),
-                       "corridor: bufferMeters: 5e-324 must be a finite number of at least 1 m")
-        XCTAssertNil(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [0.001, 0]]], "bufferMeters": 1]]))
+        // refusal); 5e-324 a spacing of 0 and, over a zero-length line, NaN. Too many stations
+        // are refused as such; a buffer below 1 m over a short line stays a corridor (requests
+        // and plans made before keep working).
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 1e-15]]),
+                       "corridor: the line is too long for a buffer of 1e-15 m: more than 1000000000000000 stations 2.5e-16 m apart, at most 4000000; give a wider buffer or split the route")
+        XCTAssertNil(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [0, 0]]], "bufferMeters": 5e-324]]))
+        XCTAssertNil(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [0.0001, 0]]], "bufferMeters": 0.5]]))
         XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 200_000]]), "corridor: bufferMeters: 200000.0 is more than 100000 m; give a narrower buffer or use a geometry")
         XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": "1km"]]), "corridor: bufferMeters: must be a number of metres, not a string")
         XCTAssertEqual(message(["corridor": ["line": line]]), "corridor: bufferMeters: missing; give the buffer in metres, e.g. 1000")
@@ -410,7 +414,7 @@ final class CorridorTests: XCTestCase {
                        "parts[0]: bounds and geometry: give exactly one of them")
         XCTAssertEqual(message(["parts": [["bounds": [8, 46, 8, 47], "minZoom": 0, "maxZoom": 1]]]), "parts[0].bounds: west and east are equal (8.0); the box has no area")
         XCTAssertEqual(message(["parts": [["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [1, 1]]], "bufferMeters": 0], "minZoom": 0, "maxZoom": 1]]]),
-                       "parts[0].corridor: bufferMeters: 0.0 must be a finite number of at least 1 m")
+                       "parts[0].corridor: bufferMeters: 0.0 must be a finite number greater than 0")
         XCTAssertEqual(message(["parts": [["bounds": [7, 46, 8, 47], "minZoom": 0, "maxZoom": 1, "buffer": 1]]]),
                        "parts[0]: unknown field 'buffer'; a part has one of bounds, geometry and corridor, and minZoom and maxZoom")
     }
@@ -526,7 +530,7 @@ final class RouteFileTests: XCTestCase {
         XCTAssertTrue(out2.contains("--corridor FILE needs --buffer-meters N"), out2)
         (rc2, out2) = try runTool(SpoolFixture.binary, ["plan", dir + "/coast.json", "--corridor", dir + "/track.gpx", "--buffer-meters", "0"])
         XCTAssertEqual(rc2, 1, out2)
-        XCTAssertTrue(out2.contains("invalidRequest: corridor: bufferMeters: 0.0 must be a finite number of at least 1 m"), out2)
+        XCTAssertTrue(out2.contains("invalidRequest: corridor: bufferMeters: 0.0 must be a finite number greater than 0"), out2)
         o = request
         o["bounds"] = [7, 43, 8, 44]
         try JSONSerialization.data(withJSONObject: o).write(to: URL(fileURLWithPath: dir + "/boxed.json"))

@@ -139,7 +139,6 @@ final class DamagedStoreValueTests: XCTestCase {
     }
 }
 
-/// `ResourcePlan` decoding refuses a plan that could not have been planned.
 /// Numbers read from files that may be damaged or planted, which once trapped (a review of
 /// 2026-12-07): each is refused or bounded, never an overflow.
 final class BoundedNumberTests: XCTestCase {
@@ -153,6 +152,7 @@ final class BoundedNumberTests: XCTestCase {
     }
 }
 
+/// `ResourcePlan` decoding refuses a plan that could not have been planned.
 final class PlanDecodingTests: XCTestCase {
     func plan(_ rect: TileRect, counts: [Int]? = nil) throws -> Data {
         // Made over a good rectangle, then given `rect` as it is (a bad one's count could trap).
