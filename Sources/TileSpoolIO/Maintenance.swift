@@ -133,8 +133,8 @@ public enum StoreMaintenance {
     }
 
     /// Removes unreferenced objects older than `grace` seconds and temp files older than `grace`
-    /// (the store's, and the spool's status temp files), and at once the temp files of a
-    /// `submit` that is gone (`requests/.tmp-<id>.json-<pid>-<n>`).
+    /// (the store's, and the spool's status temp files), and the temp files of a `submit` that
+    /// is gone once a minute old (`requests/.tmp-<id>.json-<pid>-<n>`).
     /// - Throws: the store's error when it cannot be listed or a manifest cannot be read.
     public static func gc(store: any TileStore, spool: SpoolLayout?, grace: Double) throws -> GCReport {
         var report = try store.collectGarbage(grace: grace) { try referenced(store) }
