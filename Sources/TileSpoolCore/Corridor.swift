@@ -94,7 +94,7 @@ public struct Corridor: Sendable, Equatable, Codable {
             for (i, pv) in arr.enumerated() {
                 guard let p = pv as? [Any], p.count >= 2, let lon = JSONKind.number(p[0]), let lat = JSONKind.number(p[1]),
                       lon.isFinite, lat.isFinite else { return .failure("\(where_)[\(i)] must be [longitude, latitude]") }
-                guard (-360...360).contains(lon), abs(lat) <= WebMercator.maxLatitude else {
+                guard RegionShape.isPosition(lon: lon, lat: lat, maxLatitude: WebMercator.maxLatitude) else {
                     return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -360...360, ±85.0511 degrees (Web Mercator's latitudes; beyond ±180 only to cross the antimeridian)")
                 }
                 out.append([lon, lat])

@@ -54,6 +54,13 @@ public struct RegionShape: Sendable, Equatable, Codable {
 
     public init(polygons: [[[[Double]]]]) { self.polygons = polygons }
 
+    /// True for a position requests and plans may hold: a finite longitude within -360...360
+    /// (beyond ±180 only to cross the antimeridian) and a finite latitude within ±`maxLatitude`
+    /// (degrees: 90 for a shape, `WebMercator.maxLatitude` for a corridor's line).
+    public static func isPosition(lon: Double, lat: Double, maxLatitude: Double = 90) -> Bool {
+        lon.isFinite && lat.isFinite && abs(lon) <= 360 && abs(lat) <= maxLatitude
+    }
+
     /// The most positions a shape may have in all.
     public static let maxPositions = 100_000
     /// The most tiles a shape's bounding box may span over the request's zooms (and one deeper,
@@ -154,7 +161,7 @@ public struct RegionShape: Sendable, Equatable, Codable {
             for (i, pv) in arr.enumerated() {
                 guard let p = pv as? [Any], p.count >= 2, let lon = JSONKind.number(p[0]), let lat = JSONKind.number(p[1]),
                       lon.isFinite, lat.isFinite else { return .failure("\(where_)[\(i)] must be [longitude, latitude]") }
-                guard (-360...360).contains(lon), (-90...90).contains(lat) else {
+                guard RegionShape.isPosition(lon: lon, lat: lat) else {
                     return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -360...360, -90...90 degrees (beyond ±180 only to cross the antimeridian)")
                 }
                 out.append([lon, lat])

@@ -329,8 +329,8 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
             // Positions and buffers as a request's are checked (a review of 2026-12-07: a shape
             // longitude of 1e300 or a corridor buffer of 1e-300 in a plan trapped the daemon at
             // start, converting to Int, before any request could be refused).
-            func usable(_ line: [[Double]]) -> Bool {
-                line.count >= 2 && line.allSatisfy { $0.count >= 2 && $0[0].isFinite && $0[1].isFinite && abs($0[0]) <= 360 && abs($0[1]) <= 90 }
+            func usable(_ line: [[Double]], maxLatitude: Double = 90) -> Bool {
+                line.count >= 2 && line.allSatisfy { $0.count >= 2 && RegionShape.isPosition(lon: $0[0], lat: $0[1], maxLatitude: maxLatitude) }
             }
             var shapes = set.shape.map { [$0] } ?? []
             for a in set.areas ?? [] {
@@ -338,13 +338,13 @@ public struct ResourcePlan: Sendable, Equatable, Codable {
                 case .all: break
                 case .shape(let s): shapes.append(s)
                 case .corridor(let c):
-                    guard !c.lines.isEmpty, c.lines.allSatisfy(usable), c.bufferMeters > 0, c.bufferMeters <= Corridor.maxBufferMeters,
+                    guard !c.lines.isEmpty, c.lines.allSatisfy({ usable($0, maxLatitude: WebMercator.maxLatitude) }), c.bufferMeters > 0, c.bufferMeters <= Corridor.maxBufferMeters,
                           c.stationCount <= Corridor.maxStations else {
                         return "tile set '\(set.source)': a corridor's line or buffer is out of range"
                     }
                 }
             }
-            for shape in shapes where !shape.polygons.allSatisfy({ $0.allSatisfy(usable) }) {
+            for shape in shapes where !shape.polygons.allSatisfy({ $0.allSatisfy { usable($0) } }) {
                 return "tile set '\(set.source)': a shape's position is not a longitude and latitude in range"
             }
             if let archive = set.archive {

@@ -155,8 +155,10 @@ extension Daemon {
                 }
             case .success(let readings):
                 d.unchangedArchives = [:]
-                for (name, reading) in readings where reading.unchanged {
-                    d.unchangedArchives[ManifestLine.sanitizeKey(name)] = reading.revalidation ?? Freshness(fetched: ManifestLine.roundedToMilliseconds(Date().timeIntervalSince1970))
+                for (name, reading) in readings {
+                    guard var answer = reading.revalidation else { continue }
+                    if answer.fetched == nil { answer.fetched = ManifestLine.roundedToMilliseconds(Date().timeIntervalSince1970) }
+                    d.unchangedArchives[ManifestLine.sanitizeKey(name)] = answer
                 }
                 for (name, reading) in readings {
                     Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
@@ -223,9 +225,7 @@ extension Daemon {
                 // (`Refresh.revalidated`: its validators, expiry and fetch time where it sent
                 // them), so the refresh counts them checked and unchanged, not kept unasked.
                 if let answer = d.unchangedArchives[set.source], let prev = d.previousLine(.tile, ManifestLine.tileKey(source: set.source, t.tile)), !prev.failed {
-                    var response = answer
-                    if response.fetched == nil { response.fetched = ManifestLine.roundedToMilliseconds(Date().timeIntervalSince1970) }
-                    addPending(d, .index(i), Refresh.revalidated(prev, url: prev.url, response: response))
+                    addPending(d, .index(i), Refresh.revalidated(prev, url: prev.url, response: answer))
                     continue
                 }
                 missing.append((i, t))

@@ -22,13 +22,13 @@ public enum PMTilesRemote {
         public var requests: Int
         /// Bytes received for the header and the directories.
         public var directoryBytes: Int
-        /// True when the archive is the version `previous` was planned from (same URL, same
-        /// ETag, or Last-Modified without one, same rectangles): `set` is `previous`, and no
-        /// leaf directory was read.
-        public var unchanged = false
-        /// For an unchanged archive, the freshness of the answer that found it so (its `fetched`
-        /// and `expires` go to the tile lines kept, as a 304's go to a tile's line).
+        /// When the archive is the version `previous` was planned from (same URL, same ETag, or
+        /// Last-Modified without one, same rectangles: `set` is `previous`, and no leaf directory
+        /// was read), the freshness of the answer that found it so, which revalidates the tile
+        /// lines kept as a 304 revalidates a tile's line; nil otherwise.
         public var revalidation: Freshness?
+        /// True when the archive is unchanged (`revalidation` is set).
+        public var unchanged: Bool { revalidation != nil }
     }
 
     /// Bytes asked first: the header and, in any archive written to the spec, the root directory.
@@ -213,7 +213,7 @@ public enum PMTilesRemote {
             // A plan made before archives' metadata was read (2026-12-07) gains it here, when
             // the first bytes hold it: no request more.
             if old.metadata == nil, let firstMetadata { previous.archive?.metadata = firstMetadata }
-            return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, unchanged: true, revalidation: pinned)
+            return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, revalidation: pinned)
         }
         let wanted: [UInt64]
         if let areas {

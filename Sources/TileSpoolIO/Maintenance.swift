@@ -258,15 +258,16 @@ public enum StoreMaintenance {
                 // damaged or missing object there is as bad as one in the pack in use.
                 let refresh = files.refreshStorage
                 var refreshDropped = 0
+                let refreshUnderWay = refresh !== files && files.refreshUnderWay() != nil
                 // A `refresh` entry that is not a folder (a symlink, never followed; a file) is
                 // no refresh under way, but gc stops on it: named here too (attack round 41).
-                if refresh !== files, files.refreshUnderWay() == nil {
+                if refresh !== files, !refreshUnderWay {
                     refresh.readManifest { _ in }
                     if let e = refresh.readFailure as? SystemError, e.errno == ENOTDIR || e.errno == ELOOP {
                         report.uncheckedRegions.append("regions/\(id)/refresh: not a folder (a symlink, which is never followed, or a file); remove it: no refresh is under way without its folder")
                     }
                 }
-                if refresh !== files, files.refreshUnderWay() != nil {
+                if refreshUnderWay {
                     let r = try checkManifest(refresh, id: id, label: id + " (refresh)", store: store, objects: objects, report: &report)
                     report.manifestsChecked += 1
                     refreshDropped = r.dropped.count

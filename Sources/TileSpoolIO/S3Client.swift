@@ -81,6 +81,15 @@ public struct S3Error: Error, Sendable, CustomStringConvertible {
 public struct S3Object: Sendable, Equatable {
     /// The largest size a listing reports (S3's largest object, 5 TiB, in bytes).
     public static let maxSize = 5 << 40
+
+    /// A listing's `<Size>` text as bytes: decimal digits only (else 0), at most `maxSize`, so a
+    /// size from the endpoint is never a sign or a number whose sums overflow (a review of
+    /// 2026-12-07: Int.min trapped the index's sizing at every load).
+    public static func size(listed text: String) -> Int {
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return 0 }
+        let digits = text.drop { $0 == "0" }
+        return digits.count > 13 ? maxSize : min(Int(digits) ?? 0, maxSize)
+    }
     public var key: String
     public var size: Int
     public var lastModified: Double
@@ -417,13 +426,7 @@ private final class ListingParser: NSObject, XMLParserDelegate {
     func parser(_ parser: XMLParser, didEndElement e: String, namespaceURI: String?, qualifiedName: String?) {
         switch e {
         case "Key": current?.key = text.hasPrefix(strip) ? String(text.dropFirst(strip.count)) : text
-        // Digits only, at most S3's largest object (5 TiB): a size from the endpoint is never a
-        // sign or a number whose sums overflow (a review of 2026-12-07: Int.min trapped the
-        // index's sizing at every load).
-        case "Size":
-            let digits = text.drop { $0 == "0" }
-            current?.size = !text.isEmpty && text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
-                ? (digits.count > 13 ? S3Object.maxSize : min(Int(digits) ?? 0, S3Object.maxSize)) : 0
+        case "Size": current?.size = S3Object.size(listed: text)
         case "LastModified": current?.lastModified = S3Time.parse(text) ?? 0
         case "Contents": if let c = current { objects.append(c) }; current = nil
         case "IsTruncated": truncated = text == "true"

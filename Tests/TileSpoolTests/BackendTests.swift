@@ -179,3 +179,15 @@ final class S3BackendTests: CephTestCase {
         XCTAssertEqual(try client.get("packs/whole.pack"), body)
     }
 }
+
+/// The store index's Bloom filter is sized from the index files' sizes, which a planted sparse
+/// file makes any size (a review of 2026-12-07: `truncate -s 16T` asked for terabytes, and a
+/// capacity near Int.max overflowed): its capacity stays within 65,536 ... `maxCapacity`.
+final class DigestBloomTests: XCTestCase {
+    func testCapacityIsBounded() {
+        XCTAssertEqual(DigestBloom(capacity: 10).capacity, 1 << 16)
+        let largest = DigestBloom(capacity: Int.max)
+        XCTAssertEqual(largest.capacity, DigestBloom.maxCapacity)
+        XCTAssertEqual(largest.bits.count, (DigestBloom.maxCapacity * 10 + 63) / 64)
+    }
+}

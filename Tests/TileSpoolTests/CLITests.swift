@@ -6,6 +6,14 @@ import XCTest
 /// The command line as a shell script uses it: status text and JSON, control commands, plan,
 /// --help, and options before or after arguments.
 final class CLITests: FaultServerSpoolTestCase {
+    /// Region `t` of `/ok/` tiles over z0-`maxZoom`, downloaded to `completed`, the daemon stopped.
+    func completedRegion(maxZoom: Int) throws {
+        try fx.start()
+        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t", maxZoom: maxZoom))
+        try fx.waitForState("t", "completed")
+        fx.stop()
+    }
+
     /// Attack round 36: `verify` run beside the daemon (from cron) reported the daemon's open
     /// pack (`tmp/<pid>-<tag>-<n>.partial`) as a temp file left over, a fault: exit 1 on a sound
     /// store. A file whose process still runs is in flight: verify beside a download reports no
@@ -35,10 +43,7 @@ final class CLITests: FaultServerSpoolTestCase {
     /// of a held lock, by the pid in the lock file, is in flight; another process only when it
     /// runs TileSpool; and what is not a regular file in tmp/ is foreign, whatever its name.
     func testVerifyTellsFilesInFlightFromFilesLeftOver() throws {
-        try fx.start()
-        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t", maxZoom: 2))
-        try fx.waitForState("t", "completed")
-        fx.stop()
+        try completedRegion(maxZoom: 2)
         let tmp = fx.store + "/tmp", lock = fx.store + "/daemon.lock"
         XCTAssertTrue(FileManager.default.createFile(atPath: tmp + "/1-abc-1.partial", contents: Data(count: 100)))
         XCTAssertTrue(FileManager.default.createFile(atPath: tmp + "/999999-ns-1.partial", contents: Data(count: 100)))
@@ -73,10 +78,7 @@ final class CLITests: FaultServerSpoolTestCase {
     /// A status file with counts and rates no daemon writes (damaged, or planted): `status`
     /// draws it, never traps (a review of 2026-12-07: a negative bar, `Int(1e300)`).
     func testStatusDrawsAStatusFileWithNumbersOutOfRange() throws {
-        try fx.start()
-        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t", maxZoom: 1))
-        try fx.waitForState("t", "completed")
-        fx.stop()
+        try completedRegion(maxZoom: 1)
         let path = fx.spool + "/status/t.json"
         for (completed, rate) in [(-1, 1e300), (Int.max, -1e300)] {
             var doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
@@ -133,10 +135,7 @@ final class CLITests: FaultServerSpoolTestCase {
     /// such entry is named (`region not checked: regions/<name>: ...`), a fault, and the other
     /// regions are checked all the same.
     func testVerifyNamesARegionItCannotCheckAndGoesOn() throws {
-        try fx.start()
-        try fx.drop("t.json", server.tilesRequest(["/ok/t/{z}/{x}/{y}.png"], id: "t", maxZoom: 2))
-        try fx.waitForState("t", "completed")
-        fx.stop()
+        try completedRegion(maxZoom: 2)
         let regions = fx.store + "/regions"
         XCTAssertTrue(FileManager.default.createFile(atPath: regions + "/plainfile", contents: Data("hi\n".utf8)))
         XCTAssertTrue(FileManager.default.createFile(atPath: regions + "/.DS_Store", contents: Data()))

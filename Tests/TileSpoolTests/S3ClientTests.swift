@@ -140,6 +140,9 @@ final class S3ClientTests: CephTestCase {
             XCTAssertNil(ManifestSegments.parse("regions/r/manifest/" + name), name)
         }
         XCTAssertEqual(ManifestSegments(listing: [o("0000000001.tsv"), o("9223372036854775807.tsv")]).next, 2)
+        // Listed sizes: digits only, at most 5 TiB (Int.min and Int.max trapped the index's sizing).
+        XCTAssertEqual(["123", "000123", "0", "", "-9223372036854775808", "+5", "1e3", "9223372036854775807", "99999999999999999999"].map(S3Object.size(listed:)),
+                       [123, 123, 0, 0, 0, 0, 0, S3Object.maxSize, S3Object.maxSize])
         // Keys are written in 64 bits: `%010d` printed 2^31 as -2147483648.
         XCTAssertEqual([0, 42, 2_147_483_648, 9_999_999_999].map(ManifestSegments.number), ["0000000000", "0000000042", "2147483648", "9999999999"])
     }
