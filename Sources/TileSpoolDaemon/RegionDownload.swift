@@ -181,7 +181,8 @@ extension Daemon {
             guard r.download === d, r.state == .downloading else { return }
         }
         defer { fillRanges(r, d, plan, now: now) }
-        while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < plan.indexSpace {
+        let indexSpace = plan.indexSpace // a sum over every rectangle: once, not per index
+        while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < indexSpace {
             let i = d.cursor
             if let span = d.archiveSpans.first(where: { $0.contains(i) }) { d.cursor = span.upperBound; continue }
             if d.done[i] || !d.isPlanned(i, plan) { d.cursor += 1; continue }

@@ -159,12 +159,13 @@ enum RefreshSwap {
     /// round 16: a tile the plan does not name was rolled forward, and every export failed): the
     /// test a manifest passes before it replaces a pack's by a roll-forward.
     static func holdsEveryResource(_ plan: ResourcePlan, _ read: ((ManifestLine) -> Void) throws -> Void) rethrows -> Bool {
-        guard plan.indexSpace < 1 << 31 else { return false }
-        var seen = Bitmap(count: plan.indexSpace)
+        let indexSpace = plan.indexSpace
+        guard indexSpace < 1 << 31 else { return false }
+        var seen = Bitmap(count: indexSpace)
         var met = 0, unplanned = 0
         let cover = PlanCover(plan)
         try read { line in
-            guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), i >= 0, i < plan.indexSpace else { unplanned += 1; return }
+            guard let i = plan.index(kind: line.kind, key: line.key, cover: cover), i >= 0, i < indexSpace else { unplanned += 1; return }
             if seen.insert(i) { met += 1 }
         }
         return met == plan.count && unplanned == 0
