@@ -74,7 +74,9 @@ public struct Corridor: Sendable, Equatable, Codable {
         let stations = c.stationCount
         if stations > maxStations {
             let shown = stations >= maxSegmentSteps ? "more than \(maxSegmentSteps)" : "\(stations)"
-            return .failure("the line is too long for a buffer of \(d) m: \(shown) stations \(c.spacing) m apart, at most \(maxStations); give a wider buffer or split the route")
+            // A quarter of the smallest buffers is 0 as a double (5e-324 / 4): said as a quarter.
+            let apart = c.spacing > 0 ? "\(c.spacing) m" : "\(d) m / 4"
+            return .failure("the line is too long for a buffer of \(d) m: \(shown) stations \(apart) apart, at most \(maxStations); give a wider buffer or split the route")
         }
         return .success(c)
     }
@@ -92,8 +94,7 @@ public struct Corridor: Sendable, Equatable, Codable {
             var out: [[Double]] = []
             out.reserveCapacity(arr.count)
             for (i, pv) in arr.enumerated() {
-                guard let p = pv as? [Any], p.count >= 2, let lon = JSONKind.number(p[0]), let lat = JSONKind.number(p[1]),
-                      lon.isFinite, lat.isFinite else { return .failure("\(where_)[\(i)] must be [longitude, latitude]") }
+                guard let (lon, lat) = RegionShape.lonLat(pv) else { return .failure("\(where_)[\(i)] must be [longitude, latitude] or [longitude, latitude, altitude], numbers") }
                 guard RegionShape.isPosition(lon: lon, lat: lat, maxLatitude: WebMercator.maxLatitude) else {
                     return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -360...360, ±85.0511 degrees (Web Mercator's latitudes; beyond ±180 only to cross the antimeridian)")
                 }
@@ -356,10 +357,16 @@ public struct Corridor: Sendable, Equatable, Codable {
         // trigonometry of a station whose cap cannot reach past the span the one before it gave
         // (the union is the same): a cap of angular radius ρ centred at latitude φ spans at most
         // asin(sin ρ / cos φ) either side in longitude (the bounding box of a spherical cap),
-        // and a station meeting the band lies within ρ of it. Doubled, plus 1e-9 rad (6 mm), for
-        // the rounding of `acos` near 1 below (about 2% of ρ for a 1 m buffer). Nil near a pole.
+        // and a station meeting the band lies within ρ of it. Doubled, plus what rounding can
+        // add to the `acos` below, so that no station is passed over whose computed span would
+        // have reached further (the columns stay exactly those of every station's, as plans
+        // stored before were counted): `c` is within about 1.2e-15 / cos²(reach) of its true
+        // value, and acos(x - ε) exceeds acos(x) by at most acos(1 - ε) ≈ √(2ε), so by at most
+        // 4.9e-8 / cos(reach) (attack round 44: with a bound of 1e-9, buffers of 5-8 mm at
+        // z22-24 planned 1 or 2 tiles fewer than before). Nil near a pole.
         let reach = max(abs(south - rho), abs(north + rho))
-        let skipBound: Double? = skipping && reach < Double.pi / 2 && sin(rho) < cos(reach) ? 2 * asin(sin(rho) / cos(reach)) + 1e-9 : nil
+        let skipBound: Double? = skipping && reach < Double.pi / 2 && sin(rho) < cos(reach)
+            ? 2 * asin(sin(rho) / cos(reach)) + 1e-7 / cos(reach) : nil
         var spans: [(Int, Int)] = []
         var wholeRow = false
         st.forEachPosition(piece.from, piece.to) { lonDeg, latDeg in

@@ -61,6 +61,16 @@ public struct RegionShape: Sendable, Equatable, Codable {
         lon.isFinite && lat.isFinite && abs(lon) <= 360 && abs(lat) <= maxLatitude
     }
 
+    /// The longitude and latitude of a GeoJSON position (RFC 7946, section 3.1.1: an array of two
+    /// or more numbers, the third an altitude), or nil when it is not one: fewer than two
+    /// elements, or any element that is not a finite number (`[10, 50, "x"]` is no position).
+    public static func lonLat(_ position: Any) -> (lon: Double, lat: Double)? {
+        guard let p = position as? [Any], p.count >= 2 else { return nil }
+        var numbers: [Double] = []
+        for e in p { guard let v = JSONKind.number(e), v.isFinite else { return nil }; numbers.append(v) }
+        return (numbers[0], numbers[1])
+    }
+
     /// The most positions a shape may have in all.
     public static let maxPositions = 100_000
     /// The most tiles a shape's bounding box may span over the request's zooms (and one deeper,
@@ -73,6 +83,14 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// their rows scanned once to count the shape's tiles. `Planner` refuses a plan over it with
     /// `tileLimitExceeded` before counting.
     public static let maxPlanIndexSpace = 200_000_000
+    /// The most tile rows the rectangles of a plan's corridor and parts areas may have, over
+    /// every tile source: the planner works out the tiles of each row (a corridor's caps, a
+    /// shape's rings), on the daemon's loop when a request is taken. At about 5-10 us a row
+    /// (release build, 2026-12-07) this keeps planning within a few seconds; attack round 44
+    /// planned 16 parts of a 1,000 km line at z24 (about 6.7 million rows) for 50 s and 816 MB
+    /// while the daemon answered no control file and no SIGTERM. `Planner` refuses a plan over
+    /// it with `tileLimitExceeded` before counting.
+    public static let maxPlanRows = 500_000
 
     /// The smallest box holding every polygon (`GeoBounds.union` of their boxes): across the
     /// antimeridian (west > east) for a shape split at ±180, where `bounds` is the whole width.
@@ -159,8 +177,7 @@ public struct RegionShape: Sendable, Equatable, Codable {
             guard let arr = v as? [Any] else { return .failure("\(where_) must be an array of positions") }
             var out: [[Double]] = []
             for (i, pv) in arr.enumerated() {
-                guard let p = pv as? [Any], p.count >= 2, let lon = JSONKind.number(p[0]), let lat = JSONKind.number(p[1]),
-                      lon.isFinite, lat.isFinite else { return .failure("\(where_)[\(i)] must be [longitude, latitude]") }
+                guard let (lon, lat) = RegionShape.lonLat(pv) else { return .failure("\(where_)[\(i)] must be [longitude, latitude] or [longitude, latitude, altitude], numbers") }
                 guard RegionShape.isPosition(lon: lon, lat: lat) else {
                     return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -360...360, -90...90 degrees (beyond ±180 only to cross the antimeridian)")
                 }

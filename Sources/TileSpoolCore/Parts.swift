@@ -63,19 +63,38 @@ public struct RegionPart: Sendable, Equatable {
     /// Refuses a geometry or corridor whose bounding rectangles span more than
     /// `RegionShape.maxBoundingTiles` tiles over `zooms` and one deeper (for 256 px raster
     /// sources): for a corridor, the rectangles of its pieces (`Corridor.pieces`), not its box.
+    /// With `rowsSoFar` (a corridor, or parts: areas whose tiles are worked out row by row), also
+    /// refuses rectangles whose rows over `zooms`, added to `rowsSoFar` (the parts before), pass
+    /// `RegionShape.maxPlanRows`, zoom by zoom, so a request far over it is refused before its
+    /// deepest zooms are cut into pieces (attack round 44: 16 parts at z24 took 5 s and 700 MB
+    /// to be refused by the planner). Zooms one deeper are the planner's to count
+    /// (`Planner.checkAreaBudget`).
+    /// - Returns: the rows counted, `rowsSoFar` included (nil without it).
     /// - Throws: `RegionError` `tileLimitExceeded`.
-    static func checkBoundingTiles(_ area: Area, _ zooms: ClosedRange<Int>, name: String) throws(RegionError) {
+    @discardableResult
+    static func checkBoundingTiles(_ area: Area, _ zooms: ClosedRange<Int>, name: String, rowsSoFar: Int? = nil) throws(RegionError) -> Int? {
         var spanned = 0
+        var rows = rowsSoFar
         for z in zooms.lowerBound...min(zooms.upperBound + 1, RequestValidator.maxZoomLevel) {
+            let rects: [TileRect]
             switch area {
-            case .bounds: return
-            case .shape(let s): spanned = SaturatingCount.add(spanned, WebMercator.cover(s.bounds, z: z).reduce(0) { SaturatingCount.add($0, $1.count) })
-            case .corridor(let c): spanned = SaturatingCount.add(spanned, c.pieces(z: z).reduce(0) { SaturatingCount.add($0, $1.rects.reduce(0) { SaturatingCount.add($0, $1.count) }) })
+            case .bounds(let b): rects = z <= zooms.upperBound && rows != nil ? WebMercator.cover(b, z: z) : []
+            case .shape(let s): rects = WebMercator.cover(s.bounds, z: z)
+            case .corridor(let c): rects = c.pieces(z: z).flatMap(\.rects)
             }
+            if case .bounds = area {} else { spanned = SaturatingCount.add(spanned, rects.reduce(0) { SaturatingCount.add($0, $1.count) }) }
             if spanned > RegionShape.maxBoundingTiles {
                 throw RegionError(code: .tileLimitExceeded, message: "\(name): its \(isCorridor(area) ? "rectangles along the line span" : "bounding box spans") more than \(RegionShape.maxBoundingTiles) tiles at zooms \(zooms.lowerBound)...\(zooms.upperBound); split the region into smaller requests")
             }
+            if let before = rows, z <= zooms.upperBound {
+                let now = SaturatingCount.add(before, rects.reduce(0) { SaturatingCount.add($0, $1.height) })
+                rows = now
+                if now > RegionShape.maxPlanRows {
+                    throw RegionError(code: .tileLimitExceeded, message: "\(name): its rectangles \(rowsSoFar! > 0 ? "and those of the parts before it " : "")have more than \(RegionShape.maxPlanRows) tile rows by zoom \(z) (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+                }
+            }
         }
+        return rows
     }
 
     static func isCorridor(_ a: Area) -> Bool { if case .corridor = a { return true }; return false }
@@ -84,12 +103,15 @@ public struct RegionPart: Sendable, Equatable {
     /// exactly one of `bounds`, `geometry` and `corridor`, and `minZoom` and `maxZoom`.
     /// - Throws: `RegionError` (`invalidRequest`, or `tileLimitExceeded` for a part too large to
     ///   plan) naming the part by its index.
-    static func parseList(_ v: Any) throws(RegionError) -> [RegionPart] {
+    /// - Parameter rowBudget: false for the stored copy of a request accepted before
+    ///   (`RegionShape.maxPlanRows` is not held against it).
+    static func parseList(_ v: Any, rowBudget: Bool = true) throws(RegionError) -> [RegionPart] {
         func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
         guard let arr = v as? [Any] else { throw bad("parts: must be an array of parts {\"bounds\"|\"geometry\"|\"corridor\": ..., \"minZoom\": a, \"maxZoom\": b}") }
         guard !arr.isEmpty else { throw bad("parts: must have at least one part") }
         guard arr.count <= maxParts else { throw bad("parts: at most \(maxParts) parts") }
         var out: [RegionPart] = []
+        var rows: Int? = rowBudget ? 0 : nil // the tile rows of the parts so far (`checkBoundingTiles`)
         for (i, pv) in arr.enumerated() {
             let prefix = "parts[\(i)]."
             guard let o = pv as? [String: Any] else { throw bad("parts[\(i)]: must be an object, not a \(JSONKind.name(pv))") }
@@ -110,7 +132,7 @@ public struct RegionPart: Sendable, Equatable {
                 }
             }
             let z = try zooms(o, prefix: prefix)
-            try checkBoundingTiles(area, z, name: "parts[\(i)]")
+            rows = try checkBoundingTiles(area, z, name: "parts[\(i)]", rowsSoFar: rows)
             out.append(RegionPart(area: area, minZoom: z.lowerBound, maxZoom: z.upperBound))
         }
         var positions = 0
@@ -166,5 +188,14 @@ extension Planner {
         let spanned = SaturatingCount.sum(rectangles.lazy.flatMap { $0 }.map(\.count))
         guard spanned > RegionShape.maxPlanIndexSpace else { return }
         throw RegionError(code: .tileLimitExceeded, message: "corridor or parts: their rectangles, over \(sources), span \(spanned == Int.max ? "more than \(Int.max - 1)" : String(spanned)) tiles, more than \(RegionShape.maxPlanIndexSpace); split the region into smaller requests")
+    }
+
+    /// Refuses area rectangles worked out separately (one list per tile source that plans its
+    /// own: a style's sources at the zooms each loads; a tiles request's templates share one)
+    /// with more than `RegionShape.maxPlanRows` tile rows in all, before any is counted.
+    static func checkPlanRows(_ rectangles: [[TileRect]], sources: String) throws(RegionError) {
+        let rows = SaturatingCount.sum(rectangles.lazy.flatMap { $0 }.map(\.height))
+        guard rows > RegionShape.maxPlanRows else { return }
+        throw RegionError(code: .tileLimitExceeded, message: "corridor or parts: their rectangles, over \(sources), have \(rows) tile rows, more than \(RegionShape.maxPlanRows) (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
     }
 }

@@ -378,7 +378,10 @@ public enum RequestValidator {
     /// - Throws: `RegionError` with code `invalidRequest` and a message naming the field.
     ///   - maxSize: the largest `data` taken: `maxFileSize` for a request file, `maxStoredSize`
     ///     for the stored copy the daemon wrote.
-    public static func validate(_ data: Data, fileName: String, maxSize: Int = maxFileSize) throws(RegionError) -> RegionRequest {
+    ///   - rowBudget: false for the stored copy of a request accepted before: a corridor's or
+    ///     parts' tile rows (`RegionShape.maxPlanRows`, 2026-12-07) are held against requests
+    ///     taken from then on, not against regions a restart reads back.
+    public static func validate(_ data: Data, fileName: String, maxSize: Int = maxFileSize, rowBudget: Bool = true) throws(RegionError) -> RegionRequest {
         func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
         if data.count > maxSize { throw bad("the request file is larger than \(maxSize) bytes") }
         let parsed: Any
@@ -441,7 +444,7 @@ public enum RequestValidator {
         if let pv = o["parts"] {
             let mixed = ["minZoom", "maxZoom"].filter { o[$0] != nil }
             if !mixed.isEmpty { throw bad("parts: \(mixed.joined(separator: " and ")) cannot be given beside parts; each part has its own minZoom and maxZoom") }
-            let list = try RegionPart.parseList(pv)
+            let list = try RegionPart.parseList(pv, rowBudget: rowBudget)
             parts = list
             bounds = GeoBounds.union(list.map(\.bounds))
             minZoom = list.map(\.minZoom).min()!
@@ -465,7 +468,7 @@ public enum RequestValidator {
             if shape != nil {
                 try RegionPart.checkBoundingTiles(.shape(shape!), zooms, name: "geometry")
             }
-            if let corridor { try RegionPart.checkBoundingTiles(.corridor(corridor), zooms, name: "corridor") }
+            if let corridor { try RegionPart.checkBoundingTiles(.corridor(corridor), zooms, name: "corridor", rowsSoFar: rowBudget ? 0 : nil) }
         }
 
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom, shape: shape)

@@ -164,6 +164,10 @@ extension Daemon {
                     Log.info("read PMTiles archive of source '\(name)': \(reading.set.count) tiles, \(reading.set.tileBytes ?? 0) tile bytes, \(reading.requests) requests for \(reading.directoryBytes) bytes of header and directories", region: r.id, state: r.state.rawValue)
                 }
                 d.archiveSets = readings.mapValues(\.set)
+                d.wholeArchives = [:]
+                for (name, reading) in readings where !reading.unchanged {
+                    if let w = reading.wholeFile { d.wholeArchives[ManifestLine.sanitizeKey(name)] = w }
+                }
                 if style != nil { makePlan(r, d) } else { planTiles(r, d) }
             }
         }
@@ -253,6 +257,10 @@ extension Daemon {
         guard d.archiveRanges != nil else { return }
         while d.inFlight.count + d.rangesCutting.count < options.maxRequestsPerRegion && d.rangeCursor < d.archiveRanges!.count {
             if d.nonTileInFlight > 0 || d.cursor < plan.resources.count { return }
+            if d.wholeArchives[plan.tileSets[d.archiveRanges![d.rangeCursor].set].source] != nil {
+                cutFromWholeFile(r, d, plan)
+                continue
+            }
             splitRange(d, d.rangeCursor)
             // The daemon's range bodies held (asked, or being cut) stay within
             // `maxRangeBytesHeld`, taken by the regions in turns; one range is always allowed
@@ -263,6 +271,46 @@ extension Daemon {
             guard budget.mayAsk(size, own: rangeBytesHeld(by: d)), issueRange(r, d, d.rangeCursor, now: now) else { return }
             budget.take(size)
             d.rangeCursor += 1
+        }
+    }
+
+    /// Cuts the tiles of the ranges from `rangeCursor` on, of its archive, out of the whole file
+    /// a server that ignores Range sent to the directory reads (`Download.wholeArchives`), as
+    /// `handleRange` cuts them from a range's whole answer: those ranges are never asked, so
+    /// such a server sends the archive once for the plan and the download together (before,
+    /// once more for each range under way). The file is dropped here; ranges it does not hold
+    /// (it is shorter than the directories say) are asked as usual.
+    func cutFromWholeFile(_ r: Region, _ d: Download, _ plan: ResourcePlan) {
+        let n = d.rangeCursor, set = d.archiveRanges![n].set
+        guard let whole = d.wholeArchives.removeValue(forKey: plan.tileSets[set].source) else { return }
+        let tiles = takeRanges(d, set: set, within: whole.bytes.count)
+        guard !tiles.isEmpty else { return }
+        Log.info("the server ignored Range: \(tiles.count) tiles cut from the whole archive the plan's read brought, none asked again",
+                 region: r.id, state: r.state.rawValue, url: shown(plan.tileSets[set].archive!.url, r))
+        d.rangesCutting.insert(n)
+        cut(cutJob(r, d, n, tiles, whole.freshness, start: 0), whole.bytes)
+    }
+
+    /// The tiles of the ranges not yet asked from `rangeCursor` on, of tile set `set`, that lie
+    /// within the first `length` bytes of the archive (a whole file a server that ignores Range
+    /// sent), the cursor moved past them: they are cut from that file, never asked.
+    func takeRanges(_ d: Download, set: Int, within length: Int) -> [(index: Int, tile: PMTiles.ArchiveTile)] {
+        var tiles: [(index: Int, tile: PMTiles.ArchiveTile)] = []
+        while let ranges = d.archiveRanges, d.rangeCursor < ranges.count, ranges[d.rangeCursor].set == set,
+              ranges[d.rangeCursor].end <= UInt64(length) {
+            tiles += ranges[d.rangeCursor].tiles
+            d.rangeCursor += 1
+        }
+        return tiles
+    }
+
+    /// Runs `job` over `body` on `cutQueue` (cut, decoded, hashed, stored), so the loop goes on
+    /// receiving meanwhile; `collectRangeCuts` records the tiles.
+    func cut(_ job: RangeCutJob, _ body: Data) {
+        let store = self.store, mailbox = cutMailbox, writer = self.writer
+        cutQueue.async {
+            mailbox.post(job.run(body, store: store))
+            writer.wake()
         }
     }
 
@@ -399,12 +447,7 @@ extension Daemon {
                 // The server ignored Range and sent the file (from its first byte): the ranges
                 // of this archive not yet asked whose bytes it holds are cut from it too, and
                 // never asked, so such a server costs the file once, not once a range.
-                var more: [(index: Int, tile: PMTiles.ArchiveTile)] = []
-                while let ranges = d.archiveRanges, d.rangeCursor < ranges.count, ranges[d.rangeCursor].set == range.set,
-                      ranges[d.rangeCursor].end <= UInt64(res.body.count) {
-                    more += ranges[d.rangeCursor].tiles
-                    d.rangeCursor += 1
-                }
+                let more = takeRanges(d, set: range.set, within: res.body.count)
                 if !more.isEmpty {
                     Log.info("the server ignored Range: \(range.tiles.count + more.count) tiles cut from its whole answer, \(more.count) of them of ranges not asked",
                              region: r.id, state: r.state.rawValue, url: shown(url, r))
@@ -419,13 +462,7 @@ extension Daemon {
         // ranges meanwhile; `collectRangeCuts` records the tiles. The range keeps its request
         // slot until then (`fillRanges`).
         d.rangesCutting.insert(n)
-        let job = cutJob(r, d, n, cutTiles, res.freshness, start: wholeFile ? 0 : nil)
-        let store = self.store, mailbox = cutMailbox, writer = self.writer
-        let answer = body
-        cutQueue.async {
-            mailbox.post(job.run(answer, store: store))
-            writer.wake()
-        }
+        cut(cutJob(r, d, n, cutTiles, res.freshness, start: wholeFile ? 0 : nil), body)
     }
 
     /// The facts of answer `res` to range request `n` for `AnswerDecision.decideRange`: the

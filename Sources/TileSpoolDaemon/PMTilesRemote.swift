@@ -29,6 +29,10 @@ public enum PMTilesRemote {
         public var revalidation: Freshness?
         /// True when the archive is unchanged (`revalidation` is set).
         public var unchanged: Bool { revalidation != nil }
+        /// The whole archive, when a server that ignores Range sent it (a 200, at most
+        /// `--max-object-size` bytes) for a directory read, with that answer's freshness: the
+        /// download cuts the tiles from it rather than asking for the file again.
+        public var wholeFile: (bytes: Data, freshness: Freshness)?
     }
 
     /// Bytes asked first: the header and, in any archive written to the spec, the root directory.
@@ -88,6 +92,7 @@ public enum PMTilesRemote {
         /// cut from it rather than asked (attack round 38: every leaf directory's read brought
         /// the whole archive again, 135 times a 1.7 MB archive with 131 leaves).
         var whole: [UInt8]?
+        var wholeAnswer: (bytes: Data, freshness: Freshness)?
         func range(_ start: UInt64, _ end: UInt64, exact: Bool = true) throws(RegionError) -> [UInt8] {
             // A place the header or a directory gives past 2^63 bytes (no file is that large)
             // is damage, before any Int conversion of it (a review of 2026-12-07: a root at
@@ -151,6 +156,7 @@ public enum PMTilesRemote {
                 // largest body): the bytes asked are cut out of it, and so are the next reads'.
                 try pin(r.freshness)
                 whole = body
+                wholeAnswer = (r.body, r.freshness)
                 return try cut(body, start, end, exact: exact)
             default:
                 throw RegionError(code: .httpError, message: "source '\(source)': HTTP \(r.status) for the PMTiles archive", url: url, httpStatus: r.status)
@@ -273,7 +279,7 @@ public enum PMTilesRemote {
         let archive = ArchiveSource(url: url, etag: pinned.etag, lastModified: pinned.lastModified, header: header, plan: plan, metadata: metadata)
         let set = areas.map { TileSet(source: source, archive: archive, rects: rects, areas: $0.areas, rectAreas: $0.rectAreas) }
             ?? TileSet(source: source, archive: archive, rects: rects, shape: request.shape)
-        return Reading(set: set, header: header, requests: requests, directoryBytes: directoryBytes)
+        return Reading(set: set, header: header, requests: requests, directoryBytes: directoryBytes, wholeFile: wholeAnswer)
     }
 
     /// The error for the longest of `tiles` when it is longer than `limit` (`--max-object-size`,

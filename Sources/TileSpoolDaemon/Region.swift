@@ -152,6 +152,10 @@ final class Download {
     /// The tile sets of the PMTiles archives the plan needs, by source, once their directories
     /// are read (`collectArchiveReads`); nil before. `archivesReading`: a read is under way.
     var archiveSets: [String: TileSet]?
+    /// Whole archives a server that ignores Range sent to the directory reads, by source
+    /// (`PMTilesRemote.Reading.wholeFile`): their tiles are cut from them, not asked
+    /// (`cutFromWholeFile`); each is dropped once used.
+    var wholeArchives: [String: (bytes: Data, freshness: Freshness)] = [:]
     var archivesReading = false
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]

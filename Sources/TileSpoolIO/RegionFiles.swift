@@ -209,7 +209,7 @@ public final class RegionFiles: @unchecked Sendable {
     /// - Throws: `SystemError` when unreadable, `RegionError` when the file is not a valid request.
     public func loadRequest() throws -> RegionRequest {
         let data = try Files.readRegularFile(requestPath, limit: RequestValidator.maxStoredSize)
-        return try RequestValidator.validate(data, fileName: (dir as NSString).lastPathComponent + ".json", maxSize: RequestValidator.maxStoredSize)
+        return try RequestValidator.validate(data, fileName: (dir as NSString).lastPathComponent + ".json", maxSize: RequestValidator.maxStoredSize, rowBudget: false)
     }
 
     /// Writes the plan (fsynced, atomically).

@@ -159,7 +159,7 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     }
 
     public func loadRequest() throws -> RegionRequest {
-        try RequestValidator.validate(try requestData(), fileName: id + ".json", maxSize: RequestValidator.maxStoredSize)
+        try RequestValidator.validate(try requestData(), fileName: id + ".json", maxSize: RequestValidator.maxStoredSize, rowBudget: false)
     }
 
     public func savePlan(_ plan: ResourcePlan) throws {

@@ -243,16 +243,61 @@ final class CorridorTests: XCTestCase {
         XCTAssertLessThan(s2, 120)
     }
 
+    /// Attack round 44: corridors and parts at z24 (1,000 km at a 1.1 m buffer: 1.8 million tile
+    /// rows; 16 such parts: 14.5 million) took the planner 11-50 s and up to 816 MB, on the
+    /// daemon's loop. A request whose corridor or parts rectangles have more than
+    /// `RegionShape.maxPlanRows` tile rows is refused (`tileLimitExceeded`) as it is validated,
+    /// zoom by zoom, before its deepest zooms are cut into pieces. The stored copy of a request
+    /// accepted before (`rowBudget: false`, as a restart reads it) is not held to it.
+    func testARequestOfTooManyTileRowsIsRefusedBeforeItIsPlanned() throws {
+        func validate(_ fields: [String: Any], stored: Bool = false) throws -> RegionRequest {
+            var o: [String: Any] = ["id": "c", "tiles": ["http://127.0.0.1/{z}/{x}/{y}.png"]]
+            for (k, v) in fields { o[k] = v }
+            return try RequestValidator.validate(try JSONSerialization.data(withJSONObject: o), fileName: "c.json",
+                                                 maxSize: stored ? RequestValidator.maxStoredSize : RequestValidator.maxFileSize, rowBudget: !stored)
+        }
+        func refusal(_ fields: [String: Any]) -> RegionError? {
+            do { _ = try validate(fields); return nil } catch let e as RegionError { return e } catch { return nil }
+        }
+        let line: [String: Any] = ["type": "LineString", "coordinates": [[0, 0], [8.983152841195214, 0]]] // 1,000 km
+        let deep = refusal(["corridor": ["line": line, "bufferMeters": 1.1], "minZoom": 0, "maxZoom": 24])
+        XCTAssertEqual(deep?.code, .tileLimitExceeded)
+        XCTAssertEqual(deep?.message, "corridor: its rectangles have more than 500000 tile rows by zoom 23 (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+        // The same line to z16 is planned (3.6 million stations; about a second in a release build).
+        XCTAssertNil(refusal(["corridor": ["line": line, "bufferMeters": 1.1], "minZoom": 0, "maxZoom": 16]))
+        // Parts count together: a strip of one tile column from 45° S to 45° N at z20 has 294,000
+        // rows (1 tile wide: 294,000 tiles, far under the spans' limit); two of them are refused
+        // at the second.
+        let strip: [String: Any] = ["bounds": [0, -45, 0.0001, 45], "minZoom": 20, "maxZoom": 20]
+        XCTAssertNil(refusal(["parts": [strip]]))
+        let two = refusal(["parts": [strip, strip]])
+        XCTAssertEqual(two?.code, .tileLimitExceeded)
+        XCTAssertEqual(two?.message, "parts[1]: its rectangles and those of the parts before it have more than 500000 tile rows by zoom 20 (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+        // The planner holds the same budget (a tiles request's templates share their rows).
+        let one = try validate(["parts": [strip]])
+        guard case .tiles(let templates) = one.source else { return XCTFail("a tiles request") }
+        XCTAssertNoThrow(try Planner.plan(request: one, templates: templates))
+        // Read back as stored, the request of two strips is taken as it was accepted; planning it
+        // again (plan.json lost) is over the budget.
+        let stored = try validate(["parts": [strip, strip]], stored: true)
+        XCTAssertThrowsError(try Planner.plan(request: stored, templates: templates)) { e in
+            XCTAssertEqual((e as? RegionError)?.code, .tileLimitExceeded)
+            XCTAssertTrue((e as? RegionError)?.message.contains("tile rows, more than 500000") == true, "\(e)")
+        }
+    }
+
     /// A station whose cap cannot reach past the span of the one before it is passed over
     /// without trigonometry: the columns are the same as when every station's cap is worked out,
     /// on random routes (seeded) at several latitudes, buffers and zooms, every row of every piece.
     func testSkippingStationsGivesTheSameColumns() throws {
         var rng = SeededRandom(seed: 20261207)
         var rowsCompared = 0, rowsWithTiles = 0
-        for trial in 0..<24 {
+        for trial in 0..<36 {
             let lat0 = [-84.0, -60.0, -1.0, 0.0, 45.0, 70.0, 84.9][trial % 7]
             let lon0 = trial % 5 == 0 ? 179.99 : Double(rng.next() % 300) - 150
-            let buffer = [0.5, 3.0, 40.0, 900.0, 20_000.0][trial % 5]
+            // Buffers of millimetres too (attack round 44: with a bound that left out the
+            // rounding of `acos`, 5-8 mm at z22-24 planned fewer tiles than every station gives).
+            let buffer = [0.005, 0.5, 3.0, 40.0, 900.0, 20_000.0][trial % 6]
             var line: [[Double]] = [[lon0, lat0]]
             for _ in 0..<6 {
                 let last = line[line.count - 1]
@@ -262,7 +307,7 @@ final class CorridorTests: XCTestCase {
             }
             let c = Corridor(lines: [line], bufferMeters: buffer)
             let st = c.stations(0)
-            for z in [3, 9, 13, 17] {
+            for z in buffer < 1 ? [13, 17, 22, 24] : [3, 9, 13, 17] {
                 for (piece, rects) in c.pieces(z: z) {
                     for r in rects {
                         for y in r.minY...r.maxY {
@@ -270,6 +315,22 @@ final class CorridorTests: XCTestCase {
                             XCTAssertEqual(skipped, every, "trial \(trial) z\(z) row \(y)")
                             rowsCompared += 1
                             if !every.isEmpty { rowsWithTiles += 1 }
+                        }
+                    }
+                }
+            }
+        }
+        // The three cases round 44 found, at z22-24.
+        for (line, buffer) in [([[179.41598, 84.38719], [179.41599, 84.38719], [179.416, 84.38718]], 0.005),
+                               ([[179.059997, -22.230504], [179.060033, -22.230516]], 0.005),
+                               ([[-97.1806184, -72.1932462], [-97.1806041, -72.1932351]], 0.008)] {
+            let c = Corridor(lines: [line], bufferMeters: buffer)
+            let st = c.stations(0)
+            for z in 22...24 {
+                for (piece, rects) in c.pieces(z: z) {
+                    for r in rects {
+                        for y in r.minY...r.maxY {
+                            XCTAssertEqual(c.columns(piece, st, z: z, y: y), c.columns(piece, st, z: z, y: y, skipping: false), "\(line) z\(z) row \(y)")
                         }
                     }
                 }
@@ -397,6 +458,15 @@ final class CorridorTests: XCTestCase {
         XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 1e-15]]),
                        "corridor: the line is too long for a buffer of 1e-15 m: more than 1000000000000000 stations 2.5e-16 m apart, at most 4000000; give a wider buffer or split the route")
         XCTAssertNil(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [0, 0]]], "bufferMeters": 5e-324]]))
+        // Round 43: a quarter of 5e-324 is 0 as a double; the message said "0.0 m apart".
+        XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 5e-324]]),
+                       "corridor: the line is too long for a buffer of 5e-324 m: more than 1000000000000000 stations 5e-324 m / 4 apart, at most 4000000; give a wider buffer or split the route")
+        // RFC 7946 3.1.1: a third element is an altitude; every element is a number.
+        XCTAssertNil(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0, 120.5], [1, 1, 98]]], "bufferMeters": 10]]))
+        XCTAssertEqual(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0, "high"], [1, 1]]], "bufferMeters": 10]]),
+                       "corridor: line: coordinates[0] must be [longitude, latitude] or [longitude, latitude, altitude], numbers")
+        XCTAssertEqual(message(["geometry": ["type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1, NSNull()], [0, 0]]]]]),
+                       "geometry: coordinates[0][2] must be [longitude, latitude] or [longitude, latitude, altitude], numbers")
         XCTAssertNil(message(["corridor": ["line": ["type": "LineString", "coordinates": [[0, 0], [0.0001, 0]]], "bufferMeters": 0.5]]))
         XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": 200_000]]), "corridor: bufferMeters: 200000.0 is more than 100000 m; give a narrower buffer or use a geometry")
         XCTAssertEqual(message(["corridor": ["line": line, "bufferMeters": "1km"]]), "corridor: bufferMeters: must be a number of metres, not a string")
