@@ -94,7 +94,11 @@ public struct Corridor: Sendable, Equatable, Codable {
             var out: [[Double]] = []
             out.reserveCapacity(arr.count)
             for (i, pv) in arr.enumerated() {
-                guard let (lon, lat) = RegionShape.lonLat(pv) else { return .failure("\(where_)[\(i)] must be [longitude, latitude] or [longitude, latitude, altitude], numbers") }
+                let lon: Double, lat: Double
+                switch RegionShape.lonLat(pv) {
+                case .success(let p): (lon, lat) = p
+                case .failure(let e): return .failure("\(where_)[\(i)] \(e.message)")
+                }
                 guard RegionShape.isPosition(lon: lon, lat: lat, maxLatitude: WebMercator.maxLatitude) else {
                     return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -360...360, ±85.0511 degrees (Web Mercator's latitudes; beyond ±180 only to cross the antimeridian)")
                 }

@@ -62,13 +62,26 @@ public struct RegionShape: Sendable, Equatable, Codable {
     }
 
     /// The longitude and latitude of a GeoJSON position (RFC 7946, section 3.1.1: an array of two
-    /// or more numbers, the third an altitude), or nil when it is not one: fewer than two
-    /// elements, or any element that is not a finite number (`[10, 50, "x"]` is no position).
-    public static func lonLat(_ position: Any) -> (lon: Double, lat: Double)? {
-        guard let p = position as? [Any], p.count >= 2 else { return nil }
+    /// or more numbers, the third an altitude), or what is wrong with it (for
+    /// "`where`: <message>"): not an array, fewer than two elements, or an element that is not a
+    /// finite number (`[10, 50, "x"]` is no position).
+    public static func lonLat(_ position: Any) -> Result<(lon: Double, lat: Double), ShapeError> {
+        let form = "a position's elements are numbers: longitude, latitude, then optionally altitude (RFC 7946 section 3.1.1)"
+        func aName(_ v: Any) -> String {
+            let name = JSONKind.name(v)
+            return name == "null" ? "null" : (name.first.map { "aeiou".contains($0) } == true ? "an " : "a ") + name
+        }
+        guard let p = position as? [Any] else { return .failure("must be a position, not \(aName(position)); \(form)") }
+        guard p.count >= 2 else { return .failure("has \(p.count) element\(p.count == 1 ? "" : "s"); \(form)") }
         var numbers: [Double] = []
-        for e in p { guard let v = JSONKind.number(e), v.isFinite else { return nil }; numbers.append(v) }
-        return (numbers[0], numbers[1])
+        for (i, e) in p.enumerated() {
+            guard let v = JSONKind.number(e), v.isFinite else {
+                let what = JSONKind.number(e) == nil ? aName(e) : "not finite"
+                return .failure("element \(i) is \(what), not a number; \(form)")
+            }
+            numbers.append(v)
+        }
+        return .success((numbers[0], numbers[1]))
     }
 
     /// The most positions a shape may have in all.
@@ -91,6 +104,12 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// while the daemon answered no control file and no SIGTERM. `Planner` refuses a plan over
     /// it with `tileLimitExceeded` before counting.
     public static let maxPlanRows = 500_000
+    /// The most stations times zooms a request's corridors may have in all: each zoom goes over
+    /// every station of each corridor once or more (its rows), however few rows that makes
+    /// (attack round 45: 64 corridor parts of 3.6 million stations each, z0-16, planned for 40 s
+    /// within the row limit). A single corridor at its station limit (4,000,000) may have 25
+    /// zooms; about a second a 60 million (release build).
+    public static let maxPlanStationZooms = 100_000_000
 
     /// The smallest box holding every polygon (`GeoBounds.union` of their boxes): across the
     /// antimeridian (west > east) for a shape split at ±180, where `bounds` is the whole width.
@@ -177,7 +196,11 @@ public struct RegionShape: Sendable, Equatable, Codable {
             guard let arr = v as? [Any] else { return .failure("\(where_) must be an array of positions") }
             var out: [[Double]] = []
             for (i, pv) in arr.enumerated() {
-                guard let (lon, lat) = RegionShape.lonLat(pv) else { return .failure("\(where_)[\(i)] must be [longitude, latitude] or [longitude, latitude, altitude], numbers") }
+                let lon: Double, lat: Double
+                switch RegionShape.lonLat(pv) {
+                case .success(let p): (lon, lat) = p
+                case .failure(let e): return .failure("\(where_)[\(i)] \(e.message)")
+                }
                 guard RegionShape.isPosition(lon: lon, lat: lat) else {
                     return .failure("\(where_)[\(i)] [\(lon), \(lat)] is outside -360...360, -90...90 degrees (beyond ±180 only to cross the antimeridian)")
                 }

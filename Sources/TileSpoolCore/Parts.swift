@@ -60,41 +60,59 @@ public struct RegionPart: Sendable, Equatable {
         return lo...hi
     }
 
+    /// What validating a request's corridors and geometries has counted so far against the
+    /// planning budget (`RegionShape.maxPlanRows`, `RegionShape.maxPlanStationZooms`), over the
+    /// request's zooms: the tile rows of their rectangles, and each corridor's stations times
+    /// its zooms. A `bounds` part counts neither: its rows take no working out.
+    struct PlanWork: Sendable {
+        var rows = 0
+        var stationZooms = 0
+    }
+
     /// Refuses a geometry or corridor whose bounding rectangles span more than
     /// `RegionShape.maxBoundingTiles` tiles over `zooms` and one deeper (for 256 px raster
     /// sources): for a corridor, the rectangles of its pieces (`Corridor.pieces`), not its box.
-    /// With `rowsSoFar` (a corridor, or parts: areas whose tiles are worked out row by row), also
-    /// refuses rectangles whose rows over `zooms`, added to `rowsSoFar` (the parts before), pass
-    /// `RegionShape.maxPlanRows`, zoom by zoom, so a request far over it is refused before its
-    /// deepest zooms are cut into pieces (attack round 44: 16 parts at z24 took 5 s and 700 MB
-    /// to be refused by the planner). Zooms one deeper are the planner's to count
-    /// (`Planner.checkAreaBudget`).
-    /// - Returns: the rows counted, `rowsSoFar` included (nil without it).
+    /// With `work` (the counts of the parts before it; nil for the stored copy of a request
+    /// accepted before, or a top-level geometry), also refuses an area that takes the request
+    /// past the planning budget (`PlanWork`), zoom by zoom, so a request far over it is refused
+    /// before its deepest zooms are cut into pieces (attack round 44: 16 corridor parts at z24
+    /// took 5 s and 700 MB to be refused by the planner). Zooms one deeper are the planner's to
+    /// count (`Planner.checkPlanRows`).
+    /// - Returns: `work` with this area's counts added.
     /// - Throws: `RegionError` `tileLimitExceeded`.
     @discardableResult
-    static func checkBoundingTiles(_ area: Area, _ zooms: ClosedRange<Int>, name: String, rowsSoFar: Int? = nil) throws(RegionError) -> Int? {
+    static func checkBoundingTiles(_ area: Area, _ zooms: ClosedRange<Int>, name: String, work: PlanWork? = nil) throws(RegionError) -> PlanWork? {
+        let before = work.map { $0.rows > 0 || $0.stationZooms > 0 } == true ? " and those of the parts before it" : ""
+        func over(_ what: String) -> RegionError {
+            RegionError(code: .tileLimitExceeded, message: "\(name): \(what); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+        }
+        var counted = work
+        if case .corridor(let c) = area, counted != nil {
+            counted!.stationZooms = SaturatingCount.add(counted!.stationZooms, SaturatingCount.multiply(c.stationCount, zooms.count))
+            if counted!.stationZooms > RegionShape.maxPlanStationZooms {
+                throw over("the stations of its line\(before) times their zooms come to \(counted!.stationZooms), more than \(RegionShape.maxPlanStationZooms) (each zoom goes over every station)")
+            }
+        }
         var spanned = 0
-        var rows = rowsSoFar
         for z in zooms.lowerBound...min(zooms.upperBound + 1, RequestValidator.maxZoomLevel) {
             let rects: [TileRect]
             switch area {
-            case .bounds(let b): rects = z <= zooms.upperBound && rows != nil ? WebMercator.cover(b, z: z) : []
+            case .bounds: return counted
             case .shape(let s): rects = WebMercator.cover(s.bounds, z: z)
             case .corridor(let c): rects = c.pieces(z: z).flatMap(\.rects)
             }
-            if case .bounds = area {} else { spanned = SaturatingCount.add(spanned, rects.reduce(0) { SaturatingCount.add($0, $1.count) }) }
+            spanned = SaturatingCount.add(spanned, rects.reduce(0) { SaturatingCount.add($0, $1.count) })
             if spanned > RegionShape.maxBoundingTiles {
                 throw RegionError(code: .tileLimitExceeded, message: "\(name): its \(isCorridor(area) ? "rectangles along the line span" : "bounding box spans") more than \(RegionShape.maxBoundingTiles) tiles at zooms \(zooms.lowerBound)...\(zooms.upperBound); split the region into smaller requests")
             }
-            if let before = rows, z <= zooms.upperBound {
-                let now = SaturatingCount.add(before, rects.reduce(0) { SaturatingCount.add($0, $1.height) })
-                rows = now
-                if now > RegionShape.maxPlanRows {
-                    throw RegionError(code: .tileLimitExceeded, message: "\(name): its rectangles \(rowsSoFar! > 0 ? "and those of the parts before it " : "")have more than \(RegionShape.maxPlanRows) tile rows by zoom \(z) (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+            if counted != nil, z <= zooms.upperBound {
+                counted!.rows = SaturatingCount.add(counted!.rows, rects.reduce(0) { SaturatingCount.add($0, $1.height) })
+                if counted!.rows > RegionShape.maxPlanRows {
+                    throw over("its rectangles\(before) have \(counted!.rows) tile rows by zoom \(z), more than \(RegionShape.maxPlanRows) (each row is worked out when planning)")
                 }
             }
         }
-        return rows
+        return counted
     }
 
     static func isCorridor(_ a: Area) -> Bool { if case .corridor = a { return true }; return false }
@@ -111,7 +129,7 @@ public struct RegionPart: Sendable, Equatable {
         guard !arr.isEmpty else { throw bad("parts: must have at least one part") }
         guard arr.count <= maxParts else { throw bad("parts: at most \(maxParts) parts") }
         var out: [RegionPart] = []
-        var rows: Int? = rowBudget ? 0 : nil // the tile rows of the parts so far (`checkBoundingTiles`)
+        var work: PlanWork? = rowBudget ? PlanWork() : nil // the parts so far (`checkBoundingTiles`)
         for (i, pv) in arr.enumerated() {
             let prefix = "parts[\(i)]."
             guard let o = pv as? [String: Any] else { throw bad("parts[\(i)]: must be an object, not a \(JSONKind.name(pv))") }
@@ -132,7 +150,7 @@ public struct RegionPart: Sendable, Equatable {
                 }
             }
             let z = try zooms(o, prefix: prefix)
-            rows = try checkBoundingTiles(area, z, name: "parts[\(i)]", rowsSoFar: rows)
+            work = try checkBoundingTiles(area, z, name: "parts[\(i)]", work: work)
             out.append(RegionPart(area: area, minZoom: z.lowerBound, maxZoom: z.upperBound))
         }
         var positions = 0
@@ -192,10 +210,20 @@ extension Planner {
 
     /// Refuses area rectangles worked out separately (one list per tile source that plans its
     /// own: a style's sources at the zooms each loads; a tiles request's templates share one)
-    /// with more than `RegionShape.maxPlanRows` tile rows in all, before any is counted.
-    static func checkPlanRows(_ rectangles: [[TileRect]], sources: String) throws(RegionError) {
-        let rows = SaturatingCount.sum(rectangles.lazy.flatMap { $0 }.map(\.height))
-        guard rows > RegionShape.maxPlanRows else { return }
-        throw RegionError(code: .tileLimitExceeded, message: "corridor or parts: their rectangles, over \(sources), have \(rows) tile rows, more than \(RegionShape.maxPlanRows) (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+    /// whose corridor and geometry rectangles have more than twice `RegionShape.maxPlanRows`
+    /// tile rows in all, before any is counted. Twice: validation held the request's zooms to
+    /// the limit, and a style's 256 px raster source loads one zoom deeper (about twice the
+    /// rows); a region accepted before the limit is planned again (a refresh, `plan.json` lost)
+    /// unless it is that far over it.
+    static func checkPlanRows(_ sets: [(rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])], sources: String) throws(RegionError) {
+        var rows = 0
+        for set in sets {
+            for (r, ra) in zip(set.rects, set.rectAreas) {
+                if case .all = set.areas[ra.area] { continue }
+                rows = SaturatingCount.add(rows, r.height)
+            }
+        }
+        guard rows > 2 * RegionShape.maxPlanRows else { return }
+        throw RegionError(code: .tileLimitExceeded, message: "corridor or parts: their rectangles, over \(sources), have \(rows) tile rows, more than \(2 * RegionShape.maxPlanRows) (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
     }
 }

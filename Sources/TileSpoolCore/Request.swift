@@ -468,7 +468,7 @@ public enum RequestValidator {
             if shape != nil {
                 try RegionPart.checkBoundingTiles(.shape(shape!), zooms, name: "geometry")
             }
-            if let corridor { try RegionPart.checkBoundingTiles(.corridor(corridor), zooms, name: "corridor", rowsSoFar: rowBudget ? 0 : nil) }
+            if let corridor { try RegionPart.checkBoundingTiles(.corridor(corridor), zooms, name: "corridor", work: rowBudget ? RegionPart.PlanWork() : nil) }
         }
 
         var request = RegionRequest(id: id, source: source, bounds: bounds, minZoom: minZoom, maxZoom: maxZoom, shape: shape)
