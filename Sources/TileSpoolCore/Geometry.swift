@@ -96,13 +96,14 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// their rows scanned once to count the shape's tiles. `Planner` refuses a plan over it with
     /// `tileLimitExceeded` before counting.
     public static let maxPlanIndexSpace = 200_000_000
-    /// The most tile rows the rectangles of a plan's corridor and parts areas may have, over
-    /// every tile source: the planner works out the tiles of each row (a corridor's caps, a
-    /// shape's rings), on the daemon's loop when a request is taken. At about 5-10 us a row
-    /// (release build, 2026-12-07) this keeps planning within a few seconds; attack round 44
-    /// planned 16 parts of a 1,000 km line at z24 (about 6.7 million rows) for 50 s and 816 MB
-    /// while the daemon answered no control file and no SIGTERM. `Planner` refuses a plan over
-    /// it with `tileLimitExceeded` before counting.
+    /// The most tile rows the rectangles of a request's corridors and geometry parts may have
+    /// over its zooms (validation, `RegionPart.checkBoundingTiles`; the planner allows twice it
+    /// over every tile source at the zooms each loads, `Planner.checkPlanWork`): the planner
+    /// works out the tiles of each row (a corridor's caps, a shape's rings), on the daemon's loop
+    /// when a request is taken. At about 6 us a corridor row (release build, 2026-12-07) this
+    /// keeps planning within a few seconds; attack round 44 planned 16 parts of a 1,000 km line
+    /// at z24 (14.5 million rows) for 50 s and 816 MB while the daemon answered no control file
+    /// and no SIGTERM. `bounds` parts and a top-level geometry are not counted.
     public static let maxPlanRows = 500_000
     /// The most stations times zooms a request's corridors may have in all: each zoom goes over
     /// every station of each corridor once or more (its rows), however few rows that makes

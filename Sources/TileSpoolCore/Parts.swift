@@ -77,7 +77,7 @@ public struct RegionPart: Sendable, Equatable {
     /// past the planning budget (`PlanWork`), zoom by zoom, so a request far over it is refused
     /// before its deepest zooms are cut into pieces (attack round 44: 16 corridor parts at z24
     /// took 5 s and 700 MB to be refused by the planner). Zooms one deeper are the planner's to
-    /// count (`Planner.checkPlanRows`).
+    /// count (`Planner.checkPlanWork`).
     /// - Returns: `work` with this area's counts added.
     /// - Throws: `RegionError` `tileLimitExceeded`.
     @discardableResult
@@ -209,21 +209,39 @@ extension Planner {
     }
 
     /// Refuses area rectangles worked out separately (one list per tile source that plans its
-    /// own: a style's sources at the zooms each loads; a tiles request's templates share one)
-    /// whose corridor and geometry rectangles have more than twice `RegionShape.maxPlanRows`
-    /// tile rows in all, before any is counted. Twice: validation held the request's zooms to
-    /// the limit, and a style's 256 px raster source loads one zoom deeper (about twice the
-    /// rows); a region accepted before the limit is planned again (a refresh, `plan.json` lost)
-    /// unless it is that far over it.
-    static func checkPlanRows(_ sets: [(rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])], sources: String) throws(RegionError) {
-        var rows = 0
+    /// own: a style's sources at the zooms each loads; a tiles request's templates share one),
+    /// before any is counted, when their corridor and geometry rectangles have more than twice
+    /// `RegionShape.maxPlanRows` tile rows in all, or their corridors more than twice
+    /// `RegionShape.maxPlanStationZooms` stations times zooms (each source goes over every
+    /// station of a corridor at each of its zooms: a review of 2026-12-07 found a style of
+    /// 1,000 sources multiplying a corridor the validation had let through). Twice: validation
+    /// held the request's zooms to the limits, and a style's 256 px raster source loads one zoom
+    /// deeper (about twice the rows); a region accepted before the limits is planned again (a
+    /// refresh, `plan.json` lost) unless it is that far over them.
+    static func checkPlanWork(_ sets: [(rects: [TileRect], areas: [TileArea], rectAreas: [RectArea])], sources: String) throws(RegionError) {
+        var rows = 0, stationZooms = 0
+        var stations: [Int: Int] = [:] // by area position: the same parts in every set
         for set in sets {
+            var zooms: [Int: Set<Int>] = [:]
             for (r, ra) in zip(set.rects, set.rectAreas) {
                 if case .all = set.areas[ra.area] { continue }
                 rows = SaturatingCount.add(rows, r.height)
+                if case .corridor = set.areas[ra.area] { zooms[ra.area, default: []].insert(r.z) }
+            }
+            for (a, zs) in zooms {
+                guard case .corridor(let c) = set.areas[a] else { continue }
+                if stations[a] == nil { stations[a] = c.stationCount }
+                stationZooms = SaturatingCount.add(stationZooms, SaturatingCount.multiply(stations[a]!, zs.count))
             }
         }
-        guard rows > 2 * RegionShape.maxPlanRows else { return }
-        throw RegionError(code: .tileLimitExceeded, message: "corridor or parts: their rectangles, over \(sources), have \(rows) tile rows, more than \(2 * RegionShape.maxPlanRows) (each row is worked out when planning); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+        func over(_ what: String) -> RegionError {
+            RegionError(code: .tileLimitExceeded, message: "corridor or parts: \(what); give fewer or shallower zooms, a wider buffer, fewer sources, or split the region into smaller requests")
+        }
+        if rows > 2 * RegionShape.maxPlanRows {
+            throw over("their rectangles, over \(sources), have \(rows) tile rows, more than \(2 * RegionShape.maxPlanRows) (each row is worked out when planning)")
+        }
+        if stationZooms > 2 * RegionShape.maxPlanStationZooms {
+            throw over("the stations of their lines times the zooms, over \(sources), come to \(stationZooms), more than \(2 * RegionShape.maxPlanStationZooms) (each source's zooms go over every station)")
+        }
     }
 }

@@ -237,8 +237,9 @@ public final class TileSetCover {
     /// The columns of row `y` that the rectangles of `k`'s zoom before it own, merged. In plan
     /// order from a sweep: each rectangle's rows are worked out once, however many later
     /// rectangles overlap it (a route wound back and forth over the same ground made that
-    /// quadratic: 46 s and 1.9 GB for one of 4,000,000 stations). A question behind the sweep,
-    /// or in a zoom whose sweep was dropped, asks the overlapping rectangles (`earlier`).
+    /// quadratic: 46 s and 1.9 GB for one of 4,000,000 stations). A question behind the sweep
+    /// (out of plan order: a store's manifest lines) asks the overlapping rectangles (`earlier`)
+    /// and keeps the sweep; so does one in a zoom whose sweep was dropped.
     func taken(before k: Int, y: Int) -> [ClosedRange<Int>] {
         let z = set.rects[k].z
         if byZoom == nil { byZoom = Dictionary(grouping: set.rects.indices, by: { set.rects[$0].z }) }
@@ -248,8 +249,9 @@ public final class TileSetCover {
             zoomPosition = at
         }
         let position = zoomPosition![k]
-        if !unswept.contains(z) {
-            if let s = sweeps[z], s.done > position { sweptRows -= s.seen.count; sweeps[z] = nil }
+        // Behind the sweep (questions out of plan order: a store's manifest lines, say), the
+        // overlapping rectangles are asked and the sweep is kept for the questions ahead of it.
+        if !unswept.contains(z), sweeps[z].map({ $0.done <= position }) ?? true {
             let s = sweeps[z] ?? Sweep()
             sweeps[z] = s
             let members = byZoom![z]!

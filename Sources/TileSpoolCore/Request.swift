@@ -378,9 +378,10 @@ public enum RequestValidator {
     /// - Throws: `RegionError` with code `invalidRequest` and a message naming the field.
     ///   - maxSize: the largest `data` taken: `maxFileSize` for a request file, `maxStoredSize`
     ///     for the stored copy the daemon wrote.
-    ///   - rowBudget: false for the stored copy of a request accepted before: a corridor's or
-    ///     parts' tile rows (`RegionShape.maxPlanRows`, 2026-12-07) are held against requests
-    ///     taken from then on, not against regions a restart reads back.
+    ///   - rowBudget: false for the stored copy of a request accepted before: the planning
+    ///     budget of corridors and parts (tile rows, `RegionShape.maxPlanRows`; stations times
+    ///     zooms, `RegionShape.maxPlanStationZooms`; 2026-12-07) is held against requests taken
+    ///     from then on, not against regions a restart reads back.
     public static func validate(_ data: Data, fileName: String, maxSize: Int = maxFileSize, rowBudget: Bool = true) throws(RegionError) -> RegionRequest {
         func bad(_ message: String) -> RegionError { RegionError(code: .invalidRequest, message: message) }
         if data.count > maxSize { throw bad("the request file is larger than \(maxSize) bytes") }

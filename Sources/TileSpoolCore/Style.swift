@@ -369,7 +369,7 @@ public enum Planner {
         var sets = planned.map { $0.archive ?? TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
         if request.areaParts != nil {
             try checkAreaBudget(areaPlanned.map(\.rects), sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
-            try checkPlanRows(areaPlanned.map { ($0.rects, $0.areas, $0.rectAreas) }, sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
+            try checkPlanWork(areaPlanned.map { ($0.rects, $0.areas, $0.rectAreas) }, sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
             var bySource: [String: TileSet] = [:]
             for a in areaPlanned {
                 let set = TileSet(source: a.source, template: a.template, rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
@@ -398,7 +398,7 @@ public enum Planner {
             let plain = templates.filter { PMTiles.archiveURL($0) == nil }
             let a = areaRects(parts, zooms: { $0.minZoom...$0.maxZoom }, sourceBounds: nil)
             try checkAreaBudget(Array(repeating: a.rects, count: plain.count), sources: "the \(plain.count) templates")
-            try checkPlanRows([(a.rects, a.areas, a.rectAreas)], sources: "the request's zooms")
+            try checkPlanWork([(a.rects, a.areas, a.rectAreas)], sources: "the request's zooms")
             // Every template plans the same tiles: count once, copy the counts. An archive's set
             // is made from its directories (`PMTilesRemote`).
             var first: TileSet?

@@ -249,6 +249,9 @@ extension Daemon {
         }
         d.archiveRanges = ranges
         d.rangeCursor = 0
+        // A whole archive whose tiles are all done (or revalidated) is not held for nothing.
+        let asked = Set(ranges.map { plan.tileSets[$0.set].source })
+        d.wholeArchives = d.wholeArchives.filter { asked.contains($0.key) }
     }
 
     /// Issues the range requests of archive tile sets, after every other resource is finished
@@ -288,6 +291,7 @@ extension Daemon {
         Log.info("the server ignored Range: \(tiles.count) tiles cut from the whole archive the plan's read brought, none asked again",
                  region: r.id, state: r.state.rawValue, url: shown(plan.tileSets[set].archive!.url, r))
         d.rangesCutting.insert(n)
+        d.wholeCuts[n] = UInt64(whole.bytes.count)
         cut(cutJob(r, d, n, tiles, whole.freshness, start: 0), whole.bytes)
     }
 
@@ -346,7 +350,7 @@ extension Daemon {
     func rangeBytesHeld(by d: Download) -> UInt64 {
         guard let ranges = d.archiveRanges else { return 0 }
         var held: UInt64 = 0
-        for n in d.rangesCutting { held += ranges[n].length }
+        for n in d.rangesCutting { held += max(ranges[n].length, d.wholeCuts[n] ?? 0) }
         for f in d.inFlight.values { if case .range(let n) = f.item { held += ranges[n].length } }
         return held
     }
@@ -576,6 +580,7 @@ extension Daemon {
                 continue
             }
             d.rangesCutting.remove(cut.range)
+            d.wholeCuts.removeValue(forKey: cut.range)
             guard r.state == .downloading else { continue }
             recordCut(r, d, cut, storedOnly: false)
             if let error = cut.storageError, r.download === d { storageFailed(r, error) }

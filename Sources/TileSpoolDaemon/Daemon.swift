@@ -91,6 +91,13 @@ public struct ArchivesRead: Sendable {
     public var maxTiles: Int
     public var maxObjectSize: Int
     public var readings: [String: PMTilesRemote.Reading]
+    /// These readings without the whole archives a server that ignores Range sent
+    /// (`PMTilesRemote.Reading.wholeFile`), for a holder that needs only what was planned.
+    public var withoutWholeFiles: ArchivesRead {
+        var copy = self
+        for k in copy.readings.keys { copy.readings[k]?.wholeFile = nil }
+        return copy
+    }
     public init(id: String, request: RegionRequest, sources: [(source: String, url: String, styleSource: StyleSource?)],
                 maxTiles: Int, maxObjectSize: Int, readings: [String: PMTilesRemote.Reading]) {
         self.id = id; self.request = request; self.sources = sources
@@ -185,7 +192,10 @@ public final class Daemon {
     /// Opens the spool and store, takes the spool lock, and loads the regions already known.
     /// - Throws: `SystemError` when the lock is held (EWOULDBLOCK) or a folder cannot be made.
     public init(options: DaemonOptions) throws {
-        self.options = options
+        // Held once, here, until taken: a whole archive a Range-ignoring server sent may be in it.
+        var kept = options
+        kept.archivesRead = nil
+        self.options = kept
         archivesRead = options.archivesRead
         limiter = options.rateLimits
         layout = SpoolLayout(root: options.spool)

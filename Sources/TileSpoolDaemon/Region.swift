@@ -156,6 +156,9 @@ final class Download {
     /// (`PMTilesRemote.Reading.wholeFile`): their tiles are cut from them, not asked
     /// (`cutFromWholeFile`); each is dropped once used.
     var wholeArchives: [String: (bytes: Data, freshness: Freshness)] = [:]
+    /// The bytes of the whole archive each range being cut from one holds (by range), counted
+    /// instead of the range's own length in `rangeBytesHeld`.
+    var wholeCuts: [Int: UInt64] = [:]
     var archivesReading = false
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]

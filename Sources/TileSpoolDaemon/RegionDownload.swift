@@ -288,7 +288,7 @@ extension Daemon {
         d.inFlight.removeAll()
         // Answers being cut are still held until their cut comes back (`rangeBytesHeld`).
         if let ranges = d.archiveRanges {
-            for n in d.rangesCutting { strayCuts[StrayCut(region: r.id, serial: d.serial, range: n)] = ranges[n].length }
+            for n in d.rangesCutting { strayCuts[StrayCut(region: r.id, serial: d.serial, range: n)] = max(ranges[n].length, d.wholeCuts[n] ?? 0) }
         }
         if commitPending {
             commitAndWait()

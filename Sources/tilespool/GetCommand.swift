@@ -107,12 +107,13 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     // The request, checked as plan checks it.
     let (raw, fileName) = try readRequestArgument(path)
     let data = try RegionFileOptions.embed(raw, a)
-    let checked = try CheckedRequest(data, fileName: fileName, a)
+    var checked = try CheckedRequest(data, fileName: fileName, a)
     if let e = checked.overLimit { throw e }
     let request = checked.request, id = request.id
     o.onlyRegion = id
     // The archives the check read are not read again to plan the same download.
-    if !checked.archivesRead.readings.isEmpty { o.archivesRead = checked.archivesRead }
+    // (A whole archive a Range-ignoring server sent goes to the daemon only, not kept here too.)
+    if !checked.archivesRead.readings.isEmpty { o.archivesRead = checked.archivesRead; checked.archivesRead = checked.archivesRead.withoutWholeFiles }
     let spec = ExportSpec(format: format, source: a.options["--source"], baseURL: a.options["--base-url"])
     if !a.flags.contains("--force"), Files.entryType(output) != .missing {
         throw CommandFailure("\(output) exists: give --force to replace it (nothing downloaded)")
@@ -181,7 +182,7 @@ func commandGet(_ argv: [String]) throws -> Int32 {
         let follower = RegionFollower(id: id, layout: layout, endAtPausedNetwork: true)
         if !a.flags.contains("--verbose") { Log.showsInfo = false }
         let daemon: Daemon
-        do { daemon = try Daemon(options: o) } catch let e as SystemError where e.operation == "flock" {
+        do { daemon = try Daemon(options: o); o.archivesRead = nil } catch let e as SystemError where e.operation == "flock" {
             err("tilespool: a daemon is running on this spool or store (lock \(e.path) is held): use 'tilespool submit --wait' with it, or stop it")
             return RegionExit.notDone
         }

@@ -130,7 +130,7 @@ struct CheckedRequest {
     let allowedHosts: Set<String>
     /// The PMTiles archives read for the plan (none: empty), what they were read for and under
     /// which limits (`get` hands them to its daemon: `DaemonOptions.archivesRead`).
-    let archivesRead: ArchivesRead
+    var archivesRead: ArchivesRead
 
     /// Checks request bytes `data` (its default id from `fileName`, as in `requests/`) with the
     /// options `--allow-host HOST` (repeatable) and `--max-tiles N` of `a`.

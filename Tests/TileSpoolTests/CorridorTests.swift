@@ -298,6 +298,30 @@ final class CorridorTests: XCTestCase {
         }
     }
 
+    /// A review of 2026-12-07: each of a style's tile sources goes over a corridor's stations at
+    /// its zooms, so a style of many sources multiplied a corridor that validation let through
+    /// (4 million stations, z0-10: 44 million stations times zooms, 1,000 sources) into minutes
+    /// of planning on the daemon's loop. The planner refuses more than twice
+    /// `maxPlanStationZooms` over all sources, before counting a tile: here 3.6 million stations
+    /// at z0 times 60 sources; with two sources the same request is planned.
+    func testAStyleOfManySourcesIsHeldToTheStationBudget() throws {
+        func style(_ n: Int) throws -> StyleDocument {
+            let sources = (0..<n).map { #""s\#($0)":{"type":"vector","tiles":["http://h/\#($0)/{z}/{x}/{y}.pbf"],"maxzoom":14}"# }.joined(separator: ",")
+            return try StyleDocument(data: Data(#"{"version":8,"sources":{\#(sources)},"layers":[]}"#.utf8), baseURL: "http://h/style.json")
+        }
+        let line: [String: Any] = ["type": "LineString", "coordinates": [[0, 0], [8.983152841195214, 0]]] // 1,000 km
+        let o: [String: Any] = ["id": "s", "style": "http://h/style.json", "corridor": ["line": line, "bufferMeters": 1.1], "minZoom": 0, "maxZoom": 0]
+        let request = try RequestValidator.validate(JSONKind.serialize(o), fileName: "s.json")
+        XCTAssertThrowsError(try Planner.plan(request: request, styleURL: "http://h/style.json", style: try style(60), tileJSONs: [:])) { e in
+            XCTAssertEqual((e as? RegionError)?.code, .tileLimitExceeded)
+            XCTAssertTrue((e as? RegionError)?.message.contains("the stations of their lines times the zooms, over the style's 60 tile sources at the zooms each loads, come to ") == true, "\(e)")
+            XCTAssertTrue((e as? RegionError)?.message.contains(", more than 200000000 (each source's zooms go over every station)") == true, "\(e)")
+        }
+        let two = try Planner.plan(request: request, styleURL: "http://h/style.json", style: try style(2), tileJSONs: [:])
+        XCTAssertEqual(two.tileSets.count, 2)
+        XCTAssertEqual(two.tileSets[0].count, two.tileSets[1].count)
+    }
+
     /// A station whose cap cannot reach past the span of the one before it is passed over
     /// without trigonometry: the columns are the same as when every station's cap is worked out,
     /// on random routes (seeded) at several latitudes, buffers and zooms, every row of every piece.
