@@ -84,7 +84,10 @@ public struct RegionPart: Sendable, Equatable {
     static func checkBoundingTiles(_ area: Area, _ zooms: ClosedRange<Int>, name: String, work: PlanWork? = nil) throws(RegionError) -> PlanWork? {
         let before = work.map { $0.rows > 0 || $0.stationZooms > 0 } == true ? " and those of the parts before it" : ""
         func over(_ what: String) -> RegionError {
-            RegionError(code: .tileLimitExceeded, message: "\(name): \(what); give fewer or shallower zooms, a wider buffer, or split the region into smaller requests")
+            // (A buffer is a corridor's to widen: round 46 saw the advice given for a geometry.)
+            let advice = isCorridor(area) ? "give fewer or shallower zooms, a wider buffer, or split the region into smaller requests"
+                : "give fewer or shallower zooms, or split the region into smaller requests"
+            return RegionError(code: .tileLimitExceeded, message: "\(name): \(what); \(advice)")
         }
         var counted = work
         if case .corridor(let c) = area, counted != nil {
