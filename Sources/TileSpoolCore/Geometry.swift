@@ -84,6 +84,28 @@ public struct RegionShape: Sendable, Equatable, Codable {
         return .success((numbers[0], numbers[1]))
     }
 
+    /// The most rows times long edges a request's geometries may have over its zooms
+    /// (`longEdgeRows`): each row of a shape goes over its edges spanning more than
+    /// `ProjectedRings.bandRows` rows, the others only near it. A polygon zigzagging from 60° S
+    /// to 60° N 30,000 times (every edge long; 26 billion at z18) would plan for minutes; a
+    /// detailed country's long edges are a few hundred. About 2-4 s at the limit.
+    public static let maxPlanLongEdgeRows = 200_000_000
+
+    /// The edges of the shape spanning more than `ProjectedRings.bandRows` tile rows at zoom `z`,
+    /// times `rows` (the rows a plan asks at that zoom), saturating.
+    public func longEdgeRows(z: Int, rows: Int) -> Int {
+        var long = 0
+        for poly in polygons {
+            for ring in poly {
+                for i in 0..<max(ring.count - 1, 0) {
+                    let (first, last) = ProjectedRings.rows(WebMercator.tileY(lat: ring[i][1], z: z), WebMercator.tileY(lat: ring[i + 1][1], z: z))
+                    if last - first + 1 > ProjectedRings.bandRows { long += 1 }
+                }
+            }
+        }
+        return SaturatingCount.multiply(long, rows)
+    }
+
     /// The most positions a shape may have in all.
     public static let maxPositions = 100_000
     /// The most tiles a shape's bounding box may span over the request's zooms (and one deeper,
@@ -265,7 +287,45 @@ public struct RegionShape: Sendable, Equatable, Codable {
         }
     }
 
-    /// `columns(z:y:)` with the rings already `projected(z:)` (project once per zoom, not per row).
+    /// Every ring `projected(z:)`, with its edges indexed by row (`ProjectedRings`), for
+    /// `columns(z:y:rings:)` row after row.
+    public func indexed(z: Int) -> ProjectedRings {
+        var polygonOfRing: [Int] = []
+        for (p, poly) in polygons.enumerated() { polygonOfRing += Array(repeating: p, count: poly.count) }
+        return ProjectedRings(projected(z: z), polygonOfRing: polygonOfRing)
+    }
+
+    /// `columns(z:y:rings:)` asking only the edges that can meet row `y` (`ProjectedRings`): the
+    /// same columns (`GeometryTests.testIndexedRingsGiveTheSameColumns`), in time of the edges
+    /// near the row rather than of every edge (a review of 2026-12-07: a shape's every row went
+    /// over every edge, so a 60,001-position polygon to z18 planned for 55 s).
+    public func columns(z: Int, y: Int, rings indexed: ProjectedRings) -> [ClosedRange<Int>] {
+        let n = 1 << z
+        let top = Double(y), bottom = Double(y + 1)
+        let rings = indexed.rings
+        let near = indexed.edges(near: y)
+        var spans: [(Double, Double)] = []
+        for e in near {
+            let ring = rings[Int(e.ring)], i = Int(e.i)
+            if let span = RegionShape.clip(ring[i], ring[i + 1], top: top, bottom: bottom) { spans.append(span) }
+        }
+        for line in [top + 1e-7, bottom - 1e-7] {
+            var xs: [Int: [Double]] = [:] // by polygon
+            for e in near {
+                let ring = rings[Int(e.ring)], i = Int(e.i)
+                if let x = RegionShape.crossing(ring[i], ring[i + 1], line: line) { xs[indexed.polygonOfRing[Int(e.ring)], default: []].append(x) }
+            }
+            for (_, found) in xs {
+                let sorted = found.sorted()
+                var k = 0
+                while k + 1 < sorted.count { spans.append((sorted[k], sorted[k + 1])); k += 2 }
+            }
+        }
+        return RegionShape.spansToColumns(spans, n: n)
+    }
+
+    /// `columns(z:y:)` with the rings already `projected(z:)` (project once per zoom, not per
+    /// row), going over every edge for the row (the reference `ProjectedRings` is held to).
     public func columns(z: Int, y: Int, rings: [[(Double, Double)]]) -> [ClosedRange<Int>] {
         let n = 1 << z
         let top = Double(y), bottom = Double(y + 1)
@@ -273,17 +333,7 @@ public struct RegionShape: Sendable, Equatable, Codable {
         // Edges clipped to the row band.
         for ring in rings {
             for i in 0..<(ring.count - 1) {
-                let (x0, y0) = ring[i], (x1, y1) = ring[i + 1]
-                if y0 == y1 {
-                    // A horizontal edge counts only strictly inside the row (on its border it touches).
-                    if y0 > top && y0 < bottom { spans.append((min(x0, x1), max(x0, x1))) }
-                    continue
-                }
-                let lo = max(min(y0, y1), top), hi = min(max(y0, y1), bottom)
-                guard lo < hi else { continue }
-                let xa = x0 + (x1 - x0) * (lo - y0) / (y1 - y0)
-                let xb = x0 + (x1 - x0) * (hi - y0) / (y1 - y0)
-                spans.append((min(xa, xb), max(xa, xb)))
+                if let span = RegionShape.clip(ring[i], ring[i + 1], top: top, bottom: bottom) { spans.append(span) }
             }
         }
         // Interior just inside the band's top and bottom lines, polygon by polygon (holes by
@@ -294,8 +344,7 @@ public struct RegionShape: Sendable, Equatable, Codable {
                 var xs: [Double] = []
                 for ring in rings[start..<(start + poly.count)] {
                     for i in 0..<(ring.count - 1) {
-                        let (x0, y0) = ring[i], (x1, y1) = ring[i + 1]
-                        if (y0 <= line) != (y1 <= line) { xs.append(x0 + (x1 - x0) * (line - y0) / (y1 - y0)) }
+                        if let x = RegionShape.crossing(ring[i], ring[i + 1], line: line) { xs.append(x) }
                     }
                 }
                 start += poly.count
@@ -304,6 +353,31 @@ public struct RegionShape: Sendable, Equatable, Codable {
                 while k + 1 < xs.count { spans.append((xs[k], xs[k + 1])); k += 2 }
             }
         }
+        return RegionShape.spansToColumns(spans, n: n)
+    }
+
+    /// The x-extent within the row band `top...bottom` of the edge from `a` to `b` (tile units),
+    /// or nil when it does not enter the band: a horizontal edge counts only strictly inside
+    /// the band (on its border it touches).
+    static func clip(_ a: (Double, Double), _ b: (Double, Double), top: Double, bottom: Double) -> (Double, Double)? {
+        let (x0, y0) = a, (x1, y1) = b
+        if y0 == y1 { return y0 > top && y0 < bottom ? (min(x0, x1), max(x0, x1)) : nil }
+        let lo = max(min(y0, y1), top), hi = min(max(y0, y1), bottom)
+        guard lo < hi else { return nil }
+        let xa = x0 + (x1 - x0) * (lo - y0) / (y1 - y0)
+        let xb = x0 + (x1 - x0) * (hi - y0) / (y1 - y0)
+        return (min(xa, xb), max(xa, xb))
+    }
+
+    /// The x where the edge from `a` to `b` crosses the horizontal line `line` (one end at or
+    /// below it, the other above), or nil.
+    static func crossing(_ a: (Double, Double), _ b: (Double, Double), line: Double) -> Double? {
+        let (x0, y0) = a, (x1, y1) = b
+        return (y0 <= line) != (y1 <= line) ? x0 + (x1 - x0) * (line - y0) / (y1 - y0) : nil
+    }
+
+    /// Spans of fractional tile x to tile columns within `0..<n`, merged.
+    static func spansToColumns(_ spans: [(Double, Double)], n: Int) -> [ClosedRange<Int>] {
         // Spans to tile columns: half-open, so a span ending exactly on a tile edge stops there.
         var cols: [ClosedRange<Int>] = []
         for (a, b) in spans {
@@ -319,7 +393,7 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// Number of tiles covered within `rect`.
     public func count(in rect: TileRect) -> Int {
         var total = 0
-        let rings = projected(z: rect.z)
+        let rings = indexed(z: rect.z)
         for y in rect.minY...rect.maxY {
             for c in columns(z: rect.z, y: y, rings: rings) {
                 let lo = max(c.lowerBound, rect.minX), hi = min(c.upperBound, rect.maxX)
@@ -328,4 +402,56 @@ public struct RegionShape: Sendable, Equatable, Codable {
         }
         return total
     }
+}
+
+/// A shape's rings projected to tile units at one zoom (`RegionShape.projected(z:)`), with their
+/// edges indexed by row, so that working out one row asks only the edges that can meet it: an
+/// edge meets the closed band of row y (y...y+1) only for y within ceil(ymin) - 1 ... floor(ymax).
+/// Edges spanning at most `bandRows` rows are listed by the band (`bandRows` rows) of their first
+/// row; longer ones are asked for every row. `RegionShape.longEdgeRows` counts what those cost.
+public struct ProjectedRings: Sendable {
+    /// rings[r][i] = (x, y), fractional tile coordinates.
+    public let rings: [[(Double, Double)]]
+    /// The polygon (in `RegionShape.polygons`) of each ring.
+    let polygonOfRing: [Int]
+    /// Short edges (ring, index of their first position) by band of their first row.
+    let bands: [Int: [(ring: Int32, i: Int32)]]
+    /// Edges spanning more than `bandRows` rows.
+    let long: [(ring: Int32, i: Int32)]
+    /// Rows a band holds: 1 << `bandShift`.
+    static let bandShift = 4
+    static let bandRows = 1 << bandShift
+
+    init(_ rings: [[(Double, Double)]], polygonOfRing: [Int]) {
+        self.rings = rings
+        self.polygonOfRing = polygonOfRing
+        var bands: [Int: [(ring: Int32, i: Int32)]] = [:], long: [(ring: Int32, i: Int32)] = []
+        for (r, ring) in rings.enumerated() {
+            for i in 0..<max(ring.count - 1, 0) {
+                let (first, last) = ProjectedRings.rows(ring[i].1, ring[i + 1].1)
+                if last - first + 1 > ProjectedRings.bandRows { long.append((Int32(r), Int32(i))) } else {
+                    bands[first >> ProjectedRings.bandShift, default: []].append((Int32(r), Int32(i)))
+                }
+            }
+        }
+        self.bands = bands
+        self.long = long
+    }
+
+    /// The rows whose closed band an edge from y `a` to y `b` may meet: ceil(min) - 1 ... floor(max).
+    static func rows(_ a: Double, _ b: Double) -> (first: Int, last: Int) {
+        (Int(min(a, b).rounded(.up)) - 1, Int(max(a, b).rounded(.down)))
+    }
+
+    /// Every edge that can meet row `y`'s closed band, and some that cannot.
+    func edges(near y: Int) -> [(ring: Int32, i: Int32)] {
+        var out = long
+        // A short edge meeting row y has its first row within y - bandRows + 1 ... y.
+        for band in ((y - ProjectedRings.bandRows + 1) >> ProjectedRings.bandShift)...(y >> ProjectedRings.bandShift) { out += bands[band] ?? [] }
+        return out
+    }
+
+    /// Rows times long edges: what asking this zoom's every row costs beyond the short edges
+    /// near it (`rows` the rows asked).
+    func longEdgeRows(rows: Int) -> Int { SaturatingCount.multiply(long.count, rows) }
 }

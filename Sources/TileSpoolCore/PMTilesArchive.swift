@@ -327,7 +327,7 @@ extension PMTiles {
         var ids: [UInt64] = []
         for r in rects {
             if let shape {
-                let rings = shape.projected(z: r.z)
+                let rings = shape.indexed(z: r.z)
                 for y in r.minY...r.maxY {
                     for c in shape.columns(z: r.z, y: y, rings: rings) {
                         let lo = max(c.lowerBound, r.minX), hi = min(c.upperBound, r.maxX)

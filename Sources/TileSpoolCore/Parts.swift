@@ -67,6 +67,12 @@ public struct RegionPart: Sendable, Equatable {
     struct PlanWork: Sendable {
         var rows = 0
         var stationZooms = 0
+        /// A geometry's rows times its long edges (`RegionShape.longEdgeRows`).
+        var longEdgeRows = 0
+        /// False for a top-level `geometry`: its rows are counted against the shape's
+        /// index space by the planner (`RegionShape.maxPlanIndexSpace`), one edge index lookup
+        /// each, not swept as a part's are.
+        var countsRows = true
     }
 
     /// Refuses a geometry or corridor whose bounding rectangles span more than
@@ -82,11 +88,11 @@ public struct RegionPart: Sendable, Equatable {
     /// - Throws: `RegionError` `tileLimitExceeded`.
     @discardableResult
     static func checkBoundingTiles(_ area: Area, _ zooms: ClosedRange<Int>, name: String, work: PlanWork? = nil) throws(RegionError) -> PlanWork? {
-        let before = work.map { $0.rows > 0 || $0.stationZooms > 0 } == true ? " and those of the parts before it" : ""
+        let before = work.map { $0.rows > 0 || $0.stationZooms > 0 || $0.longEdgeRows > 0 } == true ? " and those of the parts before it" : ""
         func over(_ what: String) -> RegionError {
             // (A buffer is a corridor's to widen: round 46 saw the advice given for a geometry.)
             let advice = isCorridor(area) ? "give fewer or shallower zooms, a wider buffer, or split the region into smaller requests"
-                : "give fewer or shallower zooms, or split the region into smaller requests"
+                : "give fewer or shallower zooms, a simpler shape, or split the region into smaller requests"
             return RegionError(code: .tileLimitExceeded, message: "\(name): \(what); \(advice)")
         }
         var counted = work
@@ -108,7 +114,14 @@ public struct RegionPart: Sendable, Equatable {
             if spanned > RegionShape.maxBoundingTiles {
                 throw RegionError(code: .tileLimitExceeded, message: "\(name): its \(isCorridor(area) ? "rectangles along the line span" : "bounding box spans") more than \(RegionShape.maxBoundingTiles) tiles at zooms \(zooms.lowerBound)...\(zooms.upperBound); split the region into smaller requests")
             }
-            if counted != nil, z <= zooms.upperBound {
+            if counted != nil, z <= zooms.upperBound, case .shape(let shape) = area {
+                let rows = rects.reduce(0) { SaturatingCount.add($0, $1.height) }
+                counted!.longEdgeRows = SaturatingCount.add(counted!.longEdgeRows, shape.longEdgeRows(z: z, rows: rows))
+                if counted!.longEdgeRows > RegionShape.maxPlanLongEdgeRows {
+                    throw over("its long edges (spanning more than \(ProjectedRings.bandRows) tile rows)\(before) times their rows come to \(counted!.longEdgeRows) by zoom \(z), more than \(RegionShape.maxPlanLongEdgeRows) (each row goes over every long edge)")
+                }
+            }
+            if counted?.countsRows == true, z <= zooms.upperBound {
                 counted!.rows = SaturatingCount.add(counted!.rows, rects.reduce(0) { SaturatingCount.add($0, $1.height) })
                 if counted!.rows > RegionShape.maxPlanRows {
                     throw over("its rectangles\(before) have \(counted!.rows) tile rows by zoom \(z), more than \(RegionShape.maxPlanRows) (each row is worked out when planning)")

@@ -103,7 +103,7 @@ public struct RectArea: Sendable, Equatable, Codable {
 public final class TileSetCover {
     /// The tile set asked about.
     public let set: TileSet
-    private var rings: [Int: (z: Int, rings: [[(Double, Double)]])] = [:]
+    private var rings: [Int: (z: Int, rings: ProjectedRings)] = [:]
     private var stations: [Int: (line: Int, stations: Corridor.Stations)] = [:]
     private var earlierCache: [Int: [Int]] = [:]
     /// The entries of every list in `earlierCache`.
@@ -144,7 +144,7 @@ public final class TileSetCover {
         switch areas[ra[k].area] {
         case .all: return [r.minX...r.maxX]
         case .shape(let s):
-            if rings[ra[k].area]?.z != r.z { rings[ra[k].area] = (r.z, s.projected(z: r.z)) }
+            if rings[ra[k].area]?.z != r.z { rings[ra[k].area] = (r.z, s.indexed(z: r.z)) }
             cols = s.columns(z: r.z, y: y, rings: rings[ra[k].area]!.rings)
         case .corridor(let c):
             guard let piece = ra[k].piece else { return [] }
@@ -274,7 +274,7 @@ public final class TileSetCover {
         return TileColumns.merge(taken)
     }
 
-    private var shapeRings: (z: Int, rings: [[(Double, Double)]])?
+    private var shapeRings: (z: Int, rings: ProjectedRings)?
 
     /// The planned columns of row `y` in rectangle `k` for a set of any kind: a corridor's or
     /// parts' (`planned`), a geometry's (the shape's columns within the rectangle), or a box's
@@ -284,7 +284,7 @@ public final class TileSetCover {
         guard y >= r.minY, y <= r.maxY else { return [] }
         if set.areas != nil { return planned(rect: k, y: y) }
         guard let shape = set.shape else { return [r.minX...r.maxX] }
-        if shapeRings?.z != r.z { shapeRings = (r.z, shape.projected(z: r.z)) }
+        if shapeRings?.z != r.z { shapeRings = (r.z, shape.indexed(z: r.z)) }
         return TileColumns.clip(shape.columns(z: r.z, y: y, rings: shapeRings!.rings), r.minX, r.maxX)
     }
 

@@ -467,7 +467,7 @@ public enum RequestValidator {
             let zooms = try RegionPart.zooms(o, prefix: "")
             minZoom = zooms.lowerBound; maxZoom = zooms.upperBound
             if shape != nil {
-                try RegionPart.checkBoundingTiles(.shape(shape!), zooms, name: "geometry")
+                try RegionPart.checkBoundingTiles(.shape(shape!), zooms, name: "geometry", work: rowBudget ? RegionPart.PlanWork(countsRows: false) : nil)
             }
             if let corridor { try RegionPart.checkBoundingTiles(.corridor(corridor), zooms, name: "corridor", work: rowBudget ? RegionPart.PlanWork() : nil) }
         }

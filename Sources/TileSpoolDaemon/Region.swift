@@ -195,7 +195,7 @@ final class Download {
     /// The covered columns of the last tile row looked at (GeoJSON regions), by set, zoom and row.
     var rowCache: (set: Int, z: Int, y: Int, columns: [ClosedRange<Int>])?
     /// The shape's rings projected at the zoom of `rowCache` (projected once per zoom).
-    var ringCache: (set: Int, z: Int, rings: [[(Double, Double)]])?
+    var ringCache: (set: Int, z: Int, rings: ProjectedRings)?
 
     /// The plan's cover (corridor and parts sets), made once per plan.
     var planCover: PlanCover?
@@ -214,7 +214,7 @@ final class Download {
         guard i >= plan.resources.count, plan.tileSets.contains(where: { $0.shape != nil }),
               case .tile(let s, let t) = plan.item(at: i), let shape = plan.tileSets[s].shape else { return true }
         if let c = rowCache, c.set == s, c.z == t.z, c.y == t.y { return c.columns.contains { $0.contains(t.x) } }
-        if ringCache?.set != s || ringCache?.z != t.z { ringCache = (s, t.z, shape.projected(z: t.z)) }
+        if ringCache?.set != s || ringCache?.z != t.z { ringCache = (s, t.z, shape.indexed(z: t.z)) }
         let columns = shape.columns(z: t.z, y: t.y, rings: ringCache!.rings)
         rowCache = (s, t.z, t.y, columns)
         return columns.contains { $0.contains(t.x) }

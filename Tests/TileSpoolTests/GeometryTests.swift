@@ -8,6 +8,73 @@ final class GeometryTests: XCTestCase {
         [[[w, s], [e, s], [e, n], [w, n], [w, s]]]
     }
 
+    /// Rows asked through the edge index (`ProjectedRings`: only the edges near the row) give
+    /// the columns going over every edge gives, on random polygons (seeded): stars with long
+    /// and short edges, holes, two polygons, edges on tile borders, latitudes near the pole,
+    /// every row of the bounding box at z2 to z16, and rows past the shape (none).
+    func testIndexedRingsGiveTheSameColumns() throws {
+        var rng = SeededRandom(seed: 7)
+        func unit() -> Double { Double(rng.next() % 1_000_001) / 1_000_000 }
+        var rows = 0, rowsWithTiles = 0
+        for trial in 0..<30 {
+            let (cx, cy) = (unit() * 340 - 170, unit() * 160 - 80)
+            let radius = [0.001, 0.05, 1.0, 8.0][trial % 4]
+            func ring(_ r: Double, _ count: Int, spikes: Bool) -> [[Double]] {
+                var out: [[Double]] = (0..<count).map { k in
+                    let a = 2 * Double.pi * Double(k) / Double(count)
+                    let rr = r * (spikes && k % 7 == 0 ? 3 : 0.4 + 0.6 * unit())
+                    // Some positions on whole tile borders at z10 (0.3515625° apart in longitude).
+                    let x = trial % 3 == 0 ? ((cx + rr * cos(a)) / 0.3515625).rounded() * 0.3515625 : cx + rr * cos(a)
+                    return [x, max(-85, min(85, cy + rr * sin(a) * 0.6))]
+                }
+                out.append(out[0])
+                return out
+            }
+            var polygons: [[[[Double]]]] = [[ring(radius, 5 + trial * 7, spikes: true), ring(radius * 0.2, 6, spikes: false)]]
+            if trial % 2 == 1 { polygons.append([ring(radius * 0.5, 40, spikes: false).map { [$0[0] + radius * 2, $0[1]] }]) }
+            let shape = RegionShape(polygons: polygons)
+            for z in [2, 6, 10, 13, 16] {
+                let indexed = shape.indexed(z: z), every = shape.projected(z: z)
+                let rect = WebMercator.cover(shape.bounds, z: z)[0]
+                for y in max(0, rect.minY - 2)...min((1 << z) - 1, rect.maxY + 2) {
+                    let a = shape.columns(z: z, y: y, rings: indexed), b = shape.columns(z: z, y: y, rings: every)
+                    XCTAssertEqual(a, b, "trial \(trial) z\(z) row \(y)")
+                    rows += 1
+                    if !b.isEmpty { rowsWithTiles += 1 }
+                    if rows > 200_000 { break }
+                }
+            }
+        }
+        XCTAssertGreaterThan(rowsWithTiles, 2000, "\(rows) rows compared")
+    }
+
+    /// Round 46: a polygon zigzagging across a strip of 440,000 rows planned for 55 s (each row
+    /// went over every edge). Edges near a row are found through the index; a shape whose
+    /// edges spanning many rows, times its rows, pass `RegionShape.maxPlanLongEdgeRows` is
+    /// refused as it is validated (a top-level `geometry` or a part); a polygon of 20,000
+    /// short edges over the same rows is taken.
+    func testAShapeOfManyLongEdgesIsRefusedBeforeItIsPlanned() throws {
+        func refusal(_ fields: [String: Any]) -> RegionError? {
+            var o: [String: Any] = ["id": "g", "tiles": ["http://127.0.0.1/{z}/{x}/{y}.png"]]
+            for (k, v) in fields { o[k] = v }
+            do { _ = try RequestValidator.validate(try JSONSerialization.data(withJSONObject: o), fileName: "g.json"); return nil } catch let e as RegionError { return e } catch { return nil }
+        }
+        // 2,000 edges from 60° S to 60° N and back, 0.01° wide.
+        var zigzag: [[Double]] = (0..<2_000).map { [Double($0) * 0.000005, $0 % 2 == 0 ? -60 : 60] }
+        zigzag += [[0.01, 60], [0.01, -60.5], [0, -60.5], zigzag[0]]
+        let long = refusal(["geometry": ["type": "Polygon", "coordinates": [zigzag]], "minZoom": 0, "maxZoom": 18])
+        XCTAssertEqual(long?.code, .tileLimitExceeded)
+        XCTAssertTrue(long?.message.hasPrefix("geometry: its long edges (spanning more than 16 tile rows) times their rows come to ") == true, long?.message ?? "")
+        XCTAssertTrue(long?.message.contains(", more than 200000000 (each row goes over every long edge); give fewer or shallower zooms, a simpler shape, or split the region into smaller requests") == true, long?.message ?? "")
+        let part = refusal(["parts": [["geometry": ["type": "Polygon", "coordinates": [zigzag]], "minZoom": 0, "maxZoom": 18]]])
+        XCTAssertTrue(part?.message.hasPrefix("parts[0]: its long edges") == true, part?.message ?? "")
+        // The same strip drawn with 20,000 short steps along its sides: taken.
+        var steps: [[Double]] = (0...10_000).map { [0, -60 + 120 * Double($0) / 10_000] }
+        steps += (0...10_000).map { [0.01, 60 - 120 * Double($0) / 10_000] }
+        steps.append(steps[0])
+        XCTAssertNil(refusal(["geometry": ["type": "Polygon", "coordinates": [steps]], "minZoom": 0, "maxZoom": 18]))
+    }
+
     /// A rectangle covers exactly what the same bounds cover, at every zoom.
     func testRectangleCoversLikeItsBounds() {
         for b in [GeoBounds(west: 9.47, south: 47.04, east: 9.64, north: 47.27), GeoBounds(west: -10, south: 35, east: 30, north: 60),
