@@ -178,14 +178,20 @@ public struct Corridor: Sendable, Equatable, Codable {
         var start: [Int]
         var count: Int { start.last! + 1 }
         /// The position (unwrapped lon, lat) of station `g`.
-        func position(_ g: Int) -> (Double, Double) {
-            // The segment k with start[k] <= g < start[k+1].
+        func position(_ g: Int) -> (Double, Double) { position(g, onSegment: segment(of: g)) }
+        /// The segment k with start[k] <= g < start[k+1] (the last segment for the last station).
+        func segment(of g: Int) -> Int {
             var lo = 0, hi = start.count - 1
             while hi - lo > 1 { let mid = (lo + hi) / 2; if start[mid] <= g { lo = mid } else { hi = mid } }
-            let a = positions[lo]
-            if lo == start.count - 1 || g == start[lo] { return (a[0], a[1]) }
-            let b = positions[lo + 1]
-            let t = Double(g - start[lo]) / Double(start[lo + 1] - start[lo])
+            return lo
+        }
+        /// The position of station `g` on segment `k` (`segment(of:)`): interpolated between
+        /// the segment's ends.
+        func position(_ g: Int, onSegment k: Int) -> (Double, Double) {
+            let a = positions[k]
+            if k == start.count - 1 || g == start[k] { return (a[0], a[1]) }
+            let b = positions[k + 1]
+            let t = Double(g - start[k]) / Double(start[k + 1] - start[k])
             return (a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t)
         }
         /// Calls `body` with the position of each station `from...to` in turn, exactly as
@@ -193,21 +199,11 @@ public struct Corridor: Sendable, Equatable, Codable {
         /// stops when `body` returns false.
         func forEachPosition(_ from: Int, _ to: Int, _ body: (Double, Double) -> Bool) {
             guard from <= to else { return }
-            var lo = 0, hi = start.count - 1
-            while hi - lo > 1 { let mid = (lo + hi) / 2; if start[mid] <= from { lo = mid } else { hi = mid } }
-            var k = lo
+            var k = segment(of: from)
             for g in from...to {
                 while k + 1 < start.count - 1 && start[k + 1] <= g { k += 1 }
-                let a = positions[k]
-                let going: Bool
-                if k == start.count - 1 || g == start[k] {
-                    going = body(a[0], a[1])
-                } else {
-                    let b = positions[k + 1]
-                    let t = Double(g - start[k]) / Double(start[k + 1] - start[k])
-                    going = body(a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t)
-                }
-                if !going { return }
+                let (lon, lat) = position(g, onSegment: k)
+                if !body(lon, lat) { return }
             }
         }
     }

@@ -93,18 +93,7 @@ public struct RegionShape: Sendable, Equatable, Codable {
 
     /// The edges of the shape spanning more than `ProjectedRings.bandRows` tile rows at zoom `z`,
     /// times `rows` (the rows a plan asks at that zoom), saturating.
-    public func longEdgeRows(z: Int, rows: Int) -> Int {
-        var long = 0
-        for poly in polygons {
-            for ring in poly {
-                for i in 0..<max(ring.count - 1, 0) {
-                    let (first, last) = ProjectedRings.rows(WebMercator.tileY(lat: ring[i][1], z: z), WebMercator.tileY(lat: ring[i + 1][1], z: z))
-                    if last - first + 1 > ProjectedRings.bandRows { long += 1 }
-                }
-            }
-        }
-        return SaturatingCount.multiply(long, rows)
-    }
+    public func longEdgeRows(z: Int, rows: Int) -> Int { indexed(z: z).longEdgeRows(rows: rows) }
 
     /// The most positions a shape may have in all.
     public static let maxPositions = 100_000

@@ -1757,6 +1757,25 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(asked.last?.headers["If-Match"], "\"v1\"")
     }
 
+    /// `tilespool get` from a server that ignores Range: its check's read brings the whole
+    /// archive, handed to its daemon, which cuts the tiles from it (the file is not kept twice,
+    /// by the check and the daemon's options): one request in all, and the MBTiles holds the
+    /// archive's 85 tiles.
+    func testGetFromAServerIgnoringRangeAsksTheArchiveOnce() throws {
+        fx.stop() // get runs its own daemon on the spool
+        try server.registerFile("stamen4.pmtiles", data: try Data(contentsOf: mapdata.appendingPathComponent(stamenFile)))
+        let path = "/pmtiles/norange/0/stamen4.pmtiles"
+        let request = fx.root.appendingPathComponent("getnr.json")
+        try JSONSerialization.data(withJSONObject: ["id": "getnr", "tiles": ["pmtiles://" + server.url(path)],
+                                                    "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3] as [String: Any]).write(to: request)
+        let output = fx.root.appendingPathComponent("getnr.mbtiles").path
+        let (rc, out) = try fx.cli(["get", request.path, "--output", output, "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("\(output): mbtiles (source tiles0), 85 tiles"), out)
+        XCTAssertEqual(server.hits(path), 1, "the check's read brought the file; no range was asked")
+        XCTAssertEqual(try stamenTiles("getnr").count, 85)
+    }
+
     /// A server that ignores Range (200 with the whole file, to the plan's request and the
     /// tiles' alike): the tiles are cut out of it; the whole file is never stored. The file
     /// the plan's request brought gives the tiles: it is sent once (before 2026-12-07, once
