@@ -173,6 +173,9 @@ final class OperationsTests: FaultServerSpoolTestCase {
         try fx.start()
         try fx.drop("l.json", server.tilesRequest(["/error500/l/{z}/{x}/{y}.png?api_key=SECRET9"], id: "l"))
         try fx.waitForState("l", "failed", timeout: 60)
+        // The status file is written before the state change's log line: wait for the line
+        // (a CI run under load read the log in between).
+        try waitUntil("the failed state change is logged", timeout: 10) { fx.log().contains("region=l state=failed msg=\"state change\"") }
         fx.assertLogLinesAreEntries()
         let log = fx.log()
         XCTAssertFalse(log.contains("SECRET9"), log)
