@@ -120,8 +120,13 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
     let deadline = timeout > 0 ? Date().addingTimeInterval(timeout) : Date.distantFuture
     var lastLockCheck = Date(), daemonGone = false
     while true {
-        for event in events.pollEvents() {
-            switch watch.answer(event) {
+        let batch = events.pollEvents()
+        for (i, event) in batch.enumerated() {
+            let answer = watch.answer(event)
+            if let answer, answer != .started {
+                awaitStatusFiles(layout, event: event, after: batch[(i + 1)...], events: events)
+            }
+            switch answer {
             case nil: continue
             case .started?:
                 out("\(id): refresh started")
@@ -155,6 +160,25 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
             if (try? SpoolLock.isHeld(path: layout.lock)) != true { daemonGone = true; continue }
         }
         usleep(100_000)
+    }
+}
+
+/// The daemon appends a state change's event before it rewrites `<id>.json` and `<id>.state`
+/// (`StatusWriter.record`, `Daemon.setState`, one at a time), so an answer read in `events.jsonl`
+/// may come a moment before the status files say it. `--wait` returns once they have caught up:
+/// `<id>.state` holds the event's state (is absent after `deleted`), or a later event of the region
+/// is in `events.jsonl` (`after`: the rest of the batch read, then new lines), whose change the
+/// daemon began only once this one's files were written. At most 5 seconds: a status file the
+/// daemon cannot write is an error in its log, not a hang here.
+func awaitStatusFiles(_ layout: SpoolLayout, event: StatusEvent, after: ArraySlice<StatusEvent>, events: EventsFollower) {
+    let stateFile = layout.statusState(event.id)
+    var later = after.contains { $0.id == event.id }
+    let deadline = Date().addingTimeInterval(5)
+    while !later && Date() < deadline {
+        let text = try? String(contentsOfFile: stateFile, encoding: .utf8)
+        if event.state == "deleted" ? text == nil : text?.trimmingCharacters(in: .whitespacesAndNewlines) == event.state { return }
+        usleep(5_000)
+        later = events.pollEvents().contains { $0.id == event.id }
     }
 }
 

@@ -197,32 +197,42 @@ final class RegionFollower {
     /// The end, if the region has ended since the last call; prints state changes (a plain line
     /// each, off a terminal) or redraws the progress line (on a terminal, at most 5 times a second).
     func check() -> RegionEnd? {
-        for e in events.pollEvents() where e.id == id {
-            let state = e.state
-            if e.ignored != nil { continue }
-            let error = e.error.map { "\($0.code.rawValue): \($0.message)" } ?? ""
-            if let refresh = e.refresh {
-                if refresh == "failed" { return .failed("the refresh failed: \(error)") }
-                if refresh == "cancelled" { return .cancelled }
-            }
-            if state != lastState { lastState = state; if !terminal { err("\(id): \(state)") } }
-            switch state {
-            case "queued": accepted = true
-            case "completed": if e.refresh != "started" { return .completed }
-            case "failed":
-                if !accepted, let code = e.error?.code, [.invalidRequest, .tileLimitExceeded, .policyRefused].contains(code) { return .refused(error) }
-                return .failed(error)
-            case "failedStorage": return .failedStorage(error)
-            case "cancelled": return .cancelled
-            case "deleted": return .deleted
-            case "pausedNetwork" where endAtPausedNetwork: return .pausedNetwork(error)
-            default: break
+        let batch = events.pollEvents()
+        for (i, e) in batch.enumerated() where e.id == id {
+            if let end = end(at: e) {
+                awaitStatusFiles(layout, event: e, after: batch[(i + 1)...], events: events)
+                return end
             }
         }
         if !accepted, fileIdentity(rejection) != rejectedBefore, let text = try? String(contentsOfFile: rejection, encoding: .utf8) {
             return .refused(String(text.split(separator: "\n").first ?? ""))
         }
         if terminal { draw(force: false) }
+        return nil
+    }
+
+    /// The end `e` (an event of this region) tells, if any; notes its state (printed off a terminal).
+    private func end(at e: StatusEvent) -> RegionEnd? {
+        let state = e.state
+        if e.ignored != nil { return nil }
+        let error = e.error.map { "\($0.code.rawValue): \($0.message)" } ?? ""
+        if let refresh = e.refresh {
+            if refresh == "failed" { return .failed("the refresh failed: \(error)") }
+            if refresh == "cancelled" { return .cancelled }
+        }
+        if state != lastState { lastState = state; if !terminal { err("\(id): \(state)") } }
+        switch state {
+        case "queued": accepted = true
+        case "completed": if e.refresh != "started" { return .completed }
+        case "failed":
+            if !accepted, let code = e.error?.code, [.invalidRequest, .tileLimitExceeded, .policyRefused].contains(code) { return .refused(error) }
+            return .failed(error)
+        case "failedStorage": return .failedStorage(error)
+        case "cancelled": return .cancelled
+        case "deleted": return .deleted
+        case "pausedNetwork" where endAtPausedNetwork: return .pausedNetwork(error)
+        default: break
+        }
         return nil
     }
 
