@@ -48,6 +48,12 @@ public enum JSONKind {
         return "value"
     }
 
+    /// `name` with its article, for messages: `a string`, `an array`, `null`.
+    public static func aName(_ v: Any) -> String {
+        let n = name(v)
+        return n == "null" ? "null" : (n.first.map { "aeiou".contains($0) } == true ? "an " : "a ") + n
+    }
+
     /// A lexical token of JSON text (`forEachToken`): a string, quotes included (`start` is the
     /// offset of its opening quote, `end` one past its closing one, or the end of the text for
     /// one never closed), one of the punctuation bytes `{ } [ ] , :`, or any other byte outside

@@ -277,21 +277,26 @@ extension PMTiles {
                                         source: String) -> RegionError? {
         var spanned = 0
         for r in rects { spanned = SaturatingCount.add(spanned, r.count) }
-        var count = spanned
+        var count = spanned, stopped = false
         if let shape, spanned <= RegionShape.maxPlanIndexSpace {
-            count = 0
-            for r in rects { count = SaturatingCount.add(count, shape.count(in: r)) }
+            // Counted only until past the limit (`RegionShape.counts`).
+            (_, count, stopped) = shape.counts(in: rects, stoppingAbove: limitCount(maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles))
         }
-        return limitError(count: count, rects: rects, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
+        return limitError(count: count, atLeast: stopped, rects: rects, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
     }
 
-    static func limitError(count: Int, rects: [TileRect], maxTiles: Int?, daemonMaxTiles: Int, source: String) -> RegionError? {
-        let limit = min(maxTiles ?? Int.max, daemonMaxTiles, RegionShape.maxPlanIndexSpace)
+    /// The most tiles a region may take from an archive: the request's `maxTiles`, the daemon's
+    /// `--max-tiles` and `RegionShape.maxPlanIndexSpace`, the lowest.
+    static func limitCount(maxTiles: Int?, daemonMaxTiles: Int) -> Int { min(maxTiles ?? Int.max, daemonMaxTiles, RegionShape.maxPlanIndexSpace) }
+
+    /// `atLeast`: `count` counts the tiles before counting stopped, past the limit.
+    static func limitError(count: Int, atLeast: Bool = false, rects: [TileRect], maxTiles: Int?, daemonMaxTiles: Int, source: String) -> RegionError? {
+        let limit = limitCount(maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles)
         guard count > limit else { return nil }
         let which = limit == maxTiles ? "the request's maxTiles (\(limit))"
             : limit == daemonMaxTiles ? "the daemon's --max-tiles (\(limit))" : "\(limit), the most TileSpool lists"
         let zooms = rects.isEmpty ? "" : " (zooms \(rects.map(\.z).min()!) to \(rects.map(\.z).max()!))"
-        return RegionError(code: .tileLimitExceeded, message: "source '\(source)': the region holds \(count == Int.max ? "more than \(Int.max - 1)" : String(count)) tiles at the PMTiles archive's zooms within its bounds\(zooms), more than \(which); its tiles are listed before the directories say which the archive holds: narrow the bounds or the zooms, or split the region")
+        return RegionError(code: .tileLimitExceeded, message: "source '\(source)': the region holds \(count == Int.max ? "more than \(Int.max - 1)" : atLeast ? "at least \(count)" : String(count)) tiles at the PMTiles archive's zooms within its bounds\(zooms), more than \(which); its tiles are listed before the directories say which the archive holds: narrow the bounds or the zooms, or split the region")
     }
 
     /// `regionLimitError` over a corridor or parts: the tiles the set's areas plan (`TileSet.count`

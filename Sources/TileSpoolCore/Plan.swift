@@ -58,9 +58,14 @@ public struct TileSet: Sendable, Equatable, Codable {
     /// The exact bytes of the tiles (`ArchiveSource.tileBytes`), known for an archive; nil otherwise.
     public var tileBytes: Int? { archive?.tileBytes }
     public init(source: String, template: TileURLTemplate, rects: [TileRect], shape: RegionShape? = nil) {
+        self.init(source: source, template: template, rects: rects, shape: shape,
+                  rectCounts: rects.map { r in shape.map { $0.count(in: r) } ?? r.count })
+    }
+    /// A tile set whose planned tiles per rectangle are already counted (`RegionShape.counts`).
+    public init(source: String, template: TileURLTemplate, rects: [TileRect], shape: RegionShape?, rectCounts: [Int]) {
         self.source = ManifestLine.sanitizeKey(source); self.template = template; self.rects = rects
         self.shape = shape
-        rectCounts = rects.map { r in shape.map { $0.count(in: r) } ?? r.count }
+        self.rectCounts = rectCounts
     }
     /// A tile set over areas (a corridor or parts): `rectAreas[k]` names rectangle k's area.
     /// Counts every rectangle's planned tiles row by row (`TileSetCover`).

@@ -284,8 +284,11 @@ public enum RequestValidator {
     /// (the request's `maxTiles` or the daemon's `--max-tiles`), or nil when the plan is within both.
     /// `tiles` is a saturated count (`ResourcePlan.tileCount`): `Int.max` means at least that
     /// many, and is always refused (the message says "at least 9223372036854775807 tiles").
-    public static func tileLimitError(tiles: Int, maxTiles: Int?, daemonMaxTiles: Int) -> RegionError? {
-        let has = tiles == Int.max ? "at least \(tiles) tiles (more than can be counted)" : "\(tiles) tiles"
+    /// `counted`: `tiles` are those counted before counting stopped past the limit
+    /// (`TileLimits.stopsAt`): "at least N tiles (counting stopped there)".
+    public static func tileLimitError(tiles: Int, maxTiles: Int?, daemonMaxTiles: Int, countStopped: Bool = false) -> RegionError? {
+        let has = tiles == Int.max ? "at least \(tiles) tiles (more than can be counted)"
+            : countStopped ? "at least \(tiles) tiles (counting stopped there)" : "\(tiles) tiles"
         if let m = maxTiles, m <= daemonMaxTiles, tiles > m || tiles == Int.max {
             return RegionError(code: .tileLimitExceeded, message: "maxTiles: the plan has \(has), more than the request's maxTiles (\(m))")
         }
@@ -293,6 +296,23 @@ public enum RequestValidator {
             return RegionError(code: .tileLimitExceeded, message: "the plan has \(has), more than the daemon's --max-tiles (\(daemonMaxTiles))")
         }
         return nil
+    }
+
+    /// The tile limits a plan is held to, for the planner to stop counting a shape's tiles once
+    /// they are passed (`Planner.plan`).
+    public struct TileLimits: Sendable, Equatable {
+        /// The request's `maxTiles`, if any.
+        public var maxTiles: Int?
+        /// The daemon's `--max-tiles` (`tilespool plan`'s).
+        public var daemonMaxTiles: Int
+        public init(maxTiles: Int?, daemonMaxTiles: Int) { self.maxTiles = maxTiles; self.daemonMaxTiles = daemonMaxTiles }
+        /// The most tiles a plan may have: the lower of the two.
+        public var stopsAt: Int { min(maxTiles ?? Int.max, daemonMaxTiles) }
+        /// `tileLimitError` for `tiles` counted before counting stopped (more than `stopsAt`).
+        public func stoppedError(tiles: Int) -> RegionError {
+            tileLimitError(tiles: tiles, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, countStopped: true)
+                ?? RegionError(code: .tileLimitExceeded, message: "the plan has at least \(tiles) tiles")
+        }
     }
 
     /// Checks that `url` is an absolute http or https URL with a host libcurl can use

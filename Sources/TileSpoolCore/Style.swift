@@ -107,7 +107,11 @@ public struct StyleDocument: Sendable, Equatable {
                 if src.tileJSONURL == nil && src.archiveURL == nil && (src.tiles ?? []).isEmpty {
                     throw bad("source '\(name)' has neither 'url' nor 'tiles'")
                 }
-                if type != .vector, let ts = s["tileSize"].flatMap(JSONKind.integer) {
+                // A tileSize that is not a number (`"256"`) or not whole (`100.5`) was read as the
+                // default 512: half the zooms of a 256 px source. MapLibre's style validation
+                // refuses it too (style spec: `tileSize` is a number).
+                if type != .vector, let v = s["tileSize"], !(v is NSNull) {
+                    guard let ts = JSONKind.integer(v) else { throw bad("source '\(name)': tileSize must be a whole number of pixels (64, 128, 256, 512, 1024 or 2048), not \(v is NSNumber && !JSONKind.isBool(v) ? "\(v)" : JSONKind.aName(v))") }
                     guard [64, 128, 256, 512, 1024, 2048].contains(ts) else { throw bad("source '\(name)': tileSize \(ts) is not a power of two in 64...2048") }
                     src.tileSize = ts
                 }
@@ -279,8 +283,11 @@ public enum Planner {
     ///   - archives: the tile set of every PMTiles source (`archiveSources`), by source name,
     ///     made from its directories (`TileSet.init(source:archive:rects:shape:)` over
     ///     `archiveRects`). A PMTiles source missing here is left out of the plan.
+    ///   - limits: the tile limits the plan will be held to; with them, a shape's tiles are
+    ///     counted only until the plan passes them (`sets(_:shape:limits:)`).
     public static func plan(request: RegionRequest, styleURL: String, style: StyleDocument,
-                            tileJSONs: [String: TileJSON], archives: [String: TileSet] = [:]) throws(RegionError) -> ResourcePlan {
+                            tileJSONs: [String: TileJSON], archives: [String: TileSet] = [:],
+                            limits: RequestValidator.TileLimits? = nil) throws(RegionError) -> ResourcePlan {
         var resources = [PlannedResource(kind: .style, key: "style", url: styleURL)]
         var resourceBytes = styleURL.utf8.count
         /// Counts `n` resources of about `bytes` each (URL and key) against
@@ -366,7 +373,7 @@ public enum Planner {
             planned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), covered, nil))
         }
         try checkShapeBudget(request, planned.map(\.rects), sources: "the style's \(planned.count) tile sources at the zooms each loads")
-        var sets = planned.map { $0.archive ?? TileSet(source: $0.source, template: $0.template, rects: $0.rects, shape: request.shape) }
+        var sets = try sets(planned, shape: request.shape, limits: limits)
         if request.areaParts != nil {
             try checkAreaBudget(areaPlanned.map(\.rects), sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
             try checkPlanWork(areaPlanned.map { ($0.rects, $0.areas, $0.rectAreas) }, sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
@@ -392,7 +399,9 @@ public enum Planner {
     ///   (`archiveSources`), by source name (`tiles0`, ...), made from its directories.
     /// - Throws: `RegionError` `invalidRequest` when an entry is a PMTiles archive missing from
     ///   `archives` (its directories were not read).
-    public static func plan(request: RegionRequest, templates: [String], archives: [String: TileSet] = [:]) throws(RegionError) -> ResourcePlan {
+    /// - Parameter limits: as for a style's plan.
+    public static func plan(request: RegionRequest, templates: [String], archives: [String: TileSet] = [:],
+                            limits: RequestValidator.TileLimits? = nil) throws(RegionError) -> ResourcePlan {
         let ratio = ratioToken(request.pixelRatio)
         if let parts = request.areaParts {
             let plain = templates.filter { PMTiles.archiveURL($0) == nil }
@@ -416,13 +425,44 @@ public enum Planner {
         }
         let covered = rects(request.bounds, request.minZoom, request.maxZoom)
         try checkShapeBudget(request, Array(repeating: covered, count: templates.count), sources: "the \(templates.count) templates")
-        var sets: [TileSet] = []
+        var planned: [(source: String, template: TileURLTemplate, rects: [TileRect], archive: TileSet?)] = []
         for (i, t) in templates.enumerated() {
-            if PMTiles.archiveURL(t) != nil { sets.append(try archiveSet(archives, i, t)); continue }
-            sets.append(TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
-                                rects: covered, shape: request.shape))
+            if PMTiles.archiveURL(t) != nil { let a = try archiveSet(archives, i, t); planned.append((a.source, a.template, a.rects, a)); continue }
+            planned.append(("tiles\(i)", TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains), covered, nil))
         }
-        return ResourcePlan(resources: [], tileSets: sets)
+        return ResourcePlan(resources: [], tileSets: try sets(planned, shape: request.shape, limits: limits))
+    }
+
+    /// The tile sets of a request of one area (bounds or a top-level geometry), one per entry of
+    /// `planned` (an archive's set as made from its directories). A shape's tiles are counted
+    /// once per distinct list of rectangles (templates of one request share theirs) and, with
+    /// `limits`, only until the sets counted so far pass `limits.stopsAt`.
+    /// - Throws: `RegionError` `tileLimitExceeded` ("at least N tiles (counting stopped there)")
+    ///   when they do: a thin shape 140 degrees tall to z24 counted 18.5 million tiles for 15 s
+    ///   before it was refused for the default limit of 1,000,000.
+    static func sets(_ planned: [(source: String, template: TileURLTemplate, rects: [TileRect], archive: TileSet?)],
+                     shape: RegionShape?, limits: RequestValidator.TileLimits?) throws(RegionError) -> [TileSet] {
+        var sets: [TileSet] = [], counted = 0
+        var known: [(rects: [TileRect], counts: [Int])] = []
+        for p in planned {
+            if let a = p.archive { sets.append(a); counted = SaturatingCount.add(counted, a.count); continue }
+            let counts: [Int]
+            if let shape {
+                if let k = known.first(where: { $0.rects == p.rects }) { counts = k.counts } else {
+                    let stop = limits.map { max($0.stopsAt - counted, 0) } ?? Int.max
+                    let c = shape.counts(in: p.rects, stoppingAbove: stop)
+                    if c.stopped, let limits { throw limits.stoppedError(tiles: SaturatingCount.add(counted, c.total)) }
+                    counts = c.counts
+                    known.append((p.rects, counts))
+                }
+            } else {
+                counts = p.rects.map(\.count)
+            }
+            let set = TileSet(source: p.source, template: p.template, rects: p.rects, shape: shape, rectCounts: counts)
+            counted = SaturatingCount.add(counted, set.count)
+            sets.append(set)
+        }
+        return sets
     }
 
     /// The PMTiles archives a plan needs read first (issue 31): source name, the archive's http(s)

@@ -179,7 +179,7 @@ extension Daemon {
     func planTiles(_ r: Region, _ d: Download) {
         guard case .tiles(let templates) = r.request.source, let archives = d.archiveSets else { return }
         let plan: ResourcePlan
-        do throws(RegionError) { plan = try Planner.plan(request: r.request, templates: templates, archives: archives) } catch { fail(r, error); return }
+        do throws(RegionError) { plan = try Planner.plan(request: r.request, templates: templates, archives: archives, limits: tileLimits(r)) } catch { fail(r, error); return }
         if let e = tileLimitError(r, plan) { fail(r, e); return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan

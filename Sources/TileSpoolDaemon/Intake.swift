@@ -125,7 +125,8 @@ extension Daemon {
             // (Not with a PMTiles archive: its plan needs the archive's directories, read when the
             // region starts; the limit is checked then.)
             if case .tiles(let templates) = request.source, !templates.contains(where: { PMTiles.archiveURL($0) != nil }) {
-                let plan = try Planner.plan(request: request, templates: templates)
+                let plan = try Planner.plan(request: request, templates: templates,
+                                            limits: .init(maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles))
                 if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
                     throw e
                 }

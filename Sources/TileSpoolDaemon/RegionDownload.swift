@@ -41,7 +41,7 @@ extension Daemon {
             // (`readArchives`); the plan is made when they are in (`planTiles`).
             if let archives = readArchives(r, d, style: nil) {
                 do throws(RegionError) {
-                    let plan = try Planner.plan(request: r.request, templates: templates, archives: archives)
+                    let plan = try Planner.plan(request: r.request, templates: templates, archives: archives, limits: tileLimits(r))
                     try? d.files.savePlan(plan)
                     savedPlan = plan
                 } catch {
@@ -116,7 +116,8 @@ extension Daemon {
         // they are in (`collectArchiveReads`).
         guard let archives = readArchives(r, d, style: style) else { return }
         do throws(RegionError) {
-            plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs, archives: archives)
+            plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs, archives: archives,
+                                   limits: tileLimits(r))
         } catch {
             if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); return }
             refuseLate(r, error) // a shape over the planning budget: refused like a bad request
@@ -155,6 +156,12 @@ extension Daemon {
         RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
     }
 
+    /// The tile limits `r`'s plan is held to (`tileLimitError`), for the planner to stop
+    /// counting a shape's tiles once past them.
+    func tileLimits(_ r: Region) -> RequestValidator.TileLimits {
+        RequestValidator.TileLimits(maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
+    }
+
     /// Issues requests for a downloading region up to its limit.
     func fill(_ r: Region, _ d: Download, now: Double) {
         guard now >= d.holdUntil else { return }
@@ -185,7 +192,9 @@ extension Daemon {
         while d.inFlight.count < options.maxRequestsPerRegion && d.cursor < indexSpace {
             let i = d.cursor
             if let span = d.archiveSpans.first(where: { $0.contains(i) }) { d.cursor = span.upperBound; continue }
-            if d.done[i] || !d.isPlanned(i, plan) { d.cursor += 1; continue }
+            if d.done[i] { d.cursor += 1; continue }
+            let unplanned = d.unplannedRun(i, plan)
+            if unplanned > 0 { d.cursor += unplanned; continue }
             if d.keepsSomeLines && keepIfFresh(r, d, .index(i)) { d.cursor += 1; continue }
             // Phases run in order: no tile before every other resource is finished.
             if i >= plan.resources.count && (d.nonTileInFlight > 0 || d.retries.contains(where: { if case .index(let j) = $0.item { return j < plan.resources.count }; return false })) {

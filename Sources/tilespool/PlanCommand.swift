@@ -155,7 +155,8 @@ struct CheckedRequest {
         case .tiles(let templates):
             // PMTiles archives (issue 31): header, root and the leaves that meet the region.
             let archives = try PMTilesRemote.readAll(request: request, style: nil, http: http, headers: request.headerList, maxTiles: maxTiles)
-            plan = try Planner.plan(request: request, templates: templates, archives: archives.mapValues(\.set))
+            plan = try Planner.plan(request: request, templates: templates, archives: archives.mapValues(\.set),
+                                    limits: .init(maxTiles: request.maxTiles, daemonMaxTiles: maxTiles))
             readings = archives
             sources = Planner.archiveSources(request: request, style: nil)
         case .style(let styleURL):
@@ -184,7 +185,8 @@ struct CheckedRequest {
                 tileJSONs[u.source] = try parsed(u.url) { try TileJSON(data: data, baseURL: u.url) }
             }
             let archives = try PMTilesRemote.readAll(request: request, style: style, http: http, headers: request.headerList, maxTiles: maxTiles)
-            plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives.mapValues(\.set))
+            plan = try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives.mapValues(\.set),
+                                    limits: .init(maxTiles: request.maxTiles, daemonMaxTiles: maxTiles))
             readings = archives
             sources = Planner.archiveSources(request: request, style: style)
         }

@@ -156,6 +156,23 @@ final class PlannerTests: XCTestCase {
         XCTAssertEqual(plan.tileCount, 4 + 16 + 64)
     }
 
+    /// A raster source's `tileSize` that is not a whole number was read as the default 512, so a
+    /// 256 px source written `"256"` planned a zoom too shallow: refused as MapLibre's style
+    /// validation refuses it, naming the value; `null` is the default, as absent.
+    func testARasterTileSizeThatIsNotAWholeNumberIsRefused() throws {
+        func style(_ tileSize: String) -> Data {
+            Data(#"{"version":8,"sources":{"r":{"type":"raster","tileSize":\#(tileSize),"tiles":["http://h/{z}/{x}/{y}.png"]}},"layers":[]}"#.utf8)
+        }
+        for (value, named) in [(#""256""#, "not a string"), ("100.5", "not 100.5"), ("true", "not a boolean"), ("[256]", "not an array")] {
+            XCTAssertThrowsError(try StyleDocument(data: style(value), baseURL: "http://h/s.json")) { e in
+                XCTAssertEqual((e as? RegionError)?.code, .invalidStyle)
+                XCTAssertTrue((e as? RegionError)?.message.contains("source 'r': tileSize must be a whole number of pixels (64, 128, 256, 512, 1024 or 2048), \(named)") == true, "\(e)")
+            }
+        }
+        XCTAssertEqual(try StyleDocument(data: style("null"), baseURL: "http://h/s.json").sources[0].tileSize, 512)
+        XCTAssertEqual(try StyleDocument(data: style("256.0"), baseURL: "http://h/s.json").sources[0].tileSize, 256)
+    }
+
     /// Attack round 42: 1,000 fontstacks of 8,000 characters (an 8 MB style) made 130,000 glyph
     /// URLs of about 24 KB each, and the daemon grew past 9 GB planning them. The style's own
     /// resources may take 32 MiB of URLs: such a style is refused before they are made, as is a

@@ -48,6 +48,94 @@ final class GeometryTests: XCTestCase {
         XCTAssertGreaterThan(rowsWithTiles, 2000, "\(rows) rows compared")
     }
 
+    /// A shape's tiles counted only over the rows some ring reaches (`ProjectedRings.rowSpans`)
+    /// are those of every row of the rectangle, on the random polygons above and on two specks
+    /// 140 degrees apart (whose rectangle is millions of empty rows at z18); the specks' rows
+    /// between them are not asked.
+    func testCountingOnlyTheRowsTheRingsReachGivesTheSameCount() throws {
+        var rng = SeededRandom(seed: 11)
+        func unit() -> Double { Double(rng.next() % 1_000_001) / 1_000_000 }
+        func everyRow(_ shape: RegionShape, _ rect: TileRect) -> Int {
+            let rings = shape.projected(z: rect.z)
+            var n = 0
+            for y in rect.minY...rect.maxY {
+                for c in shape.columns(z: rect.z, y: y, rings: rings) { n += max(0, min(c.upperBound, rect.maxX) - max(c.lowerBound, rect.minX) + 1) }
+            }
+            return n
+        }
+        var compared = 0
+        for trial in 0..<20 {
+            let (cx, cy) = (unit() * 300 - 150, unit() * 140 - 70)
+            var polygons: [[[[Double]]]] = []
+            for p in 0..<(1 + trial % 3) {
+                let r = [0.01, 0.3, 2.0][p], dy = Double(p) * (unit() * 10 - 5)
+                var ring: [[Double]] = (0..<9).map { k in
+                    let a = 2 * Double.pi * Double(k) / 9
+                    return [cx + Double(p) * 3 + r * cos(a) * (0.5 + unit()), max(-84, min(84, cy + dy + r * sin(a) * (0.5 + unit())))]
+                }
+                ring.append(ring[0])
+                polygons.append([ring])
+            }
+            let shape = RegionShape(polygons: polygons)
+            for z in [3, 8, 12] {
+                for rect in WebMercator.cover(shape.bounds, z: z) {
+                    XCTAssertEqual(shape.count(in: rect), everyRow(shape, rect), "trial \(trial) z\(z)")
+                    compared += 1
+                }
+            }
+        }
+        XCTAssertGreaterThanOrEqual(compared, 60)
+        let specks = RegionShape(polygons: [box(10, -70, 10.000001, -69.999999), box(10, 70, 10.000001, 70.000001)])
+        let rect = WebMercator.cover(specks.bounds, z: 18)[0]
+        XCTAssertGreaterThan(rect.height, 100_000)
+        XCTAssertEqual(specks.count(in: rect), everyRow(specks, rect))
+        XCTAssertEqual(specks.count(in: rect), 2)
+        let spans = specks.indexed(z: 18).rowSpans
+        XCTAssertEqual(spans.count, 2, "\(spans)")
+        XCTAssertLessThan(spans.reduce(0) { $0 + $1.count }, 10, "\(spans)")
+    }
+
+    /// A thin shape 140 degrees tall to z24 has 18.5 million tiles: counting them took 15 s
+    /// (the daemon's loop waiting) before the plan was refused for the default limit (here
+    /// 200,000, to keep the debug build's count short). With the
+    /// limits given, the planner stops counting once the plan passes them and says how many it
+    /// counted; under them the count is exact, and the templates of one request share it.
+    func testCountingAShapeStopsOnceThePlanPassesTheTileLimit() throws {
+        func request(maxZoom: Int, maxTiles: Int? = nil) throws -> RegionRequest {
+            var o: [String: Any] = ["id": "thin", "tiles": ["http://127.0.0.1/a/{z}/{x}/{y}.png", "http://127.0.0.1/b/{z}/{x}/{y}.png"],
+                                    "geometry": ["type": "Polygon", "coordinates": box(10, -70, 10.000001, 70)], "minZoom": 0, "maxZoom": maxZoom]
+            if let maxTiles { o["maxTiles"] = maxTiles }
+            return try RequestValidator.validate(try JSONSerialization.data(withJSONObject: o), fileName: "thin.json")
+        }
+        let limits = RequestValidator.TileLimits(maxTiles: nil, daemonMaxTiles: 200_000)
+        let big = try request(maxZoom: 24)
+        XCTAssertThrowsError(try Planner.plan(request: big, templates: ["http://127.0.0.1/a/{z}/{x}/{y}.png", "http://127.0.0.1/b/{z}/{x}/{y}.png"], limits: limits)) { e in
+            let message = (e as? RegionError)?.message ?? ""
+            XCTAssertEqual((e as? RegionError)?.code, .tileLimitExceeded)
+            // One row more than the limit (a row of this strip is one or two tiles), not 18.5 million.
+            XCTAssertTrue(message.hasPrefix("the plan has at least 20000") && message.contains("tiles (counting stopped there), more than the daemon's --max-tiles (200000)"), message)
+            let counted = Int(message.split(separator: " ")[5]) ?? 0
+            XCTAssertTrue((200_001...200_002).contains(counted), message)
+        }
+        // The request's own maxTiles is named when it is the lower.
+        XCTAssertThrowsError(try Planner.plan(request: try request(maxZoom: 24, maxTiles: 5000), templates: ["http://127.0.0.1/a/{z}/{x}/{y}.png"],
+                                              limits: RequestValidator.TileLimits(maxTiles: 5000, daemonMaxTiles: 200_000))) { e in
+            XCTAssertTrue(((e as? RegionError)?.message ?? "").hasPrefix("maxTiles: the plan has at least 500"), "\(e)")
+        }
+        // Within the limits: the same plan as without them; two templates, one count each.
+        let small = try request(maxZoom: 14)
+        let templates = ["http://127.0.0.1/a/{z}/{x}/{y}.png", "http://127.0.0.1/b/{z}/{x}/{y}.png"]
+        let limited = try Planner.plan(request: small, templates: templates, limits: limits)
+        XCTAssertEqual(limited, try Planner.plan(request: small, templates: templates))
+        XCTAssertEqual(limited.tileSets.map(\.count), [limited.tileSets[0].count, limited.tileSets[0].count])
+        XCTAssertGreaterThan(limited.tileSets[0].count, 1000)
+        // Two templates each within the limit pass it together: the second takes the first's
+        // count without counting, and the caller's check of the whole plan refuses it.
+        let half = RequestValidator.TileLimits(maxTiles: nil, daemonMaxTiles: limited.tileSets[0].count + 1)
+        let plan = try Planner.plan(request: small, templates: templates, limits: half)
+        XCTAssertNotNil(RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: nil, daemonMaxTiles: half.daemonMaxTiles))
+    }
+
     /// Round 46: a polygon zigzagging across a strip of 440,000 rows planned for 55 s (each row
     /// went over every edge). Edges near a row are found through the index; a shape whose
     /// edges spanning many rows, times its rows, pass `RegionShape.maxPlanLongEdgeRows` is

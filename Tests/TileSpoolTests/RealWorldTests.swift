@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import TileSpoolCore
 
 /// Issue 10, "Real-world inputs and a polite client", against the fault-injecting server: bodies
 /// that are not tiles are never stored, empty statuses are the request's, and what the server's
@@ -319,6 +320,41 @@ extension RealWorldTests {
         XCTAssertEqual(z3, ["/ok/am/3/7/3.png", "/ok/am/3/7/4.png", "/ok/am/3/0/3.png", "/ok/am/3/0/4.png"])
         XCTAssertEqual(server.allHits().count, 13)
         XCTAssertEqual(try plannedTiles(request, name: "am-plan.json"), 13)
+    }
+
+    /// The download's cursor crosses a shape's empty rows (between a speck at 60° S and the rest,
+    /// 100° apart), the columns between its pieces (a U open to the north) and a hole in one step
+    /// each (`Download.unplannedRun`): the tiles asked are exactly those of every row worked out
+    /// against every edge, z0-8, each once, and `tilespool plan` counts as many.
+    func testAShapesEmptyRowsColumnsAndHolesAreCrossedAndEveryTileAsked() throws {
+        try fx.start()
+        let square: [[[Double]]] = [[[40, 40], [52, 40], [52, 50], [40, 50], [40, 40]], [[43, 43], [49, 43], [49, 47], [43, 47], [43, 43]]]
+        let u: [[[Double]]] = [[[0, 0], [30, 0], [30, 20], [25, 20], [25, 5], [5, 5], [5, 20], [0, 20], [0, 0]]]
+        let speck: [[[Double]]] = [[[12, -60], [12.01, -60], [12.01, -59.99], [12, -59.99], [12, -60]]]
+        var request = server.tilesRequest(["/ok/holes/{z}/{x}/{y}.png"], maxZoom: 8)
+        request.removeValue(forKey: "bounds")
+        request["geometry"] = ["type": "MultiPolygon", "coordinates": [square, u, speck]]
+        try fx.drop("holes.json", request)
+        try fx.waitForState("holes", "completed", timeout: 60)
+        let shape = RegionShape(polygons: [square, u, speck])
+        var expected = Set<String>()
+        for z in 0...8 {
+            let rings = shape.projected(z: z)
+            for rect in WebMercator.cover(shape.bounds, z: z) {
+                for y in rect.minY...rect.maxY {
+                    for c in shape.columns(z: z, y: y, rings: rings) where c.upperBound >= rect.minX && c.lowerBound <= rect.maxX {
+                        for x in max(c.lowerBound, rect.minX)...min(c.upperBound, rect.maxX) { expected.insert("/ok/holes/\(z)/\(x)/\(y).png") }
+                    }
+                }
+            }
+        }
+        let hits = server.allHits()
+        XCTAssertEqual(Set(hits.keys), expected)
+        XCTAssertEqual(hits.values.filter { $0 != 1 }.count, 0, "each tile asked once")
+        XCTAssertGreaterThan(expected.count, 400)
+        XCTAssertFalse(expected.contains("/ok/holes/8/160/92.png"), "the hole's middle (46° E, 45° N) is left out")
+        XCTAssertEqual(try plannedTiles(request, name: "holes-plan.json"), expected.count)
+        XCTAssertEqual(fx.progress("holes")["tilesCompleted"], expected.count)
     }
 
     /// A FeatureCollection (as geojson.io exports it) of two polygons is their union: the tiles
