@@ -265,6 +265,12 @@ public enum JSONKind {
                 let (line, column) = position(ofByte: lone.offset, in: text)
                 throw JSONDocumentError(message: "not valid JSON: a lone UTF-16 surrogate \\u\(lone.digits) at line \(line), column \(column) (it names no character)")
             }
+            // Foundation's words for a number past a double's range name the language, not the
+            // limit: "Number 1e400 is not representable in Swift."
+            if let d = detail, d.hasPrefix("Number "), d.hasSuffix(" is not representable in Swift.") {
+                let literal = d.dropFirst("Number ".count).dropLast(" is not representable in Swift.".count)
+                throw JSONDocumentError(message: "not JSON TileSpool can read: the number \(TerminalText.inline(String(literal.prefix(40)))) is beyond a 64-bit float's range (about ±1.8e308; RFC 8259 section 6 lets a reader set that limit)")
+            }
             throw JSONDocumentError(message: "not valid JSON" + (detail.map { ": " + withLineAndColumn($0, in: text) } ?? ""))
         }
         if let comma = trailingComma(text) {

@@ -143,6 +143,9 @@ final class JSONTextTests: XCTestCase {
         XCTAssertEqual(message("{\n \"\\udc00\": 1}"), #"not valid JSON: a lone UTF-16 surrogate \udc00 at line 2, column 3 (it names no character)"#)
         XCTAssertEqual(message(#"["\uD800\u0041"]"#), #"not valid JSON: a lone UTF-16 surrogate \uD800 at line 1, column 3 (it names no character)"#)
         XCTAssertNil(JSONKind.loneSurrogate(Data(#"["\\ud800", "\ud83d\ude00"]"#.utf8)), "an escaped backslash, then a pair")
+        // A number past a double's range: Foundation said "Number 1e400 is not representable in Swift."
+        XCTAssertEqual(message("{\"bounds\": [0, 0, 1e400, 1]}"), "not JSON TileSpool can read: the number 1e400 is beyond a 64-bit float's range (about ±1.8e308; RFC 8259 section 6 lets a reader set that limit)")
+        XCTAssertEqual(message("[-2E+999]"), "not JSON TileSpool can read: the number -2E+999 is beyond a 64-bit float's range (about ±1.8e308; RFC 8259 section 6 lets a reader set that limit)")
     }
 
     /// Attack round 35: a request with a key twice (`"maxZoom": 3, "maxZoom": 1`) was accepted
