@@ -189,18 +189,27 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     /// Reads back a `progress` object: missing fields (a status written before they existed) are
     /// 0, `false`, or nil for `tileBytesExpected`. Written with every field, `tileBytesExpected`
     /// only when known (the synthesized `encode(to:)`).
+    /// - Throws: `DecodingError.dataCorrupted` for a count that is there but is not a whole
+    ///   number from 0 to 2^63-1 (`-5`, `1.5`, `9e99`, `"7"`): no writer makes one, and `status`
+    ///   printed `resources -5/10` from a file damaged by hand; the status is then unreadable.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        func i(_ k: CodingKeys) -> Int { ((try? c.decodeIfPresent(Int.self, forKey: k)) ?? nil) ?? 0 }
-        resourcesCompleted = i(.resourcesCompleted); resourcesExpected = i(.resourcesExpected)
+        func i(_ k: CodingKeys) throws -> Int {
+            guard c.contains(k), !((try? c.decodeNil(forKey: k)) ?? false) else { return 0 }
+            guard let n = try? c.decode(Int.self, forKey: k), n >= 0 else {
+                throw DecodingError.dataCorruptedError(forKey: k, in: c, debugDescription: "\(k.rawValue) is not a count")
+            }
+            return n
+        }
+        resourcesCompleted = try i(.resourcesCompleted); resourcesExpected = try i(.resourcesExpected)
         resourcesExpectedIsPrecise = ((try? c.decodeIfPresent(Bool.self, forKey: .resourcesExpectedIsPrecise)) ?? nil) ?? false
-        bytesCompleted = i(.bytesCompleted); tilesCompleted = i(.tilesCompleted)
-        tilesExpected = i(.tilesExpected); tileBytesCompleted = i(.tileBytesCompleted)
-        resourcesMissing = i(.resourcesMissing)
-        resourcesChecked = i(.resourcesChecked); resourcesChanged = i(.resourcesChanged)
-        resourcesUnchanged = i(.resourcesUnchanged)
-        tilesFailed = i(.tilesFailed)
-        tilesEmpty = i(.tilesEmpty)
-        tileBytesExpected = (try? c.decodeIfPresent(Int.self, forKey: .tileBytesExpected)) ?? nil
+        bytesCompleted = try i(.bytesCompleted); tilesCompleted = try i(.tilesCompleted)
+        tilesExpected = try i(.tilesExpected); tileBytesCompleted = try i(.tileBytesCompleted)
+        resourcesMissing = try i(.resourcesMissing)
+        resourcesChecked = try i(.resourcesChecked); resourcesChanged = try i(.resourcesChanged)
+        resourcesUnchanged = try i(.resourcesUnchanged)
+        tilesFailed = try i(.tilesFailed)
+        tilesEmpty = try i(.tilesEmpty)
+        tileBytesExpected = c.contains(.tileBytesExpected) && !((try? c.decodeNil(forKey: .tileBytesExpected)) ?? false) ? try i(.tileBytesExpected) : nil
     }
 }

@@ -193,14 +193,22 @@ public struct RegionStatus: Sendable, Equatable, Codable {
         guard let updatedAt = c.time("updatedAt") else {
             throw DecodingError.dataCorruptedError(forKey: FieldKey("updatedAt"), in: c, debugDescription: "no RFC 3339 updatedAt")
         }
-        self.init(id: id, state: state, progress: c.lenient(RegionProgress.self, "progress") ?? RegionProgress(),
+        // A progress whose counts are damaged makes the status unreadable (`RegionProgress`);
+        // one absent or not an object is read as none (a status of an earlier version).
+        let progress: RegionProgress
+        do { progress = try c.decodeIfPresent(RegionProgress.self, forKey: FieldKey("progress")) ?? RegionProgress() } catch DecodingError.dataCorrupted(let context) {
+            throw DecodingError.dataCorrupted(context)
+        } catch { progress = RegionProgress() }
+        self.init(id: id, state: state, progress: progress,
                   error: c.lenient(RegionError.self, "error"), request: c.lenient(JSONValue.self, "request").flatMap { $0 == .null ? nil : $0 },
                   context: c.lenient(JSONValue.self, "context") ?? .null, updatedAt: updatedAt)
         exports = c.lenient([JSONValue].self, "exports")
         refreshing = c.lenient(Bool.self, "refreshing") ?? false
-        tilesPerSecond = c.lenient(Double.self, "tilesPerSecond")
-        bytesPerSecond = c.lenient(Double.self, "bytesPerSecond")
-        etaSeconds = c.lenient(Double.self, "etaSeconds")
+        // A rate or ETA below 0 or not finite is none ("-"), as one of another type is.
+        func rate(_ key: String) -> Double? { c.lenient(Double.self, key).flatMap { $0 >= 0 && $0.isFinite ? $0 : nil } }
+        tilesPerSecond = rate("tilesPerSecond")
+        bytesPerSecond = rate("bytesPerSecond")
+        etaSeconds = rate("etaSeconds")
         startedAt = c.time("startedAt")
         completedAt = c.time("completedAt")
         stateChangedAt = c.time("stateChangedAt")

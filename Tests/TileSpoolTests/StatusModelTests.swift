@@ -268,6 +268,37 @@ final class StatusModelTests: XCTestCase {
         XCTAssertEqual(r.maxFailedTiles, 9_223_372_036_854_775_806)
     }
 
+    /// A status whose progress counts are damaged (`-5`, `1.5`, `9e99`, `"7"`) is unreadable, so
+    /// `status` names the file instead of printing `resources -5/10`; missing counts and a
+    /// progress of another type are read as before (0, none); a negative or absent rate is none.
+    func testDamagedProgressCountsMakeTheStatusUnreadable() throws {
+        func status(_ progress: String, rates: String = "") -> RegionStatus? {
+            StatusCoding.status(Data(#"{"id":"a","state":"downloading","updatedAt":"2026-12-07T10:00:00Z"\#(rates),"progress":\#(progress)}"#.utf8))
+        }
+        for damaged in [#"{"resourcesCompleted": -5}"#, #"{"tilesExpected": 9e99}"#, #"{"bytesCompleted": 1.5}"#,
+                        #"{"tilesCompleted": "7"}"#, #"{"tileBytesExpected": -1}"#] {
+            XCTAssertNil(status(damaged), damaged)
+        }
+        let fine = try XCTUnwrap(status(#"{"resourcesCompleted": 5, "resourcesExpected": 10, "tileBytesExpected": null}"#))
+        XCTAssertEqual(fine.progress.resourcesCompleted, 5)
+        XCTAssertEqual(fine.progress.tilesCompleted, 0)
+        XCTAssertNil(fine.progress.tileBytesExpected)
+        XCTAssertEqual(try XCTUnwrap(status(#""none""#)).progress, RegionProgress())
+        let rates = try XCTUnwrap(status("{}", rates: #","tilesPerSecond":-3,"bytesPerSecond":12.5,"etaSeconds":-1"#))
+        XCTAssertNil(rates.tilesPerSecond)
+        XCTAssertEqual(rates.bytesPerSecond, 12.5)
+        XCTAssertNil(rates.etaSeconds)
+        // Through the command line: the file is named, not printed with its numbers.
+        let root = try TestScratch.folder("status-damaged")
+        let layout = SpoolLayout(root: root.path)
+        try layout.create()
+        try Data(#"{"id":"a","state":"downloading","updatedAt":"2026-12-07T10:00:00Z","progress":{"resourcesCompleted":-5,"resourcesExpected":10}}"#.utf8)
+            .write(to: URL(fileURLWithPath: layout.statusJSON("a")))
+        let (rc, out) = try runTool(SpoolFixture.binary, ["status", "--spool", root.path])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("a  status file not readable (status/a.json: damaged, cut short or edited by hand)") && !out.contains("-5"), out)
+    }
+
     /// `tilespool status --json` of a status whose context holds U+2028 and a bidi override is
     /// valid JSON; a status file that cannot be read is named by `status` and `status ID`, not
     /// left out or denied; `prune` never selects a region whose status has no readable time.
