@@ -444,14 +444,20 @@ public enum Planner {
                      shape: RegionShape?, limits: RequestValidator.TileLimits?) throws(RegionError) -> [TileSet] {
         var sets: [TileSet] = [], counted = 0
         var known: [(rects: [TileRect], counts: [Int])] = []
-        for p in planned {
+        for (i, p) in planned.enumerated() {
             if let a = p.archive { sets.append(a); counted = SaturatingCount.add(counted, a.count); continue }
             let counts: [Int]
             if let shape {
                 if let k = known.first(where: { $0.rects == p.rects }) { counts = k.counts } else {
-                    let stop = limits.map { max($0.stopsAt - counted, 0) } ?? Int.max
+                    // This count stands for every later set of the same rectangles too (attack
+                    // round 48: two templates were refused as "at least" one's tiles): counting
+                    // stops once the copies together pass what is left of the limit.
+                    let copies = planned[i...].filter { $0.archive == nil && $0.rects == p.rects }.count
+                    let stop = limits.map { max($0.stopsAt - counted, 0) / copies } ?? Int.max
                     let c = shape.counts(in: p.rects, stoppingAbove: stop)
-                    if c.stopped, let limits { throw limits.stoppedError(tiles: SaturatingCount.add(counted, c.total)) }
+                    if c.stopped, let limits {
+                        throw limits.stoppedError(tiles: SaturatingCount.add(counted, SaturatingCount.multiply(c.total, copies)))
+                    }
                     counts = c.counts
                     known.append((p.rects, counts))
                 }

@@ -76,7 +76,8 @@ final class CLITests: FaultServerSpoolTestCase {
     }
 
     /// A status file with counts and rates no daemon writes (damaged, or planted): `status`
-    /// draws it, never traps (a review of 2026-12-07: a negative bar, `Int(1e300)`).
+    /// never traps (a review of 2026-12-07: a negative bar, `Int(1e300)`). A huge count or rate
+    /// is drawn; a negative count makes the file unreadable, and a negative rate or ETA is `-`.
     func testStatusDrawsAStatusFileWithNumbersOutOfRange() throws {
         try completedRegion(maxZoom: 1)
         let path = fx.spool + "/status/t.json"
@@ -91,10 +92,22 @@ final class CLITests: FaultServerSpoolTestCase {
             try JSONSerialization.data(withJSONObject: doc).write(to: URL(fileURLWithPath: path))
             let (rc, out) = try fx.cli(["status", "--spool", fx.spool, "--store", fx.store])
             XCTAssertEqual(rc, 0, out)
-            XCTAssertTrue(out.contains("t  downloading  ["), out)
-            // At most 10^15 s, in 64 bits (`%d` printed -1395096463h46m40s: attack round 42).
-            XCTAssertTrue(out.contains(rate > 0 ? "ETA 277777777777h46m40s" : "ETA 0s"), out)
+            if completed < 0 {
+                XCTAssertTrue(out.contains("t  status file not readable (status/t.json: damaged, cut short or edited by hand)"), out)
+                continue
+            }
+            XCTAssertTrue(out.contains("t  downloading  [####################] 100.0%") && out.contains("resources 9223372036854775807/"), out)
+            XCTAssertTrue(out.contains("ETA -"), out)
         }
+        // A huge rate and ETA: at most 10^15 s, in 64 bits (`%d` printed -1395096463h46m40s:
+        // attack round 42).
+        var doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        doc["bytesPerSecond"] = 1e300
+        doc["etaSeconds"] = 1e300
+        try JSONSerialization.data(withJSONObject: doc).write(to: URL(fileURLWithPath: path))
+        let (rc, out) = try fx.cli(["status", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("ETA 277777777777h46m40s"), out)
     }
 
     /// A `submit` killed between writing its request and renaming it leaves a dotfile in
