@@ -174,6 +174,11 @@ public final class Daemon {
     var archiveReadClients: [String: HTTPClient] = [:]
     /// `DaemonOptions.archivesRead`, until taken (once).
     var archivesRead: ArchivesRead?
+    /// Style plans made off the loop (`makePlan`), one at a time, and their results: planning a
+    /// shape or corridor near the budgets takes seconds, during which the loop answers control
+    /// files, SIGTERM and the other regions.
+    let planQueue = DispatchQueue(label: "tilespool.plans")
+    let planMailbox = Mailbox<PlanResult>()
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
     /// at a time in arrival order, and their results.
     let cutQueue = DispatchQueue(label: "tilespool.range-cuts")
@@ -415,6 +420,7 @@ public final class Daemon {
             for r in http.collect() { handle(r) }
             collectExports()
             collectArchiveReads()
+            collectPlans()
             collectRangeCuts()
             collectCommit()
             writeJournals()

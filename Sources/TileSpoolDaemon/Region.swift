@@ -160,6 +160,8 @@ final class Download {
     /// instead of the range's own length in `rangeBytesHeld`.
     var wholeCuts: [Int: UInt64] = [:]
     var archivesReading = false
+    /// A style's plan is being made off the loop (`makePlan`, `collectPlans`).
+    var planning = false
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0

@@ -108,21 +108,47 @@ extension Daemon {
         if d.needed.isEmpty { makePlan(r, d) }
     }
 
-    /// Builds and saves the exact plan once the style and every TileJSON are known.
+    /// Builds the exact plan once the style and every TileJSON are known, off the loop
+    /// (`planQueue`); `collectPlans` takes it and goes on (`planned`). Until then the download
+    /// asks nothing more, as while its archives are read.
     func makePlan(_ r: Region, _ d: Download) {
-        guard let style = d.style else { return }
-        let plan: ResourcePlan
+        guard let style = d.style, !d.planning, d.plan == nil else { return }
         // PMTiles sources: their directories are read off the loop first; this runs again when
         // they are in (`collectArchiveReads`).
         guard let archives = readArchives(r, d, style: style) else { return }
-        do throws(RegionError) {
-            plan = try Planner.plan(request: r.request, styleURL: d.styleURL, style: style, tileJSONs: d.tileJSONs, archives: archives,
-                                   limits: tileLimits(r))
-        } catch {
-            if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); return }
-            refuseLate(r, error) // a shape over the planning budget: refused like a bad request
-            return
+        d.planning = true
+        Log.info("making the plan", region: r.id, state: r.state.rawValue)
+        let request = r.request, styleURL = d.styleURL, tileJSONs = d.tileJSONs, limits = tileLimits(r)
+        let id = r.id, token = d.serial, mailbox = planMailbox, writer = self.writer
+        planQueue.async {
+            let result = Result { () throws(RegionError) in
+                try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives, limits: limits)
+            }
+            mailbox.post(PlanResult(id: id, token: token, result: result))
+            writer.wake()
         }
+    }
+
+    /// Takes the plans made off the loop (`makePlan`) and goes on with their regions. A plan made
+    /// for a download stopped since (paused, cancelled, deleted, replaced) is dropped: its next
+    /// start plans again.
+    func collectPlans() {
+        for made in planMailbox.take() {
+            guard let r = regions[made.id], let d = r.download, d.serial == made.token, d.planning, r.state == .downloading else { continue }
+            d.planning = false
+            switch made.result {
+            case .failure(let error):
+                if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); continue }
+                refuseLate(r, error) // a shape over the planning budget: refused like a bad request
+            case .success(let plan):
+                planned(r, d, plan)
+            }
+        }
+    }
+
+    /// A style's plan is made (`collectPlans`): checked against the tile usage policies and the
+    /// tile limit, saved, and counted from what the manifest holds.
+    func planned(_ r: Region, _ d: Download, _ plan: ResourcePlan) {
         // A style's tile servers, sprites, glyphs and data are known only now: one on a listed
         // host is refused before anything is asked of it.
         let policy = TileUsagePolicy.refusal(plan: plan, allowedHosts: options.allowedHosts)

@@ -119,6 +119,33 @@ final class PlanOverflowTests: FaultServerSpoolTestCase {
     }
 }
 
+/// A style's plan is made off the daemon's loop: a geometry whose count runs to the tile limit
+/// (a strip 140 degrees tall, a 256 px raster source loading z22, `--max-tiles 300000`)
+/// no longer holds up control files. A pause dropped once the plan is being made is applied at
+/// once; the plan that comes later, made for the paused download, is dropped; a resume plans
+/// again and the region fails then, over the limit. With the plan on the loop, the region failed
+/// first and the pause was ignored.
+final class StylePlanOffLoopTests: FaultServerSpoolTestCase {
+    func testAPauseIsAppliedWhileAStylePlanIsMade() throws {
+        try server.register("thinstyle.json", json: #"{"version": 8, "sources": {"r": {"type": "raster", "tileSize": 256, "tiles": ["__BASE__/ok/thin/{z}/{x}/{y}.png"]}}, "layers": []}"#)
+        try fx.start(["--max-tiles", "300000"]) // the count stops there: about 2 s a plan in a debug build
+        try fx.drop("thin.json", ["style": server.url("/json/thinstyle.json"), "minZoom": 0, "maxZoom": 21,
+                                  "geometry": ["type": "Polygon", "coordinates": [[[10, -70], [10.000001, -70], [10.000001, 70], [10, 70], [10, -70]]]]])
+        try waitUntil("the daemon is making the plan", timeout: 30) { fx.log().contains("making the plan") }
+        var (rc, out) = try fx.cli(["pause", "thin", "--wait", "--timeout", "60", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.hasSuffix("thin: pausedUser\n"), out)
+        // The plan made for the paused download is dropped when it comes: a resume makes it again.
+        (rc, out) = try fx.cli(["resume", "thin", "--wait", "--timeout", "60", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        try fx.waitForState("thin", "failed", timeout: 120)
+        XCTAssertEqual(fx.errorCode("thin"), "tileLimitExceeded")
+        XCTAssertTrue((fx.errorMessage("thin") ?? "").contains("at least 30000"), fx.errorMessage("thin") ?? "")
+        XCTAssertEqual(fx.eventStates("thin"), ["queued", "downloading", "pausedUser", "queued", "downloading", "failed"])
+        XCTAssertEqual(server.allHits().keys.filter { $0.hasPrefix("/ok/thin/") }, [], "no tile asked")
+    }
+}
+
 /// Finding 3: a body stored as a gzip file (its server sent gzip bytes without Content-Encoding)
 /// is inflated by the site and maplibre exports at most up to `--max-object-size` bytes, streamed
 /// (memory does not grow with the inflated size); over the bound the export fails and leaves
