@@ -380,32 +380,45 @@ public struct RegionShape: Sendable, Equatable, Codable {
     /// With `limit`, counting stops as soon as the count passes it: the result is then a count of
     /// some of the tiles, more than `limit` (a plan over its tile limit is refused, and a thin
     /// shape 140 degrees tall took 15 s to be counted whole at z0-24).
-    public func count(in rect: TileRect, stoppingAbove limit: Int = Int.max) -> Int {
+    public func count(in rect: TileRect, stoppingAbove limit: Int = Int.max) -> Int { counted(in: rect, stoppingAbove: limit).count }
+
+    /// `count(in:stoppingAbove:)`, and whether every row was counted (false when counting
+    /// stopped with more than one row left).
+    func counted(in rect: TileRect, stoppingAbove limit: Int, cancel: PlanCancellation? = nil) -> (count: Int, whole: Bool) {
         var total = 0
         let rings = indexed(z: rect.z)
+        let lastRow = rings.rowSpans.last { $0.lowerBound <= rect.maxY }.map { min($0.upperBound, rect.maxY) }
         for span in rings.rowSpans {
             let first = max(span.lowerBound, rect.minY), last = min(span.upperBound, rect.maxY)
             guard first <= last else { continue }
             for y in first...last {
+                if y & 1023 == 0, cancel?.isCancelled == true { return (total, false) }
                 for c in columns(z: rect.z, y: y, rings: rings) {
                     let lo = max(c.lowerBound, rect.minX), hi = min(c.upperBound, rect.maxX)
                     if lo <= hi { total += hi - lo + 1 }
                 }
-                if total > limit { return total }
+                // The last two rows are counted whatever (a ring's first and last rows may hold
+                // no tile): a count that passes the limit there is the whole count.
+                if total > limit, let lastRow, y + 1 < lastRow { return (total, false) }
             }
         }
-        return total
+        return (total, true)
     }
 
     /// The tiles covered within each of `rects` (`count(in:)`), counting stopped once their sum
-    /// passes `limit`: `stopped` then, and `total` (more than `limit`) counts only some of them.
-    public func counts(in rects: [TileRect], stoppingAbove limit: Int = Int.max) -> (counts: [Int], total: Int, stopped: Bool) {
+    /// passes `limit` with tiles left to count: `stopped` then, and `total` (more than `limit`)
+    /// counts only some of them. A count that passes `limit` on its last rows is whole, not
+    /// stopped (attack round 48: "at least" was said of an exact count).
+    /// With `cancel` cancelled, counting stops within a thousand rows (`stopped`; the caller
+    /// looks at `cancel`).
+    public func counts(in rects: [TileRect], stoppingAbove limit: Int = Int.max, cancel: PlanCancellation? = nil) -> (counts: [Int], total: Int, stopped: Bool) {
         var counts: [Int] = [], total = 0
-        for r in rects {
-            let n = count(in: r, stoppingAbove: limit - total)
+        for (k, r) in rects.enumerated() {
+            let (n, whole) = counted(in: r, stoppingAbove: limit - total, cancel: cancel)
+            if cancel?.isCancelled == true { return (counts + [n], total + n, true) }
             counts.append(n)
             total += n
-            if total > limit { return (counts, total, true) }
+            if total > limit && (!whole || k < rects.count - 1) { return (counts, total, true) }
         }
         return (counts, total, false)
     }

@@ -68,19 +68,44 @@ public struct TileSet: Sendable, Equatable, Codable {
         self.rectCounts = rectCounts
     }
     /// A tile set over areas (a corridor or parts): `rectAreas[k]` names rectangle k's area.
-    /// Counts every rectangle's planned tiles row by row (`TileSetCover`).
-    public init(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea]) {
+    /// Counts every rectangle's planned tiles row by row (`TileSetCover`); with `cancel`
+    /// cancelled, stops between rectangles (the counts are then incomplete: the caller drops the
+    /// set, `Planner.plan`).
+    public init(source: String, template: TileURLTemplate, rects: [TileRect], areas: [TileArea], rectAreas: [RectArea],
+                cancel: PlanCancellation? = nil) {
         self.source = ManifestLine.sanitizeKey(source); self.template = template; self.rects = rects
         self.areas = areas; self.rectAreas = rectAreas
         rectCounts = []
         let cover = TileSetCover(self)
-        rectCounts = rects.indices.map { cover.count(rect: $0) }
+        var counts: [Int] = []
+        counts.reserveCapacity(rects.count)
+        for k in rects.indices {
+            if k % 64 == 0, cancel?.isCancelled == true { break }
+            counts.append(cover.count(rect: k))
+        }
+        counts += Array(repeating: 0, count: rects.count - counts.count)
+        rectCounts = counts
     }
     /// Number of tiles planned in the set (`Int.max` when it overflows: `SaturatingCount`).
     public var count: Int { SaturatingCount.sum(rectCounts) }
     /// Number of plan indices the set spans (its rectangles' sizes; more than `count` with a
     /// shape), saturating at `Int.max`.
     public var indexCount: Int { rects.reduce(0) { SaturatingCount.add($0, $1.count) } }
+}
+
+/// Asks a plan under way off the daemon's loop to stop: its download stopped (paused,
+/// cancelled, deleted, replaced), so the plan would be dropped (attack round 49: 30 pause and
+/// resume pairs queued 30 whole plans of 5 s each ahead of every later style region). The planner
+/// looks at it between tile rows and rectangles and throws `PlanCancellation.error`.
+public final class PlanCancellation: @unchecked Sendable {
+    private let lock = NSLock()
+    private var cancelled = false
+    public init() {}
+    /// Asks the plan to stop (from any thread).
+    public func cancel() { lock.lock(); cancelled = true; lock.unlock() }
+    public var isCancelled: Bool { lock.lock(); defer { lock.unlock() }; return cancelled }
+    /// What a cancelled plan throws; nobody shows it (the plan is dropped).
+    public static let error = RegionError(code: .invalidRequest, message: "the plan was cancelled: its download stopped")
 }
 
 /// What a rectangle of a corridor or parts tile set plans (`TileSet.areas`).

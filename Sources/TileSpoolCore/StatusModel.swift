@@ -212,7 +212,7 @@ public struct RegionStatus: Sendable, Equatable, Codable {
         startedAt = c.time("startedAt")
         completedAt = c.time("completedAt")
         stateChangedAt = c.time("stateChangedAt")
-        uniqueBytes = c.lenient(Int.self, "uniqueBytes")
+        uniqueBytes = c.lenient(Int.self, "uniqueBytes").flatMap { $0 >= 0 ? $0 : nil } // a count, as progress's
         throttledUntil = c.time("throttledUntil")
         warnings = (c.lenient([Lossy<RegionWarning>].self, "warnings") ?? []).compactMap(\.value)
         area = c.lenient(JSONValue.self, "area").flatMap { $0 == .null ? nil : $0 }

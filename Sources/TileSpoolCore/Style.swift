@@ -285,9 +285,11 @@ public enum Planner {
     ///     `archiveRects`). A PMTiles source missing here is left out of the plan.
     ///   - limits: the tile limits the plan will be held to; with them, a shape's tiles are
     ///     counted only until the plan passes them (`sets(_:shape:limits:)`).
+    ///   - cancel: looked at while tiles are counted; once cancelled, the plan stops and throws
+    ///     `PlanCancellation.error`.
     public static func plan(request: RegionRequest, styleURL: String, style: StyleDocument,
                             tileJSONs: [String: TileJSON], archives: [String: TileSet] = [:],
-                            limits: RequestValidator.TileLimits? = nil) throws(RegionError) -> ResourcePlan {
+                            limits: RequestValidator.TileLimits? = nil, cancel: PlanCancellation? = nil) throws(RegionError) -> ResourcePlan {
         var resources = [PlannedResource(kind: .style, key: "style", url: styleURL)]
         var resourceBytes = styleURL.utf8.count
         /// Counts `n` resources of about `bytes` each (URL and key) against
@@ -373,13 +375,14 @@ public enum Planner {
             planned.append((src.name, TileURLTemplate(template, tms: tms, ratio: ratio), covered, nil))
         }
         try checkShapeBudget(request, planned.map(\.rects), sources: "the style's \(planned.count) tile sources at the zooms each loads")
-        var sets = try sets(planned, shape: request.shape, limits: limits)
+        var sets = try sets(planned, shape: request.shape, limits: limits, cancel: cancel)
         if request.areaParts != nil {
             try checkAreaBudget(areaPlanned.map(\.rects), sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
             try checkPlanWork(areaPlanned.map { ($0.rects, $0.areas, $0.rectAreas) }, sources: "the style's \(areaPlanned.count) tile sources at the zooms each loads")
             var bySource: [String: TileSet] = [:]
             for a in areaPlanned {
-                let set = TileSet(source: a.source, template: a.template, rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
+                let set = TileSet(source: a.source, template: a.template, rects: a.rects, areas: a.areas, rectAreas: a.rectAreas, cancel: cancel)
+                if cancel?.isCancelled == true { throw PlanCancellation.error }
                 bySource[set.source] = set
             }
             for set in archiveSets { bySource[set.source] = set }
@@ -441,7 +444,7 @@ public enum Planner {
     ///   when they do: a thin shape 140 degrees tall to z24 counted 18.5 million tiles for 15 s
     ///   before it was refused for the default limit of 1,000,000.
     static func sets(_ planned: [(source: String, template: TileURLTemplate, rects: [TileRect], archive: TileSet?)],
-                     shape: RegionShape?, limits: RequestValidator.TileLimits?) throws(RegionError) -> [TileSet] {
+                     shape: RegionShape?, limits: RequestValidator.TileLimits?, cancel: PlanCancellation? = nil) throws(RegionError) -> [TileSet] {
         var sets: [TileSet] = [], counted = 0
         var known: [(rects: [TileRect], counts: [Int])] = []
         for (i, p) in planned.enumerated() {
@@ -454,7 +457,8 @@ public enum Planner {
                     // stops once the copies together pass what is left of the limit.
                     let copies = planned[i...].filter { $0.archive == nil && $0.rects == p.rects }.count
                     let stop = limits.map { max($0.stopsAt - counted, 0) / copies } ?? Int.max
-                    let c = shape.counts(in: p.rects, stoppingAbove: stop)
+                    let c = shape.counts(in: p.rects, stoppingAbove: stop, cancel: cancel)
+                    if cancel?.isCancelled == true { throw PlanCancellation.error }
                     if c.stopped, let limits {
                         throw limits.stoppedError(tiles: SaturatingCount.add(counted, SaturatingCount.multiply(c.total, copies)))
                     }

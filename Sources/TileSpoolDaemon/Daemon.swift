@@ -266,7 +266,7 @@ public final class Daemon {
     /// Loads every region under `store/regions/`, with the state its status file gives. Regions
     /// that were `queued` or `downloading` are queued again.
     func loadRegions() {
-        var loaded: [(Region, Date, Bool)] = []
+        var loaded: [(Region, Date, Bool, Bool)] = []
         let ids: [String]
         do { ids = try store.regionIDs() } catch {
             Log.error("cannot list the regions of the store \(store.location): \(error)")
@@ -318,9 +318,9 @@ public final class Daemon {
             r.stateChangedAt = st?.stateChangedAt
             r.uniqueBytes = st?.uniqueBytes
             r.warnings = st?.warnings ?? RegionWarning.of(request)
-            loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0), st?.refreshing == true))
+            loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0), st?.refreshing == true, st == nil))
         }
-        for (r, _, refreshingBefore) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
+        for (r, _, refreshingBefore, noStatus) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
             arrivals += 1
             r.arrival = arrivals
             regions[r.id] = r
@@ -328,7 +328,9 @@ public final class Daemon {
             // A compaction cut short (kill -9 right after completion) or failed is tried again.
             if r.state == .completed && !r.refreshing { compactionsWanted.append((r.id, r.files)) }
             if r.state.resumesOnRestart || r.state == .pausedNetwork {
-                if r.state != .queued { setState(r, .queued, note: "daemon restarted") } else { writeStatus(r) }
+                // A region whose status could not be read (or is missing) is `queued` anew, and
+                // says so in events.jsonl (attack round 49: its events went on at `downloading`).
+                if r.state != .queued || noStatus { setState(r, .queued, note: "daemon restarted") } else { writeStatus(r) }
             }
             // Exports cut short by a stop, or made stale by a swap finished just above, or never
             // written, are written (again).

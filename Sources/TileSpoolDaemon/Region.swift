@@ -162,6 +162,9 @@ final class Download {
     var archivesReading = false
     /// A style's plan is being made off the loop (`makePlan`, `collectPlans`).
     var planning = false
+    /// Cancelled when the download stops (`stopDownload`), so that a plan being made for it
+    /// stops too instead of holding the plan queue.
+    let planCancel = PlanCancellation()
     /// Transfers under way: tag -> item.
     var inFlight: [Int: Fetch] = [:]
     var nonTileInFlight = 0

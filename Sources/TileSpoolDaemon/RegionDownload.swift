@@ -119,10 +119,13 @@ extension Daemon {
         d.planning = true
         Log.info("making the plan", region: r.id, state: r.state.rawValue)
         let request = r.request, styleURL = d.styleURL, tileJSONs = d.tileJSONs, limits = tileLimits(r)
-        let id = r.id, token = d.serial, mailbox = planMailbox, writer = self.writer
+        let id = r.id, token = d.serial, mailbox = planMailbox, writer = self.writer, cancel = d.planCancel
         planQueue.async {
             let result = Result { () throws(RegionError) in
-                try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives, limits: limits)
+                // A plan whose download stopped before its turn is not begun.
+                if cancel.isCancelled { throw PlanCancellation.error }
+                return try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives,
+                                        limits: limits, cancel: cancel)
             }
             mailbox.post(PlanResult(id: id, token: token, result: result))
             writer.wake()
@@ -134,6 +137,10 @@ extension Daemon {
     /// start plans again.
     func collectPlans() {
         for made in planMailbox.take() {
+            if case .failure(let e) = made.result, e.message == PlanCancellation.error.message {
+                Log.info("the plan of a stopped download was cancelled", region: made.id)
+                continue
+            }
             guard let r = regions[made.id], let d = r.download, d.serial == made.token, d.planning, r.state == .downloading else { continue }
             d.planning = false
             switch made.result {
@@ -312,6 +319,7 @@ extension Daemon {
         // A directory read under way gives up at once (its answer is for this download, which
         // stops): a server stalling it no longer holds the next start until --low-speed-time.
         archiveReadClients[r.id]?.abandon()
+        r.download?.planCancel.cancel() // a plan being made for it stops (`makePlan`)
         finishCommit() // no batch at the writer still appends to this region's files
         if r.probing {
             for (tag, v) in transfers where v.0 == r.id && v.1 == nil { cancelTransfer(tag); transfers.removeValue(forKey: tag) }

@@ -84,7 +84,7 @@ func statusText(_ list: [RegionStatus]) -> String {
         let bar = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"
         var line = "\(st.id)  \(st.state.rawValue)\(st.refreshing ? " (refreshing)" : "")  \(bar) \(String(format: "%5.1f%%", fraction * 100))"
         if st.state == .downloading {
-            line += "  " + (st.tilesPerSecond.map { String(format: "%.1f tiles/s", $0) } ?? "- tiles/s")
+            line += "  " + (st.tilesPerSecond.map { String(format: $0 < 1e9 ? "%.1f tiles/s" : "%.3g tiles/s", $0) } ?? "- tiles/s")
             line += "  " + (st.bytesPerSecond.map { formatBytes(displayCount($0)) + "/s" } ?? "- B/s")
             line += "  ETA " + (st.etaSeconds.map { formatDuration($0) } ?? "-")
         }

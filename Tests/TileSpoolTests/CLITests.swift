@@ -103,11 +103,35 @@ final class CLITests: FaultServerSpoolTestCase {
         // attack round 42).
         var doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
         doc["bytesPerSecond"] = 1e300
+        doc["tilesPerSecond"] = 1e300
         doc["etaSeconds"] = 1e300
         try JSONSerialization.data(withJSONObject: doc).write(to: URL(fileURLWithPath: path))
         let (rc, out) = try fx.cli(["status", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.contains("ETA 277777777777h46m40s"), out)
+        XCTAssertTrue(out.contains(" 1e+300 tiles/s "), out) // not 301 digits (attack round 49)
+    }
+
+    /// A completed region whose status file is damaged (a negative count: unreadable) is read
+    /// from the store at the next start as `queued`, says so in events.jsonl (attack round 49:
+    /// its events went on at `downloading`), and completes from its manifest without asking a
+    /// tile again; its status is whole again.
+    func testARegionWhoseStatusIsDamagedIsQueuedAgainAndAsksNothing() throws {
+        try completedRegion(maxZoom: 2)
+        let asked = server.allHits().count
+        let path = fx.spool + "/status/t.json"
+        var doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        var progress = try XCTUnwrap(doc["progress"] as? [String: Any])
+        progress["tilesCompleted"] = -1
+        doc["progress"] = progress
+        try JSONSerialization.data(withJSONObject: doc).write(to: URL(fileURLWithPath: path))
+        let before = fx.eventStates("t").count
+        try fx.start()
+        try waitUntil("the region completed again", timeout: 30) { fx.eventStates("t").count >= before + 3 }
+        XCTAssertEqual(Array(fx.eventStates("t").dropFirst(before)), ["queued", "downloading", "completed"])
+        XCTAssertEqual(fx.state("t"), "completed")
+        XCTAssertEqual(fx.progress("t")["tilesCompleted"], 21)
+        XCTAssertEqual(server.allHits().count, asked, "no tile asked again")
     }
 
     /// A `submit` killed between writing its request and renaming it leaves a dotfile in

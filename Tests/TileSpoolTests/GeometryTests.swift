@@ -138,6 +138,12 @@ final class GeometryTests: XCTestCase {
             XCTAssertTrue(((e as? RegionError)?.message ?? "").hasPrefix("the plan has at least "), "\(e)")
         }
         XCTAssertEqual(try Planner.plan(request: small, templates: templates, limits: RequestValidator.TileLimits(maxTiles: nil, daemonMaxTiles: 2 * one)), limited)
+        // A count that passes the limit on its last rows is whole: the plan is made, and the
+        // caller's check says its exact count, not "at least" (attack round 48).
+        let justOver = try Planner.plan(request: small, templates: [templates[0]], limits: RequestValidator.TileLimits(maxTiles: nil, daemonMaxTiles: one - 1))
+        XCTAssertEqual(justOver.tileCount, one)
+        XCTAssertEqual(RequestValidator.tileLimitError(tiles: justOver.tileCount, maxTiles: nil, daemonMaxTiles: one - 1)?.message,
+                       "the plan has \(one) tiles, more than the daemon's --max-tiles (\(one - 1))")
     }
 
     /// Round 46: a polygon zigzagging across a strip of 440,000 rows planned for 55 s (each row

@@ -122,7 +122,7 @@ final class PlanOverflowTests: FaultServerSpoolTestCase {
 /// A style's plan is made off the daemon's loop: a geometry whose count runs to the tile limit
 /// (a strip 140 degrees tall, a 256 px raster source loading z22, `--max-tiles 300000`)
 /// no longer holds up control files. A pause dropped once the plan is being made is applied at
-/// once; the plan that comes later, made for the paused download, is dropped; a resume plans
+/// once; the plan being made for the paused download stops and is dropped; a resume plans
 /// again and the region fails then, over the limit. With the plan on the loop, the region failed
 /// first and the pause was ignored.
 final class StylePlanOffLoopTests: FaultServerSpoolTestCase {
@@ -135,6 +135,9 @@ final class StylePlanOffLoopTests: FaultServerSpoolTestCase {
         var (rc, out) = try fx.cli(["pause", "thin", "--wait", "--timeout", "60", "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
         XCTAssertTrue(out.hasSuffix("thin: pausedUser\n"), out)
+        // The plan being made for the paused download stops (attack round 49: 30 pause and resume
+        // pairs queued 30 whole plans ahead of every later style region).
+        try waitUntil("the paused download's plan is cancelled", timeout: 60) { fx.log().contains("the plan of a stopped download was cancelled") }
         // The plan made for the paused download is dropped when it comes: a resume makes it again.
         (rc, out) = try fx.cli(["resume", "thin", "--wait", "--timeout", "60", "--spool", fx.spool])
         XCTAssertEqual(rc, 0, out)
@@ -143,6 +146,25 @@ final class StylePlanOffLoopTests: FaultServerSpoolTestCase {
         XCTAssertTrue((fx.errorMessage("thin") ?? "").contains("at least 30000"), fx.errorMessage("thin") ?? "")
         XCTAssertEqual(fx.eventStates("thin"), ["queued", "downloading", "pausedUser", "queued", "downloading", "failed"])
         XCTAssertEqual(server.allHits().keys.filter { $0.hasPrefix("/ok/thin/") }, [], "no tile asked")
+    }
+}
+
+/// `Planner.plan` with a cancelled `PlanCancellation` throws `PlanCancellation.error` instead
+/// of counting on: before it begins, and while it counts a shape whose whole count would take
+/// minutes here (a thin strip 140 degrees tall to z24, no tile limit given).
+final class PlanCancellationTests: XCTestCase {
+    func testACancelledPlanStops() throws {
+        let style = try StyleDocument(data: Data(#"{"version": 8, "sources": {"r": {"type": "raster", "tileSize": 256, "tiles": ["http://h/{z}/{x}/{y}.png"]}}, "layers": []}"#.utf8), baseURL: "http://h/s.json")
+        let request = try RequestValidator.validate(try JSONSerialization.data(withJSONObject: [
+            "id": "c", "style": "http://h/s.json", "minZoom": 0, "maxZoom": 23,
+            "geometry": ["type": "Polygon", "coordinates": [[[10, -70], [10.000001, -70], [10.000001, 70], [10, 70], [10, -70]]]]] as [String: Any]), fileName: "c.json")
+        for cancelFirst in [true, false] {
+            let cancel = PlanCancellation()
+            if cancelFirst { cancel.cancel() } else { DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) { cancel.cancel() } }
+            XCTAssertThrowsError(try Planner.plan(request: request, styleURL: "http://h/s.json", style: style, tileJSONs: [:], cancel: cancel)) { e in
+                XCTAssertEqual((e as? RegionError)?.message, PlanCancellation.error.message)
+            }
+        }
     }
 }
 
