@@ -758,7 +758,8 @@ extension TileSet {
     /// - Parameters:
     ///   - rects: the cover (`PMTiles.cover`), the rectangles the tiles were planned from.
     public init(source: String, archive: ArchiveSource, rects: [TileRect], shape: RegionShape?) {
-        self.init(source: source, template: TileURLTemplate(PMTiles.sourceScheme + archive.url), rects: rects, shape: shape)
+        // Counted from the archive's tiles below, not over the shape (a full count thrown away).
+        self.init(source: source, template: TileURLTemplate(PMTiles.sourceScheme + archive.url), rects: rects, shape: shape, rectCounts: [])
         self.archive = archive
         countArchiveTiles()
     }

@@ -102,11 +102,12 @@ public struct RegionPart: Sendable, Equatable {
                 throw over("the stations of its line\(before) times their zooms come to \(counted!.stationZooms), more than \(RegionShape.maxPlanStationZooms) (each zoom goes over every station)")
             }
         }
+        if case .bounds = area { return counted } // its rows take no working out
         var spanned = 0
         for z in zooms.lowerBound...min(zooms.upperBound + 1, RequestValidator.maxZoomLevel) {
             let rects: [TileRect]
             switch area {
-            case .bounds: return counted
+            case .bounds: rects = []
             case .shape(let s): rects = WebMercator.cover(s.bounds, z: z)
             case .corridor(let c): rects = c.pieces(z: z).flatMap(\.rects)
             }
@@ -114,15 +115,15 @@ public struct RegionPart: Sendable, Equatable {
             if spanned > RegionShape.maxBoundingTiles {
                 throw RegionError(code: .tileLimitExceeded, message: "\(name): its \(isCorridor(area) ? "rectangles along the line span" : "bounding box spans") more than \(RegionShape.maxBoundingTiles) tiles at zooms \(zooms.lowerBound)...\(zooms.upperBound); split the region into smaller requests")
             }
+            let rows = rects.reduce(0) { SaturatingCount.add($0, $1.height) }
             if counted != nil, z <= zooms.upperBound, case .shape(let shape) = area {
-                let rows = rects.reduce(0) { SaturatingCount.add($0, $1.height) }
                 counted!.longEdgeRows = SaturatingCount.add(counted!.longEdgeRows, shape.longEdgeRows(z: z, rows: rows))
                 if counted!.longEdgeRows > RegionShape.maxPlanLongEdgeRows {
                     throw over("its long edges (spanning more than \(ProjectedRings.bandRows) tile rows)\(before) times their rows come to \(counted!.longEdgeRows) by zoom \(z), more than \(RegionShape.maxPlanLongEdgeRows) (each row goes over every long edge)")
                 }
             }
             if counted?.countsRows == true, z <= zooms.upperBound {
-                counted!.rows = SaturatingCount.add(counted!.rows, rects.reduce(0) { SaturatingCount.add($0, $1.height) })
+                counted!.rows = SaturatingCount.add(counted!.rows, rows)
                 if counted!.rows > RegionShape.maxPlanRows {
                     throw over("its rectangles\(before) have \(counted!.rows) tile rows by zoom \(z), more than \(RegionShape.maxPlanRows) (each row is worked out when planning)")
                 }

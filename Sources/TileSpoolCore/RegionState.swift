@@ -194,13 +194,15 @@ public struct RegionProgress: Sendable, Equatable, Codable {
     ///   printed `resources -5/10` from a file damaged by hand; the status is then unreadable.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        func i(_ k: CodingKeys) throws -> Int {
-            guard c.contains(k), !((try? c.decodeNil(forKey: k)) ?? false) else { return 0 }
+        /// The count at `k`, nil when absent or null.
+        func count(_ k: CodingKeys) throws -> Int? {
+            guard c.contains(k), !((try? c.decodeNil(forKey: k)) ?? false) else { return nil }
             guard let n = try? c.decode(Int.self, forKey: k), n >= 0 else {
                 throw DecodingError.dataCorruptedError(forKey: k, in: c, debugDescription: "\(k.rawValue) is not a count")
             }
             return n
         }
+        func i(_ k: CodingKeys) throws -> Int { try count(k) ?? 0 }
         resourcesCompleted = try i(.resourcesCompleted); resourcesExpected = try i(.resourcesExpected)
         resourcesExpectedIsPrecise = ((try? c.decodeIfPresent(Bool.self, forKey: .resourcesExpectedIsPrecise)) ?? nil) ?? false
         bytesCompleted = try i(.bytesCompleted); tilesCompleted = try i(.tilesCompleted)
@@ -210,6 +212,6 @@ public struct RegionProgress: Sendable, Equatable, Codable {
         resourcesUnchanged = try i(.resourcesUnchanged)
         tilesFailed = try i(.tilesFailed)
         tilesEmpty = try i(.tilesEmpty)
-        tileBytesExpected = c.contains(.tileBytesExpected) && !((try? c.decodeNil(forKey: .tileBytesExpected)) ?? false) ? try i(.tileBytesExpected) : nil
+        tileBytesExpected = try count(.tileBytesExpected)
     }
 }

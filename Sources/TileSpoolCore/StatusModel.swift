@@ -196,9 +196,10 @@ public struct RegionStatus: Sendable, Equatable, Codable {
         // A progress whose counts are damaged makes the status unreadable (`RegionProgress`);
         // one absent or not an object is read as none (a status of an earlier version).
         let progress: RegionProgress
-        do { progress = try c.decodeIfPresent(RegionProgress.self, forKey: FieldKey("progress")) ?? RegionProgress() } catch DecodingError.dataCorrupted(let context) {
-            throw DecodingError.dataCorrupted(context)
-        } catch { progress = RegionProgress() }
+        do { progress = try c.decodeIfPresent(RegionProgress.self, forKey: FieldKey("progress")) ?? RegionProgress() } catch {
+            if case DecodingError.dataCorrupted = error { throw error }
+            progress = RegionProgress()
+        }
         self.init(id: id, state: state, progress: progress,
                   error: c.lenient(RegionError.self, "error"), request: c.lenient(JSONValue.self, "request").flatMap { $0 == .null ? nil : $0 },
                   context: c.lenient(JSONValue.self, "context") ?? .null, updatedAt: updatedAt)

@@ -33,17 +33,20 @@ struct ArchiveRange {
     }
 }
 
-/// A read of a region's PMTiles directories, finished off the loop (`Daemon.startArchiveReads`):
-/// the region, the read's token (`Download.serial` of the download it was for: a download
-/// stopped since is not planned from it), and the readings by source or the error.
 /// A style's plan made off the loop (`Daemon.makePlan`) for region `id`'s download `token`
 /// (`Download.serial`).
 struct PlanResult: Sendable {
     let id: String
     let token: Int
     let result: Result<ResourcePlan, RegionError>
+    /// Its download stopped while it was made (`Download.planCancel`): the result, whatever it
+    /// is, is dropped.
+    let cancelled: Bool
 }
 
+/// A read of a region's PMTiles directories, finished off the loop (`Daemon.startArchiveReads`):
+/// the region, the read's token (`Download.serial` of the download it was for: a download
+/// stopped since is not planned from it), and the readings by source or the error.
 struct ArchiveReadResult: Sendable {
     let id: String
     let token: Int

@@ -266,7 +266,7 @@ public final class Daemon {
     /// Loads every region under `store/regions/`, with the state its status file gives. Regions
     /// that were `queued` or `downloading` are queued again.
     func loadRegions() {
-        var loaded: [(Region, Date, Bool, Bool)] = []
+        var loaded: [(region: Region, updatedAt: Date, refreshing: Bool, noStatus: Bool)] = []
         let ids: [String]
         do { ids = try store.regionIDs() } catch {
             Log.error("cannot list the regions of the store \(store.location): \(error)")
@@ -320,7 +320,7 @@ public final class Daemon {
             r.warnings = st?.warnings ?? RegionWarning.of(request)
             loaded.append((r, st?.updatedAt ?? Date(timeIntervalSince1970: 0), st?.refreshing == true, st == nil))
         }
-        for (r, _, refreshingBefore, noStatus) in loaded.sorted(by: { ($0.1, $0.0.id) < ($1.1, $1.0.id) }) {
+        for (r, _, refreshingBefore, noStatus) in loaded.sorted(by: { ($0.updatedAt, $0.region.id) < ($1.updatedAt, $1.region.id) }) {
             arrivals += 1
             r.arrival = arrivals
             regions[r.id] = r

@@ -202,11 +202,16 @@ final class Download {
     /// The shape's rings projected at the zoom of `rowCache` (projected once per zoom).
     var ringCache: (set: Int, z: Int, rings: ProjectedRings)?
 
-    /// The plan's cover (corridor and parts sets), made once per plan.
+    /// The plan's cover (`cover`, `locator`), made once per plan.
     var planCover: PlanCover?
     /// `planCover` for `plan`, made when the plan has corridor or parts sets; nil otherwise.
     func cover(_ plan: ResourcePlan) -> PlanCover? {
         guard plan.tileSets.contains(where: { $0.areas != nil }) else { return nil }
+        return locator(plan)
+    }
+
+    /// `planCover` for any plan: where a tile index lies (`PlanCover.locate`, a binary search).
+    func locator(_ plan: ResourcePlan) -> PlanCover {
         if let c = planCover { return c }
         let c = PlanCover(plan)
         planCover = c
@@ -222,17 +227,17 @@ final class Download {
     func unplannedRun(_ i: Int, _ plan: ResourcePlan) -> Int {
         if let c = cover(plan), !c.isPlannedInAreas(i) { return 1 }
         guard i >= plan.resources.count, plan.tileSets.contains(where: { $0.shape != nil }),
-              case .tile(let s, let t) = plan.item(at: i), let shape = plan.tileSets[s].shape,
-              let rect = plan.tileSets[s].rects.first(where: { $0.index(of: t) != nil }) else { return 0 }
-        if ringCache?.set != s || ringCache?.z != t.z { ringCache = (s, t.z, shape.indexed(z: t.z)) }
-        let rings = ringCache!.rings
+              let (s, k, t) = locator(plan).locate(i), let shape = plan.tileSets[s].shape else { return 0 }
+        let rect = plan.tileSets[s].rects[k]
         let restOfRow = rect.maxX - t.x + 1
-        if !rings.rowSpans.contains(where: { $0.contains(t.y) }) {
-            let next = min(rings.rowSpans.first(where: { $0.lowerBound > t.y })?.lowerBound ?? Int.max, rect.maxY + 1)
-            return restOfRow + (next - t.y - 1) * rect.width
-        }
         let columns: [ClosedRange<Int>]
         if let c = rowCache, c.set == s, c.z == t.z, c.y == t.y { columns = c.columns } else {
+            if ringCache?.set != s || ringCache?.z != t.z { ringCache = (s, t.z, shape.indexed(z: t.z)) }
+            let rings = ringCache!.rings
+            if !rings.rowSpans.contains(where: { $0.contains(t.y) }) {
+                let next = min(rings.rowSpans.first(where: { $0.lowerBound > t.y })?.lowerBound ?? Int.max, rect.maxY + 1)
+                return restOfRow + (next - t.y - 1) * rect.width
+            }
             columns = shape.columns(z: t.z, y: t.y, rings: rings)
             rowCache = (s, t.z, t.y, columns)
         }

@@ -121,13 +121,12 @@ extension Daemon {
         let request = r.request, styleURL = d.styleURL, tileJSONs = d.tileJSONs, limits = tileLimits(r)
         let id = r.id, token = d.serial, mailbox = planMailbox, writer = self.writer, cancel = d.planCancel
         planQueue.async {
-            let result = Result { () throws(RegionError) in
-                // A plan whose download stopped before its turn is not begun.
-                if cancel.isCancelled { throw PlanCancellation.error }
-                return try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives,
-                                        limits: limits, cancel: cancel)
+            // A plan whose download stopped before its turn is not begun.
+            let result = cancel.isCancelled ? .failure(PlanCancellation.error) : Result { () throws(RegionError) in
+                try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives,
+                                 limits: limits, cancel: cancel)
             }
-            mailbox.post(PlanResult(id: id, token: token, result: result))
+            mailbox.post(PlanResult(id: id, token: token, result: result, cancelled: cancel.isCancelled))
             writer.wake()
         }
     }
@@ -137,7 +136,7 @@ extension Daemon {
     /// start plans again.
     func collectPlans() {
         for made in planMailbox.take() {
-            if case .failure(let e) = made.result, e.message == PlanCancellation.error.message {
+            if made.cancelled {
                 Log.info("the plan of a stopped download was cancelled", region: made.id)
                 continue
             }
