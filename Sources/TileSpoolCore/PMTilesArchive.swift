@@ -268,33 +268,33 @@ extension PMTiles {
     }
 
     /// Refuses a region whose tiles at an archive's zooms and within its bounds (`rects`, and
-    /// `shape` when given) outnumber the tile limit (`RequestValidator.tileLimitError`'s: the
-    /// request's `maxTiles`, the daemon's `--max-tiles`) or `RegionShape.maxPlanIndexSpace`:
-    /// `tileIDs` lists them, 8 bytes each, before the directories say which the archive holds. A
-    /// world archive to z15 asked for the world (1.4 billion tiles, 11 GB) crashed `plan` and
-    /// the daemon. Returns `tileLimitExceeded` naming the source, or nil.
-    public static func regionLimitError(rects: [TileRect], shape: RegionShape?, maxTiles: Int?, daemonMaxTiles: Int,
+    /// `shape` when given) outnumber `limits` (the request's `maxTiles`, the daemon's
+    /// `--max-tiles`) or `RegionShape.maxPlanIndexSpace`: `tileIDs` lists them, 8 bytes each,
+    /// before the directories say which the archive holds. A world archive to z15 asked for the
+    /// world (1.4 billion tiles, 11 GB) crashed `plan` and the daemon. Returns `tileLimitExceeded`
+    /// naming the source, or nil.
+    public static func regionLimitError(rects: [TileRect], shape: RegionShape?, limits: RequestValidator.TileLimits,
                                         source: String) -> RegionError? {
         var spanned = 0
         for r in rects { spanned = SaturatingCount.add(spanned, r.count) }
         var count = spanned, stopped = false
         if let shape, spanned <= RegionShape.maxPlanIndexSpace {
             // Counted only until past the limit (`RegionShape.counts`).
-            (_, count, stopped) = shape.counts(in: rects, stoppingAbove: limitCount(maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles))
+            (_, count, stopped) = shape.counts(in: rects, stoppingAbove: limitCount(limits))
         }
-        return limitError(count: count, atLeast: stopped, rects: rects, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
+        return limitError(count: count, atLeast: stopped, rects: rects, limits: limits, source: source)
     }
 
-    /// The most tiles a region may take from an archive: the request's `maxTiles`, the daemon's
-    /// `--max-tiles` and `RegionShape.maxPlanIndexSpace`, the lowest.
-    static func limitCount(maxTiles: Int?, daemonMaxTiles: Int) -> Int { min(maxTiles ?? Int.max, daemonMaxTiles, RegionShape.maxPlanIndexSpace) }
+    /// The most tiles a region may take from an archive: `limits.stopsAt` or
+    /// `RegionShape.maxPlanIndexSpace`, the lower.
+    static func limitCount(_ limits: RequestValidator.TileLimits) -> Int { min(limits.stopsAt, RegionShape.maxPlanIndexSpace) }
 
     /// `atLeast`: `count` counts the tiles before counting stopped, past the limit.
-    static func limitError(count: Int, atLeast: Bool = false, rects: [TileRect], maxTiles: Int?, daemonMaxTiles: Int, source: String) -> RegionError? {
-        let limit = limitCount(maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles)
+    static func limitError(count: Int, atLeast: Bool = false, rects: [TileRect], limits: RequestValidator.TileLimits, source: String) -> RegionError? {
+        let limit = limitCount(limits)
         guard count > limit else { return nil }
-        let which = limit == maxTiles ? "the request's maxTiles (\(limit))"
-            : limit == daemonMaxTiles ? "the daemon's --max-tiles (\(limit))" : "\(limit), the most TileSpool lists"
+        let which = limit == limits.maxTiles ? "the request's maxTiles (\(limit))"
+            : limit == limits.daemonMaxTiles ? "the daemon's --max-tiles (\(limit))" : "\(limit), the most TileSpool lists"
         let zooms = rects.isEmpty ? "" : " (zooms \(rects.map(\.z).min()!) to \(rects.map(\.z).max()!))"
         return RegionError(code: .tileLimitExceeded, message: "source '\(source)': the region holds \(count == Int.max ? "more than \(Int.max - 1)" : atLeast ? "at least \(count)" : String(count)) tiles at the PMTiles archive's zooms within its bounds\(zooms), more than \(which); its tiles are listed before the directories say which the archive holds: narrow the bounds or the zooms, or split the region")
     }
@@ -302,11 +302,11 @@ extension PMTiles {
     /// `regionLimitError` over a corridor or parts: the tiles the set's areas plan (`TileSet.count`
     /// of a set made with `TileSet(source:template:rects:areas:rectAreas:)`), after the
     /// rectangles' index space is checked against `RegionShape.maxPlanIndexSpace`.
-    public static func regionLimitError(areaSet set: TileSet, maxTiles: Int?, daemonMaxTiles: Int, source: String) -> RegionError? {
+    public static func regionLimitError(areaSet set: TileSet, limits: RequestValidator.TileLimits, source: String) -> RegionError? {
         if set.indexCount > RegionShape.maxPlanIndexSpace {
-            return regionLimitError(rects: set.rects, shape: nil, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
+            return regionLimitError(rects: set.rects, shape: nil, limits: limits, source: source)
         }
-        return limitError(count: set.count, rects: set.rects, maxTiles: maxTiles, daemonMaxTiles: daemonMaxTiles, source: source)
+        return limitError(count: set.count, rects: set.rects, limits: limits, source: source)
     }
 
     /// The TileIds of the tiles a corridor or parts set plans (each once), sorted; the caller has

@@ -81,6 +81,8 @@ public struct RegionRequest: Sendable, Equatable {
     /// The region id: `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
     public var id: String
     public var source: MapSource
+    /// True for a `tiles` request (raw tile URL templates or PMTiles archives), false for a style.
+    public var isTiles: Bool { if case .tiles = source { return true }; return false }
     /// The region in degrees, `west`/`south`/`east`/`north`; `west > east` crosses the antimeridian.
     /// For a GeoJSON region, the shape's bounding box.
     public var bounds: GeoBounds

@@ -403,8 +403,11 @@ public enum Planner {
     /// - Throws: `RegionError` `invalidRequest` when an entry is a PMTiles archive missing from
     ///   `archives` (its directories were not read).
     /// - Parameter limits: as for a style's plan.
+    /// - Parameter cancel: as for a style's plan: looked at between rows and rectangles.
+    /// - Throws: `PlanCancellation.error` once `cancel` is cancelled.
     public static func plan(request: RegionRequest, templates: [String], archives: [String: TileSet] = [:],
-                            limits: RequestValidator.TileLimits? = nil) throws(RegionError) -> ResourcePlan {
+                            limits: RequestValidator.TileLimits? = nil, cancel: PlanCancellation? = nil) throws(RegionError) -> ResourcePlan {
+        if cancel?.isCancelled == true { throw PlanCancellation.error }
         let ratio = ratioToken(request.pixelRatio)
         if let parts = request.areaParts {
             let plain = templates.filter { PMTiles.archiveURL($0) == nil }
@@ -418,7 +421,8 @@ public enum Planner {
             for (i, t) in templates.enumerated() {
                 if PMTiles.archiveURL(t) != nil { sets.append(try archiveSet(archives, i, t)); continue }
                 var set = first ?? TileSet(source: "tiles\(i)", template: TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains),
-                                           rects: a.rects, areas: a.areas, rectAreas: a.rectAreas)
+                                           rects: a.rects, areas: a.areas, rectAreas: a.rectAreas, cancel: cancel)
+                if cancel?.isCancelled == true { throw PlanCancellation.error }
                 first = first ?? set
                 set.source = "tiles\(i)"
                 set.template = TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains)
@@ -433,7 +437,7 @@ public enum Planner {
             if PMTiles.archiveURL(t) != nil { let a = try archiveSet(archives, i, t); planned.append((a.source, a.template, a.rects, a)); continue }
             planned.append(("tiles\(i)", TileURLTemplate(t, ratio: ratio, subdomains: request.subdomains), covered, nil))
         }
-        return ResourcePlan(resources: [], tileSets: try sets(planned, shape: request.shape, limits: limits))
+        return ResourcePlan(resources: [], tileSets: try sets(planned, shape: request.shape, limits: limits, cancel: cancel))
     }
 
     /// The tile sets of a request of one area (bounds or a top-level geometry), one per entry of

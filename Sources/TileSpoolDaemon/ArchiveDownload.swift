@@ -129,8 +129,8 @@ extension Daemon {
         }
     }
 
-    /// Takes the directory reads that have ended (`startArchiveReads`) and plans their regions:
-    /// a `tiles` request here, a style request through `makePlan`. A region whose download
+    /// Takes the directory reads that have ended (`startArchiveReads`) and plans their regions
+    /// (`makePlan`). A region whose download
     /// stopped meanwhile (paused, cancelled, deleted) is left alone: its next start reads again.
     /// A server that did not answer puts the region in `pausedNetwork`; another error fails it
     /// (a style's refused by a tile usage policy: refused as a bad request is).
@@ -179,26 +179,9 @@ extension Daemon {
                 for (name, reading) in readings where !reading.unchanged {
                     if let w = reading.wholeFile { d.wholeArchives[ManifestLine.sanitizeKey(name)] = w }
                 }
-                if style != nil { makePlan(r, d) } else { planTiles(r, d) }
+                makePlan(r, d)
             }
         }
-    }
-
-    /// Plans a `tiles` request once its archives are read (`collectArchiveReads`), as `start`
-    /// plans one without archives: saved, counted from what the manifest and journal hold, and
-    /// finished at once when nothing is missing.
-    func planTiles(_ r: Region, _ d: Download) {
-        guard case .tiles(let templates) = r.request.source, let archives = d.archiveSets else { return }
-        let plan: ResourcePlan
-        do throws(RegionError) { plan = try Planner.plan(request: r.request, templates: templates, archives: archives, limits: tileLimits(r)) } catch { fail(r, error); return }
-        if let e = tileLimitError(r, plan) { fail(r, e); return }
-        do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
-        d.plan = plan
-        r.progress = recount(plan, d.files, d)
-        if let e = recoverJournal(r, d, plan) { storageFailed(r, e, commitPending: false); return }
-        r.statusDirty = true
-        Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
-        finishIfDone(r, d)
     }
 
     /// The URL of the archive an error names (`shown`: its redacted form), to probe while the

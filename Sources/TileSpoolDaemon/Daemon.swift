@@ -174,11 +174,16 @@ public final class Daemon {
     var archiveReadClients: [String: HTTPClient] = [:]
     /// `DaemonOptions.archivesRead`, until taken (once).
     var archivesRead: ArchivesRead?
-    /// Style plans made off the loop (`makePlan`), one at a time, and their results: planning a
-    /// shape or corridor near the budgets takes seconds, during which the loop answers control
-    /// files, SIGTERM and the other regions.
+    /// Plans made off the loop, one at a time (a style's and a `tiles` request's with PMTiles
+    /// archives in `makePlan`, a `tiles` request's on arrival in `planOnArrival`), and the
+    /// regions' results: planning a shape or corridor near the budgets takes seconds, during
+    /// which the loop answers control files, SIGTERM and the other regions.
     let planQueue = DispatchQueue(label: "tilespool.plans")
     let planMailbox = Mailbox<PlanResult>()
+    /// The `tiles` request whose plan is being made off the loop before it is taken
+    /// (`planOnArrival`), and the plans made for it.
+    var arriving: Arrival?
+    let arrivalMailbox = Mailbox<ArrivalPlan>()
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
     /// at a time in arrival order, and their results.
     let cutQueue = DispatchQueue(label: "tilespool.range-cuts")
@@ -423,6 +428,7 @@ public final class Daemon {
             collectExports()
             collectArchiveReads()
             collectPlans()
+            collectArrivals()
             collectRangeCuts()
             collectCommit()
             writeJournals()
@@ -481,6 +487,7 @@ public final class Daemon {
 
     func shutdown() {
         Log.info("stopping")
+        arriving?.cancel.cancel() // its file stays in requests/ for the next start
         for r in regions.values where r.download != nil {
             stopDownload(r, keepReceived: true)
             if r.state == .downloading { setState(r, .queued, note: "daemon stopped") }
@@ -502,7 +509,9 @@ public final class Daemon {
     /// Changes a region's state, writes its status at once, and appends to events.jsonl.
     /// Moves `r` to `next`: the event (`event`'s own fields, with the id, state, error and `note`
     /// filled in) is appended first, then the status files are written, the log line and the hook.
-    func setState(_ r: Region, _ next: RegionState, note: String? = nil, event: StatusEvent = StatusEvent()) {
+    /// `packUnchanged`: `completed` again with the pack as it was (a refresh that failed or was
+    /// cancelled): `completedAt` keeps the time the pack was completed.
+    func setState(_ r: Region, _ next: RegionState, note: String? = nil, event: StatusEvent = StatusEvent(), packUnchanged: Bool = false) {
         let previous = r.state
         r.state = next
         r.stateChangedAt = Date()
@@ -510,7 +519,7 @@ public final class Daemon {
             if r.startedAt == nil { r.startedAt = r.stateChangedAt }
             r.rates.reset()
         }
-        if next == .completed { r.completedAt = r.stateChangedAt }
+        if next == .completed && (!packUnchanged || r.completedAt == nil) { r.completedAt = r.stateChangedAt }
         // The event first: whoever sees the new state in the status file finds its event too.
         var e = event
         e.id = r.id

@@ -101,13 +101,19 @@ extension Daemon {
         try? rejected.writeAtomically(Data(TerminalText.safe(reason + "\n" + note).utf8), to: stored + ".error")
     }
 
+    /// Reads and validates a request file, then takes it (`take`) or refuses it. A `tiles`
+    /// request's plan is made first, off the loop (`planOnArrival`): one over the tile limit is
+    /// refused like any bad request. One request is planned at a time: a request file met while
+    /// one is, and a control file of its id, wait for the rescan once it is decided, so that
+    /// requests and control files still act in the order they were taken.
     func handleRequest(path: String, name: String) {
-        guard name.hasSuffix(".json") else { return }
+        guard name.hasSuffix(".json"), arriving == nil else { return }
         var raw: Data?
-        var request: RegionRequest
-        var tilesPlan: ResourcePlan?
+        let request: RegionRequest
         do {
-            guard Files.entryType(path) == .regular else {
+            // Before the read: a file replaced while its plan is made is read again (`collectArrivals`).
+            let file = ArrivalFile(path)
+            guard let file, file.isRegular else {
                 throw RegionError(code: .invalidRequest, message: "the request is not a regular file (symlinks, FIFOs and folders are refused)")
             }
             let data: Data
@@ -121,30 +127,87 @@ extension Daemon {
             let named: [String]
             switch request.source { case .style(let u): named = [u]; case .tiles(let t): named = t }
             if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: options.allowedHosts) { throw e }
-            // A tiles request's plan is known now: one over the limit is refused like any bad request.
-            // (Not with a PMTiles archive: its plan needs the archive's directories, read when the
-            // region starts; the limit is checked then.)
+            // A tiles request's plan is known now. (Not with a PMTiles archive: its plan needs the
+            // archive's directories, read when the region starts; the limit is checked then.)
             if case .tiles(let templates) = request.source, !templates.contains(where: { PMTiles.archiveURL($0) != nil }) {
-                let plan = try Planner.plan(request: request, templates: templates,
-                                            limits: .init(maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles))
-                if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
-                    throw e
-                }
-                tilesPlan = plan
-            }
-        } catch let e as RegionError {
-            // A region of that id exists: a bad request must not touch it (its status stays).
-            guard let id = RequestValidator.statusID(raw, fileName: name), regions[id] == nil else {
-                reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+                planOnArrival(Arrival(path: path, name: name, raw: data, request: request, file: file), templates: templates)
                 return
             }
-            status.record(RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: .null))
-            reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+        } catch let e as RegionError {
+            refuse(path: path, name: name, raw: raw, e)
             return
         } catch {
             reject(path: path, name: name, reason: "\(error)")
             return
         }
+        take(request, plan: nil, path: path, name: name)
+    }
+
+    /// Makes the plan of a `tiles` request off the loop (`planQueue`, as a style's): a corridor
+    /// or shape near the planning budgets takes seconds, during which downloads, control files of
+    /// other regions and SIGTERM go on. `collectArrivals` takes the result.
+    func planOnArrival(_ a: Arrival, templates: [String]) {
+        arriving = a
+        Log.info("making the plan of \(a.name)", region: a.request.id, [("file", a.name)])
+        let limits = RequestValidator.TileLimits(maxTiles: a.request.maxTiles, daemonMaxTiles: options.maxTiles)
+        // `a` is held by `arriving` until its plan is collected, so its identifier is not reused before.
+        let request = a.request, cancel = a.cancel, mailbox = arrivalMailbox, writer = self.writer, id = ObjectIdentifier(a)
+        planQueue.async {
+            let result = Result { () throws(RegionError) in
+                try Planner.plan(request: request, templates: templates, limits: limits, cancel: cancel)
+            }
+            mailbox.post(ArrivalPlan(arrival: id, result: result, cancelled: cancel.isCancelled))
+            writer.wake()
+        }
+    }
+
+    /// Takes the plan of the request being planned (`planOnArrival`): the request is refused
+    /// over the tile limit, else taken (`take`); a file changed or removed meanwhile is read
+    /// again or forgotten. Then the files that waited are handled (a rescan).
+    func collectArrivals() {
+        for made in arrivalMailbox.take() {
+            guard let a = arriving, ObjectIdentifier(a) == made.arrival else { continue }
+            arriving = nil
+            if made.cancelled { continue }
+            if let now = ArrivalFile(a.path), now != a.file {
+                Log.info("\(a.name) changed while its plan was made: read again", [("file", a.name)])
+            } else if ArrivalFile(a.path) == nil {
+                Log.info("\(a.name) was removed while its plan was made: nothing taken", [("file", a.name)])
+            } else {
+                switch made.result {
+                case .failure(let e): refuse(path: a.path, name: a.name, raw: a.raw, e)
+                case .success(let plan):
+                    if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: a.request.maxTiles, daemonMaxTiles: options.maxTiles) {
+                        refuse(path: a.path, name: a.name, raw: a.raw, e)
+                    } else {
+                        take(a.request, plan: plan, path: a.path, name: a.name)
+                    }
+                }
+            }
+            rescan(layout.requests, layout.control)
+        }
+    }
+
+    /// True when a control file of region `id` must wait: that region's request is being planned,
+    /// or waits behind the one that is (its file `<id>.json` is in requests/).
+    func controlWaits(id: String) -> Bool {
+        guard let a = arriving else { return false }
+        return a.request.id == id || Files.entryType(layout.requests + "/" + id + ".json") != .missing
+    }
+
+    /// Refuses a request file with `e`: moved to rejected/, with status files `failed` under the
+    /// id it names, unless a region of that id exists (a bad request must not touch it).
+    func refuse(path: String, name: String, raw: Data?, _ e: RegionError) {
+        if let id = RequestValidator.statusID(raw, fileName: name), regions[id] == nil {
+            status.record(RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: .null))
+        }
+        reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+    }
+
+    /// Takes a valid request (`plan`: a `tiles` request's, nil for a style): a refresh of the
+    /// completed region it downloads again, new credentials for a region, a duplicate of a region
+    /// under way (refused), or a new region (`accept`).
+    func take(_ request: RegionRequest, plan tilesPlan: ResourcePlan?, path: String, name: String) {
         if let existing = regions[request.id], existing.state == .completed, !existing.refreshing,
            existing.request.downloadsTheSame(as: request) {
             // The same download again: a refresh (conditional requests), not a second full download.
@@ -263,6 +326,7 @@ extension Daemon {
             reject(path: path, name: name, reason: "no region with id '\(id)' (not a valid region id)")
             return
         }
+        if controlWaits(id: id) { return } // taken by the rescan once the request is decided
         guard let r = regions[id] else {
             // In a shared store (S3) a region this spool has no status for is another daemon's.
             if action == .delete, status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) {
@@ -402,4 +466,54 @@ extension Daemon {
             setState(r, next, note: action.rawValue)
         }
     }
+}
+
+/// A `tiles` request read and valid, whose plan is being made off the loop before it is taken
+/// or refused (`Daemon.planOnArrival`, `collectArrivals`).
+final class Arrival {
+    /// The request file's path in requests/ and its name.
+    let path: String
+    let name: String
+    /// The file's bytes as read, and the request they hold.
+    let raw: Data
+    let request: RegionRequest
+    /// The file as it was when read: one changed since is read again.
+    let file: ArrivalFile
+    /// Stops the plan when the daemon stops (the file stays for the next start).
+    let cancel = PlanCancellation()
+
+    init(path: String, name: String, raw: Data, request: RegionRequest, file: ArrivalFile) {
+        self.path = path; self.name = name; self.raw = raw; self.request = request; self.file = file
+    }
+}
+
+/// A file's identity and version from `lstat` (never following a symlink): device, inode, type,
+/// size in bytes and modification time. Two equal values are the same file, unmodified, as far
+/// as `lstat` can tell.
+struct ArrivalFile: Equatable {
+    let device: UInt64
+    let inode: UInt64
+    let mode: UInt32
+    let size: Int64
+    let mtime: Int
+
+    /// The file at `path` now; nil when there is none.
+    init?(_ path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        device = UInt64(st.st_dev); inode = UInt64(st.st_ino); mode = st.st_mode
+        size = Int64(st.st_size); mtime = Daemon.mtime(st)
+    }
+
+    /// A regular file (not a symlink, FIFO or folder).
+    var isRegular: Bool { (mode & S_IFMT) == S_IFREG }
+}
+
+/// The plan made for an `Arrival` (`Daemon.planOnArrival`), posted from the plan queue.
+struct ArrivalPlan: Sendable {
+    /// Which arrival it is for (`ObjectIdentifier` of the `Arrival`).
+    let arrival: ObjectIdentifier
+    let result: Result<ResourcePlan, RegionError>
+    /// The daemon stopped while it was made: dropped.
+    let cancelled: Bool
 }

@@ -222,18 +222,19 @@ public enum PMTilesRemote {
             return Reading(set: previous, header: header, requests: requests, directoryBytes: directoryBytes, revalidation: pinned)
         }
         let wanted: [UInt64]
+        let limits = RequestValidator.TileLimits(maxTiles: request.maxTiles, daemonMaxTiles: maxTiles)
         if let areas {
             // The rectangles' index space first: a set over areas counts its tiles row by row.
             if rects.reduce(0, { SaturatingCount.add($0, $1.count) }) > RegionShape.maxPlanIndexSpace,
-               let e = PMTiles.regionLimitError(rects: rects, shape: nil, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) {
+               let e = PMTiles.regionLimitError(rects: rects, shape: nil, limits: limits, source: source) {
                 throw e
             }
             let areaSet = TileSet(source: source, template: TileURLTemplate(PMTiles.sourceScheme + url), rects: rects,
                                   areas: areas.areas, rectAreas: areas.rectAreas)
-            if let e = PMTiles.regionLimitError(areaSet: areaSet, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) { throw e }
+            if let e = PMTiles.regionLimitError(areaSet: areaSet, limits: limits, source: source) { throw e }
             wanted = PMTiles.tileIDs(areaSet: areaSet)
         } else {
-            if let e = PMTiles.regionLimitError(rects: rects, shape: request.shape, maxTiles: request.maxTiles, daemonMaxTiles: maxTiles, source: source) {
+            if let e = PMTiles.regionLimitError(rects: rects, shape: request.shape, limits: limits, source: source) {
                 throw e
             }
             wanted = PMTiles.tileIDs(rects: rects, shape: request.shape)

@@ -160,7 +160,7 @@ final class Download {
     /// instead of the range's own length in `rangeBytesHeld`.
     var wholeCuts: [Int: UInt64] = [:]
     var archivesReading = false
-    /// A style's plan is being made off the loop (`makePlan`, `collectPlans`).
+    /// The plan is being made off the loop (`makePlan`, `collectPlans`).
     var planning = false
     /// Cancelled when the download stops (`stopDownload`), so that a plan being made for it
     /// stops too instead of holding the plan queue.

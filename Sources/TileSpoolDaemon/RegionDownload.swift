@@ -36,9 +36,11 @@ extension Daemon {
         var overLimit: RegionError?
         var archivesPending = false
         if savedPlan == nil, case .tiles(let templates) = r.request.source {
-            // A tiles plan needs no document: made again (plan.json lost to a power cut, say).
-            // With a PMTiles archive, its directories are read first, off the loop
-            // (`readArchives`); the plan is made when they are in (`planTiles`).
+            // A tiles plan needs no document: made again (plan.json lost to a power cut, say),
+            // here on the loop, so that the progress the status shows is recounted with it (a
+            // rare path: the plan is saved when the request is taken). With a PMTiles archive,
+            // its directories are read first, off the loop (`readArchives`); the plan is made
+            // when they are in (`makePlan`).
             if let archives = readArchives(r, d, style: nil) {
                 do throws(RegionError) {
                     let plan = try Planner.plan(request: r.request, templates: templates, archives: archives, limits: tileLimits(r))
@@ -108,11 +110,14 @@ extension Daemon {
         if d.needed.isEmpty { makePlan(r, d) }
     }
 
-    /// Builds the exact plan once the style and every TileJSON are known, off the loop
-    /// (`planQueue`); `collectPlans` takes it and goes on (`planned`). Until then the download
-    /// asks nothing more, as while its archives are read.
+    /// Builds the exact plan once the style and every TileJSON are known, or a `tiles` request's
+    /// once its PMTiles archives are read, off the loop (`planQueue`); `collectPlans` takes it and
+    /// goes on (`planned`). Until then the download asks nothing more, as while its archives are
+    /// read.
     func makePlan(_ r: Region, _ d: Download) {
-        guard let style = d.style, !d.planning, d.plan == nil else { return }
+        guard !d.planning, d.plan == nil else { return }
+        let style = d.style
+        if case .style = r.request.source, style == nil { return }
         // PMTiles sources: their directories are read off the loop first; this runs again when
         // they are in (`collectArchiveReads`).
         guard let archives = readArchives(r, d, style: style) else { return }
@@ -123,8 +128,15 @@ extension Daemon {
         planQueue.async {
             // A plan whose download stopped before its turn is not begun.
             let result = cancel.isCancelled ? .failure(PlanCancellation.error) : Result { () throws(RegionError) in
-                try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives,
-                                 limits: limits, cancel: cancel)
+                switch (request.source, style) {
+                case (.tiles(let templates), _):
+                    try Planner.plan(request: request, templates: templates, archives: archives, limits: limits, cancel: cancel)
+                case (.style, let style?):
+                    try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives,
+                                     limits: limits, cancel: cancel)
+                case (.style, nil):
+                    throw PlanCancellation.error // not reached: a style request is planned once its style is in
+                }
             }
             mailbox.post(PlanResult(id: id, token: token, result: result, cancelled: cancel.isCancelled))
             writer.wake()
@@ -144,7 +156,7 @@ extension Daemon {
             d.planning = false
             switch made.result {
             case .failure(let error):
-                if error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); continue }
+                if r.request.isTiles || error.code != .tileLimitExceeded && error.code != .policyRefused { fail(r, error); continue }
                 refuseLate(r, error) // a shape over the planning budget: refused like a bad request
             case .success(let plan):
                 planned(r, d, plan)
@@ -152,16 +164,19 @@ extension Daemon {
         }
     }
 
-    /// A style's plan is made (`collectPlans`): checked against the tile usage policies and the
-    /// tile limit, saved, and counted from what the manifest holds.
+    /// A plan is made (`collectPlans`): checked against the tile usage policies and the tile
+    /// limit, saved, and counted from what the manifest (and for a `tiles` request, whose plan is
+    /// made here only as the download starts, the journal) holds. A style's refusal is written
+    /// to rejected/ (`refuseLate`); a `tiles` request's was checked on arrival, so it just fails.
     func planned(_ r: Region, _ d: Download, _ plan: ResourcePlan) {
         // A style's tile servers, sprites, glyphs and data are known only now: one on a listed
         // host is refused before anything is asked of it.
         let policy = TileUsagePolicy.refusal(plan: plan, allowedHosts: options.allowedHosts)
-        if let e = policy ?? tileLimitError(r, plan) { refuseLate(r, e); return }
+        if let e = policy ?? tileLimitError(r, plan) { if r.request.isTiles { fail(r, e) } else { refuseLate(r, e) }; return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
         r.progress = recount(plan, d.files, d)
+        if r.request.isTiles, let e = recoverJournal(r, d, plan) { storageFailed(r, e, commitPending: false); return }
         r.statusDirty = true
         Log.info("planned \(plan.count) resources (\(plan.tileCount) tiles)", region: r.id, state: r.state.rawValue, [("resources", plan.count), ("tiles", plan.tileCount)])
         finishIfDone(r, d)
@@ -680,7 +695,7 @@ extension Daemon {
         do { try r.files.beginRefresh(scope: scope) } catch {
             Log.error("cannot start a refresh: \(error)", region: r.id)
             r.error = RegionError(code: .storageError, message: "cannot start a refresh: \(error)")
-            setState(r, .completed, note: note, event: StatusEvent(refresh: "failed"))
+            setState(r, .completed, note: note, event: StatusEvent(refresh: "failed"), packUnchanged: true)
             return
         }
         r.refresh = RefreshRun(progressBefore: r.progress)
@@ -721,7 +736,7 @@ extension Daemon {
         // The counts as they were (the last refresh's tallies included); after a restart, read back.
         r.progress = r.refresh?.progressBefore ?? packProgress(r)
         r.refresh = nil
-        setState(r, .completed, note: "refresh \(why)", event: StatusEvent(refresh: why))
+        setState(r, .completed, note: "refresh \(why)", event: StatusEvent(refresh: why), packUnchanged: true)
         reconcileExports(r) // a re-drop that added an export gets it even when its refresh fails
     }
 

@@ -365,19 +365,19 @@ final class PMTilesSourceTests: XCTestCase {
     /// refused naming the limit; within them, not. A shape counts only the tiles it meets.
     func testARegionSpanningMoreTilesThanTheLimitIsRefusedBeforeItsTilesAreListed() throws {
         let world = Planner.rects(GeoBounds(west: -180, south: -85, east: 180, north: 85), 0, 20)
-        let e = try XCTUnwrap(PMTiles.regionLimitError(rects: world, shape: nil, maxTiles: nil, daemonMaxTiles: 1_000_000, source: "tiles0"))
+        let e = try XCTUnwrap(PMTiles.regionLimitError(rects: world, shape: nil, limits: .init(maxTiles: nil, daemonMaxTiles: 1_000_000), source: "tiles0"))
         XCTAssertEqual(e.code, .tileLimitExceeded)
         XCTAssertTrue(e.message.contains("more than the daemon's --max-tiles (1000000)"), e.message)
-        let huge = try XCTUnwrap(PMTiles.regionLimitError(rects: world, shape: nil, maxTiles: nil, daemonMaxTiles: Int.max, source: "tiles0"))
+        let huge = try XCTUnwrap(PMTiles.regionLimitError(rects: world, shape: nil, limits: .init(maxTiles: nil, daemonMaxTiles: Int.max), source: "tiles0"))
         XCTAssertTrue(huge.message.contains("more than 200000000, the most TileSpool lists"), huge.message)
         let small = Planner.rects(GeoBounds(west: 7, south: 43, east: 8, north: 44), 0, 14)
         let n = small.reduce(0) { $0 + $1.count }
-        XCTAssertNil(PMTiles.regionLimitError(rects: small, shape: nil, maxTiles: n, daemonMaxTiles: 1_000_000, source: "tiles0"))
-        let own = try XCTUnwrap(PMTiles.regionLimitError(rects: small, shape: nil, maxTiles: n - 1, daemonMaxTiles: 1_000_000, source: "s"))
+        XCTAssertNil(PMTiles.regionLimitError(rects: small, shape: nil, limits: .init(maxTiles: n, daemonMaxTiles: 1_000_000), source: "tiles0"))
+        let own = try XCTUnwrap(PMTiles.regionLimitError(rects: small, shape: nil, limits: .init(maxTiles: n - 1, daemonMaxTiles: 1_000_000), source: "s"))
         XCTAssertTrue(own.message.contains("more than the request's maxTiles (\(n - 1))"), own.message)
         // A thin triangle inside the box meets fewer tiles than the box holds: within a limit the box would pass.
         let triangle = RegionShape(polygons: [[[[7.0, 43.0], [8.0, 43.0], [7.0, 43.1], [7.0, 43.0]]]])
-        XCTAssertNil(PMTiles.regionLimitError(rects: small, shape: triangle, maxTiles: n / 2, daemonMaxTiles: 1_000_000, source: "s"))
+        XCTAssertNil(PMTiles.regionLimitError(rects: small, shape: triangle, limits: .init(maxTiles: n / 2, daemonMaxTiles: 1_000_000), source: "s"))
     }
 
     /// Attack round 11: boxes that do not cross the antimeridian never make a union that does

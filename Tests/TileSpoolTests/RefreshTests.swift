@@ -372,11 +372,13 @@ final class RefreshTests: XCTestCase {
     }
 
     /// Pause and resume a refresh (it stays a refresh), then cancel it: the region is completed
-    /// again with the old pack byte for byte, no error, and no refresh files left.
+    /// again with the old pack byte for byte, no error, no refresh files left, and the
+    /// `completedAt` of that pack.
     func testPauseResumeAndCancelDuringARefresh() throws {
         try fx.start(["--retry-delay", "30"])
         try completeMonaco()
         let old = manifestBytes()
+        let completedAt = try XCTUnwrap(fx.status("monaco")?["completedAt"] as? String)
         XCTAssertTrue(FileManager.default.createFile(atPath: served.path + "/FAIL", contents: Data()))
         _ = try fx.cli(["refresh", "monaco", "--spool", fx.spool])
         try waitUntil("the refresh waits on z14") {
@@ -389,8 +391,12 @@ final class RefreshTests: XCTestCase {
         _ = try fx.cli(["resume", "monaco", "--spool", fx.spool])
         try fx.waitForState("monaco", "downloading")
         XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, true)
+        // (The status gives times to the second: the cancel comes in a later one than the completion.)
+        try waitUntil("the clock is past the second monaco completed in") { ISO8601DateFormatter().string(from: Date()) > completedAt }
         _ = try fx.cli(["cancel", "monaco", "--spool", fx.spool])
         try waitForRefresh("cancelled")
+        XCTAssertGreaterThan(try XCTUnwrap(fx.status("monaco")?["stateChangedAt"] as? String), completedAt)
+        XCTAssertEqual(fx.status("monaco")?["completedAt"] as? String, completedAt, "when the pack completed, not when its refresh was cancelled")
         XCTAssertEqual(fx.state("monaco"), "completed")
         XCTAssertEqual(fx.status("monaco")?["refreshing"] as? Bool, false)
         XCTAssertTrue(fx.status("monaco")?["error"] is NSNull)

@@ -149,6 +149,51 @@ final class StylePlanOffLoopTests: FaultServerSpoolTestCase {
     }
 }
 
+/// A `tiles` request's plan is made off the daemon's loop (`Daemon.planOnArrival`) and decided on
+/// it: control files of other regions are applied meanwhile, a request dropped behind it is taken
+/// once it is decided, and SIGTERM stops the daemon with the request left in requests/.
+final class TilesPlanOnArrivalTests: FaultServerSpoolTestCase {
+    func testTheDaemonGoesOnWhileATilesRequestIsPlanned() throws {
+        try fx.start(["--max-tiles", "600000"]) // the count stops there: a few seconds in a debug build
+        try fx.drop("a.json", ["id": "a", "tiles": [server.url("/ok/a/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("a", "completed")
+        // 140 degrees tall, 1e-6 degrees wide, to z24: about 18.5 million tiles.
+        let thin: [String: Any] = ["tiles": [server.url("/ok/thin/{z}/{x}/{y}.png")], "minZoom": 0, "maxZoom": 24,
+                                   "geometry": ["type": "Polygon", "coordinates": [[[10, -70], [10.000001, -70], [10.000001, 70], [10, 70], [10, -70]]]]]
+        try fx.drop("thin.json", thin)
+        try waitUntil("the daemon is making the plan", timeout: 30) { fx.log().contains("making the plan of thin.json") }
+        try fx.drop("b.json", ["id": "b", "tiles": [server.url("/ok/b/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
+        let (rc, out) = try fx.cli(["delete", "a", "--wait", "--timeout", "60", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertNil(fx.status("a"))
+        // With the plan made on the loop, the delete waited for it: thin was refused first.
+        XCTAssertFalse(fx.log().contains("rejected thin.json"), "the delete was applied while the plan was made")
+        try fx.waitForState("thin", "failed", timeout: 120)
+        XCTAssertEqual(fx.errorCode("thin"), "tileLimitExceeded")
+        XCTAssertTrue((fx.errorMessage("thin") ?? "").contains("at least 60000"), fx.errorMessage("thin") ?? "")
+        XCTAssertTrue(fx.entryExists(fx.spool + "/rejected/thin.json"))
+        // b, dropped while thin was planned, is taken once thin is decided, and downloaded.
+        try fx.waitForState("b", "completed")
+        let log = fx.log()
+        let refused = try XCTUnwrap(log.range(of: "rejected thin.json")), accepted = try XCTUnwrap(log.range(of: "accepted b.json"))
+        XCTAssertLessThan(refused.lowerBound, accepted.lowerBound)
+        XCTAssertEqual(fx.status("b")?["state"] as? String, "completed")
+
+        // SIGTERM while a plan is made: the daemon stops without deciding; the file stays.
+        try fx.drop("thin2.json", thin)
+        try waitUntil("the daemon is making the plan", timeout: 30) { fx.log().contains("making the plan of thin2.json") }
+        XCTAssertEqual(fx.stop(), 0)
+        XCTAssertFalse(fx.log().contains("rejected thin2.json"), "the daemon stopped before the plan was decided")
+        XCTAssertTrue(fx.entryExists(fx.spool + "/requests/thin2.json"))
+        XCTAssertNil(fx.status("thin2"))
+        // The next start reads it again, and refuses it.
+        try fx.start(["--max-tiles", "600000"])
+        try fx.waitForState("thin2", "failed", timeout: 120)
+        XCTAssertEqual(fx.errorCode("thin2"), "tileLimitExceeded")
+        XCTAssertEqual(server.allHits().keys.filter { $0.hasPrefix("/ok/thin/") }, [], "no tile asked")
+    }
+}
+
 /// `Planner.plan` with a cancelled `PlanCancellation` throws `PlanCancellation.error` instead
 /// of counting on: before it begins, and while it counts a shape whose whole count would take
 /// minutes here (a thin strip 140 degrees tall to z24, no tile limit given).
