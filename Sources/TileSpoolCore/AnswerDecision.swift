@@ -133,6 +133,18 @@ public enum ContentRange {
         return first...last
     }
 
+    /// The complete length (bytes) a `Content-Range` field gives: `N` of `bytes */N` (a 416's,
+    /// RFC 9110 section 14.4) or of `bytes first-last/N`; nil when absent, unknown (`*`) or not a
+    /// number.
+    public static func completeLength(_ field: String?) -> UInt64? {
+        guard let field else { return nil }
+        let text = field.trimmingCharacters(in: .whitespaces)
+        guard text.lowercased().hasPrefix("bytes "), let slash = text.lastIndex(of: "/") else { return nil }
+        let n = text[text.index(after: slash)...]
+        guard !n.isEmpty, n.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        return UInt64(n)
+    }
+
     /// True when `field` says the body holds exactly `count` bytes from offset `start`.
     public static func holds(_ field: String?, start: UInt64, count: Int) -> Bool {
         guard count > 0, let r = parse(field) else { return false }
@@ -372,6 +384,9 @@ public enum AnswerDecision: Sendable, Equatable {
             return .retry(Retry(exhausted: .resource(RegionError(
                 code: .badResponse, message: "HTTP 200 with \(a.body.count) bytes to a range request for \(asked) from \(shown): the server ignored Range and the file is cut short",
                 url: shown, httpStatus: s))))
+        case 416 where ContentRange.completeLength(f.contentRange).map({ $0 <= f.start }) == true:
+            // The archive as served ends before the range begins: asking again brings the same.
+            return .fail(.resource(pastArchiveEnd(status: s, shown: shown, start: f.start, end: f.end, length: ContentRange.completeLength(f.contentRange)!)))
         case 429, 500...599, 416:
             let wait = s == 416 ? nil : a.retryAfter
             return .retry(Retry(after: wait, holdFor: wait.map { min($0, RetryAfter.maximum) },
@@ -379,6 +394,15 @@ public enum AnswerDecision: Sendable, Equatable {
         default:
             return .fail(.resource(RegionError(code: .httpError, message: "HTTP \(s) from \(shown) for \(asked)", url: shown, httpStatus: s)))
         }
+    }
+
+    /// The error of the tiles of range `start..<end` that lie past the end of their PMTiles
+    /// archive, `length` bytes long as a 416's or a short 206's `Content-Range` says (RFC 9110
+    /// section 14.4): the archive is shorter than its directories say, so asking again brings the
+    /// same; each such tile fails at once (`badResponse`, within `maxFailedTiles`).
+    public static func pastArchiveEnd(status: Int, shown: String, start: UInt64, end: UInt64, length: UInt64) -> RegionError {
+        RegionError(code: .badResponse, message: "HTTP \(status) from \(shown) for bytes \(start)-\(end &- 1): the archive holds \(length) bytes, and its directories put tiles beyond its end: it is shorter than they say (cut short on the server), or it changed since the region was planned",
+                    url: shown, httpStatus: status)
     }
 
     /// The message of a tile's error when it is one failure more than the request's

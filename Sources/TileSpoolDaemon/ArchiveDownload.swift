@@ -419,6 +419,10 @@ extension Daemon {
                          region: r.id, state: r.state.rawValue, url: shown(url, r))
                 cutTiles = kept.tiles
                 body = res.body[res.body.startIndex..<(res.body.startIndex + received)]
+            } else if let length = ContentRange.completeLength(res.contentRange), length <= range.start + UInt64(received) {
+                // No tile whole, and the archive ends where the bytes stop: asking again brings
+                // the same (the rest of a range split above gets a 416, decided so too).
+                decision = .fail(.resource(AnswerDecision.pastArchiveEnd(status: res.status, shown: shown(url, r), start: range.start, end: range.end, length: length)))
             } else {
                 decision = .retry(x)
             }

@@ -435,7 +435,7 @@ public final class HTTPClient: @unchecked Sendable {
         if code == CURLE_OK {
             r.headersRead = true
             // Retry-After only where it can mean something (not on every tile's 200).
-            let h = headers(t.easy, retryAfter: status >= 300 && status != 304, contentRange: status == 206)
+            let h = headers(t.easy, retryAfter: status >= 300 && status != 304, contentRange: status == 206 || status == 416)
             r.freshness = freshness(h)
             r.contentType = h.contentType
             r.contentRange = h.contentRange

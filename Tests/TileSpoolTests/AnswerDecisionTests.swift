@@ -346,6 +346,24 @@ final class AnswerDecisionTests: XCTestCase {
         // 416: backoff alone, even with a Retry-After, and the region is not held.
         XCTAssertEqual(range(416, bytes: 0, retryAfter: 30), .retry(.init(exhausted: .resource(rangeError(
             .httpError, "HTTP 416 from \(shown) for bytes 1000-1099", 416)))))
+        // An archive whose length is past the range's start (or not given) may answer it later.
+        for field in ["bytes */1001", "bytes */*", "bytes */x", "bytes 0-1/1001"] {
+            XCTAssertEqual(range(416, bytes: 0, contentRange: field), .retry(.init(exhausted: .resource(rangeError(
+                .httpError, "HTTP 416 from \(shown) for bytes 1000-1099", 416)))), field)
+        }
+    }
+
+    /// A 416 whose Content-Range puts the archive's end at or before the range's first byte fails
+    /// the range's tiles at once: the archive is shorter than its directories say, and asking
+    /// again brings the same (it was asked 6 times before).
+    func testA416ForBytesPastTheArchivesEndFailsEachTileAtOnce() {
+        for field in ["bytes */1000", "bytes */0", "Bytes */999"] {
+            XCTAssertEqual(range(416, bytes: 0, contentRange: field), .fail(.resource(rangeError(
+                .badResponse, "HTTP 416 from \(AnswerDecisionTests.archiveShown) for bytes 1000-1099: the archive holds \(ContentRange.completeLength(field)!) bytes, and its directories put tiles beyond its end: it is shorter than they say (cut short on the server), or it changed since the region was planned", 416))), field)
+        }
+        XCTAssertEqual(ContentRange.completeLength("bytes 5-9/5000"), 5000)
+        XCTAssertNil(ContentRange.completeLength("bytes */"))
+        XCTAssertNil(ContentRange.completeLength(nil))
     }
 
     func testOtherStatusesFailEachTile() {

@@ -1831,6 +1831,40 @@ final class PMTilesFaultTests: XCTestCase {
         XCTAssertEqual(server.hits(path), 2, "the header's request and the first leaf's")
     }
 
+    /// An archive cut short on the server (its directories whole, its last tiles' bytes gone):
+    /// the tiles whose bytes came are stored, and each tile past the end fails at once with
+    /// `badResponse` (within `maxFailedTiles`), never asked again (the bytes past the end were
+    /// asked 6 times before). Cut where no tile of the last range is whole, the range's short 206
+    /// says so; cut where some are, they are kept and the rest of the range gets a 416.
+    func testAnArchiveShorterThanItsDirectoriesFailsTheMissingTilesAtOnce() throws {
+        let whole = try Data(contentsOf: mapdata.appendingPathComponent(stamenFile))
+        // 681,987: where a tile's bytes begin in this archive (716,052 bytes), after whole tiles of the last range.
+        for (n, (length, status)) in [(whole.count * 9 / 10, 206), (681_987, 416)].enumerated() {
+            try server.registerFile("cut\(n).pmtiles", data: whole.prefix(length))
+            let path = "/pmtiles/ranged/0/cut\(n).pmtiles"
+            try fx.drop("cut\(n).json", ["id": "cut\(n)", "tiles": ["pmtiles://" + server.url(path)], "maxFailedTiles": 85,
+                                          "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+            try fx.waitForState("cut\(n)", "completed")
+            let tiles = fx.manifest("cut\(n)").filter { $0.kind == "tile" }
+            XCTAssertEqual(tiles.count, 85)
+            let failed = tiles.filter { $0.sha == "!" }, stored = tiles.filter { $0.sha != "!" && $0.sha != "-" }
+            XCTAssertGreaterThan(failed.count, 0)
+            XCTAssertGreaterThan(stored.count, 0)
+            XCTAssertEqual(fx.progress("cut\(n)")["tilesFailed"], failed.count)
+            let held = fx.objectsData(stored.map(\.sha))
+            for t in stored {
+                let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
+                XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
+            }
+            let list = try String(contentsOfFile: fx.store + "/regions/cut\(n)/failed.tsv", encoding: .utf8)
+            XCTAssertTrue(list.contains("HTTP \(status) ") && list.contains("the archive holds \(length) bytes") && list.contains("shorter than they say"),
+                          String(list.prefix(600)))
+            // The plan's request, the one range (cut short at the archive's end: its whole tiles
+            // kept), and the rest of it once (a short 206 again, or a 416).
+            XCTAssertEqual(server.hits(path), 3)
+        }
+    }
+
     /// A range answered with half its bytes (twice), or 416 (twice): retried as a tile is, then
     /// complete, every tile right.
     func testTruncatedRangeAnd416AreRetried() throws {
