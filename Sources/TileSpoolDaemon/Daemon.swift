@@ -183,6 +183,10 @@ public final class Daemon {
     /// The `tiles` request whose plan is being made off the loop before it is taken
     /// (`planOnArrival`), and the plans made for it.
     var arriving: Arrival?
+    /// Files met while `arriving` is planned and held for after its decision, in the order met
+    /// (`hold`).
+    var heldFiles: [(folder: String, name: String)] = []
+    var heldNames: Set<String> = []
     let arrivalMailbox = Mailbox<ArrivalPlan>()
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
     /// at a time in arrival order, and their results.

@@ -104,12 +104,14 @@ extension Daemon {
     /// Reads and validates a request file, then takes it (`take`) or refuses it. A `tiles`
     /// request's plan is made first, off the loop (`planOnArrival`): one over the tile limit is
     /// refused like any bad request. One request is planned at a time: a request file met while
-    /// one is, and a control file of its id, wait for the rescan once it is decided, so that
-    /// requests and control files still act in the order they were taken.
+    /// one is, and a control file of its id, are held (`hold`) and handled once it is decided, in
+    /// the order they were met, so that requests and control files act in the order they came.
     func handleRequest(path: String, name: String) {
-        guard name.hasSuffix(".json"), arriving == nil else { return }
+        guard name.hasSuffix(".json") else { return }
+        guard arriving == nil else { hold(layout.requests, name); return }
         var raw: Data?
         let request: RegionRequest
+        var tilesPlan: ResourcePlan?
         do {
             // Before the read: a file replaced while its plan is made is read again (`collectArrivals`).
             let file = ArrivalFile(path)
@@ -129,9 +131,24 @@ extension Daemon {
             if let e = TileUsagePolicy.refusal(urls: named, subdomains: request.subdomains, allowedHosts: options.allowedHosts) { throw e }
             // A tiles request's plan is known now. (Not with a PMTiles archive: its plan needs the
             // archive's directories, read when the region starts; the limit is checked then.)
-            if case .tiles(let templates) = request.source, !templates.contains(where: { PMTiles.archiveURL($0) != nil }) {
-                planOnArrival(Arrival(path: path, name: name, raw: data, request: request, file: file), templates: templates)
-                return
+            // A different request for a region under way is refused at once, as it stands now
+            // (attack round 50: one decided after its plan replaced the pack of a region that had
+            // completed meanwhile).
+            if case .tiles(let templates) = request.source, !templates.contains(where: { PMTiles.archiveURL($0) != nil }),
+               duplicateReason(request) == nil {
+                // A plain `bounds` plan is a few rectangles a zoom, made here at once (2,000
+                // requests dropped together are taken in one rescan); a shape's, a corridor's or
+                // parts' count takes seconds near the budgets, so it is made off the loop.
+                if request.shape != nil || request.areaParts != nil {
+                    planOnArrival(Arrival(path: path, name: name, raw: data, request: request, file: file), templates: templates)
+                    return
+                }
+                let plan = try Planner.plan(request: request, templates: templates,
+                                            limits: .init(maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles))
+                if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
+                    throw e
+                }
+                tilesPlan = plan
             }
         } catch let e as RegionError {
             refuse(path: path, name: name, raw: raw, e)
@@ -140,7 +157,7 @@ extension Daemon {
             reject(path: path, name: name, reason: "\(error)")
             return
         }
-        take(request, plan: nil, path: path, name: name)
+        take(request, plan: tilesPlan, path: path, name: name)
     }
 
     /// Makes the plan of a `tiles` request off the loop (`planQueue`, as a style's): a corridor
@@ -171,6 +188,7 @@ extension Daemon {
             if made.cancelled { continue }
             if let now = ArrivalFile(a.path), now != a.file {
                 Log.info("\(a.name) changed while its plan was made: read again", [("file", a.name)])
+                hold(layout.requests, a.name) // where its change was met, if it was
             } else if ArrivalFile(a.path) == nil {
                 Log.info("\(a.name) was removed while its plan was made: nothing taken", [("file", a.name)])
             } else {
@@ -184,8 +202,29 @@ extension Daemon {
                     }
                 }
             }
-            rescan(layout.requests, layout.control)
+            takeHeldFiles()
         }
+    }
+
+    /// Handles the files held while a request was planned (`hold`), in the order they were met
+    /// (a rescan orders by mtime, then name: `X.delete` before `X.json` dropped in the same clock
+    /// tick, attack round 50), until one of them is a request planned off the loop: the rest
+    /// stay held, in order, for its decision.
+    func takeHeldFiles() {
+        var taken = 0
+        while arriving == nil, taken < heldFiles.count {
+            let f = heldFiles[taken]
+            taken += 1
+            heldNames.remove(f.folder + "/" + f.name)
+            handleFile(folder: f.folder, name: f.name)
+        }
+        heldFiles.removeFirst(taken)
+    }
+
+    /// Keeps a file of `folder` met while a request is planned (`arriving`) for after its
+    /// decision (`takeHeldFiles`), each once, in the order first met.
+    func hold(_ folder: String, _ name: String) {
+        if heldNames.insert(folder + "/" + name).inserted { heldFiles.append((folder, name)) }
     }
 
     /// True when a control file of region `id` must wait: that region's request is being planned,
@@ -202,6 +241,16 @@ extension Daemon {
             status.record(RegionStatus(id: id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: .null))
         }
         reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+    }
+
+    /// The reason `request` is refused as `duplicateId`: its region is under way (not finished, or
+    /// refreshing) and the request is not the same download with new credentials; nil otherwise.
+    func duplicateReason(_ request: RegionRequest) -> String? {
+        guard let existing = regions[request.id], !existing.state.isTerminal else { return nil }
+        if !existing.refreshing && existing.request.differsOnlyInCredentials(from: request) { return nil }
+        let what = existing.refreshing ? "\(existing.state.rawValue) (a refresh is under way: wait for it, or cancel it to keep the pack as it was)"
+            : "\(existing.state.rawValue); cancel or delete it first"
+        return "duplicateId: region '\(request.id)' is \(what)"
     }
 
     /// Takes a valid request (`plan`: a `tiles` request's, nil for a style): a refresh of the
@@ -229,10 +278,8 @@ extension Daemon {
             accept(request, plan: tilesPlan, path: path, name: name, keepingManifest: true)
             return
         }
-        if let existing = regions[request.id], !existing.state.isTerminal {
-            let what = existing.refreshing ? "\(existing.state.rawValue) (a refresh is under way: wait for it, or cancel it to keep the pack as it was)"
-                : "\(existing.state.rawValue); cancel or delete it first"
-            reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' is \(what)")
+        if let reason = duplicateReason(request) {
+            reject(path: path, name: name, reason: reason)
             return
         }
         if store.isShared, regions[request.id] == nil, status.read(id: request.id) == nil, store.regionExists(request.id) {
@@ -326,7 +373,7 @@ extension Daemon {
             reject(path: path, name: name, reason: "no region with id '\(id)' (not a valid region id)")
             return
         }
-        if controlWaits(id: id) { return } // taken by the rescan once the request is decided
+        if controlWaits(id: id) { hold(layout.control, name); return } // handled once the request is decided
         guard let r = regions[id] else {
             // In a shared store (S3) a region this spool has no status for is another daemon's.
             if action == .delete, status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) {

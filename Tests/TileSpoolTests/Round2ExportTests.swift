@@ -157,9 +157,7 @@ final class TilesPlanOnArrivalTests: FaultServerSpoolTestCase {
         try fx.start(["--max-tiles", "600000"]) // the count stops there: a few seconds in a debug build
         try fx.drop("a.json", ["id": "a", "tiles": [server.url("/ok/a/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
         try fx.waitForState("a", "completed")
-        // 140 degrees tall, 1e-6 degrees wide, to z24: about 18.5 million tiles.
-        let thin: [String: Any] = ["tiles": [server.url("/ok/thin/{z}/{x}/{y}.png")], "minZoom": 0, "maxZoom": 24,
-                                   "geometry": ["type": "Polygon", "coordinates": [[[10, -70], [10.000001, -70], [10.000001, 70], [10, 70], [10, -70]]]]]
+        let thin = thinRequest()
         try fx.drop("thin.json", thin)
         try waitUntil("the daemon is making the plan", timeout: 30) { fx.log().contains("making the plan of thin.json") }
         try fx.drop("b.json", ["id": "b", "tiles": [server.url("/ok/b/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
@@ -191,6 +189,63 @@ final class TilesPlanOnArrivalTests: FaultServerSpoolTestCase {
         try fx.waitForState("thin2", "failed", timeout: 120)
         XCTAssertEqual(fx.errorCode("thin2"), "tileLimitExceeded")
         XCTAssertEqual(server.allHits().keys.filter { $0.hasPrefix("/ok/thin/") }, [], "no tile asked")
+    }
+
+    /// Shape requests dropped together are planned one at a time off the loop, each held file
+    /// taken in turn: every one is taken once and completes, and none is left in requests/.
+    func testManyShapeRequestsDroppedTogetherAreEachTakenOnce() throws {
+        try fx.start()
+        let n = 60
+        for i in 0..<n {
+            try fx.drop("g\(i).json", ["id": "g\(i)", "tiles": [server.url("/ok/g\(i)/{z}/{x}/{y}.png")], "minZoom": 0, "maxZoom": 1,
+                                        "geometry": ["type": "Polygon", "coordinates": [[[10, 10], [11, 10], [11, 11], [10, 11], [10, 10]]]]])
+        }
+        try waitUntil("all \(n) complete", timeout: 120) { (0..<n).allSatisfy { fx.state("g\($0)") == "completed" } }
+        for i in 0..<n {
+            XCTAssertEqual(fx.eventStates("g\(i)"), ["queued", "downloading", "completed"], "g\(i)")
+            XCTAssertEqual(fx.progress("g\(i)")["tilesCompleted"], 2, "g\(i): z0 and the one z1 tile the square meets")
+        }
+        XCTAssertEqual(fx.names(in: fx.spool + "/requests").filter { !$0.hasPrefix(".") }, [])
+        XCTAssertEqual(fx.names(in: fx.spool + "/rejected"), [])
+    }
+
+    /// A thin strip 140 degrees tall, 1e-6 degrees wide, to z24 (about 18.5 million tiles): its
+    /// count passes `--max-tiles 600000` after a few seconds in a debug build.
+    func thinRequest() -> [String: Any] {
+        ["tiles": [server.url("/ok/thin/{z}/{x}/{y}.png")], "minZoom": 0, "maxZoom": 24,
+         "geometry": ["type": "Polygon", "coordinates": [[[10, -70], [10.000001, -70], [10.000001, 70], [10, 70], [10, -70]]]]]
+    }
+
+    /// Files held while a request is planned act in the order they came, not by mtime and name
+    /// (attack round 50: `c.json` then `c.delete` in one clock tick, or a control file whose
+    /// mtime is older, deleted nothing and left c downloading); and a different request for a
+    /// region under way is refused at once as `duplicateId`, not after its plan (by when the
+    /// region may have completed, and lost its pack to it).
+    func testHeldFilesActInTheOrderTheyCameAndADuplicateIsRefusedAtOnce() throws {
+        try fx.start(["--max-tiles", "600000"])
+        // A region under way: its one tile takes 30 s.
+        try fx.drop("s.json", ["id": "s", "tiles": [server.url("/slow/30000/s/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 0])
+        try fx.waitForState("s", "downloading")
+        try fx.drop("s2.json", thinRequest().merging(["id": "s"]) { $1 })
+        try waitUntil("s2.json is refused", timeout: 30) { fx.entryExists(fx.spool + "/rejected/s2.json.error") }
+        let reason = try String(contentsOfFile: fx.spool + "/rejected/s2.json.error", encoding: .utf8)
+        XCTAssertTrue(reason.hasPrefix("duplicateId: region 's' is downloading"), reason)
+        XCTAssertFalse(fx.log().contains("making the plan of s2.json"), "refused without a plan")
+        XCTAssertEqual(fx.state("s"), "downloading")
+
+        try fx.drop("thin.json", thinRequest())
+        try waitUntil("the daemon is making the plan", timeout: 30) { fx.log().contains("making the plan of thin.json") }
+        try fx.drop("c.json", ["id": "c", "tiles": [server.url("/ok/c/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
+        // Dropped after c.json, with an mtime a minute older (a rescan takes the oldest first).
+        let tmp = fx.spool + "/control/.c.tmp"
+        XCTAssertTrue(FileManager.default.createFile(atPath: tmp, contents: Data()))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-60)], ofItemAtPath: tmp)
+        XCTAssertEqual(rename(tmp, fx.spool + "/control/c.delete"), 0)
+        try fx.waitForState("thin", "failed", timeout: 120)
+        try waitUntil("c is deleted", timeout: 30) { fx.eventStates("c").last == "deleted" }
+        XCTAssertEqual(fx.eventStates("c"), ["queued", "deleted"], "taken, then deleted before it started")
+        XCTAssertNil(fx.status("c"))
+        XCTAssertFalse(fx.entryExists(fx.spool + "/rejected/c.delete"), "the delete came after c.json")
     }
 }
 
