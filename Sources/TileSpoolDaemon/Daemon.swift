@@ -572,7 +572,10 @@ public final class Daemon {
     func fail(_ r: Region, _ e: RegionError) {
         switch RegionStateMachine.apply(.fail, to: r.state, refreshing: r.refreshing) {
         case .to(let next):
-            stopDownload(r)
+            // What its ranges received is kept, as for a pause, for the resume (attack round 51:
+            // the whole tiles of an archive cut short were being cut when the tiles past its end
+            // failed the region, and were lost).
+            stopDownload(r, keepReceived: true)
             r.error = shown(e, r)
             setState(r, next)
         case .abandonRefresh:

@@ -456,7 +456,7 @@ extension Daemon {
             over.message = AnswerDecision.overBudgetMessage(e.message, failed: failedSoFar, budget: budget, refreshing: r.refreshing)
             // failed.tsv is written before the status says `failed` (a script reads it then): the
             // download is stopped first, which records the failed tiles still waiting.
-            if !r.refreshing { stopDownload(r); writeFailedList(r, d) }
+            if !r.refreshing { stopDownload(r, keepReceived: true); writeFailedList(r, d) }
             fail(r, over)
             return
         }

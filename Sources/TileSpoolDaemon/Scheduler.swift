@@ -71,10 +71,13 @@ extension Daemon {
     /// Starts the refreshes that are due (called at each periodic rescan, every few seconds): a
     /// completed region whose `refreshAfter` (else `--refresh-interval`) has passed since its
     /// manifest was last written, and since its last refresh started, is refreshed with that
-    /// interval as `maxAge`. Cron users can drop `<id>.refresh` instead (docs/refresh.md).
+    /// interval as `maxAge`. Cron users can drop `<id>.refresh` instead (docs/refresh.md). Not
+    /// a region whose new request is being planned (`arriving`): the request is decided against
+    /// the state it was read in (attack round 51: a refresh begun during the plan refused it as
+    /// `duplicateId`).
     func scheduleRefreshes() {
         let now = Date().timeIntervalSince1970
-        for r in regions.values where r.state == .completed && !r.refreshing {
+        for r in regions.values where r.state == .completed && !r.refreshing && r.id != arriving?.request.id {
             guard let interval = r.request.refreshAfter.map(Double.init) ?? options.refreshInterval else { continue }
             // A file's mtime comes from the kernel's coarse clock, up to a tick (1-10 ms) behind
             // the clock that stamped each line's fetch time: waiting 20 ms more makes every line

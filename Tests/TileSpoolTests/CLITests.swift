@@ -129,7 +129,8 @@ final class CLITests: FaultServerSpoolTestCase {
         try fx.start()
         try waitUntil("the region completed again", timeout: 30) { fx.eventStates("t").count >= before + 3 }
         XCTAssertEqual(Array(fx.eventStates("t").dropFirst(before)), ["queued", "downloading", "completed"])
-        XCTAssertEqual(fx.state("t"), "completed")
+        // The event is appended before the status files are written (contract.md): they follow.
+        try fx.waitForState("t", "completed", timeout: 10)
         XCTAssertEqual(fx.progress("t")["tilesCompleted"], 21)
         XCTAssertEqual(server.allHits().count, asked, "no tile asked again")
     }

@@ -1865,6 +1865,30 @@ final class PMTilesFaultTests: XCTestCase {
         }
     }
 
+    /// The same when the tiles past the end are more than `maxFailedTiles`: the region fails, and
+    /// keeps the whole tiles that came before the end, for its resume (attack round 51: they were
+    /// being cut when the failures failed the region, and were lost in 5 runs of 6).
+    func testTheWholeTilesBeforeTheEndAreKeptWhenTheFailuresFailTheRegion() throws {
+        let whole = try Data(contentsOf: mapdata.appendingPathComponent(stamenFile))
+        try server.registerFile("cut.pmtiles", data: whole.prefix(400_000)) // 37 tiles whole, 48 past the end
+        let path = "/pmtiles/ranged/0/cut.pmtiles"
+        try fx.drop("cut.json", ["id": "cut", "tiles": ["pmtiles://" + server.url(path)], "maxFailedTiles": 47,
+                                 "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
+        try fx.waitForState("cut", "failed")
+        XCTAssertEqual(fx.errorCode("cut"), "badResponse")
+        XCTAssertTrue((fx.errorMessage("cut") ?? "").contains("more than the request's maxFailedTiles (47)"), fx.errorMessage("cut") ?? "")
+        let tiles = fx.manifest("cut").filter { $0.kind == "tile" }
+        let stored = tiles.filter { $0.sha != "!" && $0.sha != "-" }
+        XCTAssertEqual(stored.count, 37)
+        XCTAssertEqual(tiles.filter { $0.sha == "!" }.count, 47)
+        let held = fx.objectsData(stored.map(\.sha))
+        for t in stored {
+            let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
+            XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
+        }
+        XCTAssertEqual(fx.progress("cut")["tilesCompleted"], 37 + 47)
+    }
+
     /// A range answered with half its bytes (twice), or 416 (twice): retried as a tile is, then
     /// complete, every tile right.
     func testTruncatedRangeAnd416AreRetried() throws {

@@ -209,6 +209,27 @@ final class TilesPlanOnArrivalTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.names(in: fx.spool + "/rejected"), [])
     }
 
+    /// A region whose new request is being planned gets no scheduled refresh meanwhile: the
+    /// request is decided against the state it was read in (attack round 51: a refresh begun
+    /// during the plan refused it as `duplicateId`).
+    func testNoRefreshBeginsForARegionWhoseNewRequestIsPlanned() throws {
+        try fx.start(["--max-tiles", "2000000", "--refresh-interval", "1", "--rescan-interval", "0.1"])
+        try fx.drop("d.json", ["id": "d", "tiles": [server.url("/ok/d/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("d", "completed")
+        var thin = thinRequest()
+        thin["id"] = "d"
+        thin["maxZoom"] = 20 // about 1.16 million tiles: taken, after a count of seconds
+        try fx.drop("d2.json", thin)
+        try waitUntil("the plan begins", timeout: 30) { fx.log().contains("making the plan of d2.json") }
+        let begun = Date()
+        try waitUntil("d2.json is decided", timeout: 120) { fx.log().contains("accepted d2.json") || fx.log().contains("rejected d2.json") }
+        XCTAssertGreaterThan(Date().timeIntervalSince(begun), 1.5, "the refresh came due while the plan was made (else this checks nothing)")
+        XCTAssertTrue(fx.log().contains("accepted d2.json"), String(fx.log().suffix(1500)))
+        XCTAssertFalse(fx.log().contains("refresh due"), "no refresh began")
+        let (rc, out) = try fx.cli(["delete", "d", "--wait", "--timeout", "60", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+    }
+
     /// A thin strip 140 degrees tall, 1e-6 degrees wide, to z24 (about 18.5 million tiles): its
     /// count passes `--max-tiles 600000` after a few seconds in a debug build.
     func thinRequest() -> [String: Any] {
