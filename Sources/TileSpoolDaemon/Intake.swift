@@ -114,8 +114,8 @@ extension Daemon {
         var tilesPlan: ResourcePlan?
         do {
             // Before the read: a file replaced while its plan is made is read again (`collectArrivals`).
-            let file = ArrivalFile(path)
-            guard let file, file.isRegular else {
+            let file = FileVersion(path: path)
+            guard let file, file.type == .regular else {
                 throw RegionError(code: .invalidRequest, message: "the request is not a regular file (symlinks, FIFOs and folders are refused)")
             }
             let data: Data
@@ -180,17 +180,18 @@ extension Daemon {
 
     /// Takes the plan of the request being planned (`planOnArrival`): the request is refused
     /// over the tile limit, else taken (`take`); a file changed or removed meanwhile is read
-    /// again or forgotten. Then the files that waited are handled (a rescan).
+    /// again or forgotten. Then the files held meanwhile are handled (`takeHeldFiles`).
     func collectArrivals() {
         for made in arrivalMailbox.take() {
             guard let a = arriving, ObjectIdentifier(a) == made.arrival else { continue }
             arriving = nil
             if made.cancelled { continue }
-            if let now = ArrivalFile(a.path), now != a.file {
+            let now = FileVersion(path: a.path)
+            if now == nil {
+                Log.info("\(a.name) was removed while its plan was made: nothing taken", [("file", a.name)])
+            } else if now != a.file {
                 Log.info("\(a.name) changed while its plan was made: read again", [("file", a.name)])
                 hold(layout.requests, a.name) // where its change was met, if it was
-            } else if ArrivalFile(a.path) == nil {
-                Log.info("\(a.name) was removed while its plan was made: nothing taken", [("file", a.name)])
             } else {
                 switch made.result {
                 case .failure(let e): refuse(path: a.path, name: a.name, raw: a.raw, e)
@@ -525,35 +526,13 @@ final class Arrival {
     let raw: Data
     let request: RegionRequest
     /// The file as it was when read: one changed since is read again.
-    let file: ArrivalFile
+    let file: FileVersion
     /// Stops the plan when the daemon stops (the file stays for the next start).
     let cancel = PlanCancellation()
 
-    init(path: String, name: String, raw: Data, request: RegionRequest, file: ArrivalFile) {
+    init(path: String, name: String, raw: Data, request: RegionRequest, file: FileVersion) {
         self.path = path; self.name = name; self.raw = raw; self.request = request; self.file = file
     }
-}
-
-/// A file's identity and version from `lstat` (never following a symlink): device, inode, type,
-/// size in bytes and modification time. Two equal values are the same file, unmodified, as far
-/// as `lstat` can tell.
-struct ArrivalFile: Equatable {
-    let device: UInt64
-    let inode: UInt64
-    let mode: UInt32
-    let size: Int64
-    let mtime: Int
-
-    /// The file at `path` now; nil when there is none.
-    init?(_ path: String) {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return nil }
-        device = UInt64(st.st_dev); inode = UInt64(st.st_ino); mode = st.st_mode
-        size = Int64(st.st_size); mtime = Daemon.mtime(st)
-    }
-
-    /// A regular file (not a symlink, FIFO or folder).
-    var isRegular: Bool { (mode & S_IFMT) == S_IFREG }
 }
 
 /// The plan made for an `Arrival` (`Daemon.planOnArrival`), posted from the plan queue.

@@ -283,6 +283,30 @@ public struct FolderID: Hashable, Sendable {
     public init(_ st: stat) { dev = UInt64(st.st_dev); ino = UInt64(st.st_ino) }
 }
 
+/// A file's identity and version as `lstat` gives them (a symlink is not followed): device,
+/// inode, type, size in bytes and modification time (seconds and nanoseconds since 1970). Two
+/// equal values are the same file, unchanged as far as `lstat` can tell; a file replaced by a
+/// rename, rewritten or touched since gives another.
+public struct FileVersion: Equatable, Sendable {
+    public let dev: UInt64
+    public let ino: UInt64
+    public let mode: UInt32
+    public let size: Int64
+    public let mtimeSeconds: Int
+    public let mtimeNanoseconds: Int
+
+    /// The entry at `path` now; nil when there is none (or it cannot be `lstat`ed).
+    public init?(path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        dev = UInt64(st.st_dev); ino = UInt64(st.st_ino); mode = st.st_mode; size = Int64(st.st_size)
+        mtimeSeconds = Int(st.st_mtim.tv_sec); mtimeNanoseconds = Int(st.st_mtim.tv_nsec)
+    }
+
+    /// The entry's type (a regular file, a folder, a symlink, other).
+    public var type: Files.EntryType { Files.EntryType(mode: mode) }
+}
+
 extension Files.EntryType {
     /// The type of an `st_mode`.
     public init(mode: mode_t) {

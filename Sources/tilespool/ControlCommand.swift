@@ -108,7 +108,7 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
     let events = wait ? EventsFollower(path: layout.events) : nil
     let name = "\(id).\(action)"
     let rejection = layout.rejected + "/" + SpoolLayout.rejectedName(name) + ".error"
-    let rejectedBefore = fileIdentity(rejection)
+    let rejectedBefore = FileVersion(path: rejection)
 
     try Files.makeDirectories(layout.control)
     let final = "\(layout.control)/\(name)"
@@ -141,7 +141,7 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
                 return ControlExit.failed
             }
         }
-        if fileIdentity(rejection) != rejectedBefore, let text = try? String(contentsOfFile: rejection, encoding: .utf8) {
+        if FileVersion(path: rejection) != rejectedBefore, let text = try? String(contentsOfFile: rejection, encoding: .utf8) {
             err("tilespool: the daemon refused control/\(name): \(text.split(separator: "\n").first ?? "")")
             return ControlExit.notApplied
         }
@@ -182,10 +182,4 @@ func awaitStatusFiles(_ layout: SpoolLayout, event: StatusEvent, after: ArraySli
     }
 }
 
-/// Device, inode and modification time of `path` (nil when absent): tells a file replaced or
-/// rewritten since.
-func fileIdentity(_ path: String) -> [Int]? {
-    var st = stat()
-    guard stat(path, &st) == 0 else { return nil }
-    return [Int(truncatingIfNeeded: st.st_dev), Int(truncatingIfNeeded: st.st_ino), Int(st.st_mtim.tv_sec), Int(st.st_mtim.tv_nsec)]
-}
+

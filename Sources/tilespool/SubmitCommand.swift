@@ -177,7 +177,7 @@ final class RegionFollower {
     let endAtPausedNetwork: Bool
     private let events: EventsFollower
     private let rejection: String
-    private let rejectedBefore: [Int]?
+    private let rejectedBefore: FileVersion?
     private let terminal: Bool
     private var lastDraw = 0.0
     private var drawn = false
@@ -190,7 +190,7 @@ final class RegionFollower {
         self.endAtPausedNetwork = endAtPausedNetwork
         events = EventsFollower(path: layout.events)
         rejection = layout.rejected + "/" + SpoolLayout.rejectedName(id + ".json") + ".error"
-        rejectedBefore = fileIdentity(rejection)
+        rejectedBefore = FileVersion(path: rejection)
         terminal = isatty(2) == 1
     }
 
@@ -204,7 +204,7 @@ final class RegionFollower {
                 return end
             }
         }
-        if !accepted, fileIdentity(rejection) != rejectedBefore, let text = try? String(contentsOfFile: rejection, encoding: .utf8) {
+        if !accepted, FileVersion(path: rejection) != rejectedBefore, let text = try? String(contentsOfFile: rejection, encoding: .utf8) {
             return .refused(String(text.split(separator: "\n").first ?? ""))
         }
         if terminal { draw(force: false) }
