@@ -33,7 +33,8 @@ struct ArchiveRange {
     }
 }
 
-/// A style's plan made off the loop (`Daemon.makePlan`) for region `id`'s download `token`
+/// A plan made off the loop (`Daemon.makePlan`: a style's, or a `tiles` request's with PMTiles
+/// archives) for region `id`'s download `token`
 /// (`Download.serial`).
 struct PlanResult: Sendable {
     let id: String

@@ -186,6 +186,7 @@ public final class Daemon {
     /// Files met while `arriving` is planned and held for after its decision, in the order met
     /// (`hold`).
     var heldFiles: [(folder: String, name: String)] = []
+    /// `folder/name` of each file in `heldFiles`, so that one is held once.
     var heldNames: Set<String> = []
     let arrivalMailbox = Mailbox<ArrivalPlan>()
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
