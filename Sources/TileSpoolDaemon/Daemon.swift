@@ -185,9 +185,11 @@ public final class Daemon {
     var arriving: Arrival?
     /// Files met while `arriving` is planned and held for after its decision, in the order met
     /// (`hold`).
-    var heldFiles: [(folder: String, name: String)] = []
-    /// `folder/name` of each file in `heldFiles`, so that one is held once.
+    var heldFiles: [(folder: String, name: String, id: String?)] = []
+    /// `folder/name` of each file in `heldFiles`, so that one is held once; the ids the held
+    /// request files name, with how many name each (`controlWaits`).
     var heldNames: Set<String> = []
+    var heldIDs: [String: Int] = [:]
     let arrivalMailbox = Mailbox<ArrivalPlan>()
     /// Range answers being cut into tiles, hashed and stored off the loop (`handleRange`), one
     /// at a time in arrival order, and their results.

@@ -217,22 +217,32 @@ extension Daemon {
             let f = heldFiles[taken]
             taken += 1
             heldNames.remove(f.folder + "/" + f.name)
+            if let id = f.id { heldIDs[id]! -= 1; if heldIDs[id] == 0 { heldIDs.removeValue(forKey: id) } }
             handleFile(folder: f.folder, name: f.name)
         }
         heldFiles.removeFirst(taken)
     }
 
     /// Keeps a file of `folder` met while a request is planned (`arriving`) for after its
-    /// decision (`takeHeldFiles`), each once, in the order first met.
+    /// decision (`takeHeldFiles`), each once, in the order first met. A request file's id (its
+    /// `id` field, else its file name) is noted, so that a control file of that id waits for it
+    /// too, whatever the file is named (attack round 51: `k2.json` holding id `k`, then `k.pause`).
     func hold(_ folder: String, _ name: String) {
-        if heldNames.insert(folder + "/" + name).inserted { heldFiles.append((folder, name)) }
+        guard heldNames.insert(folder + "/" + name).inserted else { return }
+        var id: String?
+        if folder == layout.requests {
+            let data = try? Files.readRegularFile(folder + "/" + name, limit: RequestValidator.maxFileSize)
+            id = RequestValidator.statusID(data, fileName: name)
+            if let id { heldIDs[id, default: 0] += 1 }
+        }
+        heldFiles.append((folder, name, id))
     }
 
     /// True when a control file of region `id` must wait: that region's request is being planned,
-    /// or waits behind the one that is (its file `<id>.json` is in requests/).
+    /// or waits behind the one that is (held, or its file `<id>.json` is in requests/).
     func controlWaits(id: String) -> Bool {
         guard let a = arriving else { return false }
-        return a.request.id == id || Files.entryType(layout.requests + "/" + id + ".json") != .missing
+        return a.request.id == id || heldIDs[id] != nil || Files.entryType(layout.requests + "/" + id + ".json") != .missing
     }
 
     /// Refuses a request file with `e`: moved to rejected/, with status files `failed` under the

@@ -239,7 +239,8 @@ final class TilesPlanOnArrivalTests: FaultServerSpoolTestCase {
 
     /// Files held while a request is planned act in the order they came, not by mtime and name
     /// (attack round 50: `c.json` then `c.delete` in one clock tick, or a control file whose
-    /// mtime is older, deleted nothing and left c downloading); and a different request for a
+    /// mtime is older, deleted nothing and left c downloading), a control file waiting for the
+    /// held request of its id whatever that file is named; and a different request for a
     /// region under way is refused at once as `duplicateId`, not after its plan (by when the
     /// region may have completed, and lost its pack to it).
     func testHeldFilesActInTheOrderTheyCameAndADuplicateIsRefusedAtOnce() throws {
@@ -262,7 +263,14 @@ final class TilesPlanOnArrivalTests: FaultServerSpoolTestCase {
         XCTAssertTrue(FileManager.default.createFile(atPath: tmp, contents: Data()))
         try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-60)], ofItemAtPath: tmp)
         XCTAssertEqual(rename(tmp, fx.spool + "/control/c.delete"), 0)
+        // A request file named otherwise than its id: a control file of that id waits for it too
+        // (attack round 51: the pause acted first, and the request then undid it).
+        try fx.drop("k2.json", ["id": "k", "tiles": [server.url("/ok/k/{z}/{x}/{y}.png")], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
+        try fx.control("k", "pause")
         try fx.waitForState("thin", "failed", timeout: 120)
+        try fx.waitForState("k", "pausedUser")
+        XCTAssertEqual(fx.eventStates("k"), ["queued", "pausedUser"])
+        XCTAssertFalse(fx.entryExists(fx.spool + "/rejected/k.pause"))
         try waitUntil("c is deleted", timeout: 30) { fx.eventStates("c").last == "deleted" }
         XCTAssertEqual(fx.eventStates("c"), ["queued", "deleted"], "taken, then deleted before it started")
         XCTAssertNil(fx.status("c"))
