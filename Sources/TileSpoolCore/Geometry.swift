@@ -377,13 +377,12 @@ public struct RegionShape: Sendable, Equatable, Codable {
 
     /// Number of tiles covered within `rect`. Only rows some ring reaches are asked
     /// (`ProjectedRings.rowSpans`): a MultiPolygon's bounding rectangle may be mostly empty rows.
-    /// With `limit`, counting stops as soon as the count passes it: the result is then a count of
-    /// some of the tiles, more than `limit` (a plan over its tile limit is refused, and a thin
-    /// shape 140 degrees tall took 15 s to be counted whole at z0-24).
-    public func count(in rect: TileRect, stoppingAbove limit: Int = Int.max) -> Int { counted(in: rect, stoppingAbove: limit).count }
+    public func count(in rect: TileRect) -> Int { counted(in: rect, stoppingAbove: Int.max).count }
 
-    /// `count(in:stoppingAbove:)`, and whether every row was counted (false when counting
-    /// stopped with more than one row left).
+    /// The tiles covered within `rect`, counting stopped as soon as the count passes `limit`
+    /// with more than the last two rows left (a plan over its tile limit is refused, and a thin
+    /// shape 140 degrees tall took 15 s to be counted whole at z0-24): the count is then of some
+    /// of the tiles, more than `limit`, and `whole` is false.
     func counted(in rect: TileRect, stoppingAbove limit: Int, cancel: PlanCancellation? = nil) -> (count: Int, whole: Bool) {
         var total = 0
         let rings = indexed(z: rect.z)

@@ -111,7 +111,6 @@ extension Daemon {
         guard arriving == nil else { hold(layout.requests, name); return }
         var raw: Data?
         let request: RegionRequest
-        var tilesPlan: ResourcePlan?
         do {
             // Before the read: a file replaced while its plan is made is read again (`collectArrivals`).
             let file = FileVersion(path: path)
@@ -141,14 +140,11 @@ extension Daemon {
                 // parts' count takes seconds near the budgets, so it is made off the loop.
                 if request.shape != nil || request.areaParts != nil {
                     planOnArrival(Arrival(path: path, name: name, raw: data, request: request, file: file), templates: templates)
-                    return
+                } else {
+                    decide(request, Result { () throws(RegionError) in try Planner.plan(request: request, templates: templates, limits: tileLimits(request)) },
+                           path: path, name: name, raw: data)
                 }
-                let plan = try Planner.plan(request: request, templates: templates,
-                                            limits: .init(maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles))
-                if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles) {
-                    throw e
-                }
-                tilesPlan = plan
+                return
             }
         } catch let e as RegionError {
             refuse(path: path, name: name, raw: raw, e)
@@ -157,7 +153,18 @@ extension Daemon {
             reject(path: path, name: name, reason: "\(error)")
             return
         }
-        take(request, plan: tilesPlan, path: path, name: name)
+        take(request, plan: nil, path: path, name: name)
+    }
+
+    /// Decides on a `tiles` request once its plan is made (on the loop for `bounds`, else
+    /// `collectArrivals`): refused when planning failed or the plan is over the tile limit (moved
+    /// to rejected/), else taken with its plan (`take`).
+    func decide(_ request: RegionRequest, _ plan: Result<ResourcePlan, RegionError>, path: String, name: String, raw: Data) {
+        switch plan {
+        case .failure(let e): refuse(path: path, name: name, raw: raw, e)
+        case .success(let plan):
+            if let e = tileLimitError(request, plan) { refuse(path: path, name: name, raw: raw, e) } else { take(request, plan: plan, path: path, name: name) }
+        }
     }
 
     /// Makes the plan of a `tiles` request off the loop (`planQueue`, as a style's): a corridor
@@ -166,7 +173,7 @@ extension Daemon {
     func planOnArrival(_ a: Arrival, templates: [String]) {
         arriving = a
         Log.info("making the plan of \(a.name)", region: a.request.id, [("file", a.name)])
-        let limits = RequestValidator.TileLimits(maxTiles: a.request.maxTiles, daemonMaxTiles: options.maxTiles)
+        let limits = tileLimits(a.request)
         // `a` is held by `arriving` until its plan is collected, so its identifier is not reused before.
         let request = a.request, cancel = a.cancel, mailbox = arrivalMailbox, writer = self.writer, id = ObjectIdentifier(a)
         planQueue.async {
@@ -193,15 +200,7 @@ extension Daemon {
                 Log.info("\(a.name) changed while its plan was made: read again", [("file", a.name)])
                 hold(layout.requests, a.name) // where its change was met, if it was
             } else {
-                switch made.result {
-                case .failure(let e): refuse(path: a.path, name: a.name, raw: a.raw, e)
-                case .success(let plan):
-                    if let e = RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: a.request.maxTiles, daemonMaxTiles: options.maxTiles) {
-                        refuse(path: a.path, name: a.name, raw: a.raw, e)
-                    } else {
-                        take(a.request, plan: plan, path: a.path, name: a.name)
-                    }
-                }
+                decide(a.request, made.result, path: a.path, name: a.name, raw: a.raw)
             }
             takeHeldFiles()
         }

@@ -43,7 +43,7 @@ extension Daemon {
             // when they are in (`makePlan`).
             if let archives = readArchives(r, d, style: nil) {
                 do throws(RegionError) {
-                    let plan = try Planner.plan(request: r.request, templates: templates, archives: archives, limits: tileLimits(r))
+                    let plan = try Planner.plan(request: r.request, templates: templates, archives: archives, limits: tileLimits(r.request))
                     try? d.files.savePlan(plan)
                     savedPlan = plan
                 } catch {
@@ -55,7 +55,7 @@ extension Daemon {
         }
         // A plan over the limits (`--max-tiles` lowered since, or a count that overflows) is not
         // read back: its bitmap alone could exhaust memory. The region fails below.
-        overLimit = overLimit ?? savedPlan.flatMap { tileLimitError(r, $0) }
+        overLimit = overLimit ?? savedPlan.flatMap { tileLimitError(r.request, $0) }
         if overLimit != nil {
             savedPlan = nil
         } else if let plan = savedPlan {
@@ -83,7 +83,7 @@ extension Daemon {
         if let e = overLimit { fail(r, e); return }
         if d.plan == nil && !archivesPending { resumePrePlan(r, d, lines: lines) }
         if let plan = d.plan, r.state == .downloading {
-            if let e = tileLimitError(r, plan) { fail(r, e); return }
+            if let e = tileLimitError(r.request, plan) { fail(r, e); return }
             finishIfDone(r, d)
         }
     }
@@ -123,19 +123,17 @@ extension Daemon {
         guard let archives = readArchives(r, d, style: style) else { return }
         d.planning = true
         Log.info("making the plan", region: r.id, state: r.state.rawValue)
-        let request = r.request, styleURL = d.styleURL, tileJSONs = d.tileJSONs, limits = tileLimits(r)
+        let request = r.request, styleURL = d.styleURL, tileJSONs = d.tileJSONs, limits = tileLimits(r.request)
         let id = r.id, token = d.serial, mailbox = planMailbox, writer = self.writer, cancel = d.planCancel
         planQueue.async {
             // A plan whose download stopped before its turn is not begun.
             let result = cancel.isCancelled ? .failure(PlanCancellation.error) : Result { () throws(RegionError) in
-                switch (request.source, style) {
-                case (.tiles(let templates), _):
+                if case .tiles(let templates) = request.source {
                     try Planner.plan(request: request, templates: templates, archives: archives, limits: limits, cancel: cancel)
-                case (.style, let style?):
-                    try Planner.plan(request: request, styleURL: styleURL, style: style, tileJSONs: tileJSONs, archives: archives,
+                } else {
+                    // A style request gets here only with its style (the guard above).
+                    try Planner.plan(request: request, styleURL: styleURL, style: style!, tileJSONs: tileJSONs, archives: archives,
                                      limits: limits, cancel: cancel)
-                case (.style, nil):
-                    throw PlanCancellation.error // not reached: a style request is planned once its style is in
                 }
             }
             mailbox.post(PlanResult(id: id, token: token, result: result, cancelled: cancel.isCancelled))
@@ -172,7 +170,7 @@ extension Daemon {
         // A style's tile servers, sprites, glyphs and data are known only now: one on a listed
         // host is refused before anything is asked of it.
         let policy = TileUsagePolicy.refusal(plan: plan, allowedHosts: options.allowedHosts)
-        if let e = policy ?? tileLimitError(r, plan) { if r.request.isTiles { fail(r, e) } else { refuseLate(r, e) }; return }
+        if let e = policy ?? tileLimitError(r.request, plan) { if r.request.isTiles { fail(r, e) } else { refuseLate(r, e) }; return }
         do { try d.files.savePlan(plan) } catch { storageFailed(r, error); return }
         d.plan = plan
         r.progress = recount(plan, d.files, d)
@@ -195,18 +193,18 @@ extension Daemon {
         fail(r, e)
     }
 
-    /// The error when `plan` has more tiles than the region's `maxTiles` or the daemon's
+    /// The error when `plan` has more tiles than `request`'s `maxTiles` or the daemon's
     /// `--max-tiles` allow (naming the limit that applies), or nil. A `tiles` request over the
-    /// limit is refused on arrival (`handleRequest`); a style's plan is known only in `makePlan`,
+    /// limit is refused on arrival (`decide`); a style's plan is known only in `makePlan`,
     /// and a region resumed after `--max-tiles` was lowered is checked again in `start`.
-    func tileLimitError(_ r: Region, _ plan: ResourcePlan) -> RegionError? {
-        RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
+    func tileLimitError(_ request: RegionRequest, _ plan: ResourcePlan) -> RegionError? {
+        RequestValidator.tileLimitError(tiles: plan.tileCount, maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles)
     }
 
-    /// The tile limits `r`'s plan is held to (`tileLimitError`), for the planner to stop
+    /// The tile limits `request`'s plan is held to (`tileLimitError`), for the planner to stop
     /// counting a shape's tiles once past them.
-    func tileLimits(_ r: Region) -> RequestValidator.TileLimits {
-        RequestValidator.TileLimits(maxTiles: r.request.maxTiles, daemonMaxTiles: options.maxTiles)
+    func tileLimits(_ request: RegionRequest) -> RequestValidator.TileLimits {
+        RequestValidator.TileLimits(maxTiles: request.maxTiles, daemonMaxTiles: options.maxTiles)
     }
 
     /// Issues requests for a downloading region up to its limit.

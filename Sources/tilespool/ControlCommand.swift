@@ -181,5 +181,3 @@ func awaitStatusFiles(_ layout: SpoolLayout, event: StatusEvent, after: ArraySli
         later = events.pollEvents().contains { $0.id == event.id }
     }
 }
-
-

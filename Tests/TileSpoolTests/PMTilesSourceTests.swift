@@ -1736,12 +1736,18 @@ final class PMTilesFaultTests: XCTestCase {
     @discardableResult
     func stamenTiles(_ id: String, file: StaticString = #filePath, line: UInt = #line) throws -> [SpoolFixture.Line] {
         let tiles = fx.manifest(id).filter { $0.kind == "tile" }
+        try assertStamenBodies(tiles, file: file, line: line)
+        return tiles
+    }
+
+    /// Each of `tiles` (manifest lines of the stamen archive's tiles, each with an object) holds
+    /// the bytes of mapdata/raster's file for its z/x/y.
+    func assertStamenBodies(_ tiles: [SpoolFixture.Line], file: StaticString = #filePath, line: UInt = #line) throws {
         let held = fx.objectsData(tiles.map(\.sha))
         for t in tiles {
             let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
             XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key, file: file, line: line)
         }
-        return tiles
     }
 
     /// An archive URL that redirects to another host (GitHub release assets, presigned S3 and
@@ -1851,11 +1857,7 @@ final class PMTilesFaultTests: XCTestCase {
             XCTAssertGreaterThan(failed.count, 0)
             XCTAssertGreaterThan(stored.count, 0)
             XCTAssertEqual(fx.progress("cut\(n)")["tilesFailed"], failed.count)
-            let held = fx.objectsData(stored.map(\.sha))
-            for t in stored {
-                let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
-                XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
-            }
+            try assertStamenBodies(stored)
             let list = try String(contentsOfFile: fx.store + "/regions/cut\(n)/failed.tsv", encoding: .utf8)
             XCTAssertTrue(list.contains("HTTP \(status) ") && list.contains("the archive holds \(length) bytes") && list.contains("shorter than they say"),
                           String(list.prefix(600)))
@@ -1881,11 +1883,7 @@ final class PMTilesFaultTests: XCTestCase {
         let stored = tiles.filter { $0.sha != "!" && $0.sha != "-" }
         XCTAssertEqual(stored.count, 37)
         XCTAssertEqual(tiles.filter { $0.sha == "!" }.count, 47)
-        let held = fx.objectsData(stored.map(\.sha))
-        for t in stored {
-            let zxy = t.key.split(separator: "/").dropFirst().joined(separator: "/")
-            XCTAssertEqual(held[t.sha], try Data(contentsOf: mapdata.appendingPathComponent("raster/stamen_toner/\(zxy).png")), t.key)
-        }
+        try assertStamenBodies(stored)
         XCTAssertEqual(fx.progress("cut")["tilesCompleted"], 37 + 47)
     }
 

@@ -230,6 +230,22 @@ final class TilesPlanOnArrivalTests: FaultServerSpoolTestCase {
         XCTAssertEqual(rc, 0, out)
     }
 
+    /// A request file replaced while its plan is made is read again: the new request is the one
+    /// taken, and the plan made for the old one is dropped (contract.md, "What a tiles request
+    /// downloads").
+    func testARequestReplacedWhileItsPlanIsMadeIsReadAgain() throws {
+        try fx.start(["--max-tiles", "600000"])
+        try fx.drop("r.json", thinRequest()) // over the limit: refused, were it decided
+        try waitUntil("the daemon is making the plan", timeout: 30) { fx.log().contains("making the plan of r.json") }
+        try fx.drop("r.json", ["id": "r", "tiles": [server.url("/ok/r/{z}/{x}/{y}.png")], "minZoom": 0, "maxZoom": 1,
+                               "geometry": ["type": "Polygon", "coordinates": [[[10, 10], [11, 10], [11, 11], [10, 11], [10, 10]]]]])
+        try fx.waitForState("r", "completed", timeout: 120)
+        XCTAssertTrue(fx.log().contains("r.json changed while its plan was made: read again"))
+        XCTAssertEqual(fx.eventStates("r"), ["queued", "downloading", "completed"])
+        XCTAssertEqual(fx.progress("r")["tilesCompleted"], 2)
+        XCTAssertFalse(fx.entryExists(fx.spool + "/rejected/r.json"))
+    }
+
     /// A thin strip 140 degrees tall, 1e-6 degrees wide, to z24 (about 18.5 million tiles): its
     /// count passes `--max-tiles 600000` after a few seconds in a debug build.
     func thinRequest() -> [String: Any] {
