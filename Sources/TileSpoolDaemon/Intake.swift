@@ -192,11 +192,11 @@ extension Daemon {
         for made in arrivalMailbox.take() {
             guard let a = arriving, ObjectIdentifier(a) == made.arrival else { continue }
             arriving = nil
-            if made.cancelled { continue }
             let now = FileVersion(path: a.path)
+            if made.cancelled && !a.changed { continue } // the daemon stops: the file stays
             if now == nil {
                 Log.info("\(a.name) was removed while its plan was made: nothing taken", [("file", a.name)])
-            } else if now != a.file {
+            } else if now != a.file || a.changed {
                 Log.info("\(a.name) changed while its plan was made: read again", [("file", a.name)])
                 hold(layout.requests, a.name) // where its change was met, if it was
             } else {
@@ -227,6 +227,12 @@ extension Daemon {
     /// `id` field, else its file name) is noted, so that a control file of that id waits for it
     /// too, whatever the file is named (attack round 51: `k2.json` holding id `k`, then `k.pause`).
     func hold(_ folder: String, _ name: String) {
+        // The file being planned changed: its plan is of a request that is no longer there, so
+        // it stops now (a shape's count takes seconds) and the file is read again after.
+        if folder == layout.requests, let a = arriving, a.name == name, FileVersion(path: a.path) != a.file {
+            a.changed = true
+            a.cancel.cancel()
+        }
         guard heldNames.insert(folder + "/" + name).inserted else { return }
         var id: String?
         if folder == layout.requests {
@@ -536,8 +542,11 @@ final class Arrival {
     let request: RegionRequest
     /// The file as it was when read: one changed since is read again.
     let file: FileVersion
-    /// Stops the plan when the daemon stops (the file stays for the next start).
+    /// Stops the plan when the daemon stops (the file stays for the next start), or when the
+    /// file changes (`changed`: it is read again).
     let cancel = PlanCancellation()
+    /// The file changed (or went) while its plan was made, and the plan was cancelled for it.
+    var changed = false
 
     init(path: String, name: String, raw: Data, request: RegionRequest, file: FileVersion) {
         self.path = path; self.name = name; self.raw = raw; self.request = request; self.file = file
