@@ -118,6 +118,15 @@ public struct RegionStatus: Sendable, Equatable, Codable {
     public var error: RegionError?
     /// The request with defaults filled in (credentials redacted), or nil for an unreadable request.
     public var request: JSONValue?
+    /// True when the status names its request, as every region the daemon took has; false for
+    /// a refused request's (`request` null or absent). On a store other daemons write (S3), the
+    /// region of that id in the store is then not this spool's: it is never loaded, resumed or
+    /// removed from this spool (attack round 53: a refused request's status made a spool take
+    /// another daemon's region, and its `prune` removed it).
+    public var namesItsRequest: Bool {
+        if let request, request != .null { return true }
+        return false
+    }
     /// The request's `context`, verbatim (`null` when absent).
     public var context: JSONValue
     /// When the status was written.

@@ -284,8 +284,9 @@ public final class Daemon {
             Log.error("cannot list the regions of the store \(store.location): \(error)")
             ids = []
         }
-        // A shared store (S3) holds other daemons' regions too: this one resumes those its spool knows.
-        for id in ids where RequestValidator.isValidID(id) && (!store.isShared || status.read(id: id) != nil)
+        // A shared store (S3) holds other daemons' regions too: this one resumes those its spool
+        // took (a refused request's status, which names no request, is not one: attack round 53).
+        for id in ids where RequestValidator.isValidID(id) && (!store.isShared || status.read(id: id)?.namesItsRequest == true)
             && (options.onlyRegion == nil || options.onlyRegion == id) {
             let files = store.region(id)
             // A symlink (or anything but a folder) at store/regions/<id> was not made by us: it is

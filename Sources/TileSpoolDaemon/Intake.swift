@@ -98,7 +98,7 @@ extension Daemon {
         if (try? from.rename(entry, to: rejected, stored)) == nil { from.removeTree(entry) }
         let note = stored == name ? "" : "(the file was named \(name.debugDescription))\n"
         // A text file scripts print: no control character a request's field names carried.
-        try? rejected.writeAtomically(Data(TerminalText.safe(reason + "\n" + note).utf8), to: stored + ".error")
+        _ = try? rejected.writeAtomically(Data(TerminalText.safe(reason + "\n" + note).utf8), to: stored + ".error")
     }
 
     /// Reads and validates a request file, then takes it (`take`) or refuses it. A `tiles`
@@ -298,8 +298,8 @@ extension Daemon {
             reject(path: path, name: name, reason: reason)
             return
         }
-        if store.isShared, regions[request.id] == nil, status.read(id: request.id) == nil, store.regionExists(request.id) {
-            reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' exists in the store \(store.location) and this spool has no status for it: it is another daemon's (region ids must be distinct between daemons, docs/s3.md#concurrency)")
+        if store.isShared, regions[request.id] == nil, status.read(id: request.id)?.namesItsRequest != true, store.regionExists(request.id) {
+            reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' exists in the store \(store.location) and this spool did not take it (no status here names its request): it is another daemon's (region ids must be distinct between daemons, docs/s3.md#concurrency)")
             return
         }
         accept(request, plan: tilesPlan, path: path, name: name)
@@ -328,6 +328,24 @@ extension Daemon {
                                     resources: old.progress.resourcesCompleted, bytes: old.progress.bytesCompleted)
             Log.warning("\(name) replaces the completed pack of region \(request.id)", region: request.id, state: old.state.rawValue, [("file", name)])
         }
+        // A new id in a store other daemons write (S3): its request is written only where none
+        // is, before anything else of the region is touched. Of two daemons taking one new id at
+        // once, the one that finds it written refuses its request as `duplicateId` and changes
+        // nothing in the store (attack round 53: the second one's request.json and plan.json had
+        // replaced the first one's, whose region then completed with the other's plan).
+        let claiming = store.isShared && old == nil && status.read(id: request.id)?.namesItsRequest != true
+        do {
+            if claiming, try !files.create(request: request, exclusive: true) {
+                reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' was created in the store \(store.location) by another daemon as this one took it (region ids must be distinct between daemons, docs/s3.md#concurrency)")
+                return
+            }
+        } catch {
+            let e = RegionError(code: .storageError, message: "cannot write the region's files: \(error)")
+            status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
+                                       request: JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
+            reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
+            return
+        }
         do {
             if keepingManifest {
                 var isStyle = false
@@ -336,7 +354,7 @@ extension Daemon {
             } else {
                 files.resetDownload()
             }
-            try files.create(request: request)
+            if !claiming { try files.create(request: request) }
             if let plan { try files.savePlan(plan) }
         } catch {
             // No region without its files: the request is refused like a bad one (drop it again
@@ -392,9 +410,12 @@ extension Daemon {
         if controlWaits(id: id) { hold(layout.control, name); return } // handled once the request is decided
         guard let r = regions[id] else {
             // In a shared store (S3) a region this spool has no status for is another daemon's.
-            if action == .delete, status.read(id: id) != nil || (!store.isShared && store.regionExists(id)) {
+            let st = status.read(id: id)
+            if action == .delete, st != nil || (!store.isShared && store.regionExists(id)) {
                 let done = take(name, path)
-                store.region(id).remove()
+                // In a shared store only a region this spool took is removed: the region of a
+                // refused request's id there is another daemon's (attack round 53).
+                if !store.isShared || st?.namesItsRequest == true { store.region(id).remove() }
                 status.remove(id: id)
                 status.event(StatusEvent(id: id, state: "deleted", action: "delete"))
                 Log.info("deleted (status only)", region: id, state: "deleted")

@@ -187,8 +187,8 @@ extension Daemon {
         let e = shown(e, r) // a policy refusal names a URL from the style
         if let data = try? r.files.requestData() {
             let rejected = try? Directory(path: layout.rejected, followFinal: false)
-            try? rejected?.writeAtomically(data, to: "\(r.id).json")
-            try? rejected?.writeAtomically(Data(TerminalText.safe("\(e.code.rawValue): \(e.message)\n").utf8), to: "\(r.id).json.error")
+            _ = try? rejected?.writeAtomically(data, to: "\(r.id).json")
+            _ = try? rejected?.writeAtomically(Data(TerminalText.safe("\(e.code.rawValue): \(e.message)\n").utf8), to: "\(r.id).json.error")
         }
         fail(r, e)
     }

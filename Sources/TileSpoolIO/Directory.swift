@@ -112,9 +112,12 @@ public final class Directory: @unchecked Sendable {
     /// here with O_EXCL (never a planted link's target), written, optionally fsynced, then renamed
     /// over `name`. The rename replaces the entry itself, never what a symlink there points to
     /// (a folder there makes it fail: EISDIR). For names this folder's owner gives out (status
-    /// files); exports, which replace only what they made, check first (`Exporter`).
+    /// files); exports, which replace only what they made, check first (`Exporter`). With
+    /// `replace` false the rename is `RENAME_NOREPLACE`: nothing is written when `name` exists.
+    /// - Returns: false when `replace` is false and `name` existed (the temp file is removed).
     /// - Throws: `SystemError`; the temp file is removed then.
-    public func writeAtomically(_ data: Data, to name: String, sync: Bool = false) throws(SystemError) {
+    @discardableResult
+    public func writeAtomically(_ data: Data, to name: String, sync: Bool = false, replace: Bool = true) throws(SystemError) -> Bool {
         try check(name, "write")
         let tmp = Directory.tempName(for: name)
         let f = try createFile(tmp)
@@ -125,7 +128,12 @@ public final class Directory: @unchecked Sendable {
             Glibc.close(f); unlinkat(fd, tmp, 0); throw error
         }
         Glibc.close(f)
-        do throws(SystemError) { try rename(tmp, to: self, name) } catch { unlinkat(fd, tmp, 0); throw error }
+        do throws(SystemError) { try rename(tmp, to: self, name, mode: replace ? .replace : .noReplace) } catch {
+            unlinkat(fd, tmp, 0)
+            if !replace && error.errno == EEXIST { return false }
+            throw error
+        }
+        return true
     }
 
     /// A temp name for `name` in this folder, unique to this process and call: `.tmp-<name

@@ -45,9 +45,12 @@ public struct VerifyReport: Sendable {
     /// "region: why" for completed regions whose `plan.json` is missing, not a plan, or damaged
     /// (`ResourcePlan.damage`): the daemon does not believe such a region complete.
     public var unreadablePlans: [String] = []
+    /// "id: why" for regions whose status says `completed` and of which the store holds no files
+    /// (attack round 53: verify said 0 faults for a completed region removed from the store).
+    public var missingRegions: [String] = []
     public var faults: Int {
         badObjects.count + missingObjects.count + tempFiles.count + foreignEntries.count + countMismatches.count + unreadablePlans.count
-            + uncheckedRegions.count
+            + uncheckedRegions.count + missingRegions.count
     }
 }
 
@@ -221,7 +224,8 @@ public enum StoreMaintenance {
             report.tempFiles.append("status/" + name)
         }
 
-        for id in try store.regionIDs().sorted() {
+        let ids = try store.regionIDs()
+        for id in ids.sorted() {
             // A region that cannot be checked (a file or a symlink planted in regions/, a folder
             // that cannot be read, a manifest that cannot be rewritten) is named and verify goes
             // on with the others (attack round 37: one plain file there stopped verify before it
@@ -316,6 +320,21 @@ public enum StoreMaintenance {
                 }
             } catch {
                 report.uncheckedRegions.append("regions/\(id): \(error)")
+            }
+        }
+        // A region the spool says is complete, gone from the store: its pack is lost. (Read again
+        // once the store says it has none: a `delete` beside verify removes the files, then the status.)
+        let listed = Set(ids)
+        for st in status.readAll() where st.state == .completed && !listed.contains(st.id) {
+            guard !store.regionExists(st.id), var now = status.read(id: st.id), now.state == .completed else { continue }
+            report.missingRegions.append("\(st.id): the status says completed, and the store \(store.location) holds no files of this region; drop its request again, or delete it")
+            if repair {
+                now.state = .failed
+                now.refreshing = false
+                now.error = RegionError(code: .storeDamaged, message: "the store holds no files of this region: drop its request again, or delete it")
+                now.updatedAt = Date()
+                status.record(now, note: "verify --repair")
+                report.regionsMarked.append(st.id)
             }
         }
         return report

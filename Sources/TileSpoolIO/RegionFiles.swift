@@ -188,8 +188,11 @@ public final class RegionFiles: @unchecked Sendable {
     }
 
     /// Creates the folder (by descriptor: a symlink at `<store>/regions/<id>` is refused, ELOOP,
-    /// never written through) and writes the request (fsynced).
-    public func create(request: RegionRequest) throws(SystemError) {
+    /// never written through) and writes the request (fsynced). `exclusive`: only when no
+    /// `request.json` is there (`RENAME_NOREPLACE`).
+    /// - Returns: false when `exclusive` found a request stored (nothing written).
+    @discardableResult
+    public func create(request: RegionRequest, exclusive: Bool) throws(SystemError) -> Bool {
         guard case .path(let parent) = container else { throw SystemError("mkdir", dir, errno: EINVAL) }
         try Files.makeDirectories(parent)
         handleLock.lock()
@@ -202,7 +205,8 @@ public final class RegionFiles: @unchecked Sendable {
             } catch { handleLock.unlock(); throw error }
         }
         handleLock.unlock()
-        try Files.writeAtomically(JSONKind.serialize(request.jsonObject, pretty: true), to: requestPath, sync: true)
+        let (parent2, name2) = Files.split(requestPath)
+        return try Directory(path: parent2).writeAtomically(JSONKind.serialize(request.jsonObject, pretty: true), to: name2, sync: true, replace: !exclusive)
     }
 
     /// Reads the stored request back.

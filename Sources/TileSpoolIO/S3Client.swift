@@ -45,13 +45,21 @@ public struct S3Config: Sendable {
     /// Parses `s3://BUCKET[/PREFIX]` and takes the endpoint and credentials the way AWS tools do:
     /// `endpoint` (else `AWS_ENDPOINT_URL`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     /// `AWS_SESSION_TOKEN`, `AWS_REGION` (default `us-east-1`).
-    /// - Throws: `S3Error` naming what is missing or malformed.
+    /// - Throws: `S3Error` naming what is missing or malformed (a bucket or prefix segment `.` or
+    ///   `..` included).
     public static func from(url: String, endpoint: String?, environment: [String: String], pathStyle: Bool = true) throws(S3Error) -> S3Config {
         guard url.hasPrefix("s3://") else { throw S3Error(message: "a store in S3 is named s3://BUCKET[/PREFIX], not \(url)") }
         let rest = url.dropFirst(5)
         let bucket = String(rest.prefix { $0 != "/" })
         guard !bucket.isEmpty else { throw S3Error(message: "\(url): no bucket name") }
         let prefix = String(rest.dropFirst(bucket.count))
+        // An S3 key is literal, but HTTP clients (libcurl among them) resolve `.` and `..` in a
+        // URL's path (RFC 3986 section 5.2.4): such a bucket or prefix would write under other
+        // keys than it lists, or into another bucket (attack round 53: `s3://tiles/./p1` got past
+        // the duplicate check of `s3://tiles/p1` and overwrote its region).
+        if ([bucket] + prefix.split(separator: "/").map(String.init)).contains(where: { $0 == "." || $0 == ".." }) {
+            throw S3Error(message: "\(url): a bucket or prefix segment '.' or '..' is refused (URLs resolve it, so the keys would not be where they are listed); name the prefix without it")
+        }
         guard let ep = endpoint ?? environment["AWS_ENDPOINT_URL"], ep.hasPrefix("http://") || ep.hasPrefix("https://") else {
             throw S3Error(message: "no S3 endpoint: give --s3-endpoint URL or set AWS_ENDPOINT_URL (http:// or https://)")
         }

@@ -146,9 +146,15 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
     /// Keys in a bucket are never links: always usable.
     public func refusal(id: String) -> String? { nil }
 
-    public func create(request: RegionRequest) throws {
+    @discardableResult
+    public func create(request: RegionRequest, exclusive: Bool) throws -> Bool {
         let data = JSONKind.serialize(request.jsonObject, pretty: true)
-        try client { c in try c.put(base + "request.json", data) }
+        guard exclusive else { try client { c in try c.put(base + "request.json", data) }; return true }
+        // `If-None-Match: *`: of daemons creating the same new id at once, one wins (attack round
+        // 53). A PUT retried after its answer was lost finds its own bytes: still this one's.
+        let outcome = try client { c in try c.put(base + "request.json", data, ifNoneMatch: true) }
+        if outcome == .created { return true }
+        return (try? client { c in try c.get(base + "request.json") }) == data
     }
 
     public func requestData() throws -> Data {

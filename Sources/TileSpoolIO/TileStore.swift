@@ -179,8 +179,12 @@ public protocol RegionStorage: AnyObject, Sendable {
     /// (on disk: a symlink, or anything but a folder, at `regions/<id>`, never followed); nil
     /// when they are (always in a bucket). `id` is the region's, named in the message.
     func refusal(id: String) -> String?
-    /// Creates the region and writes its request (durably).
-    func create(request: RegionRequest) throws
+    /// Creates the region and writes its request (durably). `exclusive`: only where no request
+    /// is stored (a new id on a store other daemons write: of two daemons creating one id at once,
+    /// exactly one gets true; disk, `RENAME_NOREPLACE`; S3, `If-None-Match: *`).
+    /// - Returns: false when `exclusive` found a request stored; nothing was written.
+    @discardableResult
+    func create(request: RegionRequest, exclusive: Bool) throws -> Bool
     /// The stored request. - Throws: when absent, unreadable or not a valid request.
     func loadRequest() throws -> RegionRequest
     /// The stored request's bytes, as written.
@@ -257,6 +261,9 @@ extension ManifestSnapshot {
 }
 
 extension RegionStorage {
+    /// Creates the region and writes its request, replacing one stored (`create(request:exclusive:)`).
+    public func create(request: RegionRequest) throws { try create(request: request, exclusive: false) }
+
     /// A cheap check, at start, that a status saying `completed` describes what the store holds:
     /// false when there is no manifest, no plan, or a plan of another size than the status's
     /// `resourcesExpected` (a pack replaced by a new request whose status was never written).

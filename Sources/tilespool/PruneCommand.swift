@@ -52,7 +52,7 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
     let selecting = a.options["--older-than"] != nil || a.options["--state"] != nil
     let selected = !selecting ? [] : writer.readAll().filter { st in
         states.contains(st.state) && now.timeIntervalSince(st.stateChangedAt ?? st.updatedAt) >= olderThan
-    }.map(\.id)
+    }.map { (id: $0.id, took: $0.namesItsRequest) }
 
     // The daemon's lock tells whether a daemon runs; holding it keeps one from starting meanwhile.
     var lock: SpoolLock?
@@ -68,18 +68,20 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
         }
     }
     if dryRun {
-        for id in selected { out("would delete \(id)") }
+        for (id, _) in selected { out("would delete \(id)") }
     } else if lock == nil {
         try Files.makeDirectories(layout.control)
-        for id in selected {
+        for (id, _) in selected {
             try Files.writeAtomically(Data(), to: "\(layout.control)/\(id).delete")
             out("delete requested for \(id) (the daemon deletes it)")
         }
     } else {
         // Through the store, whichever backend it is on (no store there: no region files to remove).
         let store = loc.isS3 || StoreSpec.looksLikeStore(loc.store) ? try loc.openStore() : nil
-        for id in selected {
-            store?.region(id).remove()
+        for (id, took) in selected {
+            // In a shared store (S3) only a region this spool took is removed: the region of a
+            // refused request's id there is another daemon's (attack round 53).
+            if let store, !store.isShared || took { store.region(id).remove() }
             writer.remove(id: id)
             writer.event(StatusEvent(id: id, state: "deleted", note: "prune", action: "delete"))
             out("deleted \(id)")

@@ -88,6 +88,19 @@ func checkRepositoryConformance(_ backend: any Backend, open: () throws -> Packe
         XCTAssertEqual(try backend.load(p.name).flatMap(formatPackName), String(p.name.split(separator: "/").last!.dropLast(5)), file: file, line: line)
     }
     XCTAssertEqual(try store.repository.checkObjects(repair: false).bad, [], file: file, line: line)
+
+    // A region created exclusively (a new id in a store other daemons write): of two creations
+    // of one id, by two stores opened apart, the second finds the first's request and writes
+    // nothing (attack round 53: the second one's request had replaced the first one's).
+    func request(_ maxZoom: Int) -> RegionRequest {
+        RegionRequest(id: "claimed", source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]),
+                      bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: maxZoom)
+    }
+    XCTAssertTrue(try open().region("claimed").create(request: request(1), exclusive: true), file: file, line: line)
+    XCTAssertFalse(try open().region("claimed").create(request: request(2), exclusive: true), file: file, line: line)
+    XCTAssertEqual(try open().region("claimed").loadRequest().maxZoom, 1, "the first one's request stays", file: file, line: line)
+    try open().region("claimed").create(request: request(3))
+    XCTAssertEqual(try open().region("claimed").loadRequest().maxZoom, 3, "a plain create replaces it", file: file, line: line)
 }
 
 /// Attack round 8's damage, each on a fresh store from `fresh(name)` (a backend and how to open

@@ -159,5 +159,13 @@ final class S3ClientTests: CephTestCase {
         XCTAssertThrowsError(try S3Config.from(url: "s3://b", endpoint: nil, environment: [:]))
         XCTAssertThrowsError(try S3Config.from(url: "b/p", endpoint: nil, environment: env))
         XCTAssertThrowsError(try S3Config.from(url: "s3://b", endpoint: nil, environment: ["AWS_ENDPOINT_URL": "http://h"]))
+        // Dot segments, which URLs resolve (attack round 53: `s3://tiles/./p1` wrote into p1 but
+        // listed `./p1`, and `s3://tiles/../p8` wrote into bucket p8): refused, naming the URL.
+        for url in ["s3://tiles/./p1", "s3://tiles/../p8", "s3://tiles/p1/..", "s3://tiles/a/./b", "s3://../p", "s3://./p"] {
+            XCTAssertThrowsError(try S3Config.from(url: url, endpoint: nil, environment: env), url) { e in
+                XCTAssertTrue("\(e)".contains(url) && "\(e)".contains("'.' or '..'"), "\(e)")
+            }
+        }
+        XCTAssertEqual(try S3Config.from(url: "s3://tiles/.p1/a..b/...", endpoint: nil, environment: env).prefix, ".p1/a..b/...")
     }
 }

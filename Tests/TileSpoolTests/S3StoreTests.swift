@@ -630,6 +630,69 @@ final class S3StoreTests: CephTestCase {
         XCTAssertEqual(try s3Manifest(s3, "west").lines.count, 419)
     }
 
+    /// A refused request's status (it names no request) does not make a spool the owner of the
+    /// region of that id another daemon holds in the bucket (attack round 53): the spool's next
+    /// start does not take that region, a valid request of the id is refused as another
+    /// daemon's, and `delete` (through the daemon) and `prune` (without one) remove only this
+    /// spool's status: the other daemon's region stays whole in the bucket.
+    func testARefusedRequestsStatusNeverTakesAnotherDaemonsRegion() throws {
+        let rgw = try server()
+        let faults = try FaultServer()
+        defer { faults.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let (a, opts) = try s3Spool(rgw, prefix: prefix)
+        let (b, _) = try s3Spool(rgw, prefix: prefix)
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        defer { a.stop(); b.stop() }
+        func request(_ maxZoom: Int) -> [String: Any] {
+            ["id": "y", "tiles": [faults.baseURL + "/ok/y/{z}/{x}/{y}.png"], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": maxZoom]
+        }
+        let refused: [String: Any] = ["id": "y", "tiles": ["ftp://127.0.0.1/{z}/{x}/{y}.png"], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1]
+        try a.start(opts)
+        try b.start(opts)
+        try b.drop("y.json", refused)
+        try b.waitForState("y", "failed")
+        XCTAssertEqual(b.errorCode("y"), "invalidRequest")
+        for f in ["y.json", "y.json.error"] { try FileManager.default.removeItem(atPath: b.spool + "/rejected/" + f) }
+        try a.drop("y.json", request(2))
+        try a.waitForState("y", "completed")
+        let before = try s3Manifest(s3, "y").lines
+        let requestBefore = try XCTUnwrap(try s3.get("regions/y/request.json"))
+        XCTAssertEqual(before.count, 1 + 4 + 4, "z0-2 over the box")
+        func assertAsItWas(_ when: String) throws {
+            XCTAssertEqual(try s3Manifest(s3, "y").lines.map(\.key), before.map(\.key), when)
+            XCTAssertEqual(try s3.get("regions/y/request.json"), requestBefore, when)
+            XCTAssertEqual(a.state("y"), "completed", when)
+        }
+
+        // b's next start does not take y; a valid request of that id is another daemon's.
+        XCTAssertEqual(b.stop(), 0)
+        try b.start(opts)
+        try b.drop("y.json", request(3))
+        try waitUntil("b refuses y.json", timeout: 30) { b.entryExists(b.spool + "/rejected/y.json.error") }
+        let why = try String(contentsOfFile: b.spool + "/rejected/y.json.error", encoding: .utf8)
+        XCTAssertTrue(why.hasPrefix("duplicateId") && why.contains("another daemon"), why)
+        XCTAssertEqual(b.state("y"), "failed")
+        try assertAsItWas("after b's restart and request")
+
+        // delete through b's daemon: b's status goes, the bucket's region stays.
+        try b.control("y", "delete")
+        try waitUntil("b deletes its status of y", timeout: 30) { b.state("y") == nil }
+        try assertAsItWas("after delete on b")
+
+        // prune on b without a daemon: the same.
+        try b.drop("y.json", refused)
+        try b.waitForState("y", "failed")
+        XCTAssertEqual(b.stop(), 0)
+        let (prc, pout) = try b.cli(["prune", "--state", "failed", "--spool", b.spool] + opts)
+        XCTAssertEqual(prc, 0, pout)
+        XCTAssertTrue(pout.contains("deleted y"), pout)
+        XCTAssertNil(b.state("y"))
+        try assertAsItWas("after prune on b")
+        let (vrc, vout) = try a.cli(["verify", "--spool", a.spool] + opts)
+        XCTAssertEqual(vrc, 0, vout)
+    }
+
     /// Two daemons on one bucket, one after the other: daemon b has read the store's index (its
     /// own first region), then daemon a stores Monaco; a region b starts afterwards over the same
     /// place, one zoom level less (so that its pack is not a's very pack, which would be saved

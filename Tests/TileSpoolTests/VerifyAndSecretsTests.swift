@@ -68,6 +68,31 @@ final class VerifyTests: XCTestCase {
         (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
     }
+
+    /// A region the spool says is completed whose files are gone from the store is a fault
+    /// (attack round 53: verify said 0 faults), and `--repair` marks it `failed` (`storeDamaged`)
+    /// so that no script reads it as complete; a region still there is not touched.
+    func testACompletedRegionGoneFromTheStoreIsAFaultAndRepairMarksIt() throws {
+        for id in ["kept", "gone"] {
+            try fx.drop("\(id).json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
+                                        "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+            try fx.waitForState(id, "completed")
+        }
+        fx.stop()
+        try FileManager.default.removeItem(atPath: fx.store + "/regions/gone")
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("missing region: gone: the status says completed, and the store \(fx.store) holds no files of this region"), out)
+        XCTAssertTrue(out.contains("1 manifests, 5 lines checked; 1 faults"), out)
+        XCTAssertEqual(fx.state("gone"), "completed", "verify alone changes nothing")
+        (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertTrue(out.contains("regions marked for re-download: gone"), out)
+        XCTAssertEqual(fx.state("gone"), "failed")
+        XCTAssertEqual(fx.errorCode("gone"), "storeDamaged")
+        XCTAssertEqual(fx.state("kept"), "completed")
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
 }
 
 final class SecretsAndConfinementTests: XCTestCase {
