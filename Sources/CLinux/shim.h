@@ -28,6 +28,11 @@ static inline int tilespool_limit_malloc_arenas(int n) { return mallopt(M_ARENA_
 extern int posix_spawn_file_actions_addclosefrom_np(void *a, int from);
 static inline int tilespool_spawn_closefrom(void *a, int from) { return posix_spawn_file_actions_addclosefrom_np(a, from); }
 static inline int tilespool_syncfs(int fd) { return syncfs(fd); }
+/* 1 when signal `sig` is ignored (SIG_IGN) in this process, as `nohup` leaves SIGHUP. */
+static inline int tilespool_signal_is_ignored(int sig) {
+    struct sigaction old;
+    return sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN;
+}
 // renameat2(2) (glibc 2.28+) and its flags, which are macros Swift may not import.
 static inline int tilespool_renameat2(int olddir, const char *oldname, int newdir, const char *newname, unsigned int flags) {
     return renameat2(olddir, oldname, newdir, newname, flags);

@@ -405,10 +405,10 @@ public final class Daemon {
         setState(r, .completed, note: "daemon restarted", event: .refreshFinished(reported))
     }
 
-    /// Runs until SIGINT or SIGTERM. Files already in `requests/` and `control/` are handled first.
+    /// Runs until SIGINT, SIGTERM, SIGQUIT or SIGHUP (`SignalFD`). Files already in `requests/` and `control/` are handled first.
     public func run() { _ = run(until: { false }) }
 
-    /// Runs until SIGINT or SIGTERM, or until `done` returns true (asked once per turn of the
+    /// Runs until SIGINT, SIGTERM, SIGQUIT or SIGHUP, or until `done` returns true (asked once per turn of the
     /// event loop, at least once a second), then stops as for a signal: every status written,
     /// downloads in progress back to `queued`, the open pack sealed.
     /// - Returns: true when a signal stopped it, false when `done` did.

@@ -83,6 +83,7 @@ public final class PackedStore: TileStore, @unchecked Sendable {
 
     public func recoverLeftovers() { repository.recoverLeftovers() }
     public func refreshIndex() throws { try repository.refreshIndex() }
+    public func reloadIndex() throws { try repository.reloadIndexes() }
     public func renewLease(_ id: String, text: String) throws { try repository.renewLease(id, text: text) }
     public func dropLease(_ id: String) throws { try repository.dropLease(id) }
     public func freshLeases(now: Double) throws -> [(name: String, age: Double)] { try repository.freshLeases(now: now) }

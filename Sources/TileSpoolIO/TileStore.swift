@@ -96,6 +96,10 @@ public protocol TileStore: AnyObject, Sendable {
     /// (S3) the objects the others stored since, so that the region stores none of them again.
     /// - Throws: the store's error.
     func refreshIndex() throws
+    /// For a reader beside a running daemon (`verify`): every index file listed again and the
+    /// new ones opened, so that objects of packs sealed since the store was opened are found.
+    /// - Throws: the store's error when the index cannot be listed.
+    func reloadIndex() throws
     /// A store several daemons write (S3): the lease `id` (`Repository.newLeaseID`), saved at its
     /// start and every `Repository.leaseRenewal` seconds, removed when it stops; `text` says who
     /// holds it. A gc with a short grace period and a repair refuse to run while a lease is fresh

@@ -81,13 +81,18 @@ public final class FolderWatcher: @unchecked Sendable {
     }
 }
 
-/// SIGINT, SIGTERM and SIGQUIT delivered as a readable fd (signalfd(2)) instead of an asynchronous
-/// handler, so the event loop stops between two steps (SIGQUIT as nginx takes it, a clean stop:
-/// left to the Swift runtime it printed a crash report and the daemon went on). Also ignores SIGPIPE.
+/// SIGINT, SIGTERM, SIGQUIT and SIGHUP delivered as a readable fd (signalfd(2)) instead of an
+/// asynchronous handler, so the event loop stops between two steps (SIGQUIT as nginx takes it, a
+/// clean stop: left to the Swift runtime it printed a crash report and the daemon went on; SIGHUP,
+/// a terminal closed, killed `run` and `get` without their clean stop: attack round 54). Also
+/// ignores SIGPIPE.
 public final class SignalFD: @unchecked Sendable {
     public let fd: Int32
 
-    /// Blocks SIGINT, SIGTERM and SIGQUIT for the process and opens a signalfd for them.
+    /// Blocks SIGINT, SIGTERM, SIGQUIT and SIGHUP for the process and opens a signalfd for them.
+    /// SIGHUP only when it is not ignored at start: `nohup tilespool run` keeps running when its
+    /// terminal closes (a blocked signal stays pending on Linux even when ignored, so blocking it
+    /// would stop the daemon `nohup` was asked to keep).
     /// - Throws: `SystemError` from `signalfd`.
     public init() throws(SystemError) {
         var set = sigset_t()
@@ -95,6 +100,7 @@ public final class SignalFD: @unchecked Sendable {
         sigaddset(&set, SIGINT)
         sigaddset(&set, SIGTERM)
         sigaddset(&set, SIGQUIT)
+        if CLinux.tilespool_signal_is_ignored(SIGHUP) == 0 { sigaddset(&set, SIGHUP) }
         sigprocmask(SIG_BLOCK, &set, nil)
         signal(SIGPIPE, SIG_IGN)
         fd = signalfd(-1, &set, Int32(SFD_NONBLOCK | SFD_CLOEXEC))

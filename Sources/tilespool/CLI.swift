@@ -181,8 +181,8 @@ Options may come before or after arguments. Documentation: docs/ in the source t
 let runHelp = """
 usage: tilespool run [--spool DIR] [--store DIR] [options]
 
-Runs the daemon in the foreground. Log lines go to standard error; SIGINT, SIGTERM or SIGQUIT
-stop it cleanly after writing every status (downloads in progress become `queued` and resume on restart).
+Runs the daemon in the foreground. Log lines go to standard error; SIGINT, SIGTERM, SIGQUIT or
+SIGHUP (unless it comes ignored, as `nohup` leaves it) stop it cleanly after writing every status (downloads in progress become `queued` and resume on restart).
 Only one daemon may run on a spool (the lock file <spool>/daemon.lock).
 
 options:

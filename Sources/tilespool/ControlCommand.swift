@@ -31,7 +31,8 @@ func controlHelp(_ action: String) -> String {
     Drops <spool>/control/ID.\(action) atomically (a dotfile, then a rename), the same file a shell
     script may drop, for the running daemon, which acts on it within a second. Nothing is dropped,
     exit status 1, when the spool has no region ID or when no daemon runs on the spool (its lock
-    <spool>/daemon.lock is not held): the file would wait there for the next start.
+    <spool>/daemon.lock is not held): the file would wait there for the next start. (delete
+    without a daemon deletes the region itself, holding the daemon's lock, as prune does.)
     Without --wait it returns at once; read the result with 'tilespool status ID' or in
     <spool>/events.jsonl.
     """ + "\n\n"
@@ -51,7 +52,7 @@ func controlHelp(_ action: String) -> String {
 
     exit status:
       0  sent; with --wait: applied\(refresh ? " (the refresh finished)" : "")
-      1  not sent: no region ID, or no daemon running
+      1  not sent: no region ID, or no daemon running (delete: deleted then, exit 0)
       2  a usage mistake
       3  with --wait: not applied (it does not apply in the region's state, or the daemon refused
          the control file to rejected/)
@@ -93,10 +94,20 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
         err("tilespool: '\(id)' is only the status of a refused request (\(status?.error.map { "\($0.code.rawValue): \($0.message)" } ?? "no request")): only delete applies; nothing sent")
         return ControlExit.notSent
     }
-    let running: Bool
+    var running: Bool
     do { running = try SpoolLock.isHeld(path: layout.lock) } catch {
         err("tilespool: cannot tell whether a daemon runs: \(error)")
         return ControlExit.notSent
+    }
+    // delete without a daemon: done here, as prune does, holding the daemon's locks (a `get`
+    // stopped half way left a region only a delete can clear: attack round 54).
+    if !running, act == .delete {
+        if let locks = try OfflineLocks.take(loc, command: "delete") {
+            try deleteRegionsWithoutDaemon([(id, status?.namesItsRequest ?? inStore)], loc: loc, writer: StatusWriter(layout: layout), note: "no daemon runs: deleted by tilespool delete")
+            _ = locks
+            return ControlExit.done
+        }
+        running = true // a daemon took the lock meanwhile: it is asked
     }
     guard running else {
         err("tilespool: no daemon is running on \(loc.spool) (its lock \(layout.lock) is not held): nothing sent. "

@@ -22,7 +22,7 @@ for this region is fetched again (no daemon may run on that store meanwhile: it 
 store's lock; use `tilespool submit --wait` and `tilespool export` then). Only this region of the
 store is touched, and only requests/<id>.json and control/<id>.* of the spool.
 
-Ctrl-C (SIGINT), SIGTERM or SIGQUIT stops it cleanly (what was downloaded is recorded; exit status 130);
+Ctrl-C (SIGINT), SIGTERM, SIGQUIT or SIGHUP (unless nohup ignores it) stops it cleanly (what was downloaded is recorded; exit status 130);
 the same command again goes on from there, fetching only what is missing. Run again after it
 completed, it fetches nothing and exports again (with --force to replace PATH). A region of that
 id in the store that downloads something else is replaced when it is finished (completed, failed,
@@ -56,7 +56,7 @@ exit status:
   7    the region was cancelled (a control file in the spool)
   8    the region was deleted (a control file in the spool)
   10   the server cannot be reached after the retries; run again to go on
-  130  stopped by SIGINT, SIGTERM or SIGQUIT; run again to go on
+  130  stopped by SIGINT, SIGTERM, SIGQUIT or SIGHUP; run again to go on
 """
 
 /// The export format `tilespool get` writes to `output`: `--format`, else from the name.
@@ -128,8 +128,9 @@ func commandGet(_ argv: [String]) throws -> Int32 {
     // No daemon may hold the spool or the store: the lock files say (Daemon.init takes them too).
     let layout = loc.layout
     for lock in [layout.lock] + (loc.isS3 ? [] : [loc.store + "/daemon.lock"]) where (try? SpoolLock.isHeld(path: lock)) == true {
-        err("tilespool: a daemon is running on \(lock == layout.lock ? "the spool " + loc.spool : "the store " + loc.store) (lock \(lock) is held): "
-            + "get runs the download itself and cannot share it; use 'tilespool submit --wait' and 'tilespool export' with that daemon, or stop it")
+        err("tilespool: a daemon is running on \(lock == layout.lock ? "the spool " + loc.spool : "the store " + loc.store) (lock \(lock) is held; "
+            + "another 'tilespool get' on it holds it too): get runs the download itself and cannot share it; use 'tilespool submit --wait' and 'tilespool export' with that daemon, "
+            + "give each get its own --spool, or stop it")
         return RegionExit.notDone
     }
 
@@ -173,7 +174,7 @@ func commandGet(_ argv: [String]) throws -> Int32 {
         } else if let st = statusNow, st.request != nil, st.state.isTerminal {
             err("tilespool: note: this request replaces region '\(id)' (\(st.state.rawValue)) in \(loc.store)")
         } else {
-            err("tilespool: region '\(id)' in the store \(loc.store) is another download (\(statusNow.map { $0.state.rawValue } ?? "no status in \(loc.spool)")): give the request another id, or delete that region")
+            err("tilespool: region '\(id)' in the store \(loc.store) is another download (\(statusNow.map { $0.state.rawValue } ?? "no status in \(loc.spool)")): give the request another id, or delete that region ('tilespool delete \(id) --spool \(loc.spool)\(loc.store == loc.spool + "/store" ? "" : " --store \(loc.store)")', which needs no daemon)")
             return RegionExit.notDone
         }
     }
@@ -183,7 +184,7 @@ func commandGet(_ argv: [String]) throws -> Int32 {
         if !a.flags.contains("--verbose") { Log.showsInfo = false }
         let daemon: Daemon
         do { daemon = try Daemon(options: o); o.archivesRead = nil } catch let e as SystemError where e.operation == "flock" {
-            err("tilespool: a daemon is running on this spool or store (lock \(e.path) is held): use 'tilespool submit --wait' with it, or stop it")
+            err("tilespool: a daemon is running on this spool or store (lock \(e.path) is held), or another 'tilespool get' on the same spool: use 'tilespool submit --wait' with a daemon, or give each get its own --spool")
             return RegionExit.notDone
         }
         switch step {

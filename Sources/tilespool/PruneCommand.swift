@@ -55,39 +55,19 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
     }.map { (id: $0.id, took: $0.namesItsRequest) }
 
     // The daemon's lock tells whether a daemon runs; holding it keeps one from starting meanwhile.
-    var lock: SpoolLock?
-    var storeLock: SpoolLock?
-    if !dryRun && selecting {
-        lock = try takeLock(layout.lock)
-        if lock != nil, !loc.isS3, StoreSpec.looksLikeStore(loc.store),
-           !SpoolLock.sameFile(loc.store + "/daemon.lock", layout.lock) { // --spool X --store X: one lock
-            storeLock = try takeLock(loc.store + "/daemon.lock")
-            if storeLock == nil {
-                throw CommandFailure("a daemon of another spool holds the store's lock (\(loc.store)/daemon.lock); prune from that spool")
-            }
-        }
-    }
+    let locks = !dryRun && selecting ? try OfflineLocks.take(loc, command: "prune") : nil
     if dryRun {
         for (id, _) in selected { out("would delete \(id)") }
-    } else if lock == nil {
+    } else if locks == nil {
         try Files.makeDirectories(layout.control)
         for (id, _) in selected {
             try Files.writeAtomically(Data(), to: "\(layout.control)/\(id).delete")
             out("delete requested for \(id) (the daemon deletes it)")
         }
     } else {
-        // Through the store, whichever backend it is on (no store there: no region files to remove).
-        let store = loc.isS3 || StoreSpec.looksLikeStore(loc.store) ? try loc.openStore() : nil
-        for (id, took) in selected {
-            // In a shared store (S3) only a region this spool took is removed: the region of a
-            // refused request's id there is another daemon's (attack round 53).
-            if let store, !store.isShared || took { store.region(id).remove() }
-            writer.remove(id: id)
-            writer.event(StatusEvent(id: id, state: "deleted", note: "prune", action: "delete"))
-            out("deleted \(id)")
-        }
+        try deleteRegionsWithoutDaemon(selected, loc: loc, writer: writer, note: "prune")
     }
-    _ = storeLock
+    _ = locks
     // rejected/: aged by the change time, which the rename into rejected/ sets (the mtime is the
     // original file's).
     // The folder is opened without following a symlink and walked by descriptor; an entry counts
@@ -108,13 +88,52 @@ func commandPrune(_ argv: [String]) throws -> Int32 {
         }
     }
     let regions = !selecting ? "no region selected (regions are deleted only with --older-than or --state)"
-        : "\(selected.count) regions \(dryRun ? "would be deleted" : lock == nil ? "sent to the daemon for deletion" : "deleted")"
+        : "\(selected.count) regions \(dryRun ? "would be deleted" : locks == nil ? "sent to the daemon for deletion" : "deleted")"
     out("prune: \(regions), \(rejected) rejected entries \(dryRun ? "would be removed" : "removed")")
     return 0
 }
 
 /// The lock at `path`, or nil when another process holds it.
 /// - Throws: `SystemError` for any other failure (the folder cannot be written, say).
+/// The locks a command takes to change the spool and store without a daemon (`prune`, and
+/// `delete` when no daemon runs): the spool's, and a disk store's when it is another file.
+struct OfflineLocks {
+    let spool: SpoolLock
+    let store: SpoolLock?
+
+    /// Takes both, or nil when a daemon holds the spool's lock (the caller then asks the daemon).
+    /// - Throws: `CommandFailure` when a daemon of another spool holds the store's lock (`command`
+    ///   names what to run from that spool); the lock's own error.
+    static func take(_ loc: Locations, command: String) throws -> OfflineLocks? {
+        guard let spool = try takeLock(loc.layout.lock) else { return nil }
+        var store: SpoolLock?
+        if !loc.isS3, StoreSpec.looksLikeStore(loc.store),
+           !SpoolLock.sameFile(loc.store + "/daemon.lock", loc.layout.lock) { // --spool X --store X: one lock
+            store = try takeLock(loc.store + "/daemon.lock")
+            if store == nil {
+                throw CommandFailure("a daemon of another spool holds the store's lock (\(loc.store)/daemon.lock); \(command) from that spool")
+            }
+        }
+        return OfflineLocks(spool: spool, store: store)
+    }
+}
+
+/// Deletes regions without a daemon (`OfflineLocks` held): each one's files in the store (in a
+/// store other daemons write, only a region this spool took, `took`: the region of a refused
+/// request's id there is another daemon's, attack round 53), its status files, and a `deleted`
+/// event with `note`. Objects are freed by a later gc.
+/// - Throws: the store's error when it cannot be opened.
+func deleteRegionsWithoutDaemon(_ regions: [(id: String, took: Bool)], loc: Locations, writer: StatusWriter, note: String) throws {
+    // Through the store, whichever backend it is on (no store there: no region files to remove).
+    let store = loc.isS3 || StoreSpec.looksLikeStore(loc.store) ? try loc.openStore() : nil
+    for (id, took) in regions {
+        if let store, !store.isShared || took { store.region(id).remove() }
+        writer.remove(id: id)
+        writer.event(StatusEvent(id: id, state: "deleted", note: note, action: "delete"))
+        out("deleted \(id)")
+    }
+}
+
 func takeLock(_ path: String) throws -> SpoolLock? {
     let result: Result<SpoolLock, SystemError>
     do { result = .success(try SpoolLock(path: path)) } catch { result = .failure(error) }

@@ -1,3 +1,4 @@
+import CLinux
 import Glibc
 import TileSpoolExport
 
@@ -9,12 +10,12 @@ enum StopSignal {
     /// Installs the handler for SIGINT, SIGTERM, SIGHUP (a terminal closed: attack round 16
     /// found its work folder left) and SIGQUIT (else the Swift runtime's crash report, and the
     /// export went on), and unblocks them (one the daemon's code left
-    /// blocked and pending is delivered now).
+    /// blocked and pending is delivered now). SIGHUP that came ignored (`nohup`) stays ignored.
     static func install() {
         stopSignal = 0
         signal(SIGINT, stopHandler)
         signal(SIGTERM, stopHandler)
-        signal(SIGHUP, stopHandler)
+        if tilespool_signal_is_ignored(SIGHUP) == 0 { signal(SIGHUP, stopHandler) }
         signal(SIGQUIT, stopHandler)
         var set = sigset_t()
         sigemptyset(&set); sigaddset(&set, SIGINT); sigaddset(&set, SIGTERM); sigaddset(&set, SIGHUP); sigaddset(&set, SIGQUIT)

@@ -29,7 +29,7 @@ enum RegionExit {
     static let noDaemon: Int32 = 9
     /// `get`: the server could not be reached after the retries (`pausedNetwork`); a re-run goes on.
     static let network: Int32 = 10
-    /// `get`: stopped by SIGINT, SIGTERM or SIGQUIT; a re-run goes on from where it stopped.
+    /// `get`: stopped by SIGINT, SIGTERM, SIGQUIT or SIGHUP; a re-run goes on from where it stopped.
     static let interrupted: Int32 = 130
 }
 
@@ -95,7 +95,7 @@ func readRequestArgument(_ path: String) throws -> (data: Data, fileName: String
         if error.errno == EFBIG { throw RegionError(code: .invalidRequest, message: "the request file is larger than \(RequestValidator.maxFileSize) bytes") }
         // The daemon's words for a request entry that is not a regular file (docs/contract.md).
         if error.errno == ELOOP || error.errno == EINVAL {
-            throw RegionError(code: .invalidRequest, message: "\(path) is not a regular file (a symlink, a FIFO or a folder): give the request file itself (request files are read without following a link, as the daemon reads requests/)")
+            throw RegionError(code: .invalidRequest, message: "\(path) is not a regular file (a symlink, a FIFO or a folder): give the request file itself, or '-' with the request on standard input ('< FILE' follows a link; request files are read without following one, as the daemon reads requests/)")
         }
         throw error
     }

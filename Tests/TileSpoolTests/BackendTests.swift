@@ -99,6 +99,36 @@ final class LocalBackendTests: XCTestCase {
         try checkRepositoryConformance(try LocalBackend(root: root)) { try PackedStore(root: root) }
     }
 
+    /// `verify` beside a running daemon: a manifest line naming an object of a pack the daemon
+    /// sealed after verify's store read the index is not missing (attack round 54: 97 false
+    /// "missing object" faults from cron beside two downloads); one naming an object nobody
+    /// stored still is.
+    func testVerifyFindsObjectsOfPacksSealedSinceItReadTheIndex() throws {
+        let root = try TestScratch.folder("verify-beside").path + "/store"
+        let daemon = try PackedStore(root: root)
+        let early = try daemon.put(Data("a body sealed before verify opened the store".utf8)).sha256
+        try daemon.sync()
+        let verifying = try PackedStore(root: root)
+        XCTAssertTrue(verifying.isIntact(early), "its index files are read")
+        let late = try daemon.put(Data("a body sealed after verify read the index".utf8)).sha256
+        try daemon.sync()
+        let never = String(repeating: "ab", count: 32)
+        let files = daemon.region("r")
+        try files.create(request: RegionRequest(id: "r", source: .tiles(["http://127.0.0.1:9/{z}/{x}/{y}.png"]),
+                                                bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: 0))
+        let lines = [(early, "tiles0/0/0/0"), (late, "tiles0/1/0/0"), (never, "tiles0/1/1/0")].map { sha, key in
+            ManifestLine(kind: .tile, sha256: sha, bytes: 40, key: key, url: "http://127.0.0.1:9/" + key).text
+        }
+        try Data((ManifestLine.header + lines.joined()).utf8).write(to: URL(fileURLWithPath: root + "/regions/r/manifest.tsv"))
+        var objects = ObjectCheck()
+        objects.present = [early] // what verify's scan of the packs found before the second was sealed
+        var report = VerifyReport()
+        let checked = try StoreMaintenance.checkManifest(verifying.region("r"), id: "r", label: "r", store: verifying, objects: objects, report: &report)
+        XCTAssertEqual(report.missingObjects, ["r: tiles0/1/1/0 -> \(never)"])
+        XCTAssertEqual(checked.kept.map(\.key), ["tiles0/0/0/0", "tiles0/1/0/0"])
+        XCTAssertEqual(checked.lines, 3)
+    }
+
     /// What `verify --repair` rescues (`checkRepairRescues`) on a local folder.
     func testRepairRescues() throws {
         let base = try TestScratch.folder("repo-rescue").path

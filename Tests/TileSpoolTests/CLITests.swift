@@ -261,7 +261,7 @@ final class CLITests: FaultServerSpoolTestCase {
         XCTAssertTrue(out.hasSuffix("refused: deleted\n"), out)
         XCTAssertNil(fx.state("refused"))
         XCTAssertEqual(fx.stop(), 0)
-        for action in actions {
+        for action in actions where action != "delete" {
             (rc, out) = try fx.cli([action, "k", "--spool", fx.spool])
             XCTAssertEqual(rc, 1, out)
             XCTAssertEqual(out, "tilespool: no daemon is running on \(fx.spool) (its lock \(fx.spool)/daemon.lock is not held): nothing sent. "
@@ -272,6 +272,15 @@ final class CLITests: FaultServerSpoolTestCase {
         (rc, out) = try fx.cli(["pause", "k", "--timeout", "5", "--spool", fx.spool])
         XCTAssertEqual(rc, 2, out)
         XCTAssertTrue(out.contains("--timeout goes with --wait"), out)
+        // delete without a daemon deletes the region itself, as prune does (attack round 54: a
+        // `get` stopped half way left a region nothing but a hand-made control file cleared).
+        (rc, out) = try fx.cli(["delete", "k", "--wait", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(out, "deleted k\n")
+        XCTAssertNil(fx.state("k"))
+        XCTAssertFalse(fx.entryExists(fx.store + "/regions/k"))
+        XCTAssertEqual(fx.eventStates("k").last, "deleted")
+        XCTAssertEqual(fx.names(in: fx.spool + "/control"), [])
     }
 
     /// Issue 29: `--wait` prints the daemon's answer, read in events.jsonl (here rotated after

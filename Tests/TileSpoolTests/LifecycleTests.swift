@@ -383,6 +383,27 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         XCTAssertEqual(fx.eventStates("t").last, "queued")
     }
 
+    /// SIGHUP (its terminal closed) stops the daemon as SIGTERM does (attack round 54: it killed
+    /// `get`, and `run`, without their clean stop); a daemon that comes with SIGHUP ignored
+    /// (`nohup tilespool run`) keeps it ignored and goes on.
+    func testSighupStopsTheDaemonCleanlyUnlessNohupIgnoresIt() throws {
+        try fx.start()
+        try fx.drop("t.json", slowRequest("t", maxZoom: 5))
+        try waitUntil("t has progress", timeout: 60) { (fx.progress("t")["tilesCompleted"] ?? 0) >= 20 }
+        XCTAssertEqual(fx.stop(signal: SIGHUP), 0)
+        XCTAssertEqual(fx.state("t"), "queued")
+        XCTAssertEqual(fx.eventStates("t").last, "queued")
+        XCTAssertTrue(fx.log().contains("stopping"), fx.log().suffix(2000).description)
+
+        try fx.start(ignoringHangup: true)
+        kill(try XCTUnwrap(fx.daemon).processIdentifier, SIGHUP)
+        // Still the daemon after the signal: a request dropped after it is taken and completed.
+        try fx.drop("after.json", ["id": "after", "tiles": [server.baseURL + "/ok/after/{z}/{x}/{y}.png"], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("after", "completed")
+        XCTAssertTrue(try XCTUnwrap(fx.daemon).isRunning)
+        XCTAssertEqual(fx.stop(), 0)
+    }
+
     /// SIGINT and SIGQUIT stop a daemon that a shell script started in the background
     /// (`tilespool run &`: they come ignored). They are blocked for the signalfd, and Linux keeps
     /// a blocked signal pending even when its action is to ignore it, so the daemon sees them.

@@ -451,6 +451,47 @@ final class SubmitGetTests: XCTestCase {
         return d.prefix(7) == Data("PMTiles".utf8)
     }
 
+    /// SIGHUP (the terminal closed) stops `get` as Ctrl-C does (attack round 54: it killed it,
+    /// exit 129, its region left `downloading`); then a changed request of the same id is refused
+    /// with advice that works without a daemon: the `delete` it names clears the stopped region,
+    /// and the changed request is got whole.
+    func testGetStoppedBySIGHUPThenAChangedRequestIsRefusedUntilTheDeleteItNames() throws {
+        let mapdata = try MapData.require()
+        let nginx = try NginxServer(root: mapdata)
+        defer { nginx.stop() }
+        let fx = try SpoolFixture()
+        let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 4)
+        let output = fx.root.appendingPathComponent("carto.mbtiles").path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = ["get", request, "--output", output, "--spool", fx.spool, "--max-requests-per-second-per-host", "20"]
+        let log = fx.root.appendingPathComponent("get1.log")
+        XCTAssertTrue(FileManager.default.createFile(atPath: log.path, contents: nil))
+        let h = try FileHandle(forWritingTo: log)
+        p.standardOutput = h
+        p.standardError = h
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        try waitUntil("20 tiles were served", timeout: 60) { hits(nginx, "/raster/osm_carto/").count >= 20 || !p.isRunning }
+        XCTAssertTrue(p.isRunning, ChildProcess.tail(of: log))
+        kill(p.processIdentifier, SIGHUP)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 130, ChildProcess.tail(of: log))
+        XCTAssertEqual(fx.state("carto"), "queued")
+
+        let changed = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 2)
+        var (rc, out) = try fx.cli(["get", changed, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 1, out)
+        let advice = "'tilespool delete carto --spool \(fx.spool)'"
+        XCTAssertTrue(out.contains("is another download (queued)") && out.contains(advice), out)
+        (rc, out) = try fx.cli(["delete", "carto", "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(out, "deleted carto\n")
+        (rc, out) = try fx.cli(["get", changed, "--output", output, "--spool", fx.spool])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertEqual(try mbtilesDigests(output), servedDigests(mapdata, maxZoom: 2))
+    }
+
     /// Ctrl-C after some tiles, then the same command: each tile is asked of the server exactly
     /// once across both runs, and the export holds them all. A third run (--force) asks nothing.
     func testGetInterruptedBySIGINTGoesOnWithOnlyWhatWasMissing() throws {

@@ -47,12 +47,14 @@ final class SpoolFixture: @unchecked Sendable {
     /// `ignoringInterrupts`, the daemon starts with SIGINT and SIGQUIT ignored, as a shell
     /// script's `tilespool run &` starts it (`/bin/sh` sets them ignored, then execs it: the
     /// process keeps its pid).
-    func start(_ extra: [String] = [], ignoringInterrupts: Bool = false) throws {
+    func start(_ extra: [String] = [], ignoringInterrupts: Bool = false, ignoringHangup: Bool = false) throws {
         let p = Process()
         let arguments = ["run", "--spool", spool, "--store", store, "--retry-delay", "0.1"] + extra
-        if ignoringInterrupts {
+        if ignoringInterrupts || ignoringHangup {
+            // As a shell starts a background job (INT, QUIT), or as `nohup` does (HUP).
+            let traps = (ignoringInterrupts ? ["INT", "QUIT"] : []) + (ignoringHangup ? ["HUP"] : [])
             p.executableURL = URL(fileURLWithPath: "/bin/sh")
-            p.arguments = ["-c", "trap '' INT QUIT; exec \"$0\" \"$@\"", SpoolFixture.binary] + arguments
+            p.arguments = ["-c", "trap '' \(traps.joined(separator: " ")); exec \"$0\" \"$@\"", SpoolFixture.binary] + arguments
         } else {
             p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
             p.arguments = arguments
