@@ -194,7 +194,7 @@ final class SubmitGetTests: XCTestCase {
             for command in ["plan", "submit"] {
                 let (rc, text) = try fx.cli([command, path, "--spool", fx.spool])
                 XCTAssertEqual(rc, 1, text)
-                XCTAssertEqual(text, "tilespool: invalidRequest: \(path) is not a regular file (a symlink, a FIFO or a folder): give the request file itself (request files are read without following a link, as the daemon reads requests/)\n")
+                XCTAssertEqual(text, "tilespool: invalidRequest: \(path) is not a regular file (a symlink, a FIFO or a folder): give the request file itself, or '-' with the request on standard input ('< FILE' follows a link; request files are read without following one, as the daemon reads requests/)\n")
             }
         }
         XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: fx.spool + "/requests")) ?? [], [])
