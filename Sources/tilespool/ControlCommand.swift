@@ -90,7 +90,7 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
         err("tilespool: no region '\(id)' in \(loc.spool) (no status/\(id).json): nothing sent")
         return ControlExit.notSent
     }
-    if act != .delete, !inStore, status?.request == nil {
+    if act != .delete, !inStore, status?.namesItsRequest != true {
         err("tilespool: '\(id)' is only the status of a refused request (\(status?.error.map { "\($0.code.rawValue): \($0.message)" } ?? "no request")): only delete applies; nothing sent")
         return ControlExit.notSent
     }

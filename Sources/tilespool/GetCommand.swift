@@ -171,7 +171,7 @@ func commandGet(_ argv: [String]) throws -> Int32 {
             }
         } else if existing.differsOnlyInCredentials(from: request) {
             step = .drop // new credentials: the daemon keeps what the region has
-        } else if let st = statusNow, st.request != nil, st.state.isTerminal {
+        } else if let st = statusNow, st.namesItsRequest, st.state.isTerminal {
             err("tilespool: note: this request replaces region '\(id)' (\(st.state.rawValue)) in \(loc.store)")
         } else {
             err("tilespool: region '\(id)' in the store \(loc.store) is another download (\(statusNow.map { $0.state.rawValue } ?? "no status in \(loc.spool)")): give the request another id, or delete that region ('tilespool delete \(id) --spool \(loc.spool)\(loc.store == loc.spool + "/store" ? "" : " --store \(loc.store)")', which needs no daemon)")

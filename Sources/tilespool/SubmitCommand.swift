@@ -292,7 +292,7 @@ func commandSubmit(_ argv: [String]) throws -> Int32 {
     // Read before the write: once written, the daemon may take the request and write its own
     // status at once (attack round 49: a new id was noted as "queued: this request replaces it").
     let before = StatusWriter(layout: layout).read(id: id)
-    if let st = before, st.request != nil, !st.state.isTerminal {
+    if let st = before, st.namesItsRequest, !st.state.isTerminal {
         err("tilespool: region '\(id)' is \(st.state.rawValue), not finished: the daemon would refuse the request (duplicateId); cancel or delete it first. Nothing written")
         return RegionExit.notDone
     }
@@ -302,7 +302,7 @@ func commandSubmit(_ argv: [String]) throws -> Int32 {
         return RegionExit.notDone
     }
     out(id)
-    if let st = before, st.request != nil {
+    if let st = before, st.namesItsRequest {
         err("tilespool: note: region '\(id)' is \(st.state.rawValue): this request replaces it, or refreshes it if it downloads exactly the same (docs/contract.md)")
     }
     guard let follower else { return RegionExit.done }
