@@ -371,14 +371,20 @@ final class LifecycleTests: FaultServerSpoolTestCase {
         assertTilesMatchServer("t", count: 1365)
     }
 
-    /// SIGQUIT stops the daemon as SIGTERM does (nginx's graceful stop); left to the Swift
-    /// runtime it printed a crash report and the daemon went on.
-    func testSigquitStopsTheDaemonCleanly() throws {
+    /// Starts the daemon, drops region t (1,365 slow tiles), and stops the daemon with `signal`
+    /// once t has 20 tiles: the daemon exits 0 and leaves t `queued`.
+    func stopDuringADownload(signal: Int32) throws {
         try fx.start()
         try fx.drop("t.json", slowRequest("t", maxZoom: 5))
         try waitUntil("t has progress", timeout: 60) { (fx.progress("t")["tilesCompleted"] ?? 0) >= 20 }
-        XCTAssertEqual(fx.stop(signal: SIGQUIT), 0)
+        XCTAssertEqual(fx.stop(signal: signal), 0)
         XCTAssertEqual(fx.state("t"), "queued")
+    }
+
+    /// SIGQUIT stops the daemon as SIGTERM does (nginx's graceful stop); left to the Swift
+    /// runtime it printed a crash report and the daemon went on.
+    func testSigquitStopsTheDaemonCleanly() throws {
+        try stopDuringADownload(signal: SIGQUIT)
         XCTAssertFalse(fx.log().contains("crashed"), fx.log().suffix(2000).description)
         XCTAssertEqual(fx.eventStates("t").last, "queued")
     }
@@ -387,11 +393,7 @@ final class LifecycleTests: FaultServerSpoolTestCase {
     /// `get`, and `run`, without their clean stop); a daemon that comes with SIGHUP ignored
     /// (`nohup tilespool run`) keeps it ignored and goes on.
     func testSighupStopsTheDaemonCleanlyUnlessNohupIgnoresIt() throws {
-        try fx.start()
-        try fx.drop("t.json", slowRequest("t", maxZoom: 5))
-        try waitUntil("t has progress", timeout: 60) { (fx.progress("t")["tilesCompleted"] ?? 0) >= 20 }
-        XCTAssertEqual(fx.stop(signal: SIGHUP), 0)
-        XCTAssertEqual(fx.state("t"), "queued")
+        try stopDuringADownload(signal: SIGHUP)
         XCTAssertEqual(fx.eventStates("t").last, "queued")
         XCTAssertTrue(fx.log().contains("stopping"), fx.log().suffix(2000).description)
 

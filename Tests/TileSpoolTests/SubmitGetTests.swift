@@ -451,6 +451,27 @@ final class SubmitGetTests: XCTestCase {
         return d.prefix(7) == Data("PMTiles".utf8)
     }
 
+    /// Runs `get REQUEST --output OUTPUT` on `fx`'s spool at 20 requests a second, sends it
+    /// `signal` once nginx served `afterTiles` OSM Carto tiles, and waits for it: its exit status
+    /// and the end of its output.
+    func getStopped(by signal: Int32, afterTiles: Int, request: String, output: String, fx: SpoolFixture, nginx: NginxServer) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = ["get", request, "--output", output, "--spool", fx.spool, "--max-requests-per-second-per-host", "20"]
+        let log = fx.root.appendingPathComponent("get-\(signal).log")
+        XCTAssertTrue(FileManager.default.createFile(atPath: log.path, contents: nil))
+        let h = try FileHandle(forWritingTo: log)
+        p.standardOutput = h
+        p.standardError = h
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        try waitUntil("\(afterTiles) tiles were served", timeout: 60) { hits(nginx, "/raster/osm_carto/").count >= afterTiles || !p.isRunning }
+        XCTAssertTrue(p.isRunning, ChildProcess.tail(of: log))
+        kill(p.processIdentifier, signal)
+        p.waitUntilExit()
+        return (p.terminationStatus, ChildProcess.tail(of: log))
+    }
+
     /// SIGHUP (the terminal closed) stops `get` as Ctrl-C does (attack round 54: it killed it,
     /// exit 129, its region left `downloading`); then a changed request of the same id is refused
     /// with advice that works without a daemon: the `delete` it names clears the stopped region,
@@ -462,21 +483,8 @@ final class SubmitGetTests: XCTestCase {
         let fx = try SpoolFixture()
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 4)
         let output = fx.root.appendingPathComponent("carto.mbtiles").path
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
-        p.arguments = ["get", request, "--output", output, "--spool", fx.spool, "--max-requests-per-second-per-host", "20"]
-        let log = fx.root.appendingPathComponent("get1.log")
-        XCTAssertTrue(FileManager.default.createFile(atPath: log.path, contents: nil))
-        let h = try FileHandle(forWritingTo: log)
-        p.standardOutput = h
-        p.standardError = h
-        try p.run()
-        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
-        try waitUntil("20 tiles were served", timeout: 60) { hits(nginx, "/raster/osm_carto/").count >= 20 || !p.isRunning }
-        XCTAssertTrue(p.isRunning, ChildProcess.tail(of: log))
-        kill(p.processIdentifier, SIGHUP)
-        p.waitUntilExit()
-        XCTAssertEqual(p.terminationStatus, 130, ChildProcess.tail(of: log))
+        let (status, log) = try getStopped(by: SIGHUP, afterTiles: 20, request: request, output: output, fx: fx, nginx: nginx)
+        XCTAssertEqual(status, 130, log)
         XCTAssertEqual(fx.state("carto"), "queued")
 
         let changed = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 2)
@@ -505,22 +513,8 @@ final class SubmitGetTests: XCTestCase {
         XCTAssertEqual(all.count, 341)
 
         // 20 requests a second: about 17 s for the whole set, stopped after 40 tiles.
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
-        p.arguments = ["get", request, "--output", output, "--spool", fx.spool, "--max-requests-per-second-per-host", "20"]
-        let log = fx.root.appendingPathComponent("get1.log")
-        XCTAssertTrue(FileManager.default.createFile(atPath: log.path, contents: nil))
-        let h = try FileHandle(forWritingTo: log)
-        p.standardOutput = h
-        p.standardError = h
-        try p.run()
-        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
-        try waitUntil("40 tiles were served", timeout: 60) { hits(nginx, "/raster/osm_carto/").count >= 40 || !p.isRunning }
-        XCTAssertTrue(p.isRunning, ChildProcess.tail(of: log))
-        kill(p.processIdentifier, SIGINT)
-        p.waitUntilExit()
-        let firstLog = ChildProcess.tail(of: log)
-        XCTAssertEqual(p.terminationStatus, 130, firstLog)
+        let (status, firstLog) = try getStopped(by: SIGINT, afterTiles: 40, request: request, output: output, fx: fx, nginx: nginx)
+        XCTAssertEqual(status, 130, firstLog)
         XCTAssertTrue(firstLog.contains("run the same command again"), firstLog)
         XCTAssertFalse(FileManager.default.fileExists(atPath: output), "no export of a partial download")
         let firstRun = hits(nginx, "/raster/osm_carto/")
