@@ -39,7 +39,7 @@ public final class RegionPack: @unchecked Sendable {
     /// manifest as it is now (`RegionStorage.manifestSnapshot`).
     /// - Throws: `ExportError` when the region or one of its files is missing or unreadable.
     public init(store: any TileStore, id: String) throws(ExportError) {
-        guard RequestValidator.isValidID(id) else { throw ExportError("'\(id)' is not a valid region id") }
+        guard RequestValidator.isValidID(id) else { throw ExportError("'\(TerminalText.inline(id))' is not a valid region id") }
         self.id = id
         self.store = store
         files = store.region(id)

@@ -137,9 +137,18 @@ public final class Repository: @unchecked Sendable {
     }
 
     /// Reads the list of index files again and opens the new ones (newest packs first), and
-    /// forgets those gone (gc replaced them); the Bloom filter is rebuilt.
+    /// forgets those gone (gc replaced them); the Bloom filter is rebuilt. An index file listed
+    /// but gone when read was merged into a new one meanwhile (a daemon merges its small index
+    /// files, saving the merged one first): the listing is taken again, up to five times
+    /// (attack round 55: `verify` beside a daemon on S3 stopped on such a file, ENOENT).
     /// - Throws: the backend's error when the index cannot be listed.
     public func reloadIndexes() throws {
+        for attempt in 1...5 where try reloadIndexesOnce(passingOverGone: attempt == 5) { return }
+    }
+
+    /// `reloadIndexes` from one listing: false, nothing changed, when a listed index file was
+    /// gone when read, unless `passingOverGone` (then it is left out).
+    private func reloadIndexesOnce(passingOverGone: Bool) throws -> Bool {
         lock.lock(); let sizedBefore = Set(packSizes.keys); lock.unlock()
         let listed = try backend.list(prefix: "index/").filter { $0.name.hasSuffix(".idx") }
         let sizes = try listPackSizes()
@@ -154,10 +163,15 @@ public final class Repository: @unchecked Sendable {
                 kept.append(old)
                 continue
             }
-            if let opened = openIndexFile(f.name, digest, path: try localIndexPath(f.name, digest: digest), { bloom.insert($0) }) { kept.append(opened) }
+            switch openListedIndexFile(f.name, digest, { bloom.insert($0) }) {
+            case .opened(let opened): kept.append(opened)
+            case .gone: if !passingOverGone { return false }
+            case .unreadable: break
+            }
         }
         kept.sort(by: Repository.newerPacksFirst)
         lock.lock(); indexes = kept; self.bloom = bloom; takePackSizesLocked(sizes, sizedBefore: sizedBefore); loaded = true; lock.unlock()
+        return true
     }
 
     /// The size of every pack the backend lists, by digest (listed after the index files: a pack
@@ -204,12 +218,8 @@ public final class Repository: @unchecked Sendable {
         let sizes = try listPackSizes()
         for f in listed where f.name.hasSuffix(".idx") && !known.contains(f.name) {
             guard let digest = Repository.indexDigest(ofName: f.name) else { continue }
-            let path: String
-            do { path = try localIndexPath(f.name, digest: digest) } catch {
-                Log.error("index file \(f.name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
-                continue
-            }
-            if let opened = openIndexFile(f.name, digest, path: path, { digests.append($0) }) { added.append(opened) }
+            // One gone since the listing was merged into a later one, which the next refresh takes.
+            if case .opened(let opened) = openListedIndexFile(f.name, digest, { digests.append($0) }) { added.append(opened) }
         }
         lock.lock(); defer { lock.unlock() }
         takePackSizesLocked(sizes, sizedBefore: sizedBefore)
@@ -219,14 +229,26 @@ public final class Repository: @unchecked Sendable {
         for d in digests { bloom.insert(d) }
     }
 
-    /// Index file `name` (`digest`), its local copy at `path`, opened, each entry's object given
-    /// to `each`; nil, logged, when it cannot be read (`verify --repair` finds its objects again).
-    private func openIndexFile(_ name: String, _ digest: Digest, path: String, _ each: (Digest) -> Void) -> IndexFile? {
+    /// What became of an index file a listing named (`openListedIndexFile`).
+    private enum ListedIndexFile {
+        case opened(IndexFile)
+        /// Gone since the listing (merged into another, or removed by a gc): not an error.
+        case gone
+        /// There but unreadable: logged (`verify --repair` finds its objects again).
+        case unreadable
+    }
+
+    /// Index file `name` (`digest`), as listed: its local copy (a bucket's is loaded into the
+    /// cache first) opened, each entry's object given to `each`.
+    private func openListedIndexFile(_ name: String, _ digest: Digest, _ each: (Digest) -> Void) -> ListedIndexFile {
         do {
-            return try IndexFile(name: name, digest: digest, path: path) { e, _ in each(e.digest) }
+            let path = try localIndexPath(name, digest: digest)
+            return .opened(try IndexFile(name: name, digest: digest, path: path) { e, _ in each(e.digest) })
+        } catch let e as SystemError where e.errno == ENOENT {
+            return .gone
         } catch {
             Log.error("index file \(name) cannot be read (\(error)); its objects are found again by 'tilespool verify --repair'")
-            return nil
+            return .unreadable
         }
     }
 

@@ -292,7 +292,7 @@ func commandCat(_ argv: [String]) throws -> Int32 {
     }
     guard a.positionals.count == 1, let sha = a.positionals.first else { throw UsageError("cat takes one SHA-256") }
     guard sha.utf8.count == 64, sha.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) else {
-        throw UsageError("'\(sha.prefix(80))' is not a SHA-256 (64 lower-case hex digits)")
+        throw UsageError("'\(TerminalText.inline(String(sha.prefix(80))))' is not a SHA-256 (64 lower-case hex digits)")
     }
     let loc = try Locations(a)
     try loc.requireStore()

@@ -70,7 +70,7 @@ func commandControl(_ action: String, _ argv: [String]) throws -> Int32 {
                           valued: commonValued.union(refresh ? ["--max-age", "--timeout"] : ["--timeout"]))
     if a.flags.contains("--help") { out(controlHelp(action)); return 0 }
     guard a.positionals.count == 1, let id = a.positionals.first else { throw UsageError("\(action) takes one region ID") }
-    guard RequestValidator.isValidID(id) else { throw UsageError("'\(id)' is not a valid region id") }
+    guard RequestValidator.isValidID(id) else { throw UsageError("'\(TerminalText.inline(id))' is not a valid region id") }
     let wait = a.flags.contains("--wait")
     if a.options["--timeout"] != nil && !wait { throw UsageError("--timeout goes with --wait") }
     let timeout = try a.seconds("--timeout", default: defaultWaitTimeout)

@@ -87,7 +87,7 @@ func commandExport(_ argv: [String]) throws -> Int32 {
         guard lo <= hi else { throw UsageError("--min-zoom \(lo) is above --max-zoom \(hi)") }
         subset = ExportSubset(bounds: box, zooms: lo...hi)
     }
-    for id in ids { guard RequestValidator.isValidID(id) else { throw CommandFailure("'\(id)' is not a valid region id") } }
+    for id in ids { guard RequestValidator.isValidID(id) else { throw CommandFailure("'\(TerminalText.inline(id))' is not a valid region id") } }
     let loc = try Locations(a)
     try loc.requireStore()
     // Only a completed region is exported: any other state may be a partial pack. A region being

@@ -129,6 +129,24 @@ final class LocalBackendTests: XCTestCase {
         XCTAssertEqual(checked.lines, 3)
     }
 
+    /// An index file listed but gone when read (a daemon merged it into a new one meanwhile,
+    /// saving that first) is not an error for a reader: the listing is taken again (attack
+    /// round 55: `verify` beside a daemon on S3 stopped with `load index/....idx: ENOENT`). Here
+    /// the first listing of `index/` names a file that is not there, over a bucket-like backend
+    /// (index files loaded into a cache).
+    func testAnIndexFileGoneSinceItsListingIsPassedOverAndTheListingTakenAgain() throws {
+        let base = try TestScratch.folder("stale-listing").path
+        let writer = try PackedStore(root: base + "/store")
+        let body = Data("a body indexed in a file listed next to one gone".utf8)
+        let sha = try writer.put(body).sha256
+        try writer.sync()
+        let stale = StaleIndexListing(try LocalBackend(root: base + "/store"))
+        let reader = try Repository(backend: stale, scratch: base + "/scratch")
+        try reader.reloadIndexes()
+        XCTAssertEqual(stale.indexListings, 2, "the stale listing, then a new one")
+        XCTAssertEqual(try reader.read(sha, limit: 1 << 20), body)
+    }
+
     /// What `verify --repair` rescues (`checkRepairRescues`) on a local folder.
     func testRepairRescues() throws {
         let base = try TestScratch.folder("repo-rescue").path
@@ -220,4 +238,31 @@ final class DigestBloomTests: XCTestCase {
         XCTAssertEqual(largest.capacity, DigestBloom.maxCapacity)
         XCTAssertEqual(largest.bits.count, (DigestBloom.maxCapacity * 10 + 63) / 64)
     }
+}
+
+/// A backend over `inner` (not a `LocalBackend`, so index files go through the cache as a
+/// bucket's do) whose first listing of `index/` also names an index file that is gone.
+final class StaleIndexListing: Backend, @unchecked Sendable {
+    let inner: LocalBackend
+    private(set) var indexListings = 0
+    init(_ inner: LocalBackend) { self.inner = inner }
+    var location: String { inner.location }
+    var isShared: Bool { true }
+    func save(_ name: String, _ data: Data, ifAbsent: Bool) throws -> Bool { try inner.save(name, data, ifAbsent: ifAbsent) }
+    func save(_ name: String, fromFile path: String, ifAbsent: Bool) throws -> Bool { try inner.save(name, fromFile: path, ifAbsent: ifAbsent) }
+    func load(_ name: String, range: Range<Int>?) throws -> Data? { try inner.load(name, range: range) }
+    func stat(_ name: String) throws -> BackendFile? { try inner.stat(name) }
+    func list(prefix: String) throws -> [BackendFile] {
+        var listed = try inner.list(prefix: prefix)
+        if prefix == "index/" {
+            indexListings += 1
+            if indexListings == 1 { listed.append(BackendFile(name: "index/" + String(repeating: "0f", count: 32) + ".idx", size: 2000, modified: 0)) }
+        }
+        return listed
+    }
+    func remove(_ name: String) throws { try inner.remove(name) }
+    func foreignEntries(prefix: String) throws -> [String] { try inner.foreignEntries(prefix: prefix) }
+    func unreachableProbeURL(for error: Error) -> String? { nil }
+    func loadRanges(_ name: String, _ ranges: [Range<Int>], _ body: (Int, Data) throws -> Void) throws -> Bool { try inner.loadRanges(name, ranges, body) }
+    func copy(_ name: String, range: Range<Int>, to fd: Int32, path: String) throws -> Bool { try inner.copy(name, range: range, to: fd, path: path) }
 }
