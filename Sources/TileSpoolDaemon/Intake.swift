@@ -340,9 +340,10 @@ extension Daemon {
                 return
             }
         } catch {
+            // Refused like a bad request: a status that names no request, so that this spool
+            // never takes the id's region for its own (docs/s3.md, Concurrency).
             let e = RegionError(code: .storageError, message: "cannot write the region's files: \(error)")
-            status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
-                                       request: JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
+            status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: JSONValue(request.context)))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         }
@@ -370,8 +371,10 @@ extension Daemon {
             }
             if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
             files.remove()
+            // In a store other daemons write, a status naming the request would make the id's
+            // region this spool's, though it removed its files: another daemon may take the id.
             status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
-                                       request: JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
+                                       request: store.isShared ? nil : JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         }
