@@ -48,6 +48,9 @@ public struct VerifyReport: Sendable {
     /// "id: why" for regions whose status says `completed` and of which the store holds no files
     /// (attack round 53: verify said 0 faults for a completed region removed from the store).
     public var missingRegions: [String] = []
+    /// With `--repair` on a store other daemons write: "id: why" for regions of other spools whose
+    /// manifests name damaged or missing objects, left for their own spool's repair.
+    public var othersToRepair: [String] = []
     public var faults: Int {
         badObjects.count + missingObjects.count + tempFiles.count + foreignEntries.count + countMismatches.count + unreadablePlans.count
             + uncheckedRegions.count + missingRegions.count
@@ -255,11 +258,20 @@ public enum StoreMaintenance {
                 if repair, (try? files.finishInterruptedRefreshCommit()) == true {
                     report.refreshesFinished.append(id)
                 }
+                // The status as it was before the manifest was read: a region that completes (or
+                // whose refresh is swapped in) while verify reads it is not a count mismatch (attack
+                // round 56: three regions completing during verify's run on S3 were).
+                let before = status.read(id: id)
                 let own = try checkManifest(files, id: id, label: id, store: store, objects: objects, report: &report)
                 report.manifestsChecked += 1
                 let st = status.read(id: id)
+                // In a store other daemons write, a repair rewrites only the regions this spool
+                // took (its status names the request): another spool's is left to that spool's own
+                // repair, which marks its status too (attack round 56: a repair from one spool
+                // shortened another's manifest under a status still saying completed).
+                let ours = !store.isShared || st?.namesItsRequest == true
                 var mismatch = false
-                if let st, st.state == .completed {
+                if let st, st.state == .completed, repair || (before?.state == .completed && before?.updatedAt == st.updatedAt) {
                     let plan = files.loadPlan()
                     let planned = plan?.count
                     if plan == nil && files.readFailure == nil {
@@ -284,12 +296,21 @@ public enum StoreMaintenance {
                     }
                 }
                 if refreshUnderWay {
-                    let r = try checkManifest(refresh, id: id, label: id + " (refresh)", store: store, objects: objects, report: &report)
-                    report.manifestsChecked += 1
-                    refreshDropped = r.dropped.count
-                    if repair && !r.dropped.isEmpty {
-                        // The refresh fetches them again when it goes on (they are no longer recorded).
-                        try refresh.replaceManifest(r.kept)
+                    let checked: (kept: [ManifestLine], dropped: [ManifestLine], lines: Int)?
+                    do { checked = try checkManifest(refresh, id: id, label: id + " (refresh)", store: store, objects: objects, report: &report) } catch {
+                        // Beside a daemon, a refresh swapped in (or ended) while it was read: its
+                        // files went with it, which is no damage (attack round 56: `region not
+                        // checked: ... refresh/manifest/... was listed but is gone` on S3).
+                        guard !repair, files.refreshUnderWay() == nil else { throw error }
+                        checked = nil
+                    }
+                    if let r = checked {
+                        report.manifestsChecked += 1
+                        refreshDropped = r.dropped.count
+                        if repair && ours && !r.dropped.isEmpty {
+                            // The refresh fetches them again when it goes on (they are no longer recorded).
+                            try refresh.replaceManifest(r.kept)
+                        }
                     }
                 }
                 if repair {
@@ -303,7 +324,9 @@ public enum StoreMaintenance {
                         if dropped > 0 { f.replaceJournal(with: text[...]) }
                     }
                 }
-                if repair && (!own.dropped.isEmpty || mismatch) {
+                if repair && !ours && (!own.dropped.isEmpty || refreshDropped > 0) {
+                    report.othersToRepair.append("\(id): \(own.dropped.count + refreshDropped) manifest lines name damaged or missing objects; run verify --repair from the spool whose region it is")
+                } else if repair && (!own.dropped.isEmpty || mismatch) {
                     // The status first, then the manifest: a repair killed in between leaves a
                     // region marked failed whose manifest still names what it dropped (missing
                     // objects now: a second repair drops them), never a `completed` status over a
@@ -331,6 +354,8 @@ public enum StoreMaintenance {
                     report.regionsMarked.append(id + " (refresh)")
                 }
             } catch {
+                // Deleted beside verify while it was read (its keys went one by one): not damage.
+                if !repair && !store.regionExists(id) { continue }
                 report.uncheckedRegions.append("regions/\(id): \(error)")
             }
         }
@@ -344,6 +369,7 @@ public enum StoreMaintenance {
                 now.state = .failed
                 now.refreshing = false
                 now.error = RegionError(code: .storeDamaged, message: "the store holds no files of this region: drop its request again, or delete it")
+                now.progress = now.progress.recounted([]) // what the store holds of it: nothing
                 now.updatedAt = Date()
                 status.record(now, note: "verify --repair")
                 report.regionsMarked.append(st.id)

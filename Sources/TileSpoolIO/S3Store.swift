@@ -148,13 +148,19 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
 
     @discardableResult
     public func create(request: RegionRequest, exclusive: Bool) throws -> Bool {
+        if exclusive {
+            // `regions/<id>/owner`, a token of this call's own, written with `If-None-Match: *`:
+            // of daemons creating the same new id at once, exactly one wins, even for requests of
+            // the same bytes (attack rounds 53 and 56: with request.json as the claim, two
+            // identical requests both won). A PUT retried after its answer was lost finds its
+            // own token: still this one's.
+            let token = Data((UUID().uuidString.lowercased() + "\n").utf8)
+            let outcome = try client { c in try c.put(base + "owner", token, ifNoneMatch: true) }
+            if outcome != .created, (try? client { c in try c.get(base + "owner") }) != token { return false }
+        }
         let data = JSONKind.serialize(request.jsonObject, pretty: true)
-        guard exclusive else { try client { c in try c.put(base + "request.json", data) }; return true }
-        // `If-None-Match: *`: of daemons creating the same new id at once, one wins (attack round
-        // 53). A PUT retried after its answer was lost finds its own bytes: still this one's.
-        let outcome = try client { c in try c.put(base + "request.json", data, ifNoneMatch: true) }
-        if outcome == .created { return true }
-        return (try? client { c in try c.get(base + "request.json") }) == data
+        try client { c in try c.put(base + "request.json", data) }
+        return true
     }
 
     public func requestData() throws -> Data {
@@ -345,10 +351,15 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         try client { c in try c.delete(base + "plan.json") }
     }
 
+    /// Removes every key of the region, `request.json` and then `owner` last: while a delete
+    /// runs, the id stays taken (`regionExists`, and a claim's `owner`), so that no daemon takes
+    /// it and has its new keys removed by the rest of the delete.
     public func remove() {
         nextSegment = nil
-        for o in (try? client { c in try c.list(prefix: base) }) ?? [] {
-            try? client { c in try c.delete(o.key) }
+        let keys = ((try? client { c in try c.list(prefix: base) }) ?? []).map(\.key)
+        func rank(_ k: String) -> Int { k == base + "owner" ? 2 : k == base + "request.json" ? 1 : 0 }
+        for k in keys.sorted(by: { (rank($0), $0) < (rank($1), $1) }) {
+            try? client { c in try c.delete(k) }
         }
     }
 

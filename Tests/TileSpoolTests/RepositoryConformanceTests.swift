@@ -97,6 +97,7 @@ func checkRepositoryConformance(_ backend: any Backend, open: () throws -> Packe
                       bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 0, maxZoom: maxZoom)
     }
     XCTAssertTrue(try open().region("claimed").create(request: request(1), exclusive: true), file: file, line: line)
+    XCTAssertFalse(try open().region("claimed").create(request: request(1), exclusive: true), "the same request, by another: taken", file: file, line: line)
     XCTAssertFalse(try open().region("claimed").create(request: request(2), exclusive: true), file: file, line: line)
     XCTAssertEqual(try open().region("claimed").loadRequest().maxZoom, 1, "the first one's request stays", file: file, line: line)
     try open().region("claimed").create(request: request(3))

@@ -693,6 +693,46 @@ final class S3StoreTests: CephTestCase {
         XCTAssertEqual(vrc, 0, vout)
     }
 
+    /// `verify --repair` from one spool of a shared bucket rewrites only the manifests of its own
+    /// regions: another spool's region that names lost objects is named and left for that
+    /// spool's repair, which marks its status (attack round 56: a repair from one spool shortened
+    /// the other's manifest under a status still saying completed).
+    func testARepairFromOneSpoolLeavesAnotherSpoolsRegionToItsOwnRepair() throws {
+        let rgw = try server()
+        let faults = try FaultServer()
+        defer { faults.stop() }
+        let prefix = S3StoreTests.newPrefix()
+        let (a, opts) = try s3Spool(rgw, prefix: prefix)
+        let (b, _) = try s3Spool(rgw, prefix: prefix)
+        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        defer { a.stop(); b.stop() }
+        func request(_ id: String) -> [String: Any] {
+            ["id": id, "tiles": [faults.baseURL + "/ok/\(id)/{z}/{x}/{y}.png"], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 2]
+        }
+        try a.start(opts)
+        try b.start(opts)
+        try a.drop("ra.json", request("ra"))
+        try b.drop("rb.json", request("rb"))
+        try a.waitForState("ra", "completed")
+        try b.waitForState("rb", "completed")
+        XCTAssertEqual(a.stop(), 0)
+        XCTAssertEqual(b.stop(), 0)
+        // Every pack lost: both regions name missing objects.
+        for p in try s3.list(prefix: "packs/") { try s3.delete(p.key) }
+        var (rc, out) = try a.cli(["verify", "--repair", "--spool", a.spool] + opts)
+        XCTAssertTrue(out.contains("regions marked for re-download: ra\n"), out)
+        XCTAssertTrue(out.contains("another spool's region, left for its repair: rb: 9 manifest lines name damaged or missing objects"), out)
+        XCTAssertEqual(try s3Manifest(s3, "rb").lines.count, 9, "b's manifest as it was")
+        XCTAssertEqual(b.state("rb"), "completed")
+        XCTAssertEqual(a.state("ra"), "failed")
+        (rc, out) = try b.cli(["verify", "--repair", "--spool", b.spool] + opts)
+        XCTAssertTrue(out.contains("regions marked for re-download: rb\n"), out)
+        XCTAssertEqual(b.state("rb"), "failed")
+        XCTAssertEqual(b.errorCode("rb"), "storeDamaged")
+        (rc, out) = try b.cli(["verify", "--spool", b.spool] + opts)
+        XCTAssertEqual(rc, 0, out)
+    }
+
     /// Two daemons on one bucket, one after the other: daemon b has read the store's index (its
     /// own first region), then daemon a stores Monaco; a region b starts afterwards over the same
     /// place, one zoom level less (so that its pack is not a's very pack, which would be saved

@@ -89,6 +89,7 @@ final class VerifyTests: XCTestCase {
         XCTAssertTrue(out.contains("regions marked for re-download: gone"), out)
         XCTAssertEqual(fx.state("gone"), "failed")
         XCTAssertEqual(fx.errorCode("gone"), "storeDamaged")
+        XCTAssertEqual(fx.progress("gone")["resourcesCompleted"], 0, "what the store holds of it")
         XCTAssertEqual(fx.state("kept"), "completed")
         (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
