@@ -299,9 +299,10 @@ public enum StoreMaintenance {
                     let checked: (kept: [ManifestLine], dropped: [ManifestLine], lines: Int)?
                     do { checked = try checkManifest(refresh, id: id, label: id + " (refresh)", store: store, objects: objects, report: &report) } catch {
                         // Beside a daemon, a refresh swapped in (or ended) while it was read: its
-                        // files went with it, which is no damage (attack round 56: `region not
-                        // checked: ... refresh/manifest/... was listed but is gone` on S3).
-                        guard !repair, files.refreshUnderWay() == nil else { throw error }
+                        // files go with it, which is no damage (attack rounds 56 and 57: `region
+                        // not checked: ... refresh/manifest/... was listed but is gone` on S3, the
+                        // swap under way). Its pack is not in use yet: the next verify reads it.
+                        guard !repair else { throw error }
                         checked = nil
                     }
                     if let r = checked {
@@ -354,9 +355,11 @@ public enum StoreMaintenance {
                     report.regionsMarked.append(id + " (refresh)")
                 }
             } catch {
-                // Deleted beside verify while it was read (its keys went one by one): not damage.
-                // (An entry still listed, such as a file or a symlink, is named below.)
-                if !repair, let now = try? store.regionIDs(), !now.contains(id) { continue }
+                // Deleted beside verify while it was read: not damage. On disk the folder goes from
+                // the listing; in a bucket its keys go one by one, `request.json` first. An entry
+                // still listed, such as a file or a symlink in regions/, is named below.
+                if !repair, (try? store.regionIDs())?.contains(id) != true
+                    || (store.isShared && (try? store.region(id).requestData()) == nil) { continue }
                 report.uncheckedRegions.append("regions/\(id): \(error)")
             }
         }

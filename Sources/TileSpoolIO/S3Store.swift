@@ -351,13 +351,14 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         try client { c in try c.delete(base + "plan.json") }
     }
 
-    /// Removes every key of the region, `request.json` and then `owner` last: while a delete
-    /// runs, the id stays taken (`regionExists`, and a claim's `owner`), so that no daemon takes
-    /// it and has its new keys removed by the rest of the delete.
+    /// Removes every key of the region: `request.json` first (a region without its request is one
+    /// being deleted, which `verify` beside it passes over), `owner` last (while a delete runs the
+    /// id stays taken, `regionExists` and a claim's `owner`, so that no daemon takes it and has
+    /// its new keys removed by the rest of the delete).
     public func remove() {
         nextSegment = nil
         let keys = ((try? client { c in try c.list(prefix: base) }) ?? []).map(\.key)
-        func rank(_ k: String) -> Int { k == base + "owner" ? 2 : k == base + "request.json" ? 1 : 0 }
+        func rank(_ k: String) -> Int { k == base + "owner" ? 2 : k == base + "request.json" ? 0 : 1 }
         for k in keys.sorted(by: { (rank($0), $0) < (rank($1), $1) }) {
             try? client { c in try c.delete(k) }
         }
