@@ -192,8 +192,8 @@ extension Daemon {
         for made in arrivalMailbox.take() {
             guard let a = arriving, ObjectIdentifier(a) == made.arrival else { continue }
             arriving = nil
-            let now = FileVersion(path: a.path)
             if made.cancelled && !a.changed { continue } // the daemon stops: the file stays
+            let now = FileVersion(path: a.path)
             if now == nil {
                 Log.info("\(a.name) was removed while its plan was made: nothing taken", [("file", a.name)])
             } else if now != a.file || a.changed {
@@ -334,20 +334,17 @@ extension Daemon {
         // nothing in the store (attack round 53: the second one's request.json and plan.json had
         // replaced the first one's, whose region then completed with the other's plan).
         let claiming = store.isShared && old == nil && status.read(id: request.id)?.namesItsRequest != true
+        // Whether this daemon's files of the region may be removed on a failure below: not when
+        // a claim failed without an answer (what is there may be another daemon's).
+        var ownsFiles = !claiming
         do {
-            if claiming, try !files.create(request: request, exclusive: true) {
-                reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' was created in the store \(store.location) by another daemon as this one took it (region ids must be distinct between daemons, docs/s3.md#concurrency)")
-                return
+            if claiming {
+                guard try files.create(request: request, exclusive: true) else {
+                    reject(path: path, name: name, reason: "duplicateId: region '\(request.id)' was created in the store \(store.location) by another daemon as this one took it (region ids must be distinct between daemons, docs/s3.md#concurrency)")
+                    return
+                }
+                ownsFiles = true
             }
-        } catch {
-            // Refused like a bad request: a status that names no request, so that this spool
-            // never takes the id's region for its own (docs/s3.md, Concurrency).
-            let e = RegionError(code: .storageError, message: "cannot write the region's files: \(error)")
-            status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e, request: nil, context: JSONValue(request.context)))
-            reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
-            return
-        }
-        do {
             if keepingManifest {
                 var isStyle = false
                 if case .style = request.source { isStyle = true }
@@ -370,9 +367,9 @@ extension Daemon {
                 return
             }
             if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
-            files.remove()
+            if ownsFiles { files.remove() }
             // In a store other daemons write, a status naming the request would make the id's
-            // region this spool's, though it removed its files: another daemon may take the id.
+            // region this spool's, though it holds no files of it: another daemon may take the id.
             status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
                                        request: store.isShared ? nil : JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")

@@ -125,10 +125,13 @@ public enum Files {
     /// Writes `data` to `path` atomically: a new temp file in the same folder (made with O_EXCL,
     /// so never a planted link's target), written, optionally fsynced, then renamed over `path`.
     /// Readers see the old file or the new one, never a mix (`Directory.writeAtomically`: a
-    /// symlink at `path` is replaced, never followed).
-    public static func writeAtomically(_ data: Data, to path: String, sync: Bool = false) throws(SystemError) {
+    /// symlink at `path` is replaced, never followed). With `replace` false nothing is written
+    /// when `path` exists (`RENAME_NOREPLACE`).
+    /// - Returns: false when `replace` is false and `path` existed.
+    @discardableResult
+    public static func writeAtomically(_ data: Data, to path: String, sync: Bool = false, replace: Bool = true) throws(SystemError) -> Bool {
         let (parent, name) = split(path)
-        try Directory(path: parent).writeAtomically(data, to: name, sync: sync)
+        return try Directory(path: parent).writeAtomically(data, to: name, sync: sync, replace: replace)
     }
 
     /// `path` as (parent folder, last component), trailing slashes ignored: `a/b/c` -> (`a/b`, `c`),

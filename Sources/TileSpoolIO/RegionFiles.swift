@@ -205,8 +205,7 @@ public final class RegionFiles: @unchecked Sendable {
             } catch { handleLock.unlock(); throw error }
         }
         handleLock.unlock()
-        let (parent2, name2) = Files.split(requestPath)
-        return try Directory(path: parent2).writeAtomically(JSONKind.serialize(request.jsonObject, pretty: true), to: name2, sync: true, replace: !exclusive)
+        return try Files.writeAtomically(JSONKind.serialize(request.jsonObject, pretty: true), to: requestPath, sync: true, replace: !exclusive)
     }
 
     /// Reads the stored request back.

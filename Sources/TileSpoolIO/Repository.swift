@@ -143,7 +143,9 @@ public final class Repository: @unchecked Sendable {
     /// (attack round 55: `verify` beside a daemon on S3 stopped on such a file, ENOENT).
     /// - Throws: the backend's error when the index cannot be listed.
     public func reloadIndexes() throws {
-        for attempt in 1...5 where try reloadIndexesOnce(passingOverGone: attempt == 5) { return }
+        for attempt in 1...5 {
+            if try reloadIndexesOnce(passingOverGone: attempt == 5) { return }
+        }
     }
 
     /// `reloadIndexes` from one listing: false, nothing changed, when a listed index file was

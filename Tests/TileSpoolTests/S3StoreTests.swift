@@ -21,10 +21,17 @@ final class S3StoreTests: CephTestCase {
     /// with the daemon options (the caller starts and stops them, and nginx).
     func twoSpoolsOnOnePrefix(_ rgw: CephRGW) throws -> (nginx: NginxServer, s3: S3Client, a: SpoolFixture, b: SpoolFixture, opts: [String]) {
         let nginx = try NginxServer(root: try MapData.require())
+        let (s3, a, b, opts) = try twoSpools(rgw)
+        return (nginx, s3, a, b, opts)
+    }
+
+    /// Two spool fixtures on one fresh prefix, a client on that prefix (to check the bucket), and
+    /// the daemon options that point at it (the caller stops both fixtures).
+    func twoSpools(_ rgw: CephRGW) throws -> (s3: S3Client, a: SpoolFixture, b: SpoolFixture, opts: [String]) {
         let prefix = S3StoreTests.newPrefix()
         let (a, opts) = try s3Spool(rgw, prefix: prefix)
         let (b, _) = try s3Spool(rgw, prefix: prefix)
-        return (nginx, S3Client(config: rgw.config(prefix: prefix)), a, b, opts)
+        return (S3Client(config: rgw.config(prefix: prefix)), a, b, opts)
     }
 
     /// A fresh prefix reached through a TCP forwarder in front of RGW (stop it to make the
@@ -639,10 +646,7 @@ final class S3StoreTests: CephTestCase {
         let rgw = try server()
         let faults = try FaultServer()
         defer { faults.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let (a, opts) = try s3Spool(rgw, prefix: prefix)
-        let (b, _) = try s3Spool(rgw, prefix: prefix)
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (s3, a, b, opts) = try twoSpools(rgw)
         defer { a.stop(); b.stop() }
         func request(_ maxZoom: Int) -> [String: Any] {
             ["id": "y", "tiles": [faults.baseURL + "/ok/y/{z}/{x}/{y}.png"], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": maxZoom]
@@ -701,10 +705,7 @@ final class S3StoreTests: CephTestCase {
         let rgw = try server()
         let faults = try FaultServer()
         defer { faults.stop() }
-        let prefix = S3StoreTests.newPrefix()
-        let (a, opts) = try s3Spool(rgw, prefix: prefix)
-        let (b, _) = try s3Spool(rgw, prefix: prefix)
-        let s3 = S3Client(config: rgw.config(prefix: prefix))
+        let (s3, a, b, opts) = try twoSpools(rgw)
         defer { a.stop(); b.stop() }
         func request(_ id: String) -> [String: Any] {
             ["id": id, "tiles": [faults.baseURL + "/ok/\(id)/{z}/{x}/{y}.png"], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 2]
