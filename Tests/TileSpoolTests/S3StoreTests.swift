@@ -891,6 +891,29 @@ final class S3StoreTests: CephTestCase {
         XCTAssertTrue(store.isIntact(sha))
     }
 
+    /// A request accepted while the endpoint does not answer is refused (`storageError`, moved
+    /// to rejected/), and its status names no request, as a refused request's: once the endpoint
+    /// is back, the id is this spool's only if a new request takes it (docs/s3.md, Failures).
+    func testARequestRefusedWhileTheEndpointIsDownLeavesAStatusThatNamesNoRequest() throws {
+        let faults = try FaultServer()
+        defer { faults.stop() }
+        let (proxy, s3, fx, opts) = try spoolBehindForwarder(try server())
+        defer { fx.stop(); proxy.stop() }
+        try fx.start(opts)
+        proxy.stop()
+        let request: [String: Any] = ["id": "d", "tiles": [faults.baseURL + "/ok/d/{z}/{x}/{y}.png"], "bounds": [-10, -10, 10, 10], "minZoom": 0, "maxZoom": 1]
+        try fx.drop("d.json", request)
+        try waitUntil("d.json is refused", timeout: 60) { fx.entryExists(fx.spool + "/rejected/d.json.error") }
+        XCTAssertEqual(fx.state("d"), "failed")
+        XCTAssertEqual(fx.errorCode("d"), "storageError")
+        let named = fx.status("d")?["request"]
+        XCTAssertTrue(named == nil || named is NSNull, "\(String(describing: named))")
+        try proxy.start()
+        try fx.drop("d.json", request)
+        try fx.waitForState("d", "completed")
+        XCTAssertEqual(try s3Manifest(s3, "d").lines.count, 5)
+    }
+
     /// The endpoint goes away in the middle of a download (a TCP forwarder in front of RGW is
     /// stopped): the region becomes pausedNetwork; once the forwarder is back it completes, and
     /// `verify` is clean.
