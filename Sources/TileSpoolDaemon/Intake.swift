@@ -454,7 +454,7 @@ extension Daemon {
     }
 
     /// The name a control file is given while its action is applied (`handleControl`).
-    static let takenPrefix = ".tilespool-taken-"
+    static let takenPrefix = SpoolLayout.takenPrefix
 
     /// At start, before requests and control files are read: the control files a stopped daemon
     /// had taken but perhaps not applied (`.tilespool-taken-<id>.<action>`) are applied first, in

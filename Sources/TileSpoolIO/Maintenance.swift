@@ -48,12 +48,21 @@ public struct VerifyReport: Sendable {
     /// "id: why" for regions whose status says `completed` and of which the store holds no files
     /// (attack round 53: verify said 0 faults for a completed region removed from the store).
     public var missingRegions: [String] = []
+    /// "id: why" for regions of a store no other daemon writes whose folder holds no
+    /// `request.json` and no delete of theirs is under way: faults (the daemon marks such a region
+    /// `failed`, `storeDamaged`, at its next start; attack round 58: a delete by `tilespool delete`
+    /// without a daemon, killed half way, left one that verify passed).
+    public var regionsWithoutRequest: [String] = []
+    /// "id: why" for regions whose delete by the daemon is under way or was cut short (its taken
+    /// control file, `SpoolLayout.takenControl`, is still there): the daemon finishes it at its next
+    /// start. Not faults.
+    public var deletesUnderWay: [String] = []
     /// With `--repair` on a store other daemons write: "id: why" for regions of other spools whose
     /// manifests name damaged or missing objects, left for their own spool's repair.
     public var othersToRepair: [String] = []
     public var faults: Int {
         badObjects.count + missingObjects.count + tempFiles.count + foreignEntries.count + countMismatches.count + unreadablePlans.count
-            + uncheckedRegions.count + missingRegions.count
+            + uncheckedRegions.count + missingRegions.count + regionsWithoutRequest.count
     }
 }
 
@@ -253,6 +262,8 @@ public enum StoreMaintenance {
                     continue
                 }
                 let files = store.region(id)
+                // A folder without its request (below): its plan and counts are not checked.
+                let withoutRequest = !store.isShared && (try? files.requestData()) == nil
                 // A refresh's swap cut short is finished first, as the daemon's next start would
                 // (only with --repair: the daemon is stopped then, and verify alone changes nothing).
                 if repair, (try? files.finishInterruptedRefreshCommit()) == true {
@@ -271,7 +282,7 @@ public enum StoreMaintenance {
                 // shortened another's manifest under a status still saying completed).
                 let ours = !store.isShared || st?.namesItsRequest == true
                 var mismatch = false
-                if let st, st.state == .completed, repair || (before?.state == .completed && before?.updatedAt == st.updatedAt) {
+                if let st, st.state == .completed, !withoutRequest, repair || (before?.state == .completed && before?.updatedAt == st.updatedAt) {
                     let plan = files.loadPlan()
                     let planned = plan?.count
                     if plan == nil && files.readFailure == nil {
@@ -353,6 +364,25 @@ public enum StoreMaintenance {
                     report.regionsMarked.append(id)
                 } else if repair && refreshDropped > 0 {
                     report.regionsMarked.append(id + " (refresh)")
+                }
+                // A region without its request (on disk; in a bucket, one being deleted): a delete
+                // the daemon took is finished by it; any other is named. Looked at again last,
+                // after the region was read, and only while it is still listed: a delete beside
+                // verify removes the folder, and a new region's folder gets its request at once.
+                if withoutRequest, (try? files.requestData()) == nil, (try? store.regionIDs())?.contains(id) == true {
+                    if Files.entryType(status.layout.takenControl(id: id, action: "delete")) == .regular {
+                        report.deletesUnderWay.append("\(id): a delete under way or cut short (control/\(SpoolLayout.takenPrefix)\(id).delete); the daemon finishes it at its next start")
+                    } else {
+                        report.regionsWithoutRequest.append("\(id): store/regions/\(id)/request.json is missing (a delete cut short?); the daemon skips the region and marks it failed: delete it (tilespool delete \(id)), or drop its request again")
+                        if repair, var now = status.read(id: id), now.state != .failed || now.error?.code != .storeDamaged {
+                            now.state = .failed
+                            now.refreshing = false
+                            now.error = RegionError(code: .storeDamaged, message: "store/regions/\(id)/request.json is missing or invalid; drop the request again, or delete the region")
+                            now.updatedAt = Date()
+                            status.record(now, note: "verify --repair")
+                            report.regionsMarked.append(id)
+                        }
+                    }
                 }
             } catch {
                 // Deleted beside verify while it was read: not damage. On disk the folder goes from

@@ -44,6 +44,12 @@ public struct SpoolLayout: Sendable {
         for b in name.utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
         return String(head) + "-" + String(h, radix: 16)
     }
+    /// The name a control file is given while the daemon applies its action
+    /// (`.tilespool-taken-<id>.<action>`; docs/contract.md, control files): a kill -9 before the
+    /// action's effect is on disk leaves it, and the next start applies it again.
+    public static let takenPrefix = ".tilespool-taken-"
+    /// The path of `<id>.<action>` (`delete`, `pause`, ...) as the daemon has taken it.
+    public func takenControl(id: String, action: String) -> String { "\(control)/\(SpoolLayout.takenPrefix)\(id).\(action)" }
     public func statusJSON(_ id: String) -> String { "\(status)/\(id).json" }
     public func statusState(_ id: String) -> String { "\(status)/\(id).state" }
 }

@@ -271,6 +271,8 @@ func commandVerify(_ argv: [String]) throws -> Int32 {
     for c in r.countMismatches { out("count mismatch: \(c)") }
     for p in r.unreadablePlans { out("unreadable plan: \(p)") }
     for m in r.missingRegions { out("missing region: \(m)") }
+    for m in r.regionsWithoutRequest { out("region without its request: \(m)") }
+    for m in r.deletesUnderWay { out("delete not finished (not a fault): \(m)") }
     for o in r.othersToRepair { out("another spool's region, left for its repair: \(o)") }
     for u in r.uncheckedRegions { out("region not checked: \(TerminalText.inline(u))") }
     if repair { out("repair: quarantined \(r.quarantined) files (damaged packs and loose objects, in quarantine/); packs indexed again: \(r.reindexed); regions marked for re-download: \(r.regionsMarked.isEmpty ? "none" : r.regionsMarked.joined(separator: ", "))") }

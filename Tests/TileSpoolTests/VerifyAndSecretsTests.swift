@@ -94,6 +94,45 @@ final class VerifyTests: XCTestCase {
         (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
     }
+
+    /// A delete killed half way (attack round 58: verify said 0 faults). Without a daemon, one
+    /// whose region lost its request.json and plan is a fault, and `--repair` marks it as the
+    /// daemon's start would; `tilespool delete` then finishes it. One the daemon had taken (its
+    /// taken control file still there) is named, not a fault, and the daemon's start finishes it.
+    func testARegionLeftHalfDeletedIsNamedAndADeleteTheDaemonTookIsFinishedAtItsStart() throws {
+        for id in ["kept", "half", "taken"] {
+            try fx.drop("\(id).json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
+                                        "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+            try fx.waitForState(id, "completed")
+        }
+        fx.stop()
+        for id in ["half", "taken"] {
+            for name in ["request.json", "plan.json"] { try FileManager.default.removeItem(atPath: fx.store + "/regions/\(id)/\(name)") }
+        }
+        XCTAssertTrue(FileManager.default.createFile(atPath: fx.spool + "/control/.tilespool-taken-taken.delete", contents: Data()))
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("region without its request: half: store/regions/half/request.json is missing"), out)
+        XCTAssertTrue(out.contains("delete not finished (not a fault): taken: a delete under way or cut short"), out)
+        XCTAssertTrue(out.contains("3 manifests, 15 lines checked; 1 faults"), out)
+        XCTAssertEqual(fx.state("half"), "completed", "verify alone changes nothing")
+        (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertTrue(out.contains("regions marked for re-download: half"), out)
+        XCTAssertEqual(fx.state("half"), "failed")
+        XCTAssertEqual(fx.errorCode("half"), "storeDamaged")
+        (rc, out) = try fx.cli(["delete", "half", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/half"))
+        try fx.start()
+        try waitUntil("the taken delete applied", timeout: 60) {
+            !FileManager.default.fileExists(atPath: self.fx.store + "/regions/taken") && self.fx.status("taken") == nil
+        }
+        fx.stop()
+        XCTAssertEqual(fx.state("kept"), "completed")
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertTrue(out.contains("1 manifests, 5 lines checked; 0 faults"), out)
+    }
 }
 
 final class SecretsAndConfinementTests: XCTestCase {
