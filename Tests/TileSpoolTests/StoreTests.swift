@@ -921,3 +921,26 @@ final class LocalStoreTests: StoreTestCase {
         XCTAssertEqual(n, 30_000) // spans several 1 MiB blocks
     }
 }
+
+/// gc's read of a region's manifest in a bucket, taken again when a key listed is gone before
+/// its GET (a refresh swapped in beside it: attack rounds 56-57), and only then.
+final class ManifestReadAgainTests: XCTestCase {
+    func testAReadCutShortByAKeyListedAndGoneIsTakenAgainAndAnyOtherFailureStops() {
+        let gone = S3Error(status: 404, code: "NoSuchKey", message: "regions/r/refresh/manifest/0000000001.tsv was listed but is gone")
+        var reads = 0
+        XCTAssertNil(StoreMaintenance.readAgainWhileListedKeysGo { reads += 1; return reads < 3 ? gone : nil })
+        XCTAssertEqual(reads, 3, "two reads cut short, the third whole")
+        reads = 0
+        let always = StoreMaintenance.readAgainWhileListedKeysGo { reads += 1; return gone }
+        XCTAssertEqual((always as? S3Error)?.status, 404)
+        XCTAssertEqual(reads, 5, "at most five reads")
+        reads = 0
+        let denied = StoreMaintenance.readAgainWhileListedKeysGo { reads += 1; return S3Error(status: 403, code: "AccessDenied", message: "no") }
+        XCTAssertEqual((denied as? S3Error)?.status, 403)
+        XCTAssertEqual(reads, 1, "a failure other than a key gone stops at once")
+        reads = 0
+        let notDir = StoreMaintenance.readAgainWhileListedKeysGo { reads += 1; return SystemError("open", "regions/r/refresh", errno: ENOTDIR) }
+        XCTAssertEqual((notDir as? SystemError)?.errno, ENOTDIR)
+        XCTAssertEqual(reads, 1)
+    }
+}
