@@ -495,6 +495,7 @@ extension Daemon {
         var freshness = freshness
         if let etag = freshness.etag, quotesSecret(etag, r) { freshness.etag = nil }
         return RangeCutJob(id: r.id, token: d.serial, range: n, start: start ?? range.start, tiles: tiles.filter { !d.done[$0.index] },
+                           source: d.plan!.tileSets[range.set].source, archiveURL: archive.url, secrets: r.secrets,
                            freshness: freshness, gzip: archive.tileCompression == PMTiles.Compression.gzip.rawValue,
                            limit: options.http.maxObjectSize, format: PMTiles.rasterFormat(tileType: archive.tileType))
     }
@@ -595,15 +596,15 @@ extension Daemon {
         let range = ranges[cut.range]
         let set = plan.tileSets[range.set]
         guard let archive = set.archive else { return }
+        // Every object of the cut was put before the cut came back: one ticket for its lines.
+        let ticket = store.writesQueued
         for (k, outcome) in cut.outcomes.enumerated() {
             guard r.download === d, storedOnly || r.state == .downloading else { break }
             let t = cut.tiles[k]
             guard !d.done[t.index] else { continue }
             switch outcome {
-            case .stored(let sha256, let bytes):
-                let line = ManifestLine(kind: .tile, sha256: sha256, bytes: bytes, key: ManifestLine.tileKey(source: set.source, t.tile.tile),
-                                        url: r.secrets.replaced(in: tileURL(archive, t.tile.tile)), freshness: cut.freshness)
-                addPending(d, .index(t.index), line)
+            case .stored(let line, let text):
+                addPending(d, .index(t.index), line, text: text, ticket: ticket)
             case .failed(let why):
                 guard !storedOnly else { continue }
                 let url = shown(archive.url, r)
@@ -616,7 +617,8 @@ extension Daemon {
     /// The URL a tile of an archive is recorded under in the manifest: the archive's URL with
     /// the tile as its fragment (`https://host/x.pmtiles#z/x/y`), which names the archive and
     /// the tile and is never sent.
-    func tileURL(_ archive: ArchiveSource, _ t: TileID) -> String { "\(archive.url)#\(t.z)/\(t.x)/\(t.y)" }
+    func tileURL(_ archive: ArchiveSource, _ t: TileID) -> String { Daemon.tileURL(archive.url, t) }
+    static func tileURL(_ archiveURL: String, _ t: TileID) -> String { "\(archiveURL)#\(t.z)/\(t.x)/\(t.y)" }
 }
 
 /// A range answer being cut for a download stopped since (`Daemon.strayCuts`).
@@ -636,6 +638,12 @@ struct RangeCutJob: Sendable {
     let range: Int
     let start: UInt64
     let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
+    /// The tile set's source name, the archive's URL and the request's secrets, for the tiles'
+    /// manifest lines (key, URL with the tile as fragment, `Secrets.replaced`), made here, off the
+    /// loop.
+    let source: String
+    let archiveURL: String
+    let secrets: Redaction.Secrets
     let freshness: Freshness
     let gzip: Bool
     let limit: Int
@@ -650,24 +658,63 @@ struct RangeCutJob: Sendable {
     /// 22: one damaged body failed the rest of its range, all under its message); a store that
     /// cannot write stops the cut.
     func run(_ body: Data, store: any TileStore) -> RangeCut {
+        // Two halves at once (a run-length entry kept in one), on two cores: hashing, the most of
+        // a cut's work, goes on beside the store's appends (`TileStore.put` is thread-safe).
+        var half = tiles.count / 2
+        while half > 0 && half < tiles.count && tiles[half].tile.offset == tiles[half - 1].tile.offset { half += 1 }
+        let parts = tiles.count >= RangeCutJob.splitAt && half < tiles.count ? [0..<half, half..<tiles.count] : [0..<tiles.count]
+        let results = CutParts(count: parts.count)
+        DispatchQueue.concurrentPerform(iterations: parts.count) { p in
+            results.set(p, cutTiles(parts[p], from: body, store: store))
+        }
         var outcomes: [RangeCut.Outcome] = []
         outcomes.reserveCapacity(tiles.count)
-        var last: (offset: UInt64, outcome: RangeCut.Outcome)?
         var stop: Error?
-        for (_, t) in tiles {
-            if let l = last, l.offset == t.offset { outcomes.append(l.outcome); continue }
-            let outcome: RangeCut.Outcome
-            do { outcome = try cut(t, from: body, store: store) } catch { stop = error; break }
-            last = (t.offset, outcome)
-            outcomes.append(outcome)
+        // The outcomes are the first tiles', in order: past a store error, none.
+        for r in results.all() where stop == nil {
+            outcomes += r.outcomes
+            stop = r.stop
         }
         return RangeCut(id: id, token: token, range: range, tiles: tiles, freshness: freshness, outcomes: outcomes, storageError: stop)
     }
 
+    /// The fewest tiles a range's cut is split in two for (`run`).
+    static let splitAt = 64
+
+    /// The outcomes of `tiles[part]`, in order, stopped by a store error: a stored tile's
+    /// manifest line, rendered (`ManifestLine.appendText`).
+    private func cutTiles(_ part: Range<Int>, from body: Data, store: any TileStore) -> (outcomes: [RangeCut.Outcome], stop: Error?) {
+        var outcomes: [RangeCut.Outcome] = []
+        outcomes.reserveCapacity(part.count)
+        var last: (offset: UInt64, cut: Cut)?
+        for k in part {
+            let t = tiles[k].tile
+            let c: Cut
+            if let l = last, l.offset == t.offset { c = l.cut } else {
+                do { c = try cut(t, from: body, store: store) } catch { return (outcomes, error) }
+                last = (t.offset, c)
+            }
+            switch c {
+            case .stored(let sha256, let bytes):
+                let line = ManifestLine(kind: .tile, sha256: sha256, bytes: bytes, key: ManifestLine.tileKey(source: source, t.tile),
+                                        url: secrets.replaced(in: Daemon.tileURL(archiveURL, t.tile)), freshness: freshness)
+                var text: [UInt8] = []
+                line.appendText(to: &text)
+                outcomes.append(.stored(line: line, text: text))
+            case .failed(let why):
+                outcomes.append(.failed(why))
+            }
+        }
+        return (outcomes, nil)
+    }
+
+    /// One body cut: stored (hex SHA-256, bytes), or why not.
+    private enum Cut { case stored(sha256: String, bytes: Int), failed(String) }
+
     /// Tile `t` cut out of `body`, inflated if need be and stored: `.stored`, or `.failed` with
     /// why (outside the bytes asked, does not inflate).
     /// - Throws: what `TileStore.put` throws.
-    private func cut(_ t: PMTiles.ArchiveTile, from body: Data, store: any TileStore) throws -> RangeCut.Outcome {
+    private func cut(_ t: PMTiles.ArchiveTile, from body: Data, store: any TileStore) throws -> Cut {
         let n = UInt64(body.count)
         guard t.offset >= start, t.offset - start <= n, UInt64(t.length) <= n - (t.offset - start) else {
             return .failed("lies outside the range asked (bytes \(t.offset) to \(t.offset &+ UInt64(t.length)), range \(start) to \(start &+ n))")
@@ -684,10 +731,21 @@ struct RangeCutJob: Sendable {
     }
 }
 
+/// The halves of a cut (`RangeCutJob.run`), each set once from its own thread.
+private final class CutParts: @unchecked Sendable {
+    typealias Part = (outcomes: [RangeCut.Outcome], stop: Error?)
+    private let lock = NSLock()
+    private var parts: [Part]
+    init(count: Int) { parts = Array(repeating: ([], nil), count: count) }
+    func set(_ p: Int, _ part: Part) { lock.lock(); parts[p] = part; lock.unlock() }
+    func all() -> [Part] { lock.lock(); defer { lock.unlock() }; return parts }
+}
+
 /// What `RangeCutJob.run` did: each tile's outcome, in order (fewer than `tiles` when a store
 /// error stopped it: `storageError`).
 struct RangeCut: @unchecked Sendable {
-    enum Outcome { case stored(sha256: String, bytes: Int), failed(String) }
+    /// A stored tile's manifest line and its text; or why the tile failed.
+    enum Outcome { case stored(line: ManifestLine, text: [UInt8]), failed(String) }
     let id: String
     let token: Int
     let range: Int

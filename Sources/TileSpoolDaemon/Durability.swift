@@ -197,9 +197,21 @@ extension Daemon {
     /// Records an object's line as waiting for the next commit (rendered once, for the journal
     /// and the manifest).
     func addPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine) {
-        d.pending.append((item, line))
         line.appendText(to: &d.pendingText)
-        d.pendingEnds.append((d.pendingText.count, store.writesQueued))
+        addedPending(d, item, line, ticket: store.writesQueued)
+    }
+
+    /// `addPending` of a line rendered already (`ManifestLine.appendText`) whose object was put
+    /// by store ticket `ticket` (`TileStore.writesQueued` after its `put`, or later).
+    func addPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine, text: [UInt8], ticket: Int) {
+        d.pendingText += text
+        addedPending(d, item, line, ticket: ticket)
+    }
+
+    /// The rest of `addPending`, once the line's text is in `d.pendingText`.
+    private func addedPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine, ticket: Int) {
+        d.pending.append((item, line))
+        d.pendingEnds.append((d.pendingText.count, ticket))
         if pendingCount == 0 { firstPendingAt = Daemon.now() }
         pendingCount += 1
     }

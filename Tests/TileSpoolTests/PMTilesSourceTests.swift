@@ -759,6 +759,40 @@ final class PMTilesDownloadTests: PMTilesServedTestCase {
         return (want, fx.progress("a")["tilesCompleted"] ?? 0)
     }
 
+    /// A store quota reached while ranges are being cut (each cut in two halves at once,
+    /// `RangeCutJob.run`): the region goes `failedStorage`, every tile its manifest records is the
+    /// `pmtiles` reader's, the store verifies clean; resumed without the quota, it completes with
+    /// every tile the reader's.
+    func testAQuotaReachedWhileRangesAreCutFailsStorageAndTheResumeCompletes() throws {
+        try ExportTools.require([ExportTools.python])
+        let archive = generated.appendingPathComponent("dense.pmtiles").path
+        let box = ["13.0", "52.3", "13.8", "52.7"]
+        _ = try makePMTiles(["dense", archive] + box + ["10", "15", "5"])
+        let want = try XCTUnwrap(try makePMTiles(["region", archive] + box + ["10", "15"])["sha256"] as? [String: String])
+        let size = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: archive)[.size] as? Int)
+        fx.stop()
+        try fx.start(["--max-store-bytes", String(size / 2)])
+        try fx.drop("q.json", ["id": "q", "tiles": ["pmtiles://" + nginx.url("/gen/dense.pmtiles")],
+                               "bounds": box.map { Double($0)! }, "minZoom": 10, "maxZoom": 15])
+        try fx.waitForState("q", "failedStorage", timeout: 120)
+        XCTAssertTrue(fx.errorMessage("q")?.contains("--max-store-bytes \(size / 2)") ?? false, fx.errorMessage("q") ?? "")
+        let stored = tileObjects("q")
+        XCTAssertGreaterThan(stored.count, 0, "stopped part-way")
+        XCTAssertLessThan(stored.count, want.count)
+        XCTAssertEqual(stored.filter { want[$0.key] != $0.value }.count, 0, "every tile recorded is the reader's")
+        XCTAssertEqual(fx.progress("q")["tilesCompleted"], stored.count)
+        fx.stop()
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        try fx.start()
+        try fx.control("q", "resume")
+        try fx.waitForState("q", "completed", timeout: 120)
+        XCTAssertEqual(tileObjects("q"), want)
+        fx.stop()
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+    }
+
     /// The daemon holds at most 6 MiB of range bodies at once (`Daemon.maxRangeBytesHeld`: three
     /// 2 MiB ranges asked or being cut), whatever `--max-requests-per-region` allows: served at
     /// 1 MB/s a connection (nginx sends the first second's worth at once, so a range of more than
