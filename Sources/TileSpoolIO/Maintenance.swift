@@ -302,16 +302,25 @@ public enum StoreMaintenance {
                 // shortened another's manifest under a status still saying completed).
                 let ours = !store.isShared || st?.namesItsRequest == true
                 var mismatch = false
+                var planFault: String?, countFault: String?
                 if let st, st.state == .completed, !withoutRequest, repair || (before?.state == .completed && before?.updatedAt == st.updatedAt) {
                     let plan = files.loadPlan()
                     let planned = plan?.count
                     if plan == nil && files.readFailure == nil {
-                        report.unreadablePlans.append("\(id): plan.json is missing or unreadable (not a plan, or a value out of range); the daemon downloads the region again")
+                        planFault = "\(id): plan.json is missing or unreadable (not a plan, or a value out of range); the daemon downloads the region again"
                     }
                     if st.progress.resourcesCompleted != own.lines || (planned != nil && planned != own.lines) {
                         mismatch = true
-                        report.countMismatches.append("\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(own.lines)" + (planned.map { ", plan has \($0)" } ?? ""))
+                        countFault = "\(id): status says \(st.progress.resourcesCompleted) resources, manifest has \(own.lines)" + (planned.map { ", plan has \($0)" } ?? "")
                     }
+                }
+                // A delete that began beside verify while it read the region (it removes
+                // request.json first, then the rest): its files going is no damage (attack round
+                // 59: a count mismatch and an unreadable plan for a region the daemon was deleting).
+                let deletedMeanwhile = !withoutRequest && !repair && !store.isShared && (try? files.requestData()) == nil
+                if deletedMeanwhile { mismatch = false } else {
+                    if let planFault { report.unreadablePlans.append(planFault) }
+                    if let countFault { report.countMismatches.append(countFault) }
                 }
                 // The pack a refresh under way is making: a later swap installs it, so a line naming a
                 // damaged or missing object there is as bad as one in the pack in use.
@@ -389,7 +398,7 @@ public enum StoreMaintenance {
                 // the daemon took is finished by it; any other is named. Looked at again last,
                 // after the region was read, and only while it is still listed: a delete beside
                 // verify removes the folder, and a new region's folder gets its request at once.
-                if withoutRequest, (try? files.requestData()) == nil, (try? store.regionIDs())?.contains(id) == true {
+                if withoutRequest || deletedMeanwhile, (try? files.requestData()) == nil, (try? store.regionIDs())?.contains(id) == true {
                     if Files.entryType(status.layout.takenControl(id: id, action: "delete")) == .regular {
                         report.deletesUnderWay.append("\(id): a delete under way or cut short (control/\(SpoolLayout.takenPrefix)\(id).delete); the daemon finishes it at its next start")
                     } else {
@@ -413,12 +422,19 @@ public enum StoreMaintenance {
                 report.uncheckedRegions.append("regions/\(id): \(error)")
             }
         }
-        // A region the spool says is complete, gone from the store: its pack is lost. (Read again
-        // once the store says it has none: a `delete` beside verify removes the files, then the status.)
+        // A region the spool took (its status names its request), gone from the store: its pack is
+        // lost, or a delete was cut short between the files and the status (attack round 59: a
+        // `pausedUser` status stayed, for nothing). One marked already (`failed`, `storeDamaged`)
+        // has said so. Read again once the store says it has none: a `delete` beside verify
+        // removes the files, then the status; one the daemon took is finished by it.
         let listed = Set(ids)
-        for st in status.readAll() where st.state == .completed && !listed.contains(st.id) {
-            guard !store.regionExists(st.id), var now = status.read(id: st.id), now.state == .completed else { continue }
-            report.missingRegions.append("\(st.id): the status says completed, and the store \(store.location) holds no files of this region; drop its request again, or delete it")
+        for st in status.readAll() where st.namesItsRequest && !listed.contains(st.id) && !(st.state == .failed && st.error?.code == .storeDamaged) {
+            guard !store.regionExists(st.id), var now = status.read(id: st.id), now.state == st.state else { continue }
+            if Files.entryType(status.layout.takenControl(id: st.id, action: "delete")) == .regular {
+                report.deletesUnderWay.append("\(st.id): a delete under way or cut short (control/\(SpoolLayout.takenPrefix)\(st.id).delete); the daemon finishes it at its next start")
+                continue
+            }
+            report.missingRegions.append("\(st.id): the status says \(st.state.rawValue), and the store \(store.location) holds no files of this region; drop its request again, or delete it")
             if repair {
                 now.state = .failed
                 now.refreshing = false

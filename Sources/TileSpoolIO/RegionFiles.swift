@@ -511,7 +511,10 @@ extension RegionFiles: RegionStorage {
     /// The manifest is one file already.
     public func compactManifest() throws -> Int { 0 }
 
-    /// Removes the region's folder and everything in it (by descriptor, `Files.removeTree`).
+    /// Removes the region's folder and everything in it (by descriptor, `Files.removeTree`),
+    /// `request.json` first: a delete cut short (kill -9) leaves a folder without its request,
+    /// which `verify` names and the daemon's start does not take for a region (attack round 59:
+    /// removed last, it left a region that verify passed and a resume downloaded again).
     /// Anything else at `dir` (a symlink planted there) was not made by TileSpool and is left.
     public func remove() {
         closeManifest()
@@ -524,7 +527,8 @@ extension RegionFiles: RegionStorage {
         refreshFilesIfMade = nil
         handleLock.unlock()
         refresh?.closeManifest()
-        guard Files.entryType(dir) == .directory else { return }
+        guard Files.entryType(dir) == .directory, let folder = try? Directory(path: dir, followFinal: false) else { return }
+        folder.remove("request.json")
         Files.removeTree(dir)
     }
 

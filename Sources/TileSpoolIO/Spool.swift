@@ -109,8 +109,11 @@ public final class StatusWriter: @unchecked Sendable {
     /// Removes `<id>.json` and `<id>.state`.
     public func remove(id: String) {
         guard let dir = try? Directory(path: layout.status, followFinal: false) else { return }
-        dir.remove(id + ".json")
+        // `.state` first, the reverse of `write`: a kill -9 in between leaves the JSON, which
+        // `status` and `verify` show, never a lone `.state` that a script reads as the region's
+        // (attack round 59: a deleted region's `pausedUser` stayed in `<id>.state`).
         dir.remove(id + ".state")
+        dir.remove(id + ".json")
     }
 
     /// Reads `<id>.json`; nil when absent or unreadable.

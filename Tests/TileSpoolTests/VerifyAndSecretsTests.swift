@@ -100,7 +100,7 @@ final class VerifyTests: XCTestCase {
     /// daemon's start would; `tilespool delete` then finishes it. One the daemon had taken (its
     /// taken control file still there) is named, not a fault, and the daemon's start finishes it.
     func testARegionLeftHalfDeletedIsNamedAndADeleteTheDaemonTookIsFinishedAtItsStart() throws {
-        for id in ["kept", "half", "taken"] {
+        for id in ["kept", "half", "taken", "paused"] {
             try fx.drop("\(id).json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
                                         "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
             try fx.waitForState(id, "completed")
@@ -110,16 +110,29 @@ final class VerifyTests: XCTestCase {
             for name in ["request.json", "plan.json"] { try FileManager.default.removeItem(atPath: fx.store + "/regions/\(id)/\(name)") }
         }
         XCTAssertTrue(FileManager.default.createFile(atPath: fx.spool + "/control/.tilespool-taken-taken.delete", contents: Data()))
+        // A paused region whose delete was cut short between its files and its status (attack
+        // round 59: the status stayed, verify said 0 faults).
+        try FileManager.default.removeItem(atPath: fx.store + "/regions/paused")
+        var paused = try XCTUnwrap(fx.status("paused"))
+        paused["state"] = "pausedUser"
+        try JSONSerialization.data(withJSONObject: paused).write(to: URL(fileURLWithPath: fx.spool + "/status/paused.json"))
+        try Data("pausedUser\n".utf8).write(to: URL(fileURLWithPath: fx.spool + "/status/paused.state"))
         var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("region without its request: half: store/regions/half/request.json is missing"), out)
         XCTAssertTrue(out.contains("delete not finished (not a fault): taken: a delete under way or cut short"), out)
-        XCTAssertTrue(out.contains("3 manifests, 15 lines checked; 1 faults"), out)
+        XCTAssertTrue(out.contains("missing region: paused: the status says pausedUser, and the store \(fx.store) holds no files of this region"), out)
+        XCTAssertTrue(out.contains("3 manifests, 15 lines checked; 2 faults"), out)
         XCTAssertEqual(fx.state("half"), "completed", "verify alone changes nothing")
         (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
-        XCTAssertTrue(out.contains("regions marked for re-download: half"), out)
+        XCTAssertTrue(out.contains("regions marked for re-download: half, paused"), out)
         XCTAssertEqual(fx.state("half"), "failed")
         XCTAssertEqual(fx.errorCode("half"), "storeDamaged")
+        XCTAssertEqual(fx.state("paused"), "failed")
+        (rc, out) = try fx.cli(["delete", "paused", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertNil(fx.status("paused"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/status/paused.state"))
         (rc, out) = try fx.cli(["delete", "half", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.store + "/regions/half"))
