@@ -69,6 +69,22 @@ final class VerifyTests: XCTestCase {
         XCTAssertEqual(rc, 0, out)
     }
 
+    /// `verify` exits 1 with every line of `saying` and `summary`, changing nothing; then
+    /// `verify --repair` marks `ids` (in that order) `failed`, `storeDamaged`.
+    func verifyFindsThenRepairMarks(_ ids: [String], saying: [String], summary: String, line: UInt = #line) throws {
+        let before = ids.map { fx.state($0) }
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out, line: line)
+        for s in saying + [summary] { XCTAssertTrue(out.contains(s), "\(s)\n\(out)", line: line) }
+        XCTAssertEqual(ids.map { fx.state($0) }, before, "verify alone changes nothing", line: line)
+        (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertTrue(out.contains("regions marked for re-download: " + ids.joined(separator: ", ")), out, line: line)
+        for id in ids {
+            XCTAssertEqual(fx.state(id), "failed", id, line: line)
+            XCTAssertEqual(fx.errorCode(id), "storeDamaged", id, line: line)
+        }
+    }
+
     /// A region the spool says is completed whose files are gone from the store is a fault
     /// (attack round 53: verify said 0 faults), and `--repair` marks it `failed` (`storeDamaged`)
     /// so that no script reads it as complete; a region still there is not touched.
@@ -80,18 +96,11 @@ final class VerifyTests: XCTestCase {
         }
         fx.stop()
         try FileManager.default.removeItem(atPath: fx.store + "/regions/gone")
-        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
-        XCTAssertEqual(rc, 1, out)
-        XCTAssertTrue(out.contains("missing region: gone: the status says completed, and the store \(fx.store) holds no files of this region"), out)
-        XCTAssertTrue(out.contains("1 manifests, 5 lines checked; 1 faults"), out)
-        XCTAssertEqual(fx.state("gone"), "completed", "verify alone changes nothing")
-        (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
-        XCTAssertTrue(out.contains("regions marked for re-download: gone"), out)
-        XCTAssertEqual(fx.state("gone"), "failed")
-        XCTAssertEqual(fx.errorCode("gone"), "storeDamaged")
+        try verifyFindsThenRepairMarks(["gone"], saying: ["missing region: gone: the status says completed, and the store \(fx.store) holds no files of this region"],
+                                       summary: "1 manifests, 5 lines checked; 1 faults")
         XCTAssertEqual(fx.progress("gone")["resourcesCompleted"], 0, "what the store holds of it")
         XCTAssertEqual(fx.state("kept"), "completed")
-        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
     }
 
@@ -117,19 +126,12 @@ final class VerifyTests: XCTestCase {
         paused["state"] = "pausedUser"
         try JSONSerialization.data(withJSONObject: paused).write(to: URL(fileURLWithPath: fx.spool + "/status/paused.json"))
         try Data("pausedUser\n".utf8).write(to: URL(fileURLWithPath: fx.spool + "/status/paused.state"))
-        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
-        XCTAssertEqual(rc, 1, out)
-        XCTAssertTrue(out.contains("region without its request: half: store/regions/half/request.json is missing"), out)
-        XCTAssertTrue(out.contains("delete not finished (not a fault): taken: a delete under way or cut short"), out)
-        XCTAssertTrue(out.contains("missing region: paused: the status says pausedUser, and the store \(fx.store) holds no files of this region"), out)
-        XCTAssertTrue(out.contains("3 manifests, 15 lines checked; 2 faults"), out)
-        XCTAssertEqual(fx.state("half"), "completed", "verify alone changes nothing")
-        (rc, out) = try fx.cli(["verify", "--repair", "--spool", fx.spool, "--store", fx.store])
-        XCTAssertTrue(out.contains("regions marked for re-download: half, paused"), out)
-        XCTAssertEqual(fx.state("half"), "failed")
-        XCTAssertEqual(fx.errorCode("half"), "storeDamaged")
-        XCTAssertEqual(fx.state("paused"), "failed")
-        (rc, out) = try fx.cli(["delete", "paused", "--spool", fx.spool, "--store", fx.store])
+        try verifyFindsThenRepairMarks(["half", "paused"], saying: [
+            "region without its request: half: store/regions/half/request.json is missing",
+            "delete not finished (not a fault): taken: a delete under way or cut short",
+            "missing region: paused: the status says pausedUser, and the store \(fx.store) holds no files of this region",
+        ], summary: "3 manifests, 15 lines checked; 2 faults")
+        var (rc, out) = try fx.cli(["delete", "paused", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 0, out)
         XCTAssertNil(fx.status("paused"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: fx.spool + "/status/paused.state"))
