@@ -396,9 +396,12 @@ public enum StoreMaintenance {
                 }
                 // A region without its request (on disk; in a bucket, one being deleted): a delete
                 // the daemon took is finished by it; any other is named. Looked at again last,
-                // after the region was read, and only while it is still listed: a delete beside
-                // verify removes the folder, and a new region's folder gets its request at once.
-                if withoutRequest || deletedMeanwhile, (try? files.requestData()) == nil, (try? store.regionIDs())?.contains(id) == true {
+                // after the region was read, and only while it is still listed (a delete beside
+                // verify removes the folder) and no TileSpool process is writing its request (a
+                // region being created: its folder comes a moment before its request; attack
+                // round 60: 2 of 358 verify runs beside a daemon taking requests named one).
+                if withoutRequest || deletedMeanwhile, (try? files.requestData()) == nil, (try? store.regionIDs())?.contains(id) == true,
+                   !files.requestBeingWritten(lockHolders: holders) {
                     if Files.entryType(status.layout.takenControl(id: id, action: "delete")) == .regular {
                         report.deletesUnderWay.append("\(id): a delete under way or cut short (control/\(SpoolLayout.takenPrefix)\(id).delete); the daemon finishes it at its next start")
                     } else {

@@ -497,6 +497,12 @@ extension RegionFiles: RegionStorage {
     public var refreshStorage: any RegionStorage { refreshFiles }
 
     public func requestData() throws -> Data { try Files.readRegularFile(requestPath, limit: RequestValidator.maxFileSize) }
+    public func requestBeingWritten(lockHolders: Set<pid_t>) -> Bool {
+        ((try? openFolder())?.list() ?? []).contains { name in
+            guard let t = SaveTempName.parse(name), t.target == "request.json" else { return false }
+            return LeftBehind.inFlight(t.pid, lockHolders: lockHolders)
+        }
+    }
 
     /// Writes the manifest anew with `lines` (atomically, fsynced).
     public func replaceManifest(_ lines: [ManifestLine]) throws {

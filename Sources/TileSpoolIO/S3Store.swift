@@ -170,6 +170,9 @@ public final class S3RegionFiles: RegionStorage, @unchecked Sendable {
         return d
     }
 
+    /// A request is one PUT: never half written.
+    public func requestBeingWritten(lockHolders: Set<pid_t>) -> Bool { false }
+
     public func loadRequest() throws -> RegionRequest {
         try RequestValidator.validate(try requestData(), fileName: id + ".json", maxSize: RequestValidator.maxStoredSize, rowBudget: false)
     }

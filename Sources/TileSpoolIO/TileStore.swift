@@ -193,6 +193,11 @@ public protocol RegionStorage: AnyObject, Sendable {
     func loadRequest() throws -> RegionRequest
     /// The stored request's bytes, as written.
     func requestData() throws -> Data
+    /// True while a TileSpool process is writing the request of a region being created (on disk
+    /// its folder is made a moment before `request.json` is renamed into it: a temp file
+    /// `.tmp-request.json-<pid>-<n>` of a live TileSpool process, `LeftBehind.inFlight` with
+    /// `lockHolders`); false on S3, where the request is one PUT. For `verify` beside a daemon.
+    func requestBeingWritten(lockHolders: Set<pid_t>) -> Bool
     /// Writes the plan (durably).
     func savePlan(_ plan: ResourcePlan) throws
     /// The stored plan, nil when none was written (or it cannot be read: see `readFailure`).

@@ -85,6 +85,28 @@ final class VerifyTests: XCTestCase {
         }
     }
 
+    /// A region folder whose request a running daemon is still writing (its folder comes a moment
+    /// before `request.json`: the daemon's `.tmp-request.json-<pid>-<n>` is in it) is a region
+    /// being created, not a fault (attack round 60: 2 of 358 verify runs beside a daemon taking
+    /// requests named one); the same folder with the temp file of a process that is gone is one.
+    func testARegionWhoseRequestTheDaemonIsWritingIsNoFault() throws {
+        try fx.drop("kept.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
+                                  "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("kept", "completed")
+        let daemon = try XCTUnwrap(fx.daemon?.processIdentifier)
+        let folder = fx.store + "/regions/new"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        XCTAssertTrue(FileManager.default.createFile(atPath: folder + "/.tmp-request.json-\(daemon)-1", contents: Data("{".utf8)))
+        var (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 0, out)
+        XCTAssertFalse(out.contains("new"), out)
+        // A pid no process has (above the kernel's pid_max, 2^22).
+        try FileManager.default.moveItem(atPath: folder + "/.tmp-request.json-\(daemon)-1", toPath: folder + "/.tmp-request.json-4999999-1")
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("region without its request: new: store/regions/new/request.json is missing"), out)
+    }
+
     /// A region the spool says is completed whose files are gone from the store is a fault
     /// (attack round 53: verify said 0 faults), and `--repair` marks it `failed` (`storeDamaged`)
     /// so that no script reads it as complete; a region still there is not touched.
