@@ -43,7 +43,9 @@ class RepackCrashTestCase: XCTestCase {
             }
             if i % packEvery == packEvery - 1 { try store.sync() }
         }
-        if let path = site.root { try FileManager.default.createDirectory(atPath: path + "/regions/keep", withIntermediateDirectories: true) }
+        // A region as the daemon makes one: its request, then its manifest.
+        try store.region("keep").create(request: RegionRequest(id: "keep", source: .tiles(["http://x/{z}/{x}/{y}"]),
+                                                               bounds: GeoBounds(west: 0, south: 0, east: 1, north: 1), minZoom: 12, maxZoom: 12))
         try store.region("keep").appendToManifest(lines)
         return (live, liveBytes, deadBytes)
     }
