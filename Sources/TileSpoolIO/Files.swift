@@ -117,8 +117,10 @@ public enum Files {
             if (st.st_mode & S_IFMT) == S_IFDIR { return }
             throw SystemError("mkdir", path, errno: ENOTDIR)
         }
-        let parent = (path as NSString).deletingLastPathComponent
-        if !parent.isEmpty && parent != path { try makeDirectories(parent) }
+        // `split`, not NSString's `deletingLastPathComponent`, which crashed the daemon on a
+        // relative path of one component that does not exist (`--store U`: attack round 61).
+        let parent = split(path).parent
+        if parent != path { try makeDirectories(parent) }
         if mkdir(path, 0o777) != 0 && CLinux.tilespool_errno() != EEXIST { throw SystemError("mkdir", path) }
     }
 

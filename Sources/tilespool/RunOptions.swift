@@ -137,8 +137,8 @@ struct RunOption {
         RunOption("--metrics-file", "PATH", ["write Prometheus metrics to PATH (atomically) for node_exporter's",
                                              "textfile collector"]) { a, o in
             guard let m = a.options["--metrics-file"] else { return }
-            let folder = (m as NSString).deletingLastPathComponent
-            guard !m.isEmpty, Files.entryType(folder.isEmpty ? "." : folder) == .directory else {
+            let folder = Files.split(m).parent
+            guard !m.isEmpty, Files.entryType(folder) == .directory else {
                 throw UsageError("--metrics-file: the folder of \(m) does not exist")
             }
             o.metricsFile = m

@@ -615,3 +615,33 @@ final class ContractInStepTests: XCTestCase {
         XCTAssertEqual(documented.subtracting(listed).sorted(), [], "in contract.md, not in run --help")
     }
 }
+
+/// Relative paths of one component that do not exist yet (attack round 61: `tilespool run --spool
+/// S4 --store U` crashed, exit 132, in Foundation's `deletingLastPathComponent`, and left its
+/// lock behind).
+final class RelativePathTests: XCTestCase {
+    func testRunMakesARelativeStoreAndSpoolOfOneComponent() throws {
+        let cwd = try TestScratch.folder("relative-store")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: SpoolFixture.binary)
+        p.arguments = ["run", "--spool", "S", "--store", "U", "--metrics-file", "m.prom"]
+        p.currentDirectoryURL = cwd
+        let log = cwd.appendingPathComponent("daemon.log")
+        FileManager.default.createFile(atPath: log.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: log)
+        p.standardOutput = handle
+        p.standardError = handle
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        try waitUntil("the daemon watches S", timeout: 30) {
+            !p.isRunning || ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("watching ")
+        }
+        XCTAssertTrue(p.isRunning, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
+        for folder in ["S/requests", "S/status", "U/regions"] {
+            XCTAssertTrue(FileManager.default.fileExists(atPath: cwd.appendingPathComponent(folder).path), folder)
+        }
+    }
+}
