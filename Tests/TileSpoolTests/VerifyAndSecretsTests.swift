@@ -107,6 +107,22 @@ final class VerifyTests: XCTestCase {
         XCTAssertTrue(out.contains("region without its request: new: store/regions/new/request.json is missing"), out)
     }
 
+    /// Beside a running daemon a count or plan fault is looked at again once the status has had
+    /// time to follow (a new request replacing a completed pack empties it a moment before its
+    /// status says `queued`: attack round 61); a damaged region whose status stays is reported.
+    func testAPlanGoneBesideARunningDaemonIsStillAFault() throws {
+        try fx.drop("a.json", ["tiles": [nginx.baseURL + "/raster/stamen_toner/{z}/{x}/{y}.png"],
+                               "bounds": [-180, -85, 180, 85], "minZoom": 0, "maxZoom": 1])
+        try fx.waitForState("a", "completed")
+        // The status settled: its unique bytes are counted a moment after it completes.
+        try waitUntil("unique bytes counted", timeout: 30) { (self.fx.status("a")?["uniqueBytes"] as? Int ?? 0) > 0 }
+        try FileManager.default.removeItem(atPath: fx.store + "/regions/a/plan.json")
+        let (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("unreadable plan: a: plan.json is missing or unreadable"), out)
+        XCTAssertEqual(fx.state("a"), "completed")
+    }
+
     /// A region the spool says is completed whose files are gone from the store is a fault
     /// (attack round 53: verify said 0 faults), and `--repair` marks it `failed` (`storeDamaged`)
     /// so that no script reads it as complete; a region still there is not touched.
