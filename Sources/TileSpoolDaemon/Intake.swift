@@ -368,10 +368,12 @@ extension Daemon {
             }
             if regions.removeValue(forKey: request.id) != nil { live.removeValue(forKey: request.id) }
             if ownsFiles { files.remove() }
-            // In a store other daemons write, a status naming the request would make the id's
-            // region this spool's, though it holds no files of it: another daemon may take the id.
+            // Refused like a bad request, its status names no request: the region was never made.
+            // In a store other daemons write, one naming it would make the id's region this
+            // spool's, though it holds no files of it (another daemon may take the id); on disk,
+            // `verify` would name it a missing region (CI run of 28fba7e, the randomized hostile run).
             status.record(RegionStatus(id: request.id, state: .failed, progress: RegionProgress(), error: e,
-                                       request: store.isShared ? nil : JSONValue(request.redactedJSONObject), context: JSONValue(request.context)))
+                                       request: nil, context: JSONValue(request.context)))
             reject(path: path, name: name, reason: "\(e.code.rawValue): \(e.message)")
             return
         }

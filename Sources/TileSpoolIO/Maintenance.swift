@@ -45,8 +45,10 @@ public struct VerifyReport: Sendable {
     /// "region: why" for completed regions whose `plan.json` is missing, not a plan, or damaged
     /// (`ResourcePlan.damage`): the daemon does not believe such a region complete.
     public var unreadablePlans: [String] = []
-    /// "id: why" for regions whose status says `completed` and of which the store holds no files
-    /// (attack round 53: verify said 0 faults for a completed region removed from the store).
+    /// "id: why" for regions whose status names its request (in any state but `failed` with
+    /// `storeDamaged`, which says so already) and of which the store holds no files (attack round
+    /// 53: verify said 0 faults for a completed region removed from the store; round 59: for a
+    /// paused one whose delete was cut short between its files and its status).
     public var missingRegions: [String] = []
     /// "id: why" for regions of a store no other daemon writes whose folder holds no
     /// `request.json` and no delete of theirs is under way: faults (the daemon marks such a region

@@ -106,7 +106,7 @@ public final class StatusWriter: @unchecked Sendable {
         if eventsKeep == 0 { Files.remove(base) } else { Glibc.rename(base, base + ".1") }
     }
 
-    /// Removes `<id>.json` and `<id>.state`.
+    /// Removes `<id>.state`, then `<id>.json`.
     public func remove(id: String) {
         guard let dir = try? Directory(path: layout.status, followFinal: false) else { return }
         // `.state` first, the reverse of `write`: a kill -9 in between leaves the JSON, which
