@@ -304,7 +304,11 @@ public final class Daemon {
             }
             guard let request = try? files.loadRequest() else {
                 Log.error("store/regions/\(id)/request.json is missing or invalid; region skipped (delete it to clean up)", region: id)
-                if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
+                // A delete the daemon took and a kill cut short is finished next
+                // (`applyTakenControls`): not marked first (attack round 62: a `failed` event,
+                // then `deleted`).
+                if Files.entryType(layout.takenControl(id: id, action: "delete")) != .regular,
+                   let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
                     var failed = st
                     failed.state = .failed
                     failed.error = RegionError(code: .storeDamaged, message: "store/regions/\(id)/request.json is missing or invalid; drop the request again, or delete the region")

@@ -271,7 +271,8 @@ public enum StoreMaintenance {
         // Temp files of a process still writing them (the daemon's open pack, a status being
         // written, a save or a gc under way) are in flight, not left over (attack rounds 36 and
         // 37: `verify` from cron beside the daemon named its open pack, a fault).
-        let holders = Set([status.layout.lock, store.lockPath].compactMap { $0.flatMap { SpoolLock.holder(path: $0) } })
+        func lockHolders() -> Set<pid_t> { Set([status.layout.lock, store.lockPath].compactMap { $0.flatMap { SpoolLock.holder(path: $0) } }) }
+        let holders = lockHolders()
         func inFlight(_ name: String) -> Bool {
             let last = String(name.split(separator: "/").last ?? "")
             guard let pid = name.hasPrefix("tmp/") ? Repository.scratchOwner(last) : SaveTempName.parse(last)?.pid else { return false }
@@ -337,7 +338,9 @@ public enum StoreMaintenance {
                 // then writes `queued` (attack round 61: 14 of 4,447 runs named such a region). A
                 // count or plan fault seen while a daemon holds the locks is looked at again once
                 // the status has had time to follow; one whose status stays is reported.
-                let replacedMeanwhile = !deletedMeanwhile && !repair && (planFault != nil || countFault != nil) && !holders.isEmpty
+                // The locks are read again: a daemon started since verify did may have made it
+                // (attack round 62: a restart during a verify run, 1 of 1,548 runs).
+                let replacedMeanwhile = !deletedMeanwhile && !repair && (planFault != nil || countFault != nil) && !lockHolders().isEmpty
                     && before.map { statusChanges(status, id: id, from: $0, within: 2) } == true
                 if deletedMeanwhile || replacedMeanwhile { mismatch = false } else {
                     if let planFault { report.unreadablePlans.append(planFault) }

@@ -498,11 +498,20 @@ extension RegionFiles: RegionStorage {
 
     public func requestData() throws -> Data { try Files.readRegularFile(requestPath, limit: RequestValidator.maxFileSize) }
     public func requestBeingWritten(lockHolders: Set<pid_t>) -> Bool {
-        ((try? openFolder())?.list() ?? []).contains { name in
-            guard let t = SaveTempName.parse(name), t.target == "request.json" else { return false }
+        guard let folder = try? openFolder() else { return false }
+        let now = Date().timeIntervalSince1970
+        return folder.list().contains { name in
+            guard let t = SaveTempName.parse(name), t.target == "request.json",
+                  let st = folder.status(name), now - Double(st.st_mtim.tv_sec) < RegionFiles.requestWriteSeconds else { return false }
             return LeftBehind.inFlight(t.pid, lockHolders: lockHolders)
         }
     }
+
+    /// How long a request's temp file counts as being written (`requestBeingWritten`), in
+    /// seconds: writing one takes milliseconds; an older one, even of a live process, is left over
+    /// (attack round 62: a stray one named after the daemon's pid hid a fault for as long as the
+    /// daemon ran).
+    static let requestWriteSeconds: Double = 10
 
     /// Writes the manifest anew with `lines` (atomically, fsynced).
     public func replaceManifest(_ lines: [ManifestLine]) throws {

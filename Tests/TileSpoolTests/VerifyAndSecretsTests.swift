@@ -105,6 +105,14 @@ final class VerifyTests: XCTestCase {
         (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
         XCTAssertEqual(rc, 1, out)
         XCTAssertTrue(out.contains("region without its request: new: store/regions/new/request.json is missing"), out)
+        // The daemon's pid on a temp file a minute old: left over, not being written (attack
+        // round 62: a stray one hid the fault for as long as the daemon ran).
+        let stray = folder + "/.tmp-request.json-\(daemon)-7"
+        try FileManager.default.moveItem(atPath: folder + "/.tmp-request.json-4999999-1", toPath: stray)
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-60)], ofItemAtPath: stray)
+        (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
+        XCTAssertEqual(rc, 1, out)
+        XCTAssertTrue(out.contains("region without its request: new: store/regions/new/request.json is missing"), out)
     }
 
     /// Beside a running daemon a count or plan fault is looked at again once the status has had
@@ -180,6 +188,10 @@ final class VerifyTests: XCTestCase {
         try waitUntil("the taken delete applied", timeout: 60) {
             !FileManager.default.fileExists(atPath: self.fx.store + "/regions/taken") && self.fx.status("taken") == nil
         }
+        // Finished, not first marked failed (attack round 62: a `failed` event, then `deleted`).
+        let takenEvents = fx.events().filter { $0["id"] as? String == "taken" }.compactMap { $0["state"] as? String }
+        XCTAssertFalse(takenEvents.contains("failed"), "\(takenEvents)")
+        XCTAssertEqual(takenEvents.last, "deleted")
         fx.stop()
         XCTAssertEqual(fx.state("kept"), "completed")
         (rc, out) = try fx.cli(["verify", "--spool", fx.spool, "--store", fx.store])
