@@ -127,6 +127,9 @@ public struct RegionStatus: Sendable, Equatable, Codable {
         if let request, request != .null { return true }
         return false
     }
+    /// True when the status says `failed` with `storeDamaged` already: the daemon's start and
+    /// `verify --repair` mark a region so once, not again.
+    public var isMarkedStoreDamaged: Bool { state == .failed && error?.code == .storeDamaged }
     /// The request's `context`, verbatim (`null` when absent).
     public var context: JSONValue
     /// When the status was written.

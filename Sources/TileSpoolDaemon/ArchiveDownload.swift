@@ -604,7 +604,7 @@ extension Daemon {
             guard !d.done[t.index] else { continue }
             switch outcome {
             case .stored(let line, let text):
-                addPending(d, .index(t.index), line, text: text, ticket: ticket)
+                addPending(d, .index(t.index), line, text: cut.lineText[text], ticket: ticket)
             case .failed(let why):
                 guard !storedOnly else { continue }
                 let url = shown(archive.url, r)
@@ -670,42 +670,54 @@ struct RangeCutJob: Sendable {
         var outcomes: [RangeCut.Outcome] = []
         outcomes.reserveCapacity(tiles.count)
         var stop: Error?
-        // The outcomes are the first tiles', in order: past a store error, none.
+        var lineText: [UInt8] = []
+        // The outcomes are the first tiles', in order: past a store error, none. A later half's
+        // lines follow the earlier half's text.
         for r in results.all() where stop == nil {
-            outcomes += r.outcomes
+            let base = lineText.count
+            for o in r.outcomes {
+                if case .stored(let line, let text) = o {
+                    outcomes.append(.stored(line: line, text: (text.lowerBound + base)..<(text.upperBound + base)))
+                } else {
+                    outcomes.append(o)
+                }
+            }
+            lineText += r.text
             stop = r.stop
         }
-        return RangeCut(id: id, token: token, range: range, tiles: tiles, freshness: freshness, outcomes: outcomes, storageError: stop)
+        return RangeCut(id: id, token: token, range: range, tiles: tiles, freshness: freshness, outcomes: outcomes, lineText: lineText, storageError: stop)
     }
 
     /// The fewest tiles a range's cut is split in two for (`run`).
     static let splitAt = 64
 
     /// The outcomes of `tiles[part]`, in order, stopped by a store error: a stored tile's
-    /// manifest line, rendered (`ManifestLine.appendText`).
-    private func cutTiles(_ part: Range<Int>, from body: Data, store: any TileStore) -> (outcomes: [RangeCut.Outcome], stop: Error?) {
+    /// manifest line, rendered (`ManifestLine.appendText`) into `text` (its range there).
+    private func cutTiles(_ part: Range<Int>, from body: Data, store: any TileStore) -> CutParts.Part {
         var outcomes: [RangeCut.Outcome] = []
         outcomes.reserveCapacity(part.count)
+        var text: [UInt8] = []
+        text.reserveCapacity(part.count * 200)
         var last: (offset: UInt64, cut: Cut)?
         for k in part {
             let t = tiles[k].tile
             let c: Cut
             if let l = last, l.offset == t.offset { c = l.cut } else {
-                do { c = try cut(t, from: body, store: store) } catch { return (outcomes, error) }
+                do { c = try cut(t, from: body, store: store) } catch { return (outcomes, text, error) }
                 last = (t.offset, c)
             }
             switch c {
             case .stored(let sha256, let bytes):
                 let line = ManifestLine(kind: .tile, sha256: sha256, bytes: bytes, key: ManifestLine.tileKey(source: source, t.tile),
                                         url: secrets.replaced(in: Daemon.tileURL(archiveURL, t.tile)), freshness: freshness)
-                var text: [UInt8] = []
+                let from = text.count
                 line.appendText(to: &text)
-                outcomes.append(.stored(line: line, text: text))
+                outcomes.append(.stored(line: line, text: from..<text.count))
             case .failed(let why):
                 outcomes.append(.failed(why))
             }
         }
-        return (outcomes, nil)
+        return (outcomes, text, nil)
     }
 
     /// One body cut: stored (hex SHA-256, bytes), or why not.
@@ -733,10 +745,10 @@ struct RangeCutJob: Sendable {
 
 /// The halves of a cut (`RangeCutJob.run`), each set once from its own thread.
 private final class CutParts: @unchecked Sendable {
-    typealias Part = (outcomes: [RangeCut.Outcome], stop: Error?)
+    typealias Part = (outcomes: [RangeCut.Outcome], text: [UInt8], stop: Error?)
     private let lock = NSLock()
     private var parts: [Part]
-    init(count: Int) { parts = Array(repeating: ([], nil), count: count) }
+    init(count: Int) { parts = Array(repeating: ([], [], nil), count: count) }
     func set(_ p: Int, _ part: Part) { lock.lock(); parts[p] = part; lock.unlock() }
     func all() -> [Part] { lock.lock(); defer { lock.unlock() }; return parts }
 }
@@ -744,13 +756,15 @@ private final class CutParts: @unchecked Sendable {
 /// What `RangeCutJob.run` did: each tile's outcome, in order (fewer than `tiles` when a store
 /// error stopped it: `storageError`).
 struct RangeCut: @unchecked Sendable {
-    /// A stored tile's manifest line and its text; or why the tile failed.
-    enum Outcome { case stored(line: ManifestLine, text: [UInt8]), failed(String) }
+    /// A stored tile's manifest line and where its text is in `lineText`; or why the tile failed.
+    enum Outcome { case stored(line: ManifestLine, text: Range<Int>), failed(String) }
     let id: String
     let token: Int
     let range: Int
     let tiles: [(index: Int, tile: PMTiles.ArchiveTile)]
     let freshness: Freshness
     let outcomes: [Outcome]
+    /// The stored tiles' lines rendered (`ManifestLine.appendText`), in order.
+    let lineText: [UInt8]
     let storageError: Error?
 }

@@ -291,15 +291,17 @@ public final class Daemon {
             let files = store.region(id)
             // A symlink (or anything but a folder) at store/regions/<id> was not made by us: it is
             // never followed, so nothing is read from or written into where it points.
+            // A region skipped so is marked `failed` (`storeDamaged`) once, with `message`.
+            func markSkipped(_ message: String) {
+                guard var failed = status.read(id: id), !failed.isMarkedStoreDamaged else { return }
+                failed.state = .failed
+                failed.error = RegionError(code: .storeDamaged, message: message)
+                failed.updatedAt = Date()
+                status.record(failed)
+            }
             if let message = files.refusal(id: id) {
                 Log.error(message, region: id)
-                if let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
-                    var failed = st
-                    failed.state = .failed
-                    failed.error = RegionError(code: .storeDamaged, message: message)
-                    failed.updatedAt = Date()
-                    status.record(failed)
-                }
+                markSkipped(message)
                 continue
             }
             guard let request = try? files.loadRequest() else {
@@ -307,14 +309,7 @@ public final class Daemon {
                 // A delete the daemon took and a kill cut short is finished next
                 // (`applyTakenControls`): not marked first (attack round 62: a `failed` event,
                 // then `deleted`).
-                if Files.entryType(layout.takenControl(id: id, action: "delete")) != .regular,
-                   let st = status.read(id: id), st.state != .failed || st.error?.code != .storeDamaged {
-                    var failed = st
-                    failed.state = .failed
-                    failed.error = RegionError(code: .storeDamaged, message: "store/regions/\(id)/request.json is missing or invalid; drop the request again, or delete the region")
-                    failed.updatedAt = Date()
-                    status.record(failed)
-                }
+                if !layout.deleteTaken(id: id) { markSkipped(StoreMaintenance.requestMissing(id)) }
                 continue
             }
             let st = status.read(id: id)

@@ -203,7 +203,7 @@ extension Daemon {
 
     /// `addPending` of a line rendered already (`ManifestLine.appendText`) whose object was put
     /// by store ticket `ticket` (`TileStore.writesQueued` after its `put`, or later).
-    func addPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine, text: [UInt8], ticket: Int) {
+    func addPending(_ d: Download, _ item: WorkItem, _ line: ManifestLine, text: ArraySlice<UInt8>, ticket: Int) {
         d.pendingText += text
         addedPending(d, item, line, ticket: ticket)
     }

@@ -131,6 +131,12 @@ public enum StoreMaintenance {
         return false
     }
 
+    /// The `storeDamaged` message of a region whose `request.json` is missing or invalid (the
+    /// daemon's start and `verify --repair` mark such a region with it).
+    public static func requestMissing(_ id: String) -> String {
+        "store/regions/\(id)/request.json is missing or invalid; drop the request again, or delete the region"
+    }
+
     /// Runs `read` (which returns its failure, nil when it read everything) again while it fails
     /// on a key that a listing named and that was gone when it was fetched (`S3Error` 404: in a
     /// bucket, a refresh swapped in removes the refresh's segments, a delete the region's keys;
@@ -283,6 +289,25 @@ public enum StoreMaintenance {
             report.tempFiles.append("status/" + name)
         }
 
+        // A delete of region `id` the daemon took (under way, or cut short): named as not finished,
+        // which the daemon's next start does; true when so.
+        func deleteTaken(_ id: String) -> Bool {
+            guard status.layout.deleteTaken(id: id) else { return false }
+            report.deletesUnderWay.append("\(id): a delete under way or cut short (control/\(SpoolLayout.takenPrefix)\(id).delete); the daemon finishes it at its next start")
+            return true
+        }
+        // `--repair` marks `st` `failed` (`storeDamaged`, `why`), out of any refresh, its counts
+        // those of `kept` when given (what the store holds of it).
+        func markDamaged(_ st: RegionStatus, _ why: String, recountedTo kept: [ManifestLine]?) {
+            var st = st
+            st.state = .failed
+            st.refreshing = false
+            st.error = RegionError(code: .storeDamaged, message: why)
+            if let kept { st.progress = st.progress.recounted(kept) }
+            st.updatedAt = Date()
+            status.record(st, note: "verify --repair")
+        }
+
         let ids = try store.regionIDs()
         for id in ids.sorted() {
             // A region that cannot be checked (a file or a symlink planted in regions/, a folder
@@ -397,16 +422,10 @@ public enum StoreMaintenance {
                     // objects now: a second repair drops them), never a `completed` status over a
                     // shorter manifest. The counts are the kept lines' (the same however often this
                     // runs); a region `completed` with fewer lines than its plan is marked too.
-                    if var st {
-                        let why = own.dropped.isEmpty
+                    if let st {
+                        markDamaged(st, own.dropped.isEmpty
                             ? "its manifest holds \(own.lines) resources, not the \(st.progress.resourcesExpected) planned; resume fetches the rest"
-                            : "\(own.dropped.count) resources were damaged or missing in the store; resume fetches them again"
-                        st.state = .failed
-                        st.refreshing = false
-                        st.error = RegionError(code: .storeDamaged, message: why)
-                        st.progress = st.progress.recounted(own.kept)
-                        st.updatedAt = Date()
-                        status.record(st, note: "verify --repair")
+                            : "\(own.dropped.count) resources were damaged or missing in the store; resume fetches them again", recountedTo: own.kept)
                     }
                     // A rewrite that fails stops verify with its error (exit 1): the manifest still
                     // names what was dropped, and a second repair retries.
@@ -426,16 +445,10 @@ public enum StoreMaintenance {
                 // round 60: 2 of 358 verify runs beside a daemon taking requests named one).
                 if withoutRequest || deletedMeanwhile, (try? files.requestData()) == nil, (try? store.regionIDs())?.contains(id) == true,
                    !files.requestBeingWritten(lockHolders: holders) {
-                    if Files.entryType(status.layout.takenControl(id: id, action: "delete")) == .regular {
-                        report.deletesUnderWay.append("\(id): a delete under way or cut short (control/\(SpoolLayout.takenPrefix)\(id).delete); the daemon finishes it at its next start")
-                    } else {
+                    if !deleteTaken(id) {
                         report.regionsWithoutRequest.append("\(id): store/regions/\(id)/request.json is missing (a delete cut short?); the daemon skips the region and marks it failed: delete it (tilespool delete \(id)), or drop its request again")
-                        if repair, var now = status.read(id: id), now.state != .failed || now.error?.code != .storeDamaged {
-                            now.state = .failed
-                            now.refreshing = false
-                            now.error = RegionError(code: .storeDamaged, message: "store/regions/\(id)/request.json is missing or invalid; drop the request again, or delete the region")
-                            now.updatedAt = Date()
-                            status.record(now, note: "verify --repair")
+                        if repair, let now = status.read(id: id), !now.isMarkedStoreDamaged {
+                            markDamaged(now, requestMissing(id), recountedTo: nil)
                             report.regionsMarked.append(id)
                         }
                     }
@@ -455,20 +468,12 @@ public enum StoreMaintenance {
         // has said so. Read again once the store says it has none: a `delete` beside verify
         // removes the files, then the status; one the daemon took is finished by it.
         let listed = Set(ids)
-        for st in status.readAll() where st.namesItsRequest && !listed.contains(st.id) && !(st.state == .failed && st.error?.code == .storeDamaged) {
-            guard !store.regionExists(st.id), var now = status.read(id: st.id), now.state == st.state else { continue }
-            if Files.entryType(status.layout.takenControl(id: st.id, action: "delete")) == .regular {
-                report.deletesUnderWay.append("\(st.id): a delete under way or cut short (control/\(SpoolLayout.takenPrefix)\(st.id).delete); the daemon finishes it at its next start")
-                continue
-            }
+        for st in status.readAll() where st.namesItsRequest && !listed.contains(st.id) && !st.isMarkedStoreDamaged {
+            guard !store.regionExists(st.id), let now = status.read(id: st.id), now.state == st.state, !deleteTaken(st.id) else { continue }
             report.missingRegions.append("\(st.id): the status says \(st.state.rawValue), and the store \(store.location) holds no files of this region; drop its request again, or delete it")
             if repair {
-                now.state = .failed
-                now.refreshing = false
-                now.error = RegionError(code: .storeDamaged, message: "the store holds no files of this region: drop its request again, or delete it")
-                now.progress = now.progress.recounted([]) // what the store holds of it: nothing
-                now.updatedAt = Date()
-                status.record(now, note: "verify --repair")
+                // What the store holds of it: nothing.
+                markDamaged(now, "the store holds no files of this region: drop its request again, or delete it", recountedTo: [])
                 report.regionsMarked.append(st.id)
             }
         }

@@ -50,6 +50,9 @@ public struct SpoolLayout: Sendable {
     public static let takenPrefix = ".tilespool-taken-"
     /// The path of `<id>.<action>` (`delete`, `pause`, ...) as the daemon has taken it.
     public func takenControl(id: String, action: String) -> String { "\(control)/\(SpoolLayout.takenPrefix)\(id).\(action)" }
+    /// True while a delete of region `id` the daemon took is there to be finished (a regular
+    /// file `control/.tilespool-taken-<id>.delete`): under way, or cut short by a kill.
+    public func deleteTaken(id: String) -> Bool { Files.entryType(takenControl(id: id, action: "delete")) == .regular }
     public func statusJSON(_ id: String) -> String { "\(status)/\(id).json" }
     public func statusState(_ id: String) -> String { "\(status)/\(id).state" }
 }

@@ -6,6 +6,12 @@ import Glibc
 import XCTest
 
 final class SubmitGetTests: XCTestCase {
+    /// ../shared/mapdata, nginx serving it (the caller stops it) and a fresh spool.
+    func servedSpool() throws -> (mapdata: URL, nginx: NginxServer, fx: SpoolFixture) {
+        let mapdata = try MapData.require()
+        return (mapdata, try NginxServer(root: mapdata), try SpoolFixture())
+    }
+
     /// A tiles request for the OSM Carto raster set of the map data, the whole world at zooms
     /// 0...maxZoom (1 + 4 + 16 + ... tiles), written to `<root>/<name>.json`.
     func rasterRequest(_ nginx: NginxServer, in fx: SpoolFixture, name: String, maxZoom: Int,
@@ -282,10 +288,8 @@ final class SubmitGetTests: XCTestCase {
     }
 
     func testGetWritesAnMBTilesWhoseTilesAreTheServedFiles() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (mapdata, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 2)
         let output = fx.root.appendingPathComponent("carto.mbtiles").path
         // Another request waiting in the spool (an idle daemon's): get leaves it for the daemon.
@@ -308,10 +312,8 @@ final class SubmitGetTests: XCTestCase {
     /// archive). The stamen archive (85 tiles, its root in the first read, one range): two
     /// requests in all, and the MBTiles holds the archive's tiles, the served PNG files.
     func testGetOfAPMTilesArchiveReadsItsDirectoriesOnce() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (mapdata, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         let request = try requestFile(fx, "stamen", ["tiles": ["pmtiles://" + nginx.baseURL + "/pmtiles/stamen_toner(raster)CC-BY+ODbL_z3.pmtiles"],
                                                      "bounds": [-180, -85.0511, 180, 85.0511], "minZoom": 0, "maxZoom": 3])
         let output = fx.root.appendingPathComponent("stamen.mbtiles").path
@@ -366,10 +368,8 @@ final class SubmitGetTests: XCTestCase {
     /// refused to write through the symlink. What the export would refuse at PATH is refused
     /// first now: exit 1, nothing asked of the server, the symlink's target untouched.
     func testGetRefusesAnOutputItWouldNotWriteBeforeDownloading() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (_, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 2)
         let target = fx.root.appendingPathComponent("elsewhere.mbtiles").path
         try Data("keep".utf8).write(to: URL(fileURLWithPath: target))
@@ -385,10 +385,8 @@ final class SubmitGetTests: XCTestCase {
     /// A style request: get fetches the style, TileJSON, sprites, glyphs and tiles and writes a
     /// MapLibre offline database (format from `.db`) holding every served tile of Monaco.
     func testGetOfAStyleWritesAMapLibreDatabase() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (mapdata, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         let request = try requestFile(fx, "monaco", ["style": nginx.baseURL + "/styles/bright/style.local-template.json",
                                                      "bounds": [7.409205, 43.72335, 7.448637, 43.75169], "minZoom": 0, "maxZoom": 14])
         let output = fx.root.appendingPathComponent("monaco.db").path
@@ -420,10 +418,8 @@ final class SubmitGetTests: XCTestCase {
     /// On a terminal (a pty from util-linux `script`), get redraws one progress line (carriage
     /// returns, tiles done/expected, bytes, ETA) instead of a line per state change.
     func testGetDrawsAProgressLineOnATerminal() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (_, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 3)
         let output = fx.root.appendingPathComponent("carto.pmtiles").path
         // 20 requests a second: about 4 s, so the status reports a rate and an ETA on the way.
@@ -477,10 +473,8 @@ final class SubmitGetTests: XCTestCase {
     /// with advice that works without a daemon: the `delete` it names clears the stopped region,
     /// and the changed request is got whole.
     func testGetStoppedBySIGHUPThenAChangedRequestIsRefusedUntilTheDeleteItNames() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (mapdata, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 4)
         let output = fx.root.appendingPathComponent("carto.mbtiles").path
         let (status, log) = try getStopped(by: SIGHUP, afterTiles: 20, request: request, output: output, fx: fx, nginx: nginx)
@@ -503,10 +497,8 @@ final class SubmitGetTests: XCTestCase {
     /// Ctrl-C after some tiles, then the same command: each tile is asked of the server exactly
     /// once across both runs, and the export holds them all. A third run (--force) asks nothing.
     func testGetInterruptedBySIGINTGoesOnWithOnlyWhatWasMissing() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (mapdata, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 4)
         let output = fx.root.appendingPathComponent("carto.mbtiles").path
         let all = rasterPaths(maxZoom: 4)
@@ -540,10 +532,8 @@ final class SubmitGetTests: XCTestCase {
     /// `get --store <the daemon's store>` after the daemon downloaded the region: no tile asked.
     /// While the daemon runs on that store, get refuses.
     func testGetOnTheDaemonsStoreFetchesNothingAlreadyStored() throws {
-        let mapdata = try MapData.require()
-        let nginx = try NginxServer(root: mapdata)
+        let (_, nginx, fx) = try servedSpool()
         defer { nginx.stop() }
-        let fx = try SpoolFixture()
         try fx.start()
         defer { fx.stop() }
         let request = try rasterRequest(nginx, in: fx, name: "carto", maxZoom: 3)
